@@ -1,0 +1,91 @@
+"""What every backend (one per DWS API) offers to the generic trigger and the operators."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
+
+
+@dataclass(frozen=True)
+class RequestStatus:
+    """A point-in-time view of one capacity request in the shared vocabulary."""
+
+    name: str
+    state: str
+    outcome: Outcome
+    timings: RequestTimings
+    description: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def phase(self) -> Phase:
+        """The request's phase."""
+        return self.outcome.phase
+
+    def to_event(self) -> dict[str, Any]:
+        """The JSON-friendly payload a trigger yields when the request ends."""
+        return {
+            "name": self.name,
+            "state": self.state,
+            "phase": self.outcome.phase.value,
+            "failure": self.outcome.failure.value if self.outcome.failure else None,
+            "message": self.outcome.message,
+            "description": self.description,
+            "timings": self.timings.to_dict(),
+            "details": self.details,
+        }
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> RequestStatus:
+        """Inverse of :meth:`to_event`."""
+        failure = event.get("failure")
+        return cls(
+            name=event["name"],
+            state=event.get("state", ""),
+            outcome=Outcome(
+                Phase(event["phase"]), FailureKind(failure) if failure else None, event.get("message", "")
+            ),
+            timings=RequestTimings.from_dict(event.get("timings") or {}),
+            description=event.get("description", ""),
+            details=event.get("details") or {},
+        )
+
+
+@runtime_checkable
+class AsyncRequestBackend(Protocol):
+    """The async surface a trigger needs: read a request's status, cancel it."""
+
+    kind: str
+
+    def spec(self) -> dict[str, Any]:
+        """Constructor keyword arguments, JSON-serializable, to rebuild this backend elsewhere."""
+        ...
+
+    async def aget_status(self, name: str) -> RequestStatus:
+        """Read one request; ``NotFound`` propagates."""
+        ...
+
+    async def acancel(self, name: str) -> None:
+        """Cancel or release one request; a request already ended or gone is not an error."""
+        ...
+
+
+#: kind -> "module:Class". Adding a DWS API is one adapter plus one entry here.
+BACKENDS: dict[str, str] = {
+    "vertex_custom_job": "airflow_provider_dws.backends.vertex_ai:VertexCustomJobBackend",
+}
+
+
+def backend_from_spec(kind: str, spec: dict[str, Any]) -> AsyncRequestBackend:
+    """Rebuild a backend from its ``kind`` and :meth:`AsyncRequestBackend.spec`."""
+    try:
+        target = BACKENDS[kind]
+    except KeyError:
+        raise ValueError(f"unknown DWS backend kind {kind!r}; known: {sorted(BACKENDS)}") from None
+    module_name, _, class_name = target.partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    backend: AsyncRequestBackend = cls(**spec)
+    return backend

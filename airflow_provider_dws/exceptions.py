@@ -1,0 +1,25 @@
+"""Exceptions a DAG author can tell apart (and catch, or retry on) by kind."""
+
+from __future__ import annotations
+
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+
+class DwsError(AirflowException):
+    """Base class of every failure reported by this provider."""
+
+
+class CapacityNotObtainedError(DwsError):
+    """DWS could not provide the requested capacity within the max wait."""
+
+
+class WorkloadFailedError(DwsError):
+    """The capacity was obtained and the workload ran, but it failed."""
+
+
+class RequestCancelledError(DwsError):
+    """The request was cancelled (by a user, or outside Airflow) before it finished."""
+
+
+class BadRequestError(DwsError, AirflowFailException):
+    """The API refused the request as invalid; retrying the task cannot help, so it fails at once."""

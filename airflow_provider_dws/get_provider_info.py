@@ -1,0 +1,46 @@
+"""Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_dws import __version__
+
+
+def get_provider_info() -> dict[str, Any]:
+    """What ``airflow providers list`` and the providers manager show for this package."""
+    return {
+        "package-name": "airflow-provider-dws",
+        "name": "Google Cloud Dynamic Workload Scheduler",
+        "description": (
+            "Run AI training and batch work on scarce GPUs and TPUs through Google Cloud's Dynamic "
+            "Workload Scheduler: Vertex AI Flex Start custom jobs, waited on in the triggerer."
+        ),
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "Google Cloud Dynamic Workload Scheduler",
+                "external-doc-url": "https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws",
+                "tags": ["gcp"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "Google Cloud Dynamic Workload Scheduler",
+                "python-modules": ["airflow_provider_dws.operators.vertex_ai"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "Google Cloud Dynamic Workload Scheduler",
+                "python-modules": ["airflow_provider_dws.triggers.capacity_request"],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": "Google Cloud Dynamic Workload Scheduler",
+                "python-modules": ["airflow_provider_dws.hooks.base", "airflow_provider_dws.hooks.vertex_ai"],
+            }
+        ],
+        "extra-links": ["airflow_provider_dws.links.vertex_ai.VertexAIFlexStartJobLink"],
+    }

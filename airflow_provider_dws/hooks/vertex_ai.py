@@ -1,0 +1,103 @@
+"""Vertex AI ``JobService`` clients (sync and async) on the regional endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+from airflow.providers.google.common.consts import CLIENT_INFO
+from google.cloud.aiplatform_v1 import JobServiceAsyncClient, JobServiceClient
+from google.cloud.aiplatform_v1.services.job_service.transports import (
+    JobServiceGrpcAsyncIOTransport,
+    JobServiceGrpcTransport,
+)
+
+from airflow_provider_dws.hooks.base import DwsBaseHook
+
+
+def vertex_api_endpoint(region: str) -> str:
+    """The regional Vertex AI endpoint (custom jobs live in a region, not globally)."""
+    return f"{region}-aiplatform.googleapis.com"
+
+
+class DwsVertexAIHook(DwsBaseHook):
+    """Synchronous Vertex AI ``JobServiceClient`` factory for one connection.
+
+    Clients are cached per region on the hook: client construction resolves credentials, which can
+    cost a network round trip.
+    """
+
+    def __init__(
+        self,
+        gcp_conn_id: str = "google_cloud_default",
+        impersonation_chain: str | Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain, **kwargs)
+        self._clients: dict[str, JobServiceClient] = {}
+
+    def get_job_service_client(self, region: str) -> JobServiceClient:
+        """A ``JobServiceClient`` for ``region`` (or for the emulator when it is switched on)."""
+        client = self._clients.get(region)
+        if client is None:
+            if self.emulator_host:
+                transport = JobServiceGrpcTransport(channel=grpc.insecure_channel(self.emulator_host))
+                client = JobServiceClient(transport=transport)
+            else:
+                client = JobServiceClient(
+                    credentials=self.get_credentials(),
+                    client_info=CLIENT_INFO,
+                    client_options=self.get_client_options(api_endpoint_override=vertex_api_endpoint(region)),
+                )
+            self._clients[region] = client
+        return client
+
+
+class DwsVertexAIAsyncHook:
+    """Asynchronous ``JobServiceAsyncClient`` factory for triggers.
+
+    Everything that may block (reading the connection, resolving credentials, building the client)
+    runs in a worker thread, so the triggerer's event loop never stalls on it.
+    """
+
+    def __init__(
+        self,
+        gcp_conn_id: str = "google_cloud_default",
+        impersonation_chain: str | Sequence[str] | None = None,
+    ) -> None:
+        self.gcp_conn_id = gcp_conn_id
+        self.impersonation_chain = impersonation_chain
+        self._sync_hook: DwsVertexAIHook | None = None
+        self._clients: dict[str, JobServiceAsyncClient] = {}
+        self._lock = asyncio.Lock()
+
+    async def get_sync_hook(self) -> DwsVertexAIHook:
+        """The sync hook (connection and credentials), built in a thread."""
+        if self._sync_hook is None:
+            self._sync_hook = await asyncio.to_thread(
+                DwsVertexAIHook, gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain
+            )
+        return self._sync_hook
+
+    async def get_job_service_client(self, region: str) -> JobServiceAsyncClient:
+        """A ``JobServiceAsyncClient`` for ``region`` bound to the running event loop."""
+        async with self._lock:
+            client = self._clients.get(region)
+            if client is not None:
+                return client
+            hook = await self.get_sync_hook()
+            if hook.emulator_host:
+                # grpc.aio channels belong to the loop that creates them: build it here, in the loop.
+                channel = grpc.aio.insecure_channel(hook.emulator_host)
+                client = JobServiceAsyncClient(transport=JobServiceGrpcAsyncIOTransport(channel=channel))
+            else:
+                credentials = await asyncio.to_thread(hook.get_credentials)
+                client = JobServiceAsyncClient(
+                    credentials=credentials,
+                    client_info=CLIENT_INFO,
+                    client_options=hook.get_client_options(api_endpoint_override=vertex_api_endpoint(region)),
+                )
+            self._clients[region] = client
+            return client

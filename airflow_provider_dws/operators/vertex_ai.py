@@ -1,0 +1,564 @@
+"""Run a Vertex AI custom job on GPUs obtained through Dynamic Workload Scheduler Flex Start."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, cast
+
+from airflow.sdk import BaseOperator
+from google.api_core import exceptions as gexc
+from google.cloud.aiplatform_v1 import (
+    AcceleratorType,
+    CustomJob,
+    CustomJobSpec,
+    Scheduling,
+    WorkerPoolSpec,
+)
+
+from airflow_provider_dws.backends.base import RequestStatus
+from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend, job_status, parse_job_name
+from airflow_provider_dws.exceptions import (
+    BadRequestError,
+    CapacityNotObtainedError,
+    RequestCancelledError,
+    WorkloadFailedError,
+)
+from airflow_provider_dws.links.vertex_ai import VertexAIFlexStartJobLink
+from airflow_provider_dws.scheduling.budget import (
+    DEFAULT_MAX_RUN,
+    DEFAULT_MAX_WAIT,
+    WaitBudget,
+)
+from airflow_provider_dws.scheduling.identity import (
+    RESERVED_LABEL_KEYS,
+    RequestIdentity,
+    is_valid_label_key,
+    is_valid_label_value,
+)
+from airflow_provider_dws.scheduling.phases import FailureKind, Phase
+from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: GPU types Dynamic Workload Scheduler Flex Start accepts for Vertex AI training (L4, A100, H100,
+#: H200, B200 families).
+FLEX_START_ACCELERATORS = frozenset(
+    {
+        "NVIDIA_L4",
+        "NVIDIA_TESLA_A100",
+        "NVIDIA_A100_80GB",
+        "NVIDIA_H100_80GB",
+        "NVIDIA_H100_MEGA_80GB",
+        "NVIDIA_H200_141GB",
+        "NVIDIA_B200",
+        "NVIDIA_GB200",
+    }
+)
+MAX_LABELS = 64
+POLL_INTERVAL_MAX = 3600.0
+
+_PROJECT_RE = re.compile(r"^(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+_REGION_RE = re.compile(r"^[a-z]+(?:-[a-z]+)+[0-9]+$")
+_SERVICE_ACCOUNT_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_NETWORK_RE = re.compile(r"^projects/[^/\s]+/global/networks/[^/\s]+$")
+_EXIT_CODE_RE = re.compile(r"non-zero status of (-?\d+)")
+
+
+def _is_template(value: Any) -> bool:
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
+def _has_template(value: Any) -> bool:
+    if _is_template(value):
+        return True
+    if isinstance(value, Mapping):
+        return any(_has_template(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_template(v) for v in value)
+    return False
+
+
+def _as_dict(value: Any, what: str) -> dict[str, Any]:
+    """A worker pool spec or custom job as a plain dict (accepting dicts and proto messages)."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    for cls in (WorkerPoolSpec, CustomJob):
+        if isinstance(value, cls):
+            return dict(cls.to_dict(value, use_integers_for_enums=False))
+    pb = getattr(value, "_pb", None) or value
+    if hasattr(pb, "DESCRIPTOR"):
+        from google.protobuf.json_format import MessageToDict
+
+        return MessageToDict(pb, preserving_proto_field_name=True)
+    raise TypeError(
+        f"{what} must be a dict or a google.cloud.aiplatform_v1 message, got {type(value).__name__}"
+    )
+
+
+class FlexStartCustomJobOperator(BaseOperator):
+    """Run a Vertex AI custom job when DWS Flex Start obtains its GPUs, without holding a worker slot.
+
+    The job is submitted with ``scheduling.strategy = FLEX_START``: it waits in the Dynamic
+    Workload Scheduler queue (at most ``max_wait``) until its whole set of machines is free, then
+    runs (at most ``max_run``), and is billed only while it runs. The task defers while the job
+    waits and runs. A retried or re-run task reattaches to its live job (found by identity labels)
+    instead of submitting a second one, and a job that already succeeded is taken as the result.
+
+    On success the task returns the ``CustomJob`` as a dict and pushes ``wait_seconds``,
+    ``run_seconds`` and ``dws_request`` (name, state, timings) to XCom. On failure it raises
+    :class:`~airflow_provider_dws.exceptions.CapacityNotObtainedError` (no capacity within max wait),
+    :class:`~airflow_provider_dws.exceptions.WorkloadFailedError` (the job ran and failed),
+    :class:`~airflow_provider_dws.exceptions.BadRequestError` (refused; not retried) or
+    :class:`~airflow_provider_dws.exceptions.RequestCancelledError`.
+
+    :param project_id: Google Cloud project; defaults to the connection's project.
+    :param region: Vertex AI region, e.g. ``us-central1``.
+    :param display_name: job display name; defaults to ``<dag_id>.<task_id>``.
+    :param worker_pool_specs: list of ``WorkerPoolSpec`` dicts or messages (all pools must share
+        one machine spec, a Flex Start rule). Exactly one of this and ``custom_job``.
+    :param custom_job: a whole ``CustomJob`` (dict or message); its ``scheduling`` must not set
+        strategy, max wait or timeout (use ``max_wait``/``max_run``).
+    :param max_wait: how long the job may wait for capacity (``timedelta`` or seconds; default
+        24 h, the API's default; at most 7 days).
+    :param max_run: how long the job may run once started (default and maximum 7 days).
+    :param labels: extra labels for the job (the ``dws_*`` keys are reserved for identity).
+    :param service_account: service account the job runs as.
+    :param network: VPC network ``projects/<number>/global/networks/<name>``.
+    :param base_output_directory: ``gs://`` prefix for the job's outputs.
+    :param gcp_conn_id: Airflow connection for Google Cloud.
+    :param impersonation_chain: service account (or chain) to impersonate.
+    :param poll_interval: seconds between status reads while waiting (default 30).
+    :param deferrable: wait in the triggerer (default) or, with ``False``, in the worker.
+    :param cancel_on_kill: cancel the job when the task is killed by a user (default ``True``).
+    """
+
+    template_fields: Sequence[str] = (
+        "project_id",
+        "region",
+        "display_name",
+        "worker_pool_specs",
+        "custom_job",
+        "labels",
+        "service_account",
+        "network",
+        "base_output_directory",
+        "impersonation_chain",
+    )
+    template_fields_renderers = {"worker_pool_specs": "json", "custom_job": "json", "labels": "json"}
+    operator_extra_links = (VertexAIFlexStartJobLink(),)
+    ui_color = "#c5e1f5"
+
+    def __init__(
+        self,
+        *,
+        region: str,
+        project_id: str | None = None,
+        display_name: str | None = None,
+        worker_pool_specs: Sequence[Mapping[str, Any] | WorkerPoolSpec] | None = None,
+        custom_job: Mapping[str, Any] | CustomJob | None = None,
+        max_wait: timedelta | int | float = DEFAULT_MAX_WAIT,
+        max_run: timedelta | int | float = DEFAULT_MAX_RUN,
+        labels: Mapping[str, str] | None = None,
+        service_account: str | None = None,
+        network: str | None = None,
+        base_output_directory: str | None = None,
+        gcp_conn_id: str = "google_cloud_default",
+        impersonation_chain: str | Sequence[str] | None = None,
+        poll_interval: float = 30.0,
+        deferrable: bool = True,
+        cancel_on_kill: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.project_id = project_id
+        self.region = region
+        self.display_name = display_name
+        self.worker_pool_specs = worker_pool_specs
+        self.custom_job = custom_job
+        self.budget = self._budget(max_wait, max_run)
+        self.max_wait = self.budget.max_wait
+        self.max_run = self.budget.max_run
+        self.labels = labels
+        self.service_account = service_account
+        self.network = network
+        self.base_output_directory = base_output_directory
+        self.gcp_conn_id = gcp_conn_id
+        self.impersonation_chain = impersonation_chain
+        self.poll_interval = poll_interval
+        self.deferrable = deferrable
+        self.cancel_on_kill = cancel_on_kill
+        self._check_static()
+        self._check_templated(rendered=False)
+
+    # -- validation ----------------------------------------------------------------------------
+
+    def _fail(self, message: str) -> ValueError:
+        return ValueError(f"{type(self).__name__} {self.task_id!r}: {message}")
+
+    def _budget(self, max_wait: Any, max_run: Any) -> WaitBudget:
+        try:
+            return WaitBudget(max_wait=max_wait, max_run=max_run)
+        except (TypeError, ValueError) as err:
+            raise self._fail(str(err)) from None
+
+    def _check_static(self) -> None:
+        """Checks of the non-templated parameters."""
+        if not isinstance(self.gcp_conn_id, str) or not self.gcp_conn_id:
+            raise self._fail(f"gcp_conn_id must be a non-empty connection id, got {self.gcp_conn_id!r}")
+        if isinstance(self.poll_interval, bool) or not isinstance(self.poll_interval, (int, float)):
+            raise self._fail(f"poll_interval must be a number of seconds, got {self.poll_interval!r}")
+        if not 0 < self.poll_interval <= POLL_INTERVAL_MAX:
+            raise self._fail(
+                f"poll_interval must be greater than 0 and at most {POLL_INTERVAL_MAX:.0f} seconds, "
+                f"got {self.poll_interval}"
+            )
+        if not isinstance(self.deferrable, bool):
+            raise self._fail(f"deferrable must be True or False, got {self.deferrable!r}")
+        if not isinstance(self.cancel_on_kill, bool):
+            raise self._fail(f"cancel_on_kill must be True or False, got {self.cancel_on_kill!r}")
+        if (self.worker_pool_specs is None) == (self.custom_job is None):
+            raise self._fail("pass exactly one of worker_pool_specs and custom_job")
+
+    def _check_templated(self, *, rendered: bool) -> None:
+        """Checks of templated parameters; before rendering, values holding a template are skipped."""
+
+        def skip(value: Any) -> bool:
+            return not rendered and _has_template(value)
+
+        if self.project_id is not None and not skip(self.project_id):
+            if not isinstance(self.project_id, str) or not _PROJECT_RE.match(self.project_id):
+                raise self._fail(
+                    "project_id must be a Google Cloud project id (6-30 lowercase letters, digits and "
+                    f"hyphens, starting with a letter), got {self.project_id!r}"
+                )
+        if not skip(self.region):
+            if not isinstance(self.region, str) or not _REGION_RE.match(self.region):
+                raise self._fail(
+                    f"region must be a Vertex AI region such as 'us-central1', got {self.region!r}"
+                )
+        if self.display_name is not None and not skip(self.display_name):
+            if not isinstance(self.display_name, str) or not 0 < len(self.display_name) <= 128:
+                raise self._fail(
+                    f"display_name must be a string of 1 to 128 characters, got {self.display_name!r}"
+                )
+        if self.service_account is not None and not skip(self.service_account):
+            if not isinstance(self.service_account, str) or not _SERVICE_ACCOUNT_RE.match(
+                self.service_account
+            ):
+                raise self._fail(
+                    f"service_account must be a service account email, got {self.service_account!r}"
+                )
+        if self.network is not None and not skip(self.network):
+            if not isinstance(self.network, str) or not _NETWORK_RE.match(self.network):
+                raise self._fail(
+                    "network must look like 'projects/<project number>/global/networks/<name>', "
+                    f"got {self.network!r}"
+                )
+        if self.base_output_directory is not None and not skip(self.base_output_directory):
+            if not isinstance(self.base_output_directory, str) or not re.match(
+                r"^gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/.*)?$", self.base_output_directory
+            ):
+                raise self._fail(
+                    "base_output_directory must be a Cloud Storage URI 'gs://bucket/path', "
+                    f"got {self.base_output_directory!r}"
+                )
+        if self.impersonation_chain is not None and not skip(self.impersonation_chain):
+            chain = self.impersonation_chain
+            ok = (isinstance(chain, str) and chain) or (
+                isinstance(chain, (list, tuple)) and chain and all(isinstance(c, str) and c for c in chain)
+            )
+            if not ok:
+                raise self._fail(
+                    f"impersonation_chain must be a service account email or a list of them, got {chain!r}"
+                )
+        self._check_labels(skip)
+        if self.worker_pool_specs is not None:
+            self._check_pools(self.worker_pool_specs, "worker_pool_specs", skip)
+        else:
+            self._check_custom_job(skip)
+
+    def _check_labels(self, skip: Any) -> None:
+        labels = self.labels
+        if labels is None or skip(labels):
+            return
+        if not isinstance(labels, Mapping):
+            raise self._fail(f"labels must be a dict of strings, got {type(labels).__name__}")
+        reserved = sorted(set(labels) & RESERVED_LABEL_KEYS)
+        if reserved:
+            raise self._fail(
+                f"labels {reserved} are reserved: the provider writes the task's identity under the "
+                "'dws_' keys to find its requests again"
+            )
+        if len(labels) + len(RESERVED_LABEL_KEYS) > MAX_LABELS:
+            raise self._fail(
+                f"labels can have at most {MAX_LABELS - len(RESERVED_LABEL_KEYS)} entries "
+                f"({len(RESERVED_LABEL_KEYS)} of the API's {MAX_LABELS} are used for identity), got {len(labels)}"
+            )
+        for key, value in labels.items():
+            if skip(key) or skip(value):
+                continue
+            if not isinstance(key, str) or not is_valid_label_key(key):
+                raise self._fail(
+                    f"label key {key!r} is invalid: it must start with a lowercase letter and use only "
+                    "lowercase letters, digits, '_' and '-', at most 63 characters"
+                )
+            if not isinstance(value, str) or not is_valid_label_value(value):
+                raise self._fail(
+                    f"label value {value!r} (key {key!r}) is invalid: only lowercase letters, digits, '_' "
+                    "and '-', at most 63 characters"
+                )
+
+    def _check_pools(self, pools: Any, where: str, skip: Any) -> None:
+        if skip(pools):
+            return
+        if isinstance(pools, (str, bytes, Mapping)) or not isinstance(pools, Sequence):
+            raise self._fail(f"{where} must be a list of worker pool specs, got {type(pools).__name__}")
+        if not pools:
+            raise self._fail(f"{where} must hold at least one worker pool spec")
+        specs: list[dict[str, Any]] = []
+        for index, pool in enumerate(pools):
+            try:
+                spec = _as_dict(pool, f"{where}[{index}]")
+            except TypeError as err:
+                raise self._fail(str(err)) from None
+            specs.append(spec)
+            self._check_pool(spec, f"{where}[{index}]", skip, first=index == 0)
+        machines = [
+            {k: v for k, v in (s.get("machine_spec") or {}).items() if k != "reservation_affinity"}
+            for s in specs
+            if s
+        ]
+        if not any(_has_template(m) for m in machines) and any(m != machines[0] for m in machines):
+            raise self._fail(
+                f"{where}: every worker pool must use the same machine_spec under Flex Start, got "
+                + ", ".join(str(m) for m in machines)
+            )
+
+    def _check_pool(self, spec: dict[str, Any], where: str, skip: Any, *, first: bool) -> None:
+        if not spec:
+            if first:
+                raise self._fail(f"{where} is empty; the first worker pool (the chief) is required")
+            return  # An empty pool is how Vertex AI spells "no replicas of this kind".
+        unknown = set(spec) - set(WorkerPoolSpec.meta.fields)
+        if unknown:
+            raise self._fail(f"{where} has unknown field(s) {sorted(unknown)}")
+        machine = spec.get("machine_spec")
+        if not isinstance(machine, Mapping) or not machine.get("machine_type"):
+            raise self._fail(f"{where}.machine_spec.machine_type is required (e.g. 'a3-highgpu-8g')")
+        accel = machine.get("accelerator_type")
+        count = machine.get("accelerator_count", 0)
+        if not skip(accel):
+            names = set(AcceleratorType.__members__)
+            if isinstance(accel, int) and not isinstance(accel, bool):
+                by_value = {int(v): k for k, v in AcceleratorType.__members__.items()}
+                accel = by_value.get(accel, accel)
+            if accel is None or accel == "ACCELERATOR_TYPE_UNSPECIFIED":
+                raise self._fail(
+                    f"{where}.machine_spec.accelerator_type is required: Flex Start schedules GPUs, one of "
+                    f"{sorted(FLEX_START_ACCELERATORS)}"
+                )
+            if accel not in names:
+                raise self._fail(
+                    f"{where}.machine_spec.accelerator_type {accel!r} is not a Vertex AI accelerator type; "
+                    f"Flex Start accepts {sorted(FLEX_START_ACCELERATORS)}"
+                )
+            if accel not in FLEX_START_ACCELERATORS:
+                raise self._fail(
+                    f"{where}.machine_spec.accelerator_type {accel!r} is not offered by Flex Start; "
+                    f"use one of {sorted(FLEX_START_ACCELERATORS)}"
+                )
+        if not skip(count):
+            if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 16:
+                raise self._fail(
+                    f"{where}.machine_spec.accelerator_count must be an integer from 1 to 16, got {count!r}"
+                )
+        replicas = spec.get("replica_count", 1 if first else 0)
+        if not skip(replicas):
+            low = 1 if first else 0
+            if isinstance(replicas, bool) or not isinstance(replicas, int) or not low <= replicas <= 1000:
+                raise self._fail(
+                    f"{where}.replica_count must be an integer from {low} to 1000, got {replicas!r}"
+                )
+        if not spec.get("container_spec") and not spec.get("python_package_spec"):
+            raise self._fail(f"{where} needs a container_spec (with image_uri) or a python_package_spec")
+        container = spec.get("container_spec")
+        if container is not None and not skip(container):
+            if not isinstance(container, Mapping) or not container.get("image_uri"):
+                raise self._fail(f"{where}.container_spec.image_uri is required")
+        if not _has_template(spec):
+            try:
+                WorkerPoolSpec(spec)
+            except (TypeError, ValueError, KeyError) as err:
+                raise self._fail(f"{where} is not a valid WorkerPoolSpec: {err}") from None
+
+    def _check_custom_job(self, skip: Any) -> None:
+        job = self.custom_job
+        if skip(job):
+            return
+        try:
+            data = _as_dict(job, "custom_job")
+        except TypeError as err:
+            raise self._fail(str(err)) from None
+        spec = data.get("job_spec")
+        if not isinstance(spec, Mapping):
+            raise self._fail("custom_job.job_spec is required (with worker_pool_specs)")
+        scheduling = spec.get("scheduling") or {}
+        for field in ("strategy", "max_wait_duration", "timeout"):
+            value = scheduling.get(field)
+            if value not in (None, "", 0, "STRATEGY_UNSPECIFIED", "FLEX_START", "0s"):
+                raise self._fail(
+                    f"custom_job.job_spec.scheduling.{field} is set by the operator (strategy FLEX_START, "
+                    f"max_wait, max_run); remove it, got {value!r}"
+                )
+        self._check_pools(spec.get("worker_pool_specs"), "custom_job.job_spec.worker_pool_specs", skip)
+
+    # -- building the request ------------------------------------------------------------------
+
+    def build_custom_job(self, identity: RequestIdentity) -> CustomJob:
+        """The ``CustomJob`` to submit: the user's spec plus Flex Start scheduling and identity labels."""
+        if self.custom_job is not None:
+            job = CustomJob(_as_dict(self.custom_job, "custom_job"))
+        else:
+            pools = [WorkerPoolSpec(_as_dict(p, "worker_pool_specs")) for p in self.worker_pool_specs or []]
+            job = CustomJob(job_spec=CustomJobSpec(worker_pool_specs=pools))
+        job.display_name = self.display_name or job.display_name or identity.display_name()
+        spec = job.job_spec
+        spec.scheduling = Scheduling(
+            strategy=Scheduling.Strategy.FLEX_START,
+            max_wait_duration=self.max_wait,
+            timeout=self.max_run,
+            restart_job_on_worker_restart=spec.scheduling.restart_job_on_worker_restart,
+            disable_retries=spec.scheduling.disable_retries,
+        )
+        if self.service_account:
+            spec.service_account = self.service_account
+        if self.network:
+            spec.network = self.network
+        if self.base_output_directory:
+            spec.base_output_directory.output_uri_prefix = self.base_output_directory
+        labels = dict(job.labels)
+        labels.update(self.labels or {})
+        labels.update(identity.labels())
+        job.labels = labels
+        return job
+
+    # -- execution -----------------------------------------------------------------------------
+
+    def _identity(self, context: Context) -> RequestIdentity:
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", -1)
+        return RequestIdentity(
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            map_index=map_index if isinstance(map_index, int) and map_index >= 0 else -1,
+        )
+
+    def _backend(self) -> VertexCustomJobBackend:
+        project = self.project_id
+        if not project:
+            from airflow_provider_dws.hooks.vertex_ai import DwsVertexAIHook
+
+            project = DwsVertexAIHook(gcp_conn_id=self.gcp_conn_id).project_id or None
+            if not project:
+                raise self._fail(
+                    f"project_id is not set and connection {self.gcp_conn_id!r} names no project"
+                )
+            self.project_id = project
+        return VertexCustomJobBackend(project, self.region, self.gcp_conn_id, self.impersonation_chain)
+
+    def execute(self, context: Context) -> Any:
+        """Find or submit the job, then wait for it (deferred by default)."""
+        self._check_templated(rendered=True)
+        identity = self._identity(context)
+        backend = self._backend()
+        decision, jobs = backend.decide(identity)
+        self.log.info("Identity %s: %s", identity.key, decision.reason)
+        if decision.name is not None:
+            job = jobs[decision.name]
+        else:
+            try:
+                job, created = backend.submit(self.build_custom_job(identity), identity)
+            except gexc.InvalidArgument as err:
+                raise BadRequestError(f"Vertex AI refused the job: {err.message}") from None
+            except gexc.PermissionDenied as err:
+                raise BadRequestError(f"permission denied creating the job: {err.message}") from None
+            verb = "Submitted" if created else "Adopted"
+            self.log.info(
+                "%s Flex Start job %s (%s); it may wait up to %s for capacity and run up to %s",
+                verb,
+                job.name,
+                job_status(job).description,
+                self.max_wait,
+                self.max_run,
+            )
+        region, job_id = parse_job_name(job.name)
+        context["ti"].xcom_push(key="job_name", value=job.name)
+        url = VertexAIFlexStartJobLink.persist(context, backend.project_id, region, job_id)
+        self.log.info("Console: %s", url)
+        status = job_status(job)
+        if status.phase.terminal:
+            return self.execute_complete(context, status.to_event())
+        submitted = cast("datetime | None", job.create_time) or datetime.now(timezone.utc)
+        trigger = CapacityRequestTrigger(
+            kind=backend.kind,
+            backend_spec=backend.spec(),
+            request_name=job.name,
+            poll_interval=float(self.poll_interval),
+            wait_deadline=(submitted + self.max_wait).isoformat(),
+            cancel_on_kill=self.cancel_on_kill,
+        )
+        if self.deferrable:
+            self.log.info("Deferring: the job waits in the DWS queue without holding a worker slot")
+            self.defer(trigger=trigger, method_name="execute_complete")
+        self.log.info("deferrable=False: waiting in this worker")
+        event = asyncio.run(first_event(trigger))
+        return self.execute_complete(context, event)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        """Resume after the trigger: return the job on success, raise a classified error otherwise."""
+        status = RequestStatus.from_event(event)
+        wait_s, run_s = status.timings.wait_seconds, status.timings.run_seconds
+        ti = context["ti"]
+        ti.xcom_push(key="wait_seconds", value=wait_s)
+        ti.xcom_push(key="run_seconds", value=run_s)
+        ti.xcom_push(key="dws_request", value=event)
+        waited = timedelta(seconds=round(wait_s or 0))
+        ran = timedelta(seconds=round(run_s or 0))
+        self.log.info(
+            "Job %s ended %s [%s]: waited %s for capacity, ran %s",
+            status.name,
+            status.phase.value.upper(),
+            status.state,
+            waited,
+            ran,
+        )
+        if status.phase is Phase.SUCCEEDED:
+            job = self._backend().get(status.name)
+            return dict(
+                CustomJob.to_dict(job, use_integers_for_enums=False, preserving_proto_field_name=True)
+            )
+        raise self._error(status)
+
+    def _error(self, status: RequestStatus) -> Exception:
+        message = status.outcome.message
+        region = status.details.get("region") or self.region
+        if status.outcome.failure is FailureKind.CAPACITY_NOT_OBTAINED:
+            what = status.description.rsplit(" in ", 1)[0] if status.description else "the requested GPUs"
+            return CapacityNotObtainedError(
+                f"no capacity within max wait {self.max_wait} in {region} for {what} "
+                f"(job {status.name}{': ' + message if message else ''})"
+            )
+        if status.outcome.failure is FailureKind.WORKLOAD_FAILED:
+            match = _EXIT_CODE_RE.search(message)
+            reason = f"exit code {match.group(1)}" if match else (message or status.state)
+            return WorkloadFailedError(f"workload failed: {reason} (job {status.name}: {message})")
+        if status.outcome.failure is FailureKind.BAD_REQUEST:
+            return BadRequestError(f"Vertex AI refused the job {status.name}: {message}")
+        return RequestCancelledError(
+            f"job {status.name} was cancelled before it finished{': ' + message if message else ''}"
+        )

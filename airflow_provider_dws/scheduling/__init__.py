@@ -1,0 +1,39 @@
+"""Pure scheduling decisions shared by every DWS operator and trigger.
+
+Nothing here performs I/O or imports Airflow or Google client libraries: every function is a
+value-in, value-out decision that can be tested without a server.
+"""
+
+from __future__ import annotations
+
+from airflow_provider_dws.scheduling.budget import (
+    DEFAULT_MAX_RUN,
+    DEFAULT_MAX_WAIT,
+    MAX_RUN_LIMIT,
+    MAX_WAIT_LIMIT,
+    WaitBudget,
+)
+from airflow_provider_dws.scheduling.identity import RequestIdentity
+from airflow_provider_dws.scheduling.phases import (
+    FailureKind,
+    Outcome,
+    Phase,
+    RequestTimings,
+    classify_vertex_job,
+    vertex_phase,
+)
+
+__all__ = [
+    "DEFAULT_MAX_RUN",
+    "DEFAULT_MAX_WAIT",
+    "MAX_RUN_LIMIT",
+    "MAX_WAIT_LIMIT",
+    "FailureKind",
+    "Outcome",
+    "Phase",
+    "RequestIdentity",
+    "RequestTimings",
+    "WaitBudget",
+    "classify_vertex_job",
+    "vertex_phase",
+]

@@ -1,0 +1,188 @@
+"""The shared life cycle of a capacity request and the classification of how it ended.
+
+Every DWS surface (Vertex AI custom jobs, Cloud TPU queued resources, ...) is the same life cycle
+seen through a different API::
+
+    submit -> WAITING -> PROVISIONING -> RUNNING -> SUCCEEDED
+                 |            |             `----> FAILED (the workload)
+                 `------------`--> NOT_OBTAINED (max wait passed, stock-out, refused)
+                 `--> CANCELLED
+
+Each API contributes one table from its own state names to :class:`Phase` (below for Vertex AI).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+class Phase(str, enum.Enum):
+    """Where a capacity request is in its life cycle, independent of the API behind it."""
+
+    WAITING = "waiting"
+    PROVISIONING = "provisioning"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    NOT_OBTAINED = "not_obtained"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """True once the request can no longer change (and holds no capacity)."""
+        return self in _TERMINAL
+
+    @property
+    def live(self) -> bool:
+        """True while the request waits for, or holds, capacity."""
+        return not self.terminal
+
+
+_TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.NOT_OBTAINED, Phase.CANCELLED})
+
+
+class FailureKind(str, enum.Enum):
+    """Why a request did not succeed; decides what a user (or a retry policy) should do next."""
+
+    CAPACITY_NOT_OBTAINED = "capacity_not_obtained"
+    WORKLOAD_FAILED = "workload_failed"
+    BAD_REQUEST = "bad_request"
+    CANCELLED = "cancelled"
+
+
+# google.rpc.Code values used for classification (stable numbers from google/rpc/code.proto).
+_INVALID_ARGUMENT = 3
+_FAILED_PRECONDITION = 9
+
+# The one table from Vertex AI ``JobState`` names to phases. Vertex has no separate
+# provisioning state: a Flex Start job sits in QUEUED then PENDING until its whole set of
+# machines is free, so both are WAITING. FAILED and EXPIRED are refined by
+# :func:`classify_vertex_job` (capacity never obtained vs. the workload failed).
+VERTEX_JOB_STATE_PHASES: dict[str, Phase] = {
+    "JOB_STATE_UNSPECIFIED": Phase.WAITING,
+    "JOB_STATE_QUEUED": Phase.WAITING,
+    "JOB_STATE_PENDING": Phase.WAITING,
+    "JOB_STATE_PAUSED": Phase.WAITING,
+    "JOB_STATE_RUNNING": Phase.RUNNING,
+    "JOB_STATE_UPDATING": Phase.RUNNING,
+    "JOB_STATE_SUCCEEDED": Phase.SUCCEEDED,
+    "JOB_STATE_PARTIALLY_SUCCEEDED": Phase.FAILED,
+    "JOB_STATE_FAILED": Phase.FAILED,
+    "JOB_STATE_EXPIRED": Phase.FAILED,
+    "JOB_STATE_CANCELLING": Phase.CANCELLED,
+    "JOB_STATE_CANCELLED": Phase.CANCELLED,
+}
+
+
+def vertex_phase(state_name: str) -> Phase:
+    """Map a Vertex AI ``JobState`` name (e.g. ``"JOB_STATE_PENDING"``) to a :class:`Phase`.
+
+    An unknown name (a state added to the API after this release) is treated as WAITING, so the
+    request keeps being watched rather than abandoned while it may hold capacity.
+    """
+    return VERTEX_JOB_STATE_PHASES.get(state_name, Phase.WAITING)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The classified end (or current state) of a request."""
+
+    phase: Phase
+    failure: FailureKind | None = None
+    message: str = ""
+
+    @property
+    def succeeded(self) -> bool:
+        """True when the workload ran and finished successfully."""
+        return self.phase is Phase.SUCCEEDED
+
+
+def classify_vertex_job(
+    state_name: str,
+    *,
+    started: bool,
+    error_code: int = 0,
+    error_message: str = "",
+) -> Outcome:
+    """Classify a Vertex AI custom job state into a phase and, for failures, a reason.
+
+    :param state_name: the ``JobState`` name.
+    :param started: whether the job ever reached RUNNING (Vertex sets ``start_time`` then).
+    :param error_code: ``google.rpc.Code`` of the job's ``error`` (0 when none).
+    :param error_message: the job's error message, kept for the user.
+
+    A job that ends FAILED or EXPIRED without ever starting never obtained capacity; one that
+    started and then failed is a workload failure; INVALID_ARGUMENT is a bad request whatever
+    the timing, because resubmitting it cannot help.
+    """
+    phase = vertex_phase(state_name)
+    if phase is Phase.FAILED:
+        if error_code in (_INVALID_ARGUMENT, _FAILED_PRECONDITION) and not started:
+            return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, error_message)
+        if not started:
+            return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, error_message)
+        return Outcome(Phase.FAILED, FailureKind.WORKLOAD_FAILED, error_message)
+    if phase is Phase.CANCELLED:
+        return Outcome(Phase.CANCELLED, FailureKind.CANCELLED, error_message)
+    return Outcome(phase, None, error_message)
+
+
+@dataclass(frozen=True)
+class RequestTimings:
+    """When a request was submitted, obtained its capacity and finished (UTC, any may be unknown)."""
+
+    submitted: datetime | None = None
+    started: datetime | None = None
+    finished: datetime | None = None
+
+    @property
+    def wait_seconds(self) -> float | None:
+        """Seconds spent waiting for capacity (until start, or until the end if it never started)."""
+        if self.submitted is None:
+            return None
+        end = self.started or self.finished
+        if end is None:
+            return None
+        return max(0.0, (end - self.submitted).total_seconds())
+
+    @property
+    def run_seconds(self) -> float | None:
+        """Seconds the workload held capacity (0 when it never started)."""
+        if self.started is None:
+            return 0.0 if self.finished is not None else None
+        if self.finished is None:
+            return None
+        return max(0.0, (self.finished - self.started).total_seconds())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form (ISO-8601 strings) for trigger events and XCom."""
+        return {
+            "submitted": self.submitted.isoformat() if self.submitted else None,
+            "started": self.started.isoformat() if self.started else None,
+            "finished": self.finished.isoformat() if self.finished else None,
+            "wait_seconds": self.wait_seconds,
+            "run_seconds": self.run_seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestTimings:
+        """Inverse of :meth:`to_dict`."""
+
+        def parse(value: Any) -> datetime | None:
+            return datetime.fromisoformat(value) if value else None
+
+        return cls(parse(data.get("submitted")), parse(data.get("started")), parse(data.get("finished")))
+
+
+__all__ = [
+    "VERTEX_JOB_STATE_PHASES",
+    "FailureKind",
+    "Outcome",
+    "Phase",
+    "RequestTimings",
+    "classify_vertex_job",
+    "vertex_phase",
+]

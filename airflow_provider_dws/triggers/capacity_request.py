@@ -1,0 +1,201 @@
+"""One generic trigger that waits on any DWS capacity request through its backend."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+from google.api_core import exceptions as gexc
+
+from airflow_provider_dws.backends.base import BACKENDS, AsyncRequestBackend, RequestStatus, backend_from_spec
+from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
+
+#: How long past its max wait a request may still be waiting before the provider cancels it itself.
+#: The API expires Flex Start requests on its own; this is the belt to that pair of braces.
+WAIT_DEADLINE_GRACE = timedelta(minutes=2)
+#: How often an unchanged wait is mentioned in the log.
+HEARTBEAT = timedelta(minutes=10)
+#: Bound on the cancel call made when a user kills the task.
+CANCEL_TIMEOUT_SECONDS = 60.0
+
+
+def _fmt(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    return str(timedelta(seconds=round(seconds)))
+
+
+class CapacityRequestTrigger(BaseTrigger):
+    """Wait, in the triggerer, until a DWS capacity request ends; then yield one event.
+
+    The event payload is :meth:`RequestStatus.to_event`: request name, API state, phase,
+    classified failure reason and message, and timings (submitted, started, finished, wait and run
+    seconds). Transient API errors are retried with backoff and never end the wait.
+
+    :param kind: backend kind (see ``backends.base.BACKENDS``), e.g. ``"vertex_custom_job"``.
+    :param backend_spec: the backend's constructor arguments (``backend.spec()``).
+    :param request_name: full resource name of the request.
+    :param poll_interval: seconds between reads.
+    :param wait_deadline: ISO-8601 UTC time after which a still-waiting request is given up: the
+        provider cancels it and reports capacity not obtained. ``None``: rely on the API alone.
+    :param cancel_on_kill: cancel the request when a user kills the task (marks it failed or
+        success, or clears it). A triggerer restart never cancels.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        backend_spec: dict[str, Any],
+        request_name: str,
+        poll_interval: float = 30.0,
+        wait_deadline: str | None = None,
+        cancel_on_kill: bool = True,
+    ) -> None:
+        super().__init__()
+        if kind not in BACKENDS:
+            raise ValueError(f"kind must be one of {sorted(BACKENDS)}, got {kind!r}")
+        if not isinstance(backend_spec, dict):
+            raise TypeError(f"backend_spec must be a dict, got {type(backend_spec).__name__}")
+        if not isinstance(request_name, str) or not request_name:
+            raise ValueError(f"request_name must be a non-empty string, got {request_name!r}")
+        if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)):
+            raise TypeError(f"poll_interval must be a number of seconds, got {type(poll_interval).__name__}")
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval must be greater than 0, got {poll_interval}")
+        self._deadline: datetime | None = None
+        if wait_deadline is not None:
+            parsed = datetime.fromisoformat(wait_deadline)
+            if parsed.tzinfo is None:
+                raise ValueError(f"wait_deadline must carry a time zone, got {wait_deadline!r}")
+            self._deadline = parsed.astimezone(timezone.utc)
+        self.kind = kind
+        self.backend_spec = backend_spec
+        self.request_name = request_name
+        self.poll_interval = float(poll_interval)
+        self.wait_deadline = wait_deadline
+        self.cancel_on_kill = cancel_on_kill
+        self._backend: AsyncRequestBackend | None = None
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """Class path and keyword arguments; round-trips through ``__init__``."""
+        return (
+            "airflow_provider_dws.triggers.capacity_request.CapacityRequestTrigger",
+            {
+                "kind": self.kind,
+                "backend_spec": self.backend_spec,
+                "request_name": self.request_name,
+                "poll_interval": self.poll_interval,
+                "wait_deadline": self.wait_deadline,
+                "cancel_on_kill": self.cancel_on_kill,
+            },
+        )
+
+    @property
+    def backend(self) -> AsyncRequestBackend:
+        """The backend, rebuilt from its spec on first use."""
+        if self._backend is None:
+            self._backend = backend_from_spec(self.kind, self.backend_spec)
+        return self._backend
+
+    def _describe(self, status: RequestStatus) -> str:
+        waited = status.timings.wait_seconds
+        if waited is None and status.timings.submitted is not None:
+            waited = (datetime.now(timezone.utc) - status.timings.submitted).total_seconds()
+        what = f"{self.request_name} ({status.description})" if status.description else self.request_name
+        if status.phase in (Phase.WAITING, Phase.PROVISIONING):
+            budget = status.details.get("max_wait_seconds")
+            of = f" of max {_fmt(budget)}" if budget else ""
+            return f"{what} is {status.phase.value} for capacity [{status.state}], waited {_fmt(waited)}{of}"
+        if status.phase is Phase.RUNNING:
+            return f"{what} is running [{status.state}] after waiting {_fmt(waited)} for capacity"
+        return (
+            f"{what} ended {status.phase.value} [{status.state}] after waiting {_fmt(waited)} "
+            f"and running {_fmt(status.timings.run_seconds)}"
+            + (f": {status.outcome.message}" if status.outcome.message else "")
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Poll the request until it ends, logging every phase change in plain words."""
+        self.log.info(
+            "Waiting on %s every %.0fs through the %s backend",
+            self.request_name,
+            self.poll_interval,
+            self.kind,
+        )
+        last_phase: Phase | None = None
+        last_log = datetime.now(timezone.utc)
+        while True:
+            try:
+                status = await self.backend.aget_status(self.request_name)
+            except gexc.NotFound:
+                self.log.error("%s no longer exists (deleted outside this task)", self.request_name)
+                gone = RequestStatus(
+                    name=self.request_name,
+                    state="NOT_FOUND",
+                    outcome=Outcome(
+                        Phase.CANCELLED, FailureKind.CANCELLED, "the request was deleted outside this task"
+                    ),
+                    timings=RequestTimings(),
+                )
+                yield TriggerEvent(gone.to_event())
+                return
+            now = datetime.now(timezone.utc)
+            if status.phase is not last_phase or now - last_log >= HEARTBEAT:
+                self.log.info("%s", self._describe(status))
+                last_phase, last_log = status.phase, now
+            if status.phase.terminal:
+                yield TriggerEvent(status.to_event())
+                return
+            if (
+                self._deadline is not None
+                and status.phase is Phase.WAITING
+                and now > self._deadline + WAIT_DEADLINE_GRACE
+            ):
+                yield TriggerEvent(await self._give_up(status))
+                return
+            await asyncio.sleep(self.poll_interval)
+
+    async def _give_up(self, status: RequestStatus) -> dict[str, Any]:
+        self.log.warning(
+            "%s is still waiting %s after its max wait ended (%s); cancelling it so it cannot take "
+            "capacity nobody will use",
+            self.request_name,
+            WAIT_DEADLINE_GRACE,
+            self.wait_deadline,
+        )
+        await self.backend.acancel(self.request_name)
+        ended = RequestStatus(
+            name=status.name,
+            state=status.state,
+            outcome=Outcome(
+                Phase.NOT_OBTAINED,
+                FailureKind.CAPACITY_NOT_OBTAINED,
+                "max wait passed without capacity; the provider cancelled the request",
+            ),
+            timings=RequestTimings(status.timings.submitted, None, datetime.now(timezone.utc)),
+            description=status.description,
+            details=status.details,
+        )
+        return ended.to_event()
+
+    async def on_kill(self) -> None:
+        """A user killed the task: cancel the request so it stops waiting (and billing)."""
+        if not self.cancel_on_kill:
+            self.log.info("Task killed; leaving %s alone (cancel_on_kill=False)", self.request_name)
+            return
+        self.log.warning("Task killed by a user; cancelling %s", self.request_name)
+        try:
+            await asyncio.wait_for(self.backend.acancel(self.request_name), CANCEL_TIMEOUT_SECONDS)
+        except Exception:
+            self.log.exception("Could not cancel %s; cancel it by hand", self.request_name)
+
+
+async def first_event(trigger: BaseTrigger) -> dict[str, Any]:
+    """Run a trigger to its first event (used by ``deferrable=False``: same code, in the worker)."""
+    async for event in trigger.run():
+        payload: dict[str, Any] = event.payload
+        return payload
+    raise RuntimeError(f"{trigger!r} ended without an event")

@@ -143,7 +143,9 @@ class VertexCustomJobBackend:
     def decide(self, identity: RequestIdentity) -> tuple[ReattachDecision, dict[str, CustomJob]]:
         """Look for this identity's earlier jobs and decide: reattach, take success, or submit."""
         jobs = {job.name: job for job in self.find(identity)}
-        candidates = [Candidate(name, job_status(job).phase, _when(job.create_time)) for name, job in jobs.items()]
+        candidates = [
+            Candidate(name, job_status(job).phase, _when(job.create_time)) for name, job in jobs.items()
+        ]
         return choose_existing(candidates), jobs
 
     def submit(self, custom_job: CustomJob, identity: RequestIdentity) -> tuple[CustomJob, bool]:

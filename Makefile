@@ -1,0 +1,31 @@
+# Two commands do all the set-up: `make demo` and `make test`. Both create the virtualenv.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint venv clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --disable-pip-version-check uv
+	VIRTUAL_ENV=$(VENV) $(BIN)/uv pip install -q -e '.[test]' -c constraints.txt
+	@touch $@
+
+## Run the example DAG against a local dws-emulator and print the job's result.
+demo: venv
+	$(BIN)/python scripts/demo.py
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+## Quality gates, then every test ring (unit, emulator, Airflow end to end).
+test: lint
+	$(BIN)/pytest -q -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) .airflow .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,7 @@
+"""``python -m airflow_provider_dws.emulator`` runs the ``dws-emulator`` CLI."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

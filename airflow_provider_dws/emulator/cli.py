@@ -1,0 +1,219 @@
+"""``dws-emulator`` command line: ``serve``, ``requests`` and ``capacity``.
+
+::
+
+    dws-emulator serve [--host 127.0.0.1] [--port 0] [--seed 0] [--capacity LOC/ACC=N ...]
+    dws-emulator requests --port P [--host 127.0.0.1] [--json]
+    dws-emulator capacity --port P [--host 127.0.0.1] [--json] [LOC/ACC=N ...]
+
+``serve`` prints exactly one line, ``dws-emulator listening on HOST:PORT``, to stdout once it
+accepts connections, logs request state changes to stderr, and stops on SIGTERM / SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import logging
+import signal
+import sys
+import threading
+import types
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import grpc
+
+from .capacity import parse_pool_spec
+from .control import EmulatorControl
+
+
+@contextlib.contextmanager
+def _without_aiplatform_services() -> Iterator[None]:
+    """Import only ``google.cloud.aiplatform_v1.types``, not the whole client package.
+
+    The package ``__init__`` imports every service client (~5 s); the emulator needs only the
+    message types (~0.5 s). A placeholder parent module is installed for the import and removed
+    afterwards, so a later ``import google.cloud.aiplatform_v1`` still runs the real one.
+    """
+    name = "google.cloud.aiplatform_v1"
+    spec = importlib.util.find_spec(name) if name not in sys.modules else None
+    if spec is None or spec.submodule_search_locations is None:
+        yield
+        return
+    placeholder = types.ModuleType(name)
+    placeholder.__path__ = list(spec.submodule_search_locations)
+    placeholder.__spec__ = spec
+    sys.modules[name] = placeholder
+    try:
+        yield
+    finally:
+        if sys.modules.get(name) is placeholder:
+            del sys.modules[name]
+        parent = sys.modules.get("google.cloud")
+        if parent is not None and getattr(parent, "aiplatform_v1", None) is placeholder:
+            delattr(parent, "aiplatform_v1")
+
+
+def _parse_pools(specs: Sequence[str]) -> dict[str, int]:
+    pools: dict[str, int] = {}
+    for spec in specs:
+        key, count = parse_pool_spec(spec)
+        pools[str(key)] = count
+    return pools
+
+
+def _serve(args: argparse.Namespace) -> int:
+    with _without_aiplatform_services():
+        from .server import EmulatorServer, is_loopback
+
+    if not is_loopback(args.host):
+        print(
+            f"dws-emulator: refusing to bind to {args.host!r}: the emulator has no authentication and "
+            "only binds to loopback (127.0.0.1, ::1 or localhost).",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        capacity = None if args.capacity is None else _parse_pools(args.capacity)
+    except ValueError as exc:
+        print(f"dws-emulator: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s dws-emulator %(message)s")
+    server = EmulatorServer(capacity, seed=args.seed, host=args.host, port=args.port).start()
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    inventory = ", ".join(f"{k}={v['total']}" for k, v in server.state.inventory().items())
+    logging.getLogger("dws_emulator").info("seed=%d capacity: %s", args.seed, inventory or "(none)")
+    print(f"dws-emulator listening on {server.address}", flush=True)
+    while not stop.wait(0.5):
+        pass
+    logging.getLogger("dws_emulator").info("shutting down")
+    server.stop(grace=1.0)
+    return 0
+
+
+def _address(args: argparse.Namespace) -> str:
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    return f"{host}:{args.port}"
+
+
+def _format_table(rows: list[list[str]], headers: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
+    lines = [
+        "  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=False)).rstrip()
+        for row in [headers, *rows]
+    ]
+    return "\n".join(lines)
+
+
+def _print_requests(requests: list[dict[str, Any]]) -> None:
+    if not requests:
+        print("no requests")
+        return
+    rows = []
+    for r in requests:
+        accel = f"{r['accelerator_count']} x {r['accelerator_type']}" if r["accelerator_type"] else "-"
+        state = r["state"].removeprefix("JOB_STATE_") + (" (deleted)" if r["deleted"] else "")
+        labels = ",".join(f"{k}={v}" for k, v in sorted(r["labels"].items())) or "-"
+        rows.append(
+            [
+                r["name"].rsplit("/", 1)[-1],
+                r["display_name"],
+                r["location"],
+                r["strategy"],
+                accel,
+                state,
+                labels,
+            ]
+        )
+    print(
+        _format_table(rows, ["ID", "DISPLAY_NAME", "LOCATION", "STRATEGY", "ACCELERATORS", "STATE", "LABELS"])
+    )
+    for r in requests:
+        history = " -> ".join(f"{h['state'].removeprefix('JOB_STATE_')}@{h['time']}" for h in r["history"])
+        print(f"\n{r['kind']} {r['name']}\n  history: {history}")
+        if r["error"]:
+            print(f"  error: code={r['error']['code']} {r['error']['message']}")
+
+
+def _print_capacity(pools: dict[str, dict[str, int]]) -> None:
+    rows = [
+        [k, str(v["total"]), str(v["in_use"]), str(v["free"]), str(v["queued"])] for k, v in pools.items()
+    ]
+    print(_format_table(rows, ["POOL", "TOTAL", "IN_USE", "FREE", "QUEUED"]) if rows else "no pools")
+
+
+def _requests(args: argparse.Namespace) -> int:
+    with EmulatorControl(_address(args)) as control:
+        requests = control.requests()
+    if args.json:
+        print(json.dumps(requests, indent=2, sort_keys=True))
+    else:
+        _print_requests(requests)
+    return 0
+
+
+def _capacity(args: argparse.Namespace) -> int:
+    try:
+        pools = _parse_pools(args.pools)
+    except ValueError as exc:
+        print(f"dws-emulator: {exc}", file=sys.stderr)
+        return 2
+    with EmulatorControl(_address(args)) as control:
+        inventory = control.set_capacity(pools) if pools else control.capacity()
+    if args.json:
+        print(json.dumps(inventory, indent=2, sort_keys=True))
+    else:
+        _print_capacity(inventory)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dws-emulator", description="Local emulator of Vertex AI JobService with a GPU capacity model."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the emulator")
+    serve.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one (default)")
+    serve.add_argument("--seed", type=int, default=0, help="seed for ids and randomness (default 0)")
+    serve.add_argument(
+        "--capacity",
+        action="extend",
+        nargs="+",
+        metavar="LOCATION/ACCELERATOR=COUNT",
+        help="pool sizes; when given, only these pools exist (default: the built-in inventory)",
+    )
+    serve.set_defaults(func=_serve)
+
+    for name, func, help_text in (
+        ("requests", _requests, "list every request ever created"),
+        ("capacity", _capacity, "show pools, or set them with LOCATION/ACCELERATOR=COUNT arguments"),
+    ):
+        cmd = sub.add_parser(name, help=help_text)
+        cmd.add_argument("--host", default="127.0.0.1")
+        cmd.add_argument("--port", type=int, required=True)
+        cmd.add_argument("--json", action="store_true", help="print JSON")
+        if name == "capacity":
+            cmd.add_argument("pools", nargs="*", metavar="LOCATION/ACCELERATOR=COUNT")
+        cmd.set_defaults(func=func)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``dws-emulator`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except grpc.RpcError as exc:
+        print(f"dws-emulator: {exc.code().name}: {exc.details()}", file=sys.stderr)  # type: ignore[attr-defined]
+        return 1

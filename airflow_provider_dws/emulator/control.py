@@ -1,0 +1,50 @@
+"""Client for the emulator's control service (``dws.emulator.v1.Control``, JSON over gRPC)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import grpc
+
+CONTROL_SERVICE = "dws.emulator.v1.Control"
+
+
+class EmulatorControl:
+    """Talks to a running emulator: ``EmulatorControl("127.0.0.1:PORT").requests()``.
+
+    Errors surface as ``grpc.RpcError`` with the emulator's status code and message.
+    """
+
+    def __init__(self, address: str, timeout: float = 10.0) -> None:
+        self.address = address
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(address)
+
+    def call(self, method: str, body: Mapping[str, Any] | None = None) -> Any:
+        """Call any control method by name with a JSON body; returns the decoded JSON reply."""
+        stub = self._channel.unary_unary(f"/{CONTROL_SERVICE}/{method}")
+        reply = stub(json.dumps(dict(body or {})).encode(), timeout=self.timeout, wait_for_ready=True)
+        return json.loads(reply.decode())
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request ever created (including deleted ones), oldest first."""
+        return list(self.call("ListRequests")["requests"])
+
+    def capacity(self) -> dict[str, dict[str, int]]:
+        """``{"LOC/ACC": {"total", "in_use", "free", "queued"}}``."""
+        return dict(self.call("GetCapacity")["pools"])
+
+    def set_capacity(self, pools: Mapping[str, int]) -> dict[str, dict[str, int]]:
+        """Create or resize pools (others unchanged); returns the resulting inventory."""
+        return dict(self.call("SetCapacity", {"pools": dict(pools)})["pools"])
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> EmulatorControl:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,125 @@
+"""Airflow end-to-end fixtures: a throwaway Airflow home (SQLite) and a runner for `airflow dags test`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+DAG_RUN_TIMEOUT = 240
+
+
+@dataclass
+class DagRunResult:
+    """What `airflow dags test` did: exit code and the whole log."""
+
+    returncode: int
+    log: str
+
+    def result_line(self) -> str:
+        """The example DAG's ``DWS RESULT:`` line."""
+        for line in self.log.splitlines():
+            if "DWS RESULT:" in line:
+                return line
+        raise AssertionError(f"no DWS RESULT line in the log:\n{self.log[-4000:]}")
+
+
+class AirflowHome:
+    """An initialised AIRFLOW_HOME whose DAG folder is ``example_dags/``."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("AIRFLOW", "DWS_EMULATOR", "DWS_EXAMPLE"))
+        }
+        self.env.update(
+            {
+                "AIRFLOW_HOME": str(home),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "example_dags"),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+                "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+                "DWS_EXAMPLE_POLL_INTERVAL": "0.5",
+            }
+        )
+        subprocess.run(
+            [str(BIN / "airflow"), "db", "migrate"],
+            env=self.env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=300,
+        )
+
+    def command(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run an ``airflow`` CLI command in this home."""
+        return subprocess.run(
+            [str(BIN / "airflow"), *args], env=self.env, capture_output=True, text=True, timeout=300
+        )
+
+    def start_dag_test(
+        self,
+        dag_id: str,
+        emulator_address: str,
+        log_path: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        conf: Mapping[str, Any] | None = None,
+        logical_date: str | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Start `airflow dags test` in the background (its own process group), logging to a file."""
+        cmd = [str(BIN / "airflow"), "dags", "test", dag_id]
+        if logical_date:
+            cmd.append(logical_date)
+        if conf:
+            cmd += ["-c", json.dumps(conf)]
+        run_env = dict(self.env, DWS_EMULATOR_HOST=emulator_address, **(env or {}))
+        with log_path.open("wb") as out:
+            return subprocess.Popen(
+                cmd, env=run_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def start_task_test(
+        self, dag_id: str, task_id: str, run_id: str, emulator_address: str, log_path: Path
+    ) -> subprocess.Popen[bytes]:
+        """Start `airflow tasks test` of one task instance of an existing dag run."""
+        cmd = [str(BIN / "airflow"), "tasks", "test", dag_id, task_id, run_id]
+        run_env = dict(self.env, DWS_EMULATOR_HOST=emulator_address)
+        with log_path.open("wb") as out:
+            return subprocess.Popen(
+                cmd, env=run_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def run_dag_test(self, dag_id: str, emulator_address: str, log_path: Path, **kwargs: Any) -> DagRunResult:
+        """Run `airflow dags test` to the end."""
+        proc = self.start_dag_test(dag_id, emulator_address, log_path, **kwargs)
+        return finish(proc, log_path)
+
+
+def finish(proc: subprocess.Popen[bytes], log_path: Path, timeout: float = DAG_RUN_TIMEOUT) -> DagRunResult:
+    """Wait for a started `airflow dags test`, killing its process group on timeout."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise AssertionError(f"airflow dags test timed out; log:\n{log_path.read_text()[-4000:]}") from None
+    return DagRunResult(proc.returncode, log_path.read_text(errors="replace"))
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowHome]:
+    """One migrated SQLite Airflow home for the session's end-to-end tests."""
+    yield AirflowHome(tmp_path_factory.mktemp("airflow-home"))

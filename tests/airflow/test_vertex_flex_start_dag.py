@@ -1,0 +1,144 @@
+"""Ring 3: the example DAG run by `airflow dags test` against a live dws-emulator."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.airflow.conftest import AirflowHome, finish
+
+pytestmark = [pytest.mark.airflow, pytest.mark.emulator]
+
+DAG_ID = "dws_vertex_flex_start"
+H100 = "us-central1/NVIDIA_H100_80GB"
+_RESULT = re.compile(r"waited (?P<wait>[\d.]+)s for capacity, ran (?P<run>[\d.]+)s")
+
+
+def _jobs(emulator: Any) -> list[dict[str, Any]]:
+    return [r for r in emulator.control.requests() if r.get("kind") == "CustomJob"]
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def _states(job: dict[str, Any]) -> list[str]:
+    return [step["state"] for step in job["history"]]
+
+
+def test_example_dag_succeeds(airflow_home: AirflowHome, dws_emulator_factory: Any, tmp_path: Path) -> None:
+    emulator = dws_emulator_factory()
+    result = airflow_home.run_dag_test(DAG_ID, emulator.address, tmp_path / "run.log")
+    assert result.returncode == 0, result.log[-4000:]
+    line = result.result_line()
+    assert "JOB_STATE_SUCCEEDED" in line
+    run_seconds = float(_RESULT.search(line)["run"])  # type: ignore[index]
+    assert 4.0 <= run_seconds <= 8.0
+    assert "Deferring: the job waits in the DWS queue" in result.log
+    jobs = _jobs(emulator)
+    assert len(jobs) == 1
+    job = jobs[0]
+    assert job["state"] == "JOB_STATE_SUCCEEDED"
+    assert job["strategy"] == "FLEX_START"
+    assert job["labels"]["dws_dag"] == "dws_vertex_flex_start"
+    assert job["labels"]["dws_task"] == "fine_tune"
+    assert job["labels"]["team"] == "research"
+    assert _states(job)[-2:] == ["JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED"]
+
+
+def test_capacity_arriving_late_defers_then_succeeds(
+    airflow_home: AirflowHome, dws_emulator_factory: Any, tmp_path: Path
+) -> None:
+    emulator = dws_emulator_factory({H100: 0})
+    log = tmp_path / "run.log"
+    proc = airflow_home.start_dag_test(DAG_ID, emulator.address, log)
+    try:
+        _wait_for(
+            lambda: [j for j in _jobs(emulator) if j["state"] == "JOB_STATE_PENDING"], 120, "a pending job"
+        )
+        time.sleep(10)
+        emulator.control.set_capacity({H100: 8})
+    finally:
+        result = finish(proc, log)
+    assert result.returncode == 0, result.log[-4000:]
+    match = _RESULT.search(result.result_line())
+    assert match is not None
+    assert 9.0 <= float(match["wait"]) <= 15.0, result.result_line()
+    assert "is waiting for capacity [JOB_STATE_PENDING]" in result.log
+    jobs = _jobs(emulator)
+    assert len(jobs) == 1
+    assert "JOB_STATE_PENDING" in _states(jobs[0])
+    assert jobs[0]["state"] == "JOB_STATE_SUCCEEDED"
+
+
+def test_max_wait_passing_fails_with_capacity_message(
+    airflow_home: AirflowHome, dws_emulator_factory: Any, tmp_path: Path
+) -> None:
+    emulator = dws_emulator_factory({H100: 0})
+    result = airflow_home.run_dag_test(
+        DAG_ID, emulator.address, tmp_path / "run.log", env={"DWS_EXAMPLE_MAX_WAIT_SECONDS": "3"}
+    )
+    assert "CapacityNotObtainedError" in result.log, result.log[-4000:]
+    assert "no capacity within max wait 0:00:03 in us-central1 for 8 x NVIDIA_H100_80GB" in result.log
+    assert "DWS RESULT" not in result.log
+    jobs = _jobs(emulator)
+    assert len(jobs) == 1
+    assert jobs[0]["state"] == "JOB_STATE_FAILED"
+    assert "JOB_STATE_RUNNING" not in _states(jobs[0])
+
+
+def test_workload_exit_code_fails_with_workload_message(
+    airflow_home: AirflowHome, dws_emulator_factory: Any, tmp_path: Path
+) -> None:
+    emulator = dws_emulator_factory()
+    result = airflow_home.run_dag_test(
+        DAG_ID, emulator.address, tmp_path / "run.log", conf={"exit_code": 3, "run_seconds": 1}
+    )
+    assert "WorkloadFailedError" in result.log, result.log[-4000:]
+    assert "workload failed: exit code 3" in result.log
+    assert "no capacity" not in result.log
+    jobs = _jobs(emulator)
+    assert len(jobs) == 1
+    assert jobs[0]["state"] == "JOB_STATE_FAILED"
+    assert "JOB_STATE_RUNNING" in _states(jobs[0])
+
+
+def test_rerun_of_a_task_whose_job_is_running_reattaches(
+    airflow_home: AirflowHome, dws_emulator_factory: Any, tmp_path: Path
+) -> None:
+    emulator = dws_emulator_factory()
+    conf = {"run_seconds": 30}
+    first_log = tmp_path / "first.log"
+    first = airflow_home.start_dag_test(DAG_ID, emulator.address, first_log, conf=conf)
+    try:
+        _wait_for(
+            lambda: [j for j in _jobs(emulator) if j["state"] == "JOB_STATE_RUNNING"], 120, "a running job"
+        )
+    finally:
+        # The worker dies while its job runs: nothing gets to cancel or clean up.
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    run_ids = re.findall(r"run_id=(manual__[^\s,]+)", first_log.read_text())
+    assert run_ids, first_log.read_text()[-3000:]
+    # Run the same task instance again (same dag run), as a retry or a cleared task would.
+    second_log = tmp_path / "second.log"
+    proc = airflow_home.start_task_test(DAG_ID, "fine_tune", run_ids[0], emulator.address, second_log)
+    result = finish(proc, second_log)
+    assert result.returncode == 0, result.log[-4000:]
+    assert "reattaching to live request" in result.log
+    assert "Submitted Flex Start job" not in result.log
+    jobs = _jobs(emulator)
+    assert len(jobs) == 1, jobs
+    assert jobs[0]["state"] == "JOB_STATE_SUCCEEDED"

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,6 +33,12 @@ def start_emulator() -> tuple[subprocess.Popen[str], str]:
         proc.kill()
         raise SystemExit(f"dws-emulator did not start: {line!r}")
     return proc, line.rsplit(" ", 1)[-1]
+
+
+def _seconds(start: str | None, end: str | None) -> float | None:
+    if not start or not end:
+        return None
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
 
 
 def main() -> int:
@@ -74,10 +81,9 @@ def main() -> int:
         history = " -> ".join(step["state"].removeprefix("JOB_STATE_") for step in req["history"])
         print(f"{req['name']}  {req.get('display_name', '')}")
         print(f"    {history}")
-        print(
-            f"    final state {req['state']}; waited {req.get('wait_seconds')}s for capacity, "
-            f"ran {req.get('run_seconds')}s"
-        )
+        waited = _seconds(req["create_time"], req["start_time"] or req["end_time"])
+        ran = _seconds(req["start_time"], req["end_time"]) or 0.0
+        print(f"    final state {req['state']}: waited {waited:.1f}s for capacity, ran {ran:.1f}s")
     print(f"==> demo finished in {time.monotonic() - started:.1f}s (dags test exit code {result.returncode})")
     ok = result.returncode == 0 and len(requests) == 1 and requests[0]["state"] == "JOB_STATE_SUCCEEDED"
     return 0 if ok else 1

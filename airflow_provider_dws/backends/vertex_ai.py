@@ -202,17 +202,17 @@ class VertexCustomJobBackend:
 
     async def aget_status(self, name: str) -> RequestStatus:
         """Read one job, classified, retrying transient errors without giving up."""
-        client = await self.async_hook.get_job_service_client(self.region)
         async for attempt in tenacity.AsyncRetrying(**retry_kwargs(f"get {name}", give_up_after=None)):
             with attempt:
+                client = await self.async_hook.get_job_service_client(self.region)
                 job = await client.get_custom_job(name=name)
         return job_status(job)
 
     async def acancel(self, name: str) -> None:
         """Cancel a job from the event loop; one already ended or gone is fine."""
-        client = await self.async_hook.get_job_service_client(self.region)
         async for attempt in tenacity.AsyncRetrying(**retry_kwargs(f"cancel {name}")):
             with attempt:
+                client = await self.async_hook.get_job_service_client(self.region)
                 try:
                     await client.cancel_custom_job(name=name)
                 except (gexc.FailedPrecondition, gexc.NotFound):

@@ -82,13 +82,38 @@ def _has_template(value: Any) -> bool:
     return False
 
 
+_INT_FIELDS = ("replica_count", "accelerator_count")
+
+
+def _normalize_pool(pool: Any) -> Any:
+    """Give integer fields back their type: proto-to-dict renders int64 as a string, and Jinja
+    renders ``"{{ params.n }}"`` as one."""
+    if not isinstance(pool, Mapping):
+        return pool
+    pool = dict(pool)
+    machine = pool.get("machine_spec")
+    if isinstance(machine, Mapping):
+        machine = dict(machine)
+        if isinstance(machine.get("accelerator_count"), str) and machine["accelerator_count"].isdigit():
+            machine["accelerator_count"] = int(machine["accelerator_count"])
+        pool["machine_spec"] = machine
+    if isinstance(pool.get("replica_count"), str) and pool["replica_count"].isdigit():
+        pool["replica_count"] = int(pool["replica_count"])
+    return pool
+
+
 def _as_dict(value: Any, what: str) -> dict[str, Any]:
     """A worker pool spec or custom job as a plain dict (accepting dicts and proto messages)."""
     if isinstance(value, Mapping):
         return dict(value)
-    for cls in (WorkerPoolSpec, CustomJob):
-        if isinstance(value, cls):
-            return dict(cls.to_dict(value, use_integers_for_enums=False))
+    if isinstance(value, WorkerPoolSpec):
+        return dict(_normalize_pool(WorkerPoolSpec.to_dict(value, use_integers_for_enums=False)))
+    if isinstance(value, CustomJob):
+        data = dict(CustomJob.to_dict(value, use_integers_for_enums=False))
+        spec = data.get("job_spec") or {}
+        if spec.get("worker_pool_specs"):
+            spec["worker_pool_specs"] = [_normalize_pool(p) for p in spec["worker_pool_specs"]]
+        return data
     pb = getattr(value, "_pb", None) or value
     if hasattr(pb, "DESCRIPTOR"):
         from google.protobuf.json_format import MessageToDict
@@ -202,7 +227,7 @@ class FlexStartCustomJobOperator(BaseOperator):
     def _budget(self, max_wait: Any, max_run: Any) -> WaitBudget:
         try:
             return WaitBudget(max_wait=max_wait, max_run=max_run)
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, OverflowError) as err:
             raise self._fail(str(err)) from None
 
     def _check_static(self) -> None:
@@ -473,6 +498,8 @@ class FlexStartCustomJobOperator(BaseOperator):
 
     def execute(self, context: Context) -> Any:
         """Find or submit the job, then wait for it (deferred by default)."""
+        if self.worker_pool_specs is not None:
+            self.worker_pool_specs = [_normalize_pool(p) for p in self.worker_pool_specs]
         self._check_templated(rendered=True)
         identity = self._identity(context)
         backend = self._backend()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -19,6 +20,8 @@ MAX_WAIT_LIMIT = timedelta(days=7)
 def _check(name: str, value: object, limit: timedelta) -> timedelta:
     if isinstance(value, bool) or not isinstance(value, (timedelta, int, float)):
         raise TypeError(f"{name} must be a datetime.timedelta (or seconds), got {type(value).__name__}")
+    if not isinstance(value, timedelta) and (not math.isfinite(value) or abs(value) > limit.total_seconds()):
+        raise ValueError(f"{name} must be greater than 0 and at most {limit}, got {value!r} seconds")
     delta = value if isinstance(value, timedelta) else timedelta(seconds=value)
     if delta <= timedelta(0):
         raise ValueError(f"{name} must be greater than 0 and at most {limit}, got {delta}")

@@ -79,6 +79,9 @@ class RequestIdentity:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ValueError(f"RequestIdentity.{name} must be a non-empty string, got {value!r}")
+            if "\x1f" in value:
+                # The separator of :attr:`key`; refusing it keeps distinct identities distinct.
+                raise ValueError(f"RequestIdentity.{name} must not contain the unit separator \\x1f")
         if not isinstance(self.map_index, int) or self.map_index < -1:
             raise ValueError(f"RequestIdentity.map_index must be an int >= -1, got {self.map_index!r}")
         if not isinstance(self.attempt, int) or self.attempt < 1:

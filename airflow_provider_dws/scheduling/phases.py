@@ -72,7 +72,8 @@ VERTEX_JOB_STATE_PHASES: dict[str, Phase] = {
     "JOB_STATE_PARTIALLY_SUCCEEDED": Phase.FAILED,
     "JOB_STATE_FAILED": Phase.FAILED,
     "JOB_STATE_EXPIRED": Phase.FAILED,
-    "JOB_STATE_CANCELLING": Phase.CANCELLED,
+    # Still live: a cancelling job can hold capacity and may yet end SUCCEEDED or FAILED.
+    "JOB_STATE_CANCELLING": Phase.WAITING,
     "JOB_STATE_CANCELLED": Phase.CANCELLED,
 }
 
@@ -119,6 +120,8 @@ def classify_vertex_job(
     the timing, because resubmitting it cannot help.
     """
     phase = vertex_phase(state_name)
+    if state_name == "JOB_STATE_CANCELLING" and started:
+        return Outcome(Phase.RUNNING, None, error_message)
     if phase is Phase.FAILED:
         if error_code in (_INVALID_ARGUMENT, _FAILED_PRECONDITION) and not started:
             return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, error_message)

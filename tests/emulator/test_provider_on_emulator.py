@@ -1,0 +1,234 @@
+"""Ring 2: the provider's hooks, backend, trigger and operator against a live dws-emulator."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from google.cloud.aiplatform_v1 import CustomJob
+
+from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend
+from airflow_provider_dws.exceptions import CapacityNotObtainedError, WorkloadFailedError
+from airflow_provider_dws.operators.vertex_ai import FlexStartCustomJobOperator
+from airflow_provider_dws.scheduling.identity import RequestIdentity
+from airflow_provider_dws.scheduling.phases import FailureKind, Phase
+from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
+from tests.tcp_proxy import OutageProxy
+
+pytestmark = pytest.mark.emulator
+
+H100 = "us-central1/NVIDIA_H100_80GB"
+_ids = itertools.count()
+
+
+def pools(run_seconds: float = 0.5, exit_code: int = 0, count: int = 8) -> list[dict[str, Any]]:
+    return [
+        {
+            "machine_spec": {
+                "machine_type": "a3-highgpu-8g",
+                "accelerator_type": "NVIDIA_H100_80GB",
+                "accelerator_count": count,
+            },
+            "replica_count": 1,
+            "container_spec": {
+                "image_uri": "us-docker.pkg.dev/p/r/train:1",
+                "env": [
+                    {"name": "DWS_EMULATOR_RUN_SECONDS", "value": str(run_seconds)},
+                    {"name": "DWS_EMULATOR_EXIT_CODE", "value": str(exit_code)},
+                ],
+            },
+        }
+    ]
+
+
+class FakeTI:
+    """Just enough of a task instance for ``execute``: identity fields and XCom push."""
+
+    def __init__(self, task_id: str) -> None:
+        self.dag_id = "provider_on_emulator"
+        self.task_id = task_id
+        self.run_id = f"manual__{next(_ids)}_{time.monotonic_ns()}"
+        self.map_index = -1
+        self.xcom: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcom[key] = value
+
+
+@pytest.fixture
+def emulator_env(monkeypatch: pytest.MonkeyPatch, dws_emulator_factory: Any) -> Any:
+    def start(capacity: dict[str, int] | None = None) -> Any:
+        emulator = dws_emulator_factory(capacity)
+        monkeypatch.setenv("DWS_EMULATOR_HOST", emulator.address)
+        return emulator
+
+    return start
+
+
+def operator(task_id: str, **kwargs: Any) -> FlexStartCustomJobOperator:
+    params: dict[str, Any] = {
+        "project_id": "emu-project",
+        "region": "us-central1",
+        "worker_pool_specs": pools(),
+        "max_wait": timedelta(seconds=30),
+        "poll_interval": 0.2,
+        "deferrable": False,
+    }
+    params.update(kwargs)
+    return FlexStartCustomJobOperator(task_id=task_id, **params)
+
+
+def test_non_deferrable_operator_waits_in_worker_and_returns_the_job(emulator_env: Any) -> None:
+    emulator = emulator_env()
+    op = operator("nd_success", worker_pool_specs=pools(run_seconds=1.0))
+    ti = FakeTI(op.task_id)
+    result = op.execute({"ti": ti})
+    assert result["state"] == "JOB_STATE_SUCCEEDED"
+    assert result["job_spec"]["scheduling"]["strategy"] == "FLEX_START"
+    assert ti.xcom["job_name"] == result["name"]
+    assert 0.8 <= ti.xcom["run_seconds"] <= 3.0
+    assert ti.xcom["wait_seconds"] < 2.0
+    assert ti.xcom["dws_vertex_job_link"].startswith("https://console.cloud.google.com/vertex-ai/locations/")
+    assert len(emulator.control.requests()) == 1
+
+
+def test_non_deferrable_operator_raises_capacity_error_when_max_wait_passes(emulator_env: Any) -> None:
+    emulator = emulator_env({H100: 0})
+    op = operator("nd_no_capacity", max_wait=2)
+    with pytest.raises(CapacityNotObtainedError, match=r"no capacity within max wait 0:00:02 in us-central1"):
+        op.execute({"ti": FakeTI(op.task_id)})
+    [job] = emulator.control.requests()
+    assert job["state"] == "JOB_STATE_FAILED"
+    assert job["start_time"] is None
+
+
+def test_non_deferrable_operator_raises_workload_error(emulator_env: Any) -> None:
+    emulator_env()
+    op = operator("nd_exit", worker_pool_specs=pools(exit_code=7))
+    with pytest.raises(WorkloadFailedError, match="workload failed: exit code 7"):
+        op.execute({"ti": FakeTI(op.task_id)})
+
+
+def test_backend_submit_find_decide_and_cancel(emulator_env: Any) -> None:
+    emulator = emulator_env({H100: 0})
+    backend = VertexCustomJobBackend("emu-project", "us-central1")
+    identity = RequestIdentity("dag", "task", f"run-{time.monotonic_ns()}")
+    op = operator("unused")
+    job, created = backend.submit(op.build_custom_job(identity), identity)
+    assert created
+    decision, jobs = backend.decide(identity)
+    assert decision.action == "wait" and decision.name == job.name
+    assert list(jobs) == [job.name]
+    other = RequestIdentity("dag", "task", "another-run")
+    assert backend.find(other) == []
+    status = backend.get_status(job.name)
+    assert status.phase is Phase.WAITING
+    assert status.description == "8 x NVIDIA_H100_80GB in us-central1"
+    backend.cancel(job.name)
+    time.sleep(0.5)
+    assert backend.get_status(job.name).phase is Phase.CANCELLED
+    backend.cancel(job.name)  # cancelling an ended job is not an error
+    decision, _ = backend.decide(identity)
+    assert decision.action == "submit"
+    assert [r["state"] for r in emulator.control.requests()] == ["JOB_STATE_CANCELLED"]
+
+
+def _trigger_for(backend: VertexCustomJobBackend, job: CustomJob, **kwargs: Any) -> CapacityRequestTrigger:
+    return CapacityRequestTrigger(
+        kind=backend.kind,
+        backend_spec=backend.spec(),
+        request_name=job.name,
+        poll_interval=0.2,
+        **kwargs,
+    )
+
+
+def test_trigger_waits_through_queue_to_success_via_async_client(emulator_env: Any) -> None:
+    emulator = emulator_env({H100: 0})
+    backend = VertexCustomJobBackend("emu-project", "us-central1")
+    identity = RequestIdentity("dag", "trigger", f"run-{time.monotonic_ns()}")
+    job, _ = backend.submit(operator("unused").build_custom_job(identity), identity)
+    trigger = _trigger_for(backend, job)
+    # Rebuild from serialize(), as the triggerer does.
+    classpath, kwargs = trigger.serialize()
+    assert classpath.endswith("CapacityRequestTrigger")
+    trigger = CapacityRequestTrigger(**kwargs)
+
+    async def scenario() -> dict[str, Any]:
+        task = asyncio.ensure_future(first_event(trigger))
+        await asyncio.sleep(2.0)
+        assert not task.done()
+        await asyncio.to_thread(emulator.control.set_capacity, {H100: 8})
+        return await asyncio.wait_for(task, 30)
+
+    event = asyncio.run(scenario())
+    assert event["phase"] == "succeeded"
+    assert event["name"] == job.name
+    assert event["failure"] is None
+    assert 1.5 <= event["timings"]["wait_seconds"] <= 5.0
+    assert event["timings"]["run_seconds"] > 0.3
+
+
+def test_trigger_reports_not_obtained_when_max_wait_expires(emulator_env: Any) -> None:
+    emulator_env({H100: 0})
+    backend = VertexCustomJobBackend("emu-project", "us-central1")
+    identity = RequestIdentity("dag", "expire", f"run-{time.monotonic_ns()}")
+    job, _ = backend.submit(operator("unused", max_wait=1).build_custom_job(identity), identity)
+    event = asyncio.run(asyncio.wait_for(first_event(_trigger_for(backend, job)), 30))
+    assert event["phase"] == "not_obtained"
+    assert event["failure"] == FailureKind.CAPACITY_NOT_OBTAINED.value
+    assert event["timings"]["run_seconds"] == 0.0
+
+
+def test_trigger_on_kill_cancels_the_waiting_job(emulator_env: Any) -> None:
+    emulator = emulator_env({H100: 0})
+    backend = VertexCustomJobBackend("emu-project", "us-central1")
+    identity = RequestIdentity("dag", "kill", f"run-{time.monotonic_ns()}")
+    job, _ = backend.submit(operator("unused").build_custom_job(identity), identity)
+    trigger = _trigger_for(backend, job)
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(first_event(trigger))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        await trigger.on_kill()
+
+    asyncio.run(scenario())
+    time.sleep(0.5)
+    [record] = emulator.control.requests()
+    assert record["state"] == "JOB_STATE_CANCELLED"
+
+
+def test_trigger_survives_an_emulator_outage(
+    dws_emulator_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Connections refused and cut (UNAVAILABLE) while waiting are retried, never a failure."""
+    emulator = dws_emulator_factory({H100: 0})
+    proxy = OutageProxy(emulator.address)
+    monkeypatch.setenv("DWS_EMULATOR_HOST", proxy.address)
+    backend = VertexCustomJobBackend("emu-project", "us-central1")
+    identity = RequestIdentity("dag", "outage", f"run-{time.monotonic_ns()}")
+    job, _ = backend.submit(operator("unused").build_custom_job(identity), identity)
+    trigger = _trigger_for(backend, job)
+
+    async def scenario() -> dict[str, Any]:
+        task = asyncio.ensure_future(first_event(trigger))
+        await asyncio.sleep(1.0)
+        proxy.down()
+        await asyncio.to_thread(emulator.control.set_capacity, {H100: 8})
+        await asyncio.sleep(3.0)
+        assert not task.done(), "an outage must not end the wait"
+        proxy.up()
+        return await asyncio.wait_for(task, 60)
+
+    try:
+        event = asyncio.run(scenario())
+    finally:
+        proxy.down()
+    assert event["phase"] == "succeeded"
+    assert datetime.fromisoformat(event["timings"]["finished"]) <= datetime.now(timezone.utc)
+    assert len(emulator.control.requests()) == 1

@@ -1,0 +1,78 @@
+"""The emulator switch of the hooks."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import structlog.testing
+from google.cloud.aiplatform_v1 import JobServiceClient
+
+from airflow_provider_dws.hooks.base import EMULATOR_HOST_ENV, check_emulator_host
+from airflow_provider_dws.hooks.vertex_ai import DwsVertexAIHook
+
+
+@pytest.mark.parametrize(
+    "host", ["127.0.0.1:1234", "[::1]:5", "localhost:80", "127.8.9.10:65535", " localhost:80 "]
+)
+def test_loopback_hosts_are_accepted(host: str) -> None:
+    assert check_emulator_host(host) == host.strip()
+
+
+@pytest.mark.parametrize("host", ["10.0.0.1:80", "example.com:80", "[2001:db8::1]:80", "0.0.0.0:80"])
+def test_remote_hosts_are_refused(host: str) -> None:
+    with pytest.raises(
+        ValueError, match=r"is not a loopback address; .* only 127\.0\.0\.0/8, ::1 or localhost"
+    ):
+        check_emulator_host(host)
+
+
+@pytest.mark.parametrize(
+    "host", ["127.0.0.1", "localhost", "127.0.0.1:0", "127.0.0.1:70000", "127.0.0.1:port", ""]
+)
+def test_malformed_hosts_are_refused(host: str) -> None:
+    with pytest.raises(ValueError, match=r"emulator host must look like 127\.0\.0\.1:PORT, got"):
+        check_emulator_host(host)
+
+
+@pytest.fixture
+def no_connections(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    monkeypatch.setenv("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+    monkeypatch.delenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", raising=False)
+
+
+def test_emulator_from_environment_needs_no_connection(
+    monkeypatch: pytest.MonkeyPatch, no_connections: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(EMULATOR_HOST_ENV, "127.0.0.1:8470")
+    # Airflow 3 hooks log through structlog (straight to the task log), not through stdlib
+    # logging, so caplog alone sees nothing: capture both.
+    with caplog.at_level(logging.WARNING), structlog.testing.capture_logs() as captured:
+        hook = DwsVertexAIHook()
+    assert hook.uses_emulator
+    assert hook.emulator_host == "127.0.0.1:8470"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    warnings += [str(e["event"]) for e in captured if e.get("log_level") in ("warning", "error")]
+    assert any("EMULATOR" in m and "127.0.0.1:8470" in m and EMULATOR_HOST_ENV in m for m in warnings), (
+        warnings
+    )
+    client = hook.get_job_service_client("us-central1")
+    assert isinstance(client, JobServiceClient)
+    assert hook.get_job_service_client("us-central1") is client  # cached per region
+
+
+def test_remote_emulator_host_in_environment_is_refused(
+    monkeypatch: pytest.MonkeyPatch, no_connections: None
+) -> None:
+    monkeypatch.setenv(EMULATOR_HOST_ENV, "10.1.2.3:8470")
+    with pytest.raises(ValueError, match="not a loopback address"):
+        DwsVertexAIHook()
+
+
+def test_missing_connection_without_emulator_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, no_connections: None
+) -> None:
+    monkeypatch.delenv(EMULATOR_HOST_ENV, raising=False)
+    with pytest.raises(Exception, match="google_cloud_default"):
+        DwsVertexAIHook()

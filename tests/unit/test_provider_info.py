@@ -1,0 +1,67 @@
+"""Provider metadata: everything it names exists, and Airflow can find it."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+
+from airflow.sdk import BaseOperatorLink
+
+import airflow_provider_dws
+from airflow_provider_dws.get_provider_info import get_provider_info
+
+
+def _modules(info: dict) -> list[str]:
+    return [
+        m
+        for section in ("operators", "triggers", "hooks")
+        for e in info[section]
+        for m in e["python-modules"]
+    ]
+
+
+def test_every_listed_module_imports() -> None:
+    modules = _modules(get_provider_info())
+    assert "airflow_provider_dws.operators.vertex_ai" in modules
+    assert "airflow_provider_dws.triggers.capacity_request" in modules
+    for module in modules:
+        importlib.import_module(module)
+
+
+def test_extra_links_resolve_to_operator_links() -> None:
+    links = get_provider_info()["extra-links"]
+    assert links
+    for path in links:
+        module, _, name = path.rpartition(".")
+        cls = getattr(importlib.import_module(module), name)
+        assert isinstance(cls, type) and issubclass(cls, BaseOperatorLink), path
+
+
+def test_package_metadata() -> None:
+    info = get_provider_info()
+    assert info["package-name"] == "airflow-provider-dws"
+    assert info["versions"] == [airflow_provider_dws.__version__]
+    assert info["name"]
+    assert info["description"]
+    assert importlib.metadata.version("airflow-provider-dws") == airflow_provider_dws.__version__
+
+
+def test_integrations_are_declared_for_every_section() -> None:
+    info = get_provider_info()
+    names = {i["integration-name"] for i in info["integrations"]}
+    for section in ("operators", "triggers", "hooks"):
+        for entry in info[section]:
+            assert entry["integration-name"] in names
+
+
+def test_entry_point_is_registered() -> None:
+    eps = [
+        ep
+        for ep in importlib.metadata.entry_points(group="apache_airflow_provider")
+        if ep.value.startswith("airflow_provider_dws")
+    ]
+    assert len(eps) == 1
+    (ep,) = eps
+    assert ep.value == "airflow_provider_dws.get_provider_info:get_provider_info"
+    assert ep.load() is get_provider_info
+    assert ep.load()()["package-name"] == "airflow-provider-dws"

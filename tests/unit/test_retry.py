@@ -1,0 +1,144 @@
+"""Retries of transient Google API errors."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import pytest
+import tenacity
+from google.api_core import exceptions as gexc
+
+from airflow_provider_dws.backends.retry import TransientWait, is_transient, retry_kwargs
+
+TRANSIENT = [
+    gexc.ServiceUnavailable,
+    gexc.DeadlineExceeded,
+    gexc.InternalServerError,
+    gexc.ResourceExhausted,
+    gexc.TooManyRequests,
+    gexc.Aborted,
+]
+PERMANENT = [gexc.InvalidArgument, gexc.NotFound, gexc.PermissionDenied, gexc.FailedPrecondition]
+
+
+@pytest.mark.parametrize("exc_type", TRANSIENT)
+def test_transient_errors(exc_type: type[Exception]) -> None:
+    assert is_transient(exc_type("boom"))
+
+
+@pytest.mark.parametrize("exc_type", PERMANENT)
+def test_permanent_errors(exc_type: type[Exception]) -> None:
+    assert not is_transient(exc_type("boom"))
+
+
+def test_non_api_errors_are_not_transient() -> None:
+    assert not is_transient(ValueError("x"))
+    assert not is_transient(KeyboardInterrupt())
+
+
+def _delays(exc: Exception, attempts: int, wait: TransientWait) -> list[float]:
+    """Delays a Retrying loop asks for when every call raises ``exc``."""
+    delays: list[float] = []
+
+    def always_fail() -> None:
+        raise exc
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(Exception),
+        wait=wait,
+        stop=tenacity.stop_after_attempt(attempts),
+        sleep=delays.append,
+        reraise=True,
+    )
+    with pytest.raises(type(exc)):
+        retrying(always_fail)
+    return delays
+
+
+def test_quota_errors_wait_longer() -> None:
+    wait = TransientWait()
+    for _ in range(5):  # jitter: repeat
+        normal = _delays(gexc.ServiceUnavailable("x"), 6, wait)
+        quota = _delays(gexc.ResourceExhausted("x"), 6, wait)
+        too_many = _delays(gexc.TooManyRequests("x"), 6, wait)
+        assert len(normal) == len(quota) == 5
+        for n, q, t in zip(normal, quota, too_many, strict=True):
+            assert q > n
+            assert t > n
+        # normal: 1 * 2**(n-1) + jitter(0..1); quota: 5 * 2**(n-1) + jitter(0..5)
+        assert 1.0 <= normal[0] <= 2.0
+        assert 5.0 <= quota[0] <= 10.0
+        assert all(d <= 30.0 for d in normal)
+        assert all(d <= 120.0 for d in quota)
+
+
+def test_waits_grow_and_are_capped() -> None:
+    delays = _delays(gexc.ServiceUnavailable("x"), 12, TransientWait())
+    assert delays[3] >= 8.0
+    assert delays[-1] == pytest.approx(30.0)
+
+
+def test_wait_directly_from_retry_state() -> None:
+    wait = TransientWait(initial=1, maximum=30, quota_initial=5, quota_maximum=120)
+    state = tenacity.RetryCallState(tenacity.Retrying(), fn=None, args=(), kwargs={})
+    state.attempt_number = 1
+    state.set_exception((gexc.ResourceExhausted, gexc.ResourceExhausted("q"), None))
+    assert 5.0 <= wait(state) <= 10.0
+    state.set_exception((gexc.Aborted, gexc.Aborted("a"), None))
+    assert 1.0 <= wait(state) <= 2.0
+
+
+class Flaky:
+    def __init__(self, errors: list[Exception], result: str = "ok") -> None:
+        self.errors = list(errors)
+        self.calls = 0
+        self.result = result
+
+    def __call__(self) -> str:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return self.result
+
+
+def test_transient_errors_are_retried_until_success(caplog: pytest.LogCaptureFixture) -> None:
+    sleeps: list[float] = []
+    fn = Flaky([gexc.ServiceUnavailable("down"), gexc.ServiceUnavailable("down")])
+    logger = logging.getLogger("test_retry")
+    kwargs = retry_kwargs("get job", give_up_after=timedelta(minutes=1), logger=logger)
+    with caplog.at_level(logging.WARNING, logger="test_retry"):
+        result = tenacity.Retrying(sleep=sleeps.append, **kwargs)(fn)
+    assert result == "ok"
+    assert fn.calls == 3
+    assert len(sleeps) == 2
+    assert all(s > 0 for s in sleeps)
+    messages = [r.getMessage() for r in caplog.records if r.name == "test_retry"]
+    assert len(messages) == 2
+    assert "get job: transient error (ServiceUnavailable" in messages[0]
+
+
+def test_permanent_error_fails_after_one_call() -> None:
+    sleeps: list[float] = []
+    fn = Flaky([gexc.InvalidArgument("bad spec")])
+    retrying = tenacity.Retrying(sleep=sleeps.append, **retry_kwargs("create job"))
+    with pytest.raises(gexc.InvalidArgument, match="bad spec"):
+        retrying(fn)
+    assert fn.calls == 1
+    assert sleeps == []
+
+
+def test_gives_up_after_the_time_limit_and_reraises_the_api_error() -> None:
+    fn = Flaky([gexc.ServiceUnavailable(f"down {i}") for i in range(100)])
+    retrying = tenacity.Retrying(sleep=lambda _: None, **retry_kwargs("get", give_up_after=timedelta(0)))
+    with pytest.raises(gexc.ServiceUnavailable):
+        retrying(fn)
+    assert fn.calls == 1
+
+
+def test_give_up_after_none_never_stops() -> None:
+    kwargs = retry_kwargs("wait", give_up_after=None)
+    assert kwargs["stop"] is tenacity.stop_never
+    fn = Flaky([gexc.DeadlineExceeded("slow")] * 20)
+    assert tenacity.Retrying(sleep=lambda _: None, **kwargs)(fn) == "ok"
+    assert fn.calls == 21

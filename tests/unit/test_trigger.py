@@ -1,0 +1,266 @@
+"""CapacityRequestTrigger against a fake backend (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from google.api_core import exceptions as gexc
+
+from airflow_provider_dws.backends.base import RequestStatus
+from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
+from airflow_provider_dws.triggers import capacity_request
+from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
+
+NAME = "projects/p/locations/us-central1/customJobs/123"
+SPEC = {"project_id": "p", "region": "us-central1", "gcp_conn_id": "gc", "impersonation_chain": None}
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def status(state: str, phase: Phase, failure: FailureKind | None = None, **timings: Any) -> RequestStatus:
+    return RequestStatus(
+        name=NAME,
+        state=state,
+        outcome=Outcome(phase, failure, ""),
+        timings=RequestTimings(**timings),
+        description="8 x NVIDIA_H100_80GB in us-central1",
+        details={"region": "us-central1", "max_wait_seconds": 3600.0},
+    )
+
+
+class FakeBackend:
+    kind = "vertex_custom_job"
+
+    def __init__(self, script: list[RequestStatus | Exception]) -> None:
+        self.script = list(script)
+        self.reads = 0
+        self.cancelled: list[str] = []
+
+    def spec(self) -> dict[str, Any]:
+        return SPEC
+
+    async def aget_status(self, name: str) -> RequestStatus:
+        assert name == NAME
+        self.reads += 1
+        item = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    async def acancel(self, name: str) -> None:
+        self.cancelled.append(name)
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Any:
+    made: list[FakeBackend] = []
+
+    def install(script: list[RequestStatus | Exception]) -> FakeBackend:
+        backend = FakeBackend(script)
+        made.append(backend)
+
+        def backend_from_spec(kind: str, spec: dict[str, Any]) -> FakeBackend:
+            assert kind == "vertex_custom_job"
+            assert spec == SPEC
+            return backend
+
+        monkeypatch.setattr(capacity_request, "backend_from_spec", backend_from_spec)
+        return backend
+
+    return install
+
+
+def trigger(**kwargs: Any) -> CapacityRequestTrigger:
+    args: dict[str, Any] = {
+        "kind": "vertex_custom_job",
+        "backend_spec": SPEC,
+        "request_name": NAME,
+        "poll_interval": 0.01,
+    }
+    args.update(kwargs)
+    return CapacityRequestTrigger(**args)
+
+
+async def collect(t: CapacityRequestTrigger) -> list[dict[str, Any]]:
+    return [event.payload async for event in t.run()]
+
+
+def run_all(t: CapacityRequestTrigger) -> list[dict[str, Any]]:
+    return asyncio.run(asyncio.wait_for(collect(t), timeout=10))
+
+
+# -- construction and serialization ------------------------------------------------------------
+
+
+def test_serialize_round_trips() -> None:
+    t = trigger(wait_deadline="2026-01-01T02:00:00+00:00", cancel_on_kill=False, poll_interval=5)
+    path, kwargs = t.serialize()
+    assert path == "airflow_provider_dws.triggers.capacity_request.CapacityRequestTrigger"
+    assert kwargs == {
+        "kind": "vertex_custom_job",
+        "backend_spec": SPEC,
+        "request_name": NAME,
+        "poll_interval": 5.0,
+        "wait_deadline": "2026-01-01T02:00:00+00:00",
+        "cancel_on_kill": False,
+    }
+    rebuilt = CapacityRequestTrigger(**kwargs)
+    assert rebuilt.serialize() == (path, kwargs)
+
+
+def test_serialize_round_trips_defaults() -> None:
+    path, kwargs = CapacityRequestTrigger("vertex_custom_job", SPEC, NAME).serialize()
+    assert kwargs["poll_interval"] == 30.0
+    assert kwargs["wait_deadline"] is None
+    assert kwargs["cancel_on_kill"] is True
+    assert CapacityRequestTrigger(**kwargs).serialize() == (path, kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "message"),
+    [
+        ({"kind": "gke"}, ValueError, r"kind must be one of \['vertex_custom_job'\], got 'gke'"),
+        ({"request_name": ""}, ValueError, "request_name must be a non-empty string, got ''"),
+        ({"request_name": None}, ValueError, "request_name must be a non-empty string, got None"),
+        ({"backend_spec": [1]}, TypeError, "backend_spec must be a dict, got list"),
+        ({"poll_interval": 0}, ValueError, "poll_interval must be greater than 0, got 0"),
+        ({"poll_interval": -1.5}, ValueError, "poll_interval must be greater than 0, got -1.5"),
+        ({"poll_interval": True}, TypeError, "poll_interval must be a number of seconds, got bool"),
+        ({"poll_interval": "30"}, TypeError, "poll_interval must be a number of seconds, got str"),
+        (
+            {"wait_deadline": "2026-01-01T00:00:00"},
+            ValueError,
+            "wait_deadline must carry a time zone, got '2026-01-01T00:00:00'",
+        ),
+        ({"wait_deadline": "tomorrow"}, ValueError, "tomorrow"),
+    ],
+)
+def test_bad_arguments(kwargs: dict[str, Any], exc: type[Exception], message: str) -> None:
+    with pytest.raises(exc, match=message):
+        trigger(**kwargs)
+
+
+# -- run ---------------------------------------------------------------------------------------
+
+
+def test_run_yields_one_event_with_the_final_status(fake: Any) -> None:
+    final = status(
+        "JOB_STATE_SUCCEEDED",
+        Phase.SUCCEEDED,
+        submitted=T0,
+        started=T0 + timedelta(minutes=5),
+        finished=T0 + timedelta(minutes=65),
+    )
+    backend = fake(
+        [
+            status("JOB_STATE_QUEUED", Phase.WAITING, submitted=T0),
+            status("JOB_STATE_PENDING", Phase.WAITING, submitted=T0),
+            status("JOB_STATE_RUNNING", Phase.RUNNING, submitted=T0, started=T0 + timedelta(minutes=5)),
+            final,
+        ]
+    )
+    events = run_all(trigger())
+    assert events == [final.to_event()]
+    assert events[0]["phase"] == "succeeded"
+    assert events[0]["timings"]["wait_seconds"] == 300.0
+    assert events[0]["timings"]["run_seconds"] == 3600.0
+    assert backend.reads == 4
+    assert backend.cancelled == []
+
+
+def test_run_reports_failures_as_classified(fake: Any) -> None:
+    final = status("JOB_STATE_FAILED", Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, submitted=T0)
+    fake([status("JOB_STATE_PENDING", Phase.WAITING), final])
+    (event,) = run_all(trigger())
+    assert RequestStatus.from_event(event) == final
+    assert event["failure"] == "capacity_not_obtained"
+
+
+def test_first_event_helper(fake: Any) -> None:
+    final = status("JOB_STATE_CANCELLED", Phase.CANCELLED, FailureKind.CANCELLED)
+    fake([final])
+    assert asyncio.run(first_event(trigger())) == final.to_event()
+
+
+def test_request_deleted_outside_is_a_cancelled_event(fake: Any) -> None:
+    backend = fake([status("JOB_STATE_PENDING", Phase.WAITING), gexc.NotFound("gone")])
+    (event,) = run_all(trigger())
+    assert event["name"] == NAME
+    assert event["state"] == "NOT_FOUND"
+    assert event["phase"] == "cancelled"
+    assert event["failure"] == "cancelled"
+    assert "deleted outside" in event["message"]
+    assert backend.cancelled == []
+
+
+def test_wait_deadline_passed_cancels_and_reports_not_obtained(
+    fake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(capacity_request, "WAIT_DEADLINE_GRACE", timedelta(0))
+    backend = fake([status("JOB_STATE_PENDING", Phase.WAITING, submitted=T0)])
+    deadline = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()
+    (event,) = run_all(trigger(wait_deadline=deadline))
+    assert backend.cancelled == [NAME]
+    assert event["phase"] == "not_obtained"
+    assert event["failure"] == "capacity_not_obtained"
+    assert "max wait passed" in event["message"]
+    assert event["timings"]["submitted"] == T0.isoformat()
+    assert event["timings"]["started"] is None
+    assert event["timings"]["finished"] is not None
+    assert event["timings"]["run_seconds"] == 0.0
+
+
+def test_wait_deadline_within_grace_keeps_waiting(fake: Any) -> None:
+    backend = fake(
+        [
+            status("JOB_STATE_PENDING", Phase.WAITING),
+            status("JOB_STATE_PENDING", Phase.WAITING),
+            status("JOB_STATE_SUCCEEDED", Phase.SUCCEEDED),
+        ]
+    )
+    deadline = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()  # inside the 2-min grace
+    (event,) = run_all(trigger(wait_deadline=deadline))
+    assert event["phase"] == "succeeded"
+    assert backend.cancelled == []
+    assert backend.reads == 3
+
+
+def test_running_request_is_not_given_up_after_its_wait_deadline(
+    fake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(capacity_request, "WAIT_DEADLINE_GRACE", timedelta(0))
+    backend = fake(
+        [
+            status("JOB_STATE_RUNNING", Phase.RUNNING),
+            status("JOB_STATE_RUNNING", Phase.RUNNING),
+            status("JOB_STATE_SUCCEEDED", Phase.SUCCEEDED),
+        ]
+    )
+    deadline = (datetime.now(timezone.utc) - timedelta(hours=1)).isoformat()
+    (event,) = run_all(trigger(wait_deadline=deadline))
+    assert event["phase"] == "succeeded"
+    assert backend.cancelled == []
+
+
+def test_on_kill_cancels_when_asked(fake: Any) -> None:
+    backend = fake([status("JOB_STATE_PENDING", Phase.WAITING)])
+    asyncio.run(trigger(cancel_on_kill=True).on_kill())
+    assert backend.cancelled == [NAME]
+
+
+def test_on_kill_leaves_the_request_alone_when_not_asked(fake: Any) -> None:
+    backend = fake([status("JOB_STATE_PENDING", Phase.WAITING)])
+    asyncio.run(trigger(cancel_on_kill=False).on_kill())
+    assert backend.cancelled == []
+
+
+def test_on_kill_swallows_cancel_errors(fake: Any) -> None:
+    backend = fake([status("JOB_STATE_PENDING", Phase.WAITING)])
+
+    async def broken(name: str) -> None:
+        raise gexc.ServiceUnavailable("down")
+
+    backend.acancel = broken  # type: ignore[method-assign]
+    asyncio.run(trigger().on_kill())  # must not raise

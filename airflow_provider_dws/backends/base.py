@@ -76,6 +76,7 @@ class AsyncRequestBackend(Protocol):
 #: kind -> "module:Class". Adding a DWS API is one adapter plus one entry here.
 BACKENDS: dict[str, str] = {
     "vertex_custom_job": "airflow_provider_dws.backends.vertex_ai:VertexCustomJobBackend",
+    "tpu_queued_resource": "airflow_provider_dws.backends.tpu:TpuQueuedResourceBackend",
 }
 
 

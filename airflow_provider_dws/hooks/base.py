@@ -11,11 +11,12 @@ implied: it has to be set explicitly, and every hook that uses it says so loudly
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
 
@@ -96,3 +97,53 @@ class DwsBaseHook(GoogleBaseHook):
     def uses_emulator(self) -> bool:
         """True when clients talk to the local emulator instead of Google Cloud."""
         return self.emulator_host is not None
+
+
+SyncHookT = TypeVar("SyncHookT", bound=DwsBaseHook)
+ClientT = TypeVar("ClientT")
+
+
+class DwsAsyncHookBase(Generic[SyncHookT, ClientT]):
+    """Async client factory for triggers: one cached client per key (region or zone).
+
+    Everything that may block (reading the connection, resolving credentials) runs in a worker
+    thread, so the triggerer's event loop never stalls on it; gRPC aio channels are created in the
+    loop that will use them.
+    """
+
+    sync_hook_class: type[SyncHookT]
+
+    def __init__(
+        self,
+        gcp_conn_id: str = "google_cloud_default",
+        impersonation_chain: str | Sequence[str] | None = None,
+    ) -> None:
+        self.gcp_conn_id = gcp_conn_id
+        self.impersonation_chain = impersonation_chain
+        self._sync_hook: SyncHookT | None = None
+        self._clients: dict[str, ClientT] = {}
+        self._lock = asyncio.Lock()
+
+    async def get_sync_hook(self) -> SyncHookT:
+        """The sync hook (connection and credentials), built in a thread."""
+        if self._sync_hook is None:
+            self._sync_hook = await asyncio.to_thread(
+                self.sync_hook_class,
+                gcp_conn_id=self.gcp_conn_id,
+                impersonation_chain=self.impersonation_chain,
+            )
+        return self._sync_hook
+
+    async def get_client(self, key: str) -> ClientT:
+        """The async client for ``key``, built once."""
+        async with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                hook = await self.get_sync_hook()
+                credentials = None if hook.emulator_host else await asyncio.to_thread(hook.get_credentials)
+                client = self._build(hook, key, credentials)
+                self._clients[key] = client
+            return client
+
+    def _build(self, hook: SyncHookT, key: str, credentials: Any) -> ClientT:
+        raise NotImplementedError

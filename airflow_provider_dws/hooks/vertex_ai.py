@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,7 +13,7 @@ from google.cloud.aiplatform_v1.services.job_service.transports import (
     JobServiceGrpcTransport,
 )
 
-from airflow_provider_dws.hooks.base import DwsBaseHook
+from airflow_provider_dws.hooks.base import DwsAsyncHookBase, DwsBaseHook
 
 
 def vertex_api_endpoint(region: str) -> str:
@@ -55,49 +54,21 @@ class DwsVertexAIHook(DwsBaseHook):
         return client
 
 
-class DwsVertexAIAsyncHook:
-    """Asynchronous ``JobServiceAsyncClient`` factory for triggers.
+class DwsVertexAIAsyncHook(DwsAsyncHookBase[DwsVertexAIHook, JobServiceAsyncClient]):
+    """Asynchronous ``JobServiceAsyncClient`` factory for triggers (see :class:`DwsAsyncHookBase`)."""
 
-    Everything that may block (reading the connection, resolving credentials, building the client)
-    runs in a worker thread, so the triggerer's event loop never stalls on it.
-    """
-
-    def __init__(
-        self,
-        gcp_conn_id: str = "google_cloud_default",
-        impersonation_chain: str | Sequence[str] | None = None,
-    ) -> None:
-        self.gcp_conn_id = gcp_conn_id
-        self.impersonation_chain = impersonation_chain
-        self._sync_hook: DwsVertexAIHook | None = None
-        self._clients: dict[str, JobServiceAsyncClient] = {}
-        self._lock = asyncio.Lock()
-
-    async def get_sync_hook(self) -> DwsVertexAIHook:
-        """The sync hook (connection and credentials), built in a thread."""
-        if self._sync_hook is None:
-            self._sync_hook = await asyncio.to_thread(
-                DwsVertexAIHook, gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain
-            )
-        return self._sync_hook
+    sync_hook_class = DwsVertexAIHook
 
     async def get_job_service_client(self, region: str) -> JobServiceAsyncClient:
         """A ``JobServiceAsyncClient`` for ``region`` bound to the running event loop."""
-        async with self._lock:
-            client = self._clients.get(region)
-            if client is not None:
-                return client
-            hook = await self.get_sync_hook()
-            if hook.emulator_host:
-                # grpc.aio channels belong to the loop that creates them: build it here, in the loop.
-                channel = grpc.aio.insecure_channel(hook.emulator_host)
-                client = JobServiceAsyncClient(transport=JobServiceGrpcAsyncIOTransport(channel=channel))
-            else:
-                credentials = await asyncio.to_thread(hook.get_credentials)
-                client = JobServiceAsyncClient(
-                    credentials=credentials,
-                    client_info=CLIENT_INFO,
-                    client_options=hook.get_client_options(api_endpoint_override=vertex_api_endpoint(region)),
-                )
-            self._clients[region] = client
-            return client
+        return await self.get_client(region)
+
+    def _build(self, hook: DwsVertexAIHook, key: str, credentials: Any) -> JobServiceAsyncClient:
+        if hook.emulator_host:
+            channel = grpc.aio.insecure_channel(hook.emulator_host)
+            return JobServiceAsyncClient(transport=JobServiceGrpcAsyncIOTransport(channel=channel))
+        return JobServiceAsyncClient(
+            credentials=credentials,
+            client_info=CLIENT_INFO,
+            client_options=hook.get_client_options(api_endpoint_override=vertex_api_endpoint(key)),
+        )

@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, cast
 
-from airflow.sdk import BaseOperator
 from google.api_core import exceptions as gexc
 from google.cloud.aiplatform_v1 import (
     AcceleratorType,
@@ -27,16 +26,14 @@ from airflow_provider_dws.exceptions import (
     WorkloadFailedError,
 )
 from airflow_provider_dws.links.vertex_ai import VertexAIFlexStartJobLink
+from airflow_provider_dws.operators.base import DwsBaseOperator, has_template
 from airflow_provider_dws.scheduling.budget import (
     DEFAULT_MAX_RUN,
     DEFAULT_MAX_WAIT,
     WaitBudget,
 )
 from airflow_provider_dws.scheduling.identity import (
-    RESERVED_LABEL_KEYS,
     RequestIdentity,
-    is_valid_label_key,
-    is_valid_label_value,
 )
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
@@ -58,28 +55,10 @@ FLEX_START_ACCELERATORS = frozenset(
         "NVIDIA_GB200",
     }
 )
-MAX_LABELS = 64
-POLL_INTERVAL_MAX = 3600.0
 
-_PROJECT_RE = re.compile(r"^(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 _REGION_RE = re.compile(r"^[a-z]+(?:-[a-z]+)+[0-9]+$")
-_SERVICE_ACCOUNT_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _NETWORK_RE = re.compile(r"^projects/[^/\s]+/global/networks/[^/\s]+$")
 _EXIT_CODE_RE = re.compile(r"non-zero status of (-?\d+)")
-
-
-def _is_template(value: Any) -> bool:
-    return isinstance(value, str) and ("{{" in value or "{%" in value)
-
-
-def _has_template(value: Any) -> bool:
-    if _is_template(value):
-        return True
-    if isinstance(value, Mapping):
-        return any(_has_template(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_has_template(v) for v in value)
-    return False
 
 
 _INT_FIELDS = ("replica_count", "accelerator_count")
@@ -124,7 +103,7 @@ def _as_dict(value: Any, what: str) -> dict[str, Any]:
     )
 
 
-class FlexStartCustomJobOperator(BaseOperator):
+class FlexStartCustomJobOperator(DwsBaseOperator):
     """Run a Vertex AI custom job when DWS Flex Start obtains its GPUs, without holding a worker slot.
 
     The job is submitted with ``scheduling.strategy = FLEX_START``: it waits in the Dynamic
@@ -221,65 +200,35 @@ class FlexStartCustomJobOperator(BaseOperator):
 
     # -- validation ----------------------------------------------------------------------------
 
-    def _fail(self, message: str) -> ValueError:
-        return ValueError(f"{type(self).__name__} {self.task_id!r}: {message}")
-
     def _budget(self, max_wait: Any, max_run: Any) -> WaitBudget:
         try:
             return WaitBudget(max_wait=max_wait, max_run=max_run)
         except (TypeError, ValueError, OverflowError) as err:
-            raise self._fail(str(err)) from None
+            raise self.fail(str(err)) from None
 
     def _check_static(self) -> None:
         """Checks of the non-templated parameters."""
-        if not isinstance(self.gcp_conn_id, str) or not self.gcp_conn_id:
-            raise self._fail(f"gcp_conn_id must be a non-empty connection id, got {self.gcp_conn_id!r}")
-        if isinstance(self.poll_interval, bool) or not isinstance(self.poll_interval, (int, float)):
-            raise self._fail(f"poll_interval must be a number of seconds, got {self.poll_interval!r}")
-        if not 0 < self.poll_interval <= POLL_INTERVAL_MAX:
-            raise self._fail(
-                f"poll_interval must be greater than 0 and at most {POLL_INTERVAL_MAX:.0f} seconds, "
-                f"got {self.poll_interval}"
-            )
-        if not isinstance(self.deferrable, bool):
-            raise self._fail(f"deferrable must be True or False, got {self.deferrable!r}")
-        if not isinstance(self.cancel_on_kill, bool):
-            raise self._fail(f"cancel_on_kill must be True or False, got {self.cancel_on_kill!r}")
         if (self.worker_pool_specs is None) == (self.custom_job is None):
-            raise self._fail("pass exactly one of worker_pool_specs and custom_job")
+            raise self.fail("pass exactly one of worker_pool_specs and custom_job")
 
     def _check_templated(self, *, rendered: bool) -> None:
         """Checks of templated parameters; before rendering, values holding a template are skipped."""
 
-        def skip(value: Any) -> bool:
-            return not rendered and _has_template(value)
-
-        if self.project_id is not None and not skip(self.project_id):
-            if not isinstance(self.project_id, str) or not _PROJECT_RE.match(self.project_id):
-                raise self._fail(
-                    "project_id must be a Google Cloud project id (6-30 lowercase letters, digits and "
-                    f"hyphens, starting with a letter), got {self.project_id!r}"
-                )
+        self.check_common(rendered=rendered, static=not rendered)
+        skip = self.skipper(rendered)
         if not skip(self.region):
             if not isinstance(self.region, str) or not _REGION_RE.match(self.region):
-                raise self._fail(
+                raise self.fail(
                     f"region must be a Vertex AI region such as 'us-central1', got {self.region!r}"
                 )
         if self.display_name is not None and not skip(self.display_name):
             if not isinstance(self.display_name, str) or not 0 < len(self.display_name) <= 128:
-                raise self._fail(
+                raise self.fail(
                     f"display_name must be a string of 1 to 128 characters, got {self.display_name!r}"
-                )
-        if self.service_account is not None and not skip(self.service_account):
-            if not isinstance(self.service_account, str) or not _SERVICE_ACCOUNT_RE.match(
-                self.service_account
-            ):
-                raise self._fail(
-                    f"service_account must be a service account email, got {self.service_account!r}"
                 )
         if self.network is not None and not skip(self.network):
             if not isinstance(self.network, str) or not _NETWORK_RE.match(self.network):
-                raise self._fail(
+                raise self.fail(
                     "network must look like 'projects/<project number>/global/networks/<name>', "
                     f"got {self.network!r}"
                 )
@@ -287,69 +236,28 @@ class FlexStartCustomJobOperator(BaseOperator):
             if not isinstance(self.base_output_directory, str) or not re.match(
                 r"^gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/.*)?$", self.base_output_directory
             ):
-                raise self._fail(
+                raise self.fail(
                     "base_output_directory must be a Cloud Storage URI 'gs://bucket/path', "
                     f"got {self.base_output_directory!r}"
                 )
-        if self.impersonation_chain is not None and not skip(self.impersonation_chain):
-            chain = self.impersonation_chain
-            ok = (isinstance(chain, str) and chain) or (
-                isinstance(chain, (list, tuple)) and chain and all(isinstance(c, str) and c for c in chain)
-            )
-            if not ok:
-                raise self._fail(
-                    f"impersonation_chain must be a service account email or a list of them, got {chain!r}"
-                )
-        self._check_labels(skip)
         if self.worker_pool_specs is not None:
             self._check_pools(self.worker_pool_specs, "worker_pool_specs", skip)
         else:
             self._check_custom_job(skip)
 
-    def _check_labels(self, skip: Any) -> None:
-        labels = self.labels
-        if labels is None or skip(labels):
-            return
-        if not isinstance(labels, Mapping):
-            raise self._fail(f"labels must be a dict of strings, got {type(labels).__name__}")
-        reserved = sorted(set(labels) & RESERVED_LABEL_KEYS)
-        if reserved:
-            raise self._fail(
-                f"labels {reserved} are reserved: the provider writes the task's identity under the "
-                "'dws_' keys to find its requests again"
-            )
-        if len(labels) + len(RESERVED_LABEL_KEYS) > MAX_LABELS:
-            raise self._fail(
-                f"labels can have at most {MAX_LABELS - len(RESERVED_LABEL_KEYS)} entries "
-                f"({len(RESERVED_LABEL_KEYS)} of the API's {MAX_LABELS} are used for identity), got {len(labels)}"
-            )
-        for key, value in labels.items():
-            if skip(key) or skip(value):
-                continue
-            if not isinstance(key, str) or not is_valid_label_key(key):
-                raise self._fail(
-                    f"label key {key!r} is invalid: it must start with a lowercase letter and use only "
-                    "lowercase letters, digits, '_' and '-', at most 63 characters"
-                )
-            if not isinstance(value, str) or not is_valid_label_value(value):
-                raise self._fail(
-                    f"label value {value!r} (key {key!r}) is invalid: only lowercase letters, digits, '_' "
-                    "and '-', at most 63 characters"
-                )
-
     def _check_pools(self, pools: Any, where: str, skip: Any) -> None:
         if skip(pools):
             return
         if isinstance(pools, (str, bytes, Mapping)) or not isinstance(pools, Sequence):
-            raise self._fail(f"{where} must be a list of worker pool specs, got {type(pools).__name__}")
+            raise self.fail(f"{where} must be a list of worker pool specs, got {type(pools).__name__}")
         if not pools:
-            raise self._fail(f"{where} must hold at least one worker pool spec")
+            raise self.fail(f"{where} must hold at least one worker pool spec")
         specs: list[dict[str, Any]] = []
         for index, pool in enumerate(pools):
             try:
                 spec = _as_dict(pool, f"{where}[{index}]")
             except TypeError as err:
-                raise self._fail(str(err)) from None
+                raise self.fail(str(err)) from None
             specs.append(spec)
             self._check_pool(spec, f"{where}[{index}]", skip, first=index == 0)
         machines = [
@@ -357,8 +265,8 @@ class FlexStartCustomJobOperator(BaseOperator):
             for s in specs
             if s
         ]
-        if not any(_has_template(m) for m in machines) and any(m != machines[0] for m in machines):
-            raise self._fail(
+        if not any(has_template(m) for m in machines) and any(m != machines[0] for m in machines):
+            raise self.fail(
                 f"{where}: every worker pool must use the same machine_spec under Flex Start, got "
                 + ", ".join(str(m) for m in machines)
             )
@@ -366,14 +274,14 @@ class FlexStartCustomJobOperator(BaseOperator):
     def _check_pool(self, spec: dict[str, Any], where: str, skip: Any, *, first: bool) -> None:
         if not spec:
             if first:
-                raise self._fail(f"{where} is empty; the first worker pool (the chief) is required")
+                raise self.fail(f"{where} is empty; the first worker pool (the chief) is required")
             return  # An empty pool is how Vertex AI spells "no replicas of this kind".
         unknown = set(spec) - set(WorkerPoolSpec.meta.fields)
         if unknown:
-            raise self._fail(f"{where} has unknown field(s) {sorted(unknown)}")
+            raise self.fail(f"{where} has unknown field(s) {sorted(unknown)}")
         machine = spec.get("machine_spec")
         if not isinstance(machine, Mapping) or not machine.get("machine_type"):
-            raise self._fail(f"{where}.machine_spec.machine_type is required (e.g. 'a3-highgpu-8g')")
+            raise self.fail(f"{where}.machine_spec.machine_type is required (e.g. 'a3-highgpu-8g')")
         accel = machine.get("accelerator_type")
         count = machine.get("accelerator_count", 0)
         if not skip(accel):
@@ -382,43 +290,43 @@ class FlexStartCustomJobOperator(BaseOperator):
                 by_value = {int(v): k for k, v in AcceleratorType.__members__.items()}
                 accel = by_value.get(accel, accel)
             if accel is None or accel == "ACCELERATOR_TYPE_UNSPECIFIED":
-                raise self._fail(
+                raise self.fail(
                     f"{where}.machine_spec.accelerator_type is required: Flex Start schedules GPUs, one of "
                     f"{sorted(FLEX_START_ACCELERATORS)}"
                 )
             if accel not in names:
-                raise self._fail(
+                raise self.fail(
                     f"{where}.machine_spec.accelerator_type {accel!r} is not a Vertex AI accelerator type; "
                     f"Flex Start accepts {sorted(FLEX_START_ACCELERATORS)}"
                 )
             if accel not in FLEX_START_ACCELERATORS:
-                raise self._fail(
+                raise self.fail(
                     f"{where}.machine_spec.accelerator_type {accel!r} is not offered by Flex Start; "
                     f"use one of {sorted(FLEX_START_ACCELERATORS)}"
                 )
         if not skip(count):
             if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 16:
-                raise self._fail(
+                raise self.fail(
                     f"{where}.machine_spec.accelerator_count must be an integer from 1 to 16, got {count!r}"
                 )
         replicas = spec.get("replica_count", 1 if first else 0)
         if not skip(replicas):
             low = 1 if first else 0
             if isinstance(replicas, bool) or not isinstance(replicas, int) or not low <= replicas <= 1000:
-                raise self._fail(
+                raise self.fail(
                     f"{where}.replica_count must be an integer from {low} to 1000, got {replicas!r}"
                 )
         if not spec.get("container_spec") and not spec.get("python_package_spec"):
-            raise self._fail(f"{where} needs a container_spec (with image_uri) or a python_package_spec")
+            raise self.fail(f"{where} needs a container_spec (with image_uri) or a python_package_spec")
         container = spec.get("container_spec")
         if container is not None and not skip(container):
             if not isinstance(container, Mapping) or not container.get("image_uri"):
-                raise self._fail(f"{where}.container_spec.image_uri is required")
-        if not _has_template(spec):
+                raise self.fail(f"{where}.container_spec.image_uri is required")
+        if not has_template(spec):
             try:
                 WorkerPoolSpec(spec)
             except (TypeError, ValueError, KeyError) as err:
-                raise self._fail(f"{where} is not a valid WorkerPoolSpec: {err}") from None
+                raise self.fail(f"{where} is not a valid WorkerPoolSpec: {err}") from None
 
     def _check_custom_job(self, skip: Any) -> None:
         job = self.custom_job
@@ -427,15 +335,15 @@ class FlexStartCustomJobOperator(BaseOperator):
         try:
             data = _as_dict(job, "custom_job")
         except TypeError as err:
-            raise self._fail(str(err)) from None
+            raise self.fail(str(err)) from None
         spec = data.get("job_spec")
         if not isinstance(spec, Mapping):
-            raise self._fail("custom_job.job_spec is required (with worker_pool_specs)")
+            raise self.fail("custom_job.job_spec is required (with worker_pool_specs)")
         scheduling = spec.get("scheduling") or {}
         for field in ("strategy", "max_wait_duration", "timeout"):
             value = scheduling.get(field)
             if value not in (None, "", 0, "STRATEGY_UNSPECIFIED", "FLEX_START", "0s"):
-                raise self._fail(
+                raise self.fail(
                     f"custom_job.job_spec.scheduling.{field} is set by the operator (strategy FLEX_START, "
                     f"max_wait, max_run); remove it, got {value!r}"
                 )
@@ -473,35 +381,17 @@ class FlexStartCustomJobOperator(BaseOperator):
 
     # -- execution -----------------------------------------------------------------------------
 
-    def _identity(self, context: Context) -> RequestIdentity:
-        ti = context["ti"]
-        map_index = getattr(ti, "map_index", -1)
-        return RequestIdentity(
-            dag_id=ti.dag_id,
-            task_id=ti.task_id,
-            run_id=ti.run_id,
-            map_index=map_index if isinstance(map_index, int) and map_index >= 0 else -1,
-        )
-
     def _backend(self) -> VertexCustomJobBackend:
-        project = self.project_id
-        if not project:
-            from airflow_provider_dws.hooks.vertex_ai import DwsVertexAIHook
-
-            project = DwsVertexAIHook(gcp_conn_id=self.gcp_conn_id).project_id or None
-            if not project:
-                raise self._fail(
-                    f"project_id is not set and connection {self.gcp_conn_id!r} names no project"
-                )
-            self.project_id = project
-        return VertexCustomJobBackend(project, self.region, self.gcp_conn_id, self.impersonation_chain)
+        return VertexCustomJobBackend(
+            self.resolve_project(), self.region, self.gcp_conn_id, self.impersonation_chain
+        )
 
     def execute(self, context: Context) -> Any:
         """Find or submit the job, then wait for it (deferred by default)."""
         if self.worker_pool_specs is not None:
             self.worker_pool_specs = [_normalize_pool(p) for p in self.worker_pool_specs]
         self._check_templated(rendered=True)
-        identity = self._identity(context)
+        identity = self.identity(context)
         backend = self._backend()
         decision, jobs = backend.decide(identity)
         self.log.info("Identity %s: %s", identity.key, decision.reason)

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 
 LABEL_MAX_LENGTH = 63
+QUEUED_RESOURCE_ID_MAX = 63
+QUEUED_RESOURCE_ID_RE = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
 _LABEL_VALUE_RE = re.compile(r"^[a-z0-9_-]{0,63}$")
 _LABEL_KEY_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _INVALID_CHARS = re.compile(r"[^a-z0-9_-]")
@@ -115,6 +117,18 @@ class RequestIdentity:
         if self.map_index >= 0:
             name += f"[{self.map_index}]"
         return name if len(name) <= 128 else f"{name[:119]}-{self.key[:8]}"
+
+    def queued_resource_id(self, prefix: str = "dws") -> str:
+        """A Cloud TPU queued resource id for this task instance and attempt (RFC 1035, <= 63 chars).
+
+        ``<prefix>-<task slug>-<16 hex of key>`` plus ``-a<N>`` from the second attempt on: readable
+        in the console, stable across retries and restarts, distinct between task instances.
+        """
+        slug = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", self.task_id.lower())).strip("-")
+        suffix = f"-{self.key[:16]}" + (f"-a{self.attempt}" if self.attempt > 1 else "")
+        room = QUEUED_RESOURCE_ID_MAX - len(prefix) - 1 - len(suffix) - 1
+        slug = slug[: max(room, 0)].rstrip("-") or "task"
+        return f"{prefix}-{slug}{suffix}"
 
     def with_attempt(self, attempt: int) -> RequestIdentity:
         """The same task instance's identity for another capacity attempt."""

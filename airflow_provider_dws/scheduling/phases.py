@@ -51,6 +51,7 @@ class FailureKind(str, enum.Enum):
     WORKLOAD_FAILED = "workload_failed"
     BAD_REQUEST = "bad_request"
     CANCELLED = "cancelled"
+    PREEMPTED = "preempted"
 
 
 # google.rpc.Code values used for classification (stable numbers from google/rpc/code.proto).
@@ -133,6 +134,51 @@ def classify_vertex_job(
     return Outcome(phase, None, error_message)
 
 
+# The one table from Cloud TPU ``QueuedResourceState.State`` names to phases. ACTIVE means the
+# slice is provisioned and billing: for a queued resource that is the "running" phase, since the
+# workload runs on the nodes. SUSPENDING/SUSPENDED (spot preemption) and FAILED are refined by
+# :func:`classify_tpu_queued_resource`.
+TPU_QUEUED_RESOURCE_STATE_PHASES: dict[str, Phase] = {
+    "STATE_UNSPECIFIED": Phase.WAITING,
+    "CREATING": Phase.WAITING,
+    "ACCEPTED": Phase.WAITING,
+    "WAITING_FOR_RESOURCES": Phase.WAITING,
+    "PROVISIONING": Phase.PROVISIONING,
+    "ACTIVE": Phase.RUNNING,
+    "FAILED": Phase.NOT_OBTAINED,
+    "SUSPENDING": Phase.FAILED,
+    "SUSPENDED": Phase.FAILED,
+    "DELETING": Phase.CANCELLED,
+}
+
+_PERMISSION_DENIED = 7
+
+
+def tpu_phase(state_name: str) -> Phase:
+    """Map a Cloud TPU ``QueuedResourceState.State`` name to a :class:`Phase` (unknown: WAITING)."""
+    return TPU_QUEUED_RESOURCE_STATE_PHASES.get(state_name, Phase.WAITING)
+
+
+def classify_tpu_queued_resource(state_name: str, *, error_code: int = 0, error_message: str = "") -> Outcome:
+    """Classify a queued resource state into a phase and, for failures, a reason.
+
+    A queued resource only reaches FAILED before its slice is provisioned: its valid-until time
+    passed, or provisioning was refused. That is capacity not obtained, unless the error says
+    the request itself was wrong (INVALID_ARGUMENT, FAILED_PRECONDITION, PERMISSION_DENIED).
+    SUSPENDING/SUSPENDED means a spot slice was preempted: the capacity was taken back.
+    """
+    phase = tpu_phase(state_name)
+    if state_name == "FAILED":
+        if error_code in (_INVALID_ARGUMENT, _FAILED_PRECONDITION, _PERMISSION_DENIED):
+            return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, error_message)
+        return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, error_message)
+    if state_name in ("SUSPENDING", "SUSPENDED"):
+        return Outcome(Phase.FAILED, FailureKind.PREEMPTED, error_message or "the spot slice was preempted")
+    if phase is Phase.CANCELLED:
+        return Outcome(Phase.CANCELLED, FailureKind.CANCELLED, error_message or "the queued resource is being deleted")
+    return Outcome(phase, None, error_message)
+
+
 @dataclass(frozen=True)
 class RequestTimings:
     """When a request was submitted, obtained its capacity and finished (UTC, any may be unknown)."""
@@ -181,11 +227,14 @@ class RequestTimings:
 
 
 __all__ = [
+    "TPU_QUEUED_RESOURCE_STATE_PHASES",
     "VERTEX_JOB_STATE_PHASES",
     "FailureKind",
     "Outcome",
     "Phase",
     "RequestTimings",
+    "classify_tpu_queued_resource",
     "classify_vertex_job",
+    "tpu_phase",
     "vertex_phase",
 ]

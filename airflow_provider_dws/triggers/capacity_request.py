@@ -20,6 +20,7 @@ WAIT_DEADLINE_GRACE = timedelta(minutes=2)
 HEARTBEAT = timedelta(minutes=10)
 #: Bound on the cancel call made when a user kills the task.
 CANCEL_TIMEOUT_SECONDS = 60.0
+TARGETS = frozenset({"end", "running"})
 
 
 def _fmt(seconds: float | None) -> str:
@@ -43,6 +44,9 @@ class CapacityRequestTrigger(BaseTrigger):
         provider cancels it and reports capacity not obtained. ``None``: rely on the API alone.
     :param cancel_on_kill: cancel the request when a user kills the task (marks it failed or
         success, or clears it). A triggerer restart never cancels.
+    :param target: ``"end"`` waits until the request ends (a Vertex job runs its workload to the
+        end); ``"running"`` returns as soon as the capacity is held (a TPU slice is ACTIVE and the
+        workload runs in later tasks), or earlier if it ends without getting there.
     """
 
     def __init__(
@@ -53,8 +57,11 @@ class CapacityRequestTrigger(BaseTrigger):
         poll_interval: float = 30.0,
         wait_deadline: str | None = None,
         cancel_on_kill: bool = True,
+        target: str = "end",
     ) -> None:
         super().__init__()
+        if target not in TARGETS:
+            raise ValueError(f"target must be one of {sorted(TARGETS)}, got {target!r}")
         if kind not in BACKENDS:
             raise ValueError(f"kind must be one of {sorted(BACKENDS)}, got {kind!r}")
         if not isinstance(backend_spec, dict):
@@ -77,6 +84,7 @@ class CapacityRequestTrigger(BaseTrigger):
         self.poll_interval = float(poll_interval)
         self.wait_deadline = wait_deadline
         self.cancel_on_kill = cancel_on_kill
+        self.target = target
         self._backend: AsyncRequestBackend | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -90,6 +98,7 @@ class CapacityRequestTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "wait_deadline": self.wait_deadline,
                 "cancel_on_kill": self.cancel_on_kill,
+                "target": self.target,
             },
         )
 
@@ -146,7 +155,7 @@ class CapacityRequestTrigger(BaseTrigger):
             if status.phase is not last_phase or now - last_log >= HEARTBEAT:
                 self.log.info("%s", self._describe(status))
                 last_phase, last_log = status.phase, now
-            if status.phase.terminal:
+            if status.phase.terminal or (self.target == "running" and status.phase is Phase.RUNNING):
                 yield TriggerEvent(status.to_event())
                 return
             if (

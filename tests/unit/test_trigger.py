@@ -95,7 +95,9 @@ def run_all(t: CapacityRequestTrigger) -> list[dict[str, Any]]:
 
 
 def test_serialize_round_trips() -> None:
-    t = trigger(wait_deadline="2026-01-01T02:00:00+00:00", cancel_on_kill=False, poll_interval=5)
+    t = trigger(
+        wait_deadline="2026-01-01T02:00:00+00:00", cancel_on_kill=False, poll_interval=5, target="running"
+    )
     path, kwargs = t.serialize()
     assert path == "airflow_provider_dws.triggers.capacity_request.CapacityRequestTrigger"
     assert kwargs == {
@@ -105,6 +107,7 @@ def test_serialize_round_trips() -> None:
         "poll_interval": 5.0,
         "wait_deadline": "2026-01-01T02:00:00+00:00",
         "cancel_on_kill": False,
+        "target": "running",
     }
     rebuilt = CapacityRequestTrigger(**kwargs)
     assert rebuilt.serialize() == (path, kwargs)
@@ -115,13 +118,19 @@ def test_serialize_round_trips_defaults() -> None:
     assert kwargs["poll_interval"] == 30.0
     assert kwargs["wait_deadline"] is None
     assert kwargs["cancel_on_kill"] is True
+    assert kwargs["target"] == "end"
     assert CapacityRequestTrigger(**kwargs).serialize() == (path, kwargs)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "exc", "message"),
     [
-        ({"kind": "gke"}, ValueError, r"kind must be one of \['vertex_custom_job'\], got 'gke'"),
+        (
+            {"kind": "gke"},
+            ValueError,
+            r"kind must be one of \['tpu_queued_resource', 'vertex_custom_job'\], got 'gke'",
+        ),
+        ({"target": "started"}, ValueError, r"target must be one of \['end', 'running'\], got 'started'"),
         ({"request_name": ""}, ValueError, "request_name must be a non-empty string, got ''"),
         ({"request_name": None}, ValueError, "request_name must be a non-empty string, got None"),
         ({"backend_spec": [1]}, TypeError, "backend_spec must be a dict, got list"),

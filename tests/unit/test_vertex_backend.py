@@ -134,5 +134,8 @@ def test_backend_spec_round_trip() -> None:
 
 
 def test_unknown_backend_kind() -> None:
-    with pytest.raises(ValueError, match=r"unknown DWS backend kind 'tpu'; known: \['vertex_custom_job'\]"):
-        backend_from_spec("tpu", {})
+    with pytest.raises(
+        ValueError,
+        match=r"unknown DWS backend kind 'gke'; known: \['tpu_queued_resource', 'vertex_custom_job'\]",
+    ):
+        backend_from_spec("gke", {})

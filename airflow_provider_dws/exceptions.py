@@ -13,6 +13,10 @@ class CapacityNotObtainedError(DwsError):
     """DWS could not provide the requested capacity within the max wait."""
 
 
+class CapacityPreemptedError(DwsError):
+    """The capacity was obtained and then taken back (a spot slice was preempted)."""
+
+
 class WorkloadFailedError(DwsError):
     """The capacity was obtained and the workload ran, but it failed."""
 

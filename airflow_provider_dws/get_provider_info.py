@@ -14,7 +14,8 @@ def get_provider_info() -> dict[str, Any]:
         "name": "Google Cloud Dynamic Workload Scheduler",
         "description": (
             "Run AI training and batch work on scarce GPUs and TPUs through Google Cloud's Dynamic "
-            "Workload Scheduler: Vertex AI Flex Start custom jobs, waited on in the triggerer."
+            "Workload Scheduler: Vertex AI Flex Start custom jobs and Cloud TPU queued resources, waited on "
+            "in the triggerer."
         ),
         "versions": [__version__],
         "integrations": [
@@ -27,7 +28,10 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "Google Cloud Dynamic Workload Scheduler",
-                "python-modules": ["airflow_provider_dws.operators.vertex_ai"],
+                "python-modules": [
+                    "airflow_provider_dws.operators.vertex_ai",
+                    "airflow_provider_dws.operators.tpu",
+                ],
             }
         ],
         "triggers": [
@@ -39,8 +43,15 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [
             {
                 "integration-name": "Google Cloud Dynamic Workload Scheduler",
-                "python-modules": ["airflow_provider_dws.hooks.base", "airflow_provider_dws.hooks.vertex_ai"],
+                "python-modules": [
+                    "airflow_provider_dws.hooks.base",
+                    "airflow_provider_dws.hooks.vertex_ai",
+                    "airflow_provider_dws.hooks.tpu",
+                ],
             }
         ],
-        "extra-links": ["airflow_provider_dws.links.vertex_ai.VertexAIFlexStartJobLink"],
+        "extra-links": [
+            "airflow_provider_dws.links.vertex_ai.VertexAIFlexStartJobLink",
+            "airflow_provider_dws.links.tpu.TPUQueuedResourceLink",
+        ],
     }

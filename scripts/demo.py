@@ -1,8 +1,9 @@
-"""`make demo`: run the example DAG against a local dws-emulator, then show what happened.
+"""`make demo`: run the example DAGs against a local dws-emulator, then show what happened.
 
 Starts ``dws-emulator`` on a free loopback port with its default inventory, prepares a throwaway
-Airflow home (SQLite), runs ``airflow dags test dws_vertex_flex_start``, prints the job's final
-state with its wait and run times as the emulator recorded them, and stops the emulator.
+Airflow home (SQLite), runs ``airflow dags test`` for the Vertex AI Flex Start example and then
+the TPU queued-resource example, prints every request's final state with its wait and run times
+as the emulator recorded them, and stops the emulator.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-DAG_ID = "dws_vertex_flex_start"
+DAG_IDS = ("dws_vertex_flex_start", "dws_tpu_queued_resource")
 
 
 def start_emulator() -> tuple[subprocess.Popen[str], str]:
@@ -62,8 +63,10 @@ def main() -> int:
         subprocess.run(
             [str(BIN / "airflow"), "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL
         )
-        print(f"==> airflow dags test {DAG_ID}", flush=True)
-        result = subprocess.run([str(BIN / "airflow"), "dags", "test", DAG_ID], env=env)
+        codes = {}
+        for dag_id in DAG_IDS:
+            print(f"==> airflow dags test {dag_id}", flush=True)
+            codes[dag_id] = subprocess.run([str(BIN / "airflow"), "dags", "test", dag_id], env=env).returncode
         port = address.rsplit(":", 1)[1]
         listing = subprocess.run(
             [str(BIN / "dws-emulator"), "requests", "--port", port, "--json"],
@@ -78,14 +81,30 @@ def main() -> int:
     print()
     print("==> what the emulator saw")
     for req in requests:
-        history = " -> ".join(step["state"].removeprefix("JOB_STATE_") for step in req["history"])
-        print(f"{req['name']}  {req.get('display_name', '')}")
-        print(f"    {history}")
-        waited = _seconds(req["create_time"], req["start_time"] or req["end_time"])
-        ran = _seconds(req["start_time"], req["end_time"]) or 0.0
-        print(f"    final state {req['state']}: waited {waited:.1f}s for capacity, ran {ran:.1f}s")
-    print(f"==> demo finished in {time.monotonic() - started:.1f}s (dags test exit code {result.returncode})")
-    ok = result.returncode == 0 and len(requests) == 1 and requests[0]["state"] == "JOB_STATE_SUCCEEDED"
+        history = [step["state"].removeprefix("JOB_STATE_") for step in req["history"]]
+        print(f"{req['kind']} {req['name']}")
+        print(f"    {' -> '.join(history)}")
+        if req["kind"] == "CustomJob":
+            waited = _seconds(req["create_time"], req["start_time"] or req["end_time"])
+            ran = _seconds(req["start_time"], req["end_time"]) or 0.0
+            print(f"    final state {req['state']}: waited {waited:.1f}s for capacity, ran {ran:.1f}s")
+        else:
+            times = {step["state"]: step["time"] for step in req["history"]}
+            waited = _seconds(req["create_time"], times.get("ACTIVE"))
+            held = _seconds(times.get("ACTIVE"), times.get("DELETED") or times.get("DELETING"))
+            print(
+                f"    {req['accelerator_type']} ({req['chips']} chips): waited {waited or 0:.1f}s for capacity, "
+                f"held the slice {held or 0:.1f}s, deleted: {req['deleted']}"
+            )
+    print(f"==> demo finished in {time.monotonic() - started:.1f}s (dags test exit codes {codes})")
+    jobs = [r for r in requests if r["kind"] == "CustomJob"]
+    slices = [r for r in requests if r["kind"] == "QueuedResource"]
+    ok = (
+        all(code == 0 for code in codes.values())
+        and [j["state"] for j in jobs] == ["JOB_STATE_SUCCEEDED"]
+        and len(slices) == 1
+        and all(s["deleted"] for s in slices)
+    )
     return 0 if ok else 1
 
 

@@ -30,7 +30,7 @@ _DELETE_TIMEOUT_SECONDS = 600.0
 
 def parse_queued_resource_name(name: str) -> tuple[str, str, str]:
     """Split ``projects/P/locations/Z/queuedResources/ID`` into (project, zone, id)."""
-    match = _QR_NAME_RE.match(name)
+    match = _QR_NAME_RE.fullmatch(name)
     if not match:
         raise ValueError(f"not a Cloud TPU queued resource name: {name!r}")
     return match["project"], match["zone"], match["qr_id"]
@@ -77,6 +77,10 @@ def queued_resource_status(qr: QueuedResource) -> RequestStatus:
     finished = datetime.now(timezone.utc) if outcome.phase.terminal else None
     policy = qr.queueing_policy
     valid_until = cast("Any", policy.valid_until_duration)
+    if not valid_until and QueuedResource.QueueingPolicy.pb(policy).HasField("valid_interval"):
+        # proto-plus leaves google.type.Interval as raw protobuf Timestamps.
+        start, end = policy.valid_interval.start_time, policy.valid_interval.end_time
+        valid_until = end.ToDatetime(timezone.utc) - start.ToDatetime(timezone.utc)
     return RequestStatus(
         name=qr.name,
         state=state,

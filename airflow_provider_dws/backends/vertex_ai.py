@@ -31,7 +31,7 @@ def _when(value: Any) -> datetime | None:
 
 def parse_job_name(name: str) -> tuple[str, str]:
     """Split ``projects/P/locations/R/customJobs/ID`` into (region, job id)."""
-    match = _JOB_NAME_RE.match(name)
+    match = _JOB_NAME_RE.fullmatch(name)
     if not match:
         raise ValueError(f"not a Vertex AI custom job name: {name!r}")
     return match["region"], match["job_id"]

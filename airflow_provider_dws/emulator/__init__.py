@@ -1,29 +1,57 @@
-"""``dws-emulator``: a local emulator of Vertex AI's JobService with a GPU capacity model.
+"""``dws-emulator``: a local emulator of Vertex AI's JobService and Cloud TPU queued resources.
 
-It serves the real gRPC protocols (``google.cloud.aiplatform.v1.JobService`` CustomJob methods
-and ``google.longrunning.Operations``) on one loopback port, so the unmodified google client
-libraries, sync and async, talk to it over an insecure channel. A JSON control service on the
-same port (``dws.emulator.v1.Control``: ``ListRequests``, ``GetCapacity``, ``SetCapacity``) lets
-tests and users inspect every request ever created and resize pools while it runs.
+It serves the real gRPC protocols on one loopback port, so the unmodified google client
+libraries, sync and async, talk to it over an insecure channel:
+
+* ``google.cloud.aiplatform.v1.JobService``: the CustomJob methods;
+* ``google.cloud.tpu.v2.Tpu``: ``CreateQueuedResource`` / ``DeleteQueuedResource`` (long-running
+  operations named ``projects/P/locations/ZONE/operations/operation-ID``),
+  ``GetQueuedResource``, ``ListQueuedResources``, ``GetNode``, ``ListNodes``; every other Tpu
+  method answers UNIMPLEMENTED;
+* ``google.longrunning.Operations`` for the operations of both;
+* a JSON control service (``dws.emulator.v1.Control``: ``ListRequests``, ``GetCapacity``,
+  ``SetCapacity``, ``Preempt``) that lets tests and users inspect every request ever created,
+  resize pools while it runs and preempt Spot TPUs.
+
+GPUs and TPUs share one capacity model (:mod:`.capacity`): pools keyed ``LOCATION/ACCELERATOR``
+with a strict FIFO queue each. GPU pools are a region and a Vertex accelerator type; TPU pools
+are a zone and a TPU family counted in **chips** (``v5litepod-16`` and ``v6e-16`` need 16 chips;
+``v2``/``v3``/``v4``/``v5p-N`` need N/2; a multislice of k nodes needs k times that, at once;
+see :mod:`.tpu`).
 
 Default inventory (:data:`DEFAULT_CAPACITY`, used when ``serve`` gets no ``--capacity``):
 
 * ``us-central1``: ``NVIDIA_H100_80GB=16``, ``NVIDIA_A100_80GB=16``, ``NVIDIA_TESLA_A100=16``,
   ``NVIDIA_L4=16``
 * ``us-east4``: ``NVIDIA_H100_80GB=8``
-* TPU pools, in chips (reserved for TPU queued resources): ``us-west4-a/v5litepod=64``,
-  ``us-central1-a/v5litepod=32``, ``us-east5-a/v5p=64``, ``us-east1-d/v6e=64``
+* TPU pools, in chips: ``us-west4-a/v5litepod=64``, ``us-central1-a/v5litepod=32``,
+  ``us-east5-a/v5p=64``, ``us-east1-d/v6e=64``
+
+Reservations: a pool spelled ``ZONE/FAMILY@RESERVATION=N`` (``--capacity
+us-west4-a/v5litepod@my-res=32``) is a separate pool, used only by queued resources whose
+``reservation_name`` is ``projects/P/locations/ZONE/reservations/RESERVATION``; naming a
+reservation without such a pool is INVALID_ARGUMENT.
+
+Queued resources go CREATING -> ACCEPTED -> (WAITING_FOR_RESOURCES) -> PROVISIONING (0.5 s) ->
+ACTIVE with READY nodes; ``queueing_policy`` valid-until times fail them (RESOURCE_EXHAUSTED in
+``failed_data.error``), valid-after times hold them back (life cycle in :mod:`.tpu_state`).
+
+Preemption: ``EmulatorControl.preempt(name)`` or ``dws-emulator preempt --port P NAME`` preempts
+an ACTIVE **Spot** queued resource: SUSPENDING, then SUSPENDED, its nodes PREEMPTED and its chips
+released (anything else is FAILED_PRECONDITION).
 
 Python API::
 
     from airflow_provider_dws.emulator import EmulatorServer, EmulatorControl
 
-    with EmulatorServer({"us-central1/NVIDIA_H100_80GB": 8}, seed=0) as server:
+    with EmulatorServer({"us-central1/NVIDIA_H100_80GB": 8, "us-west4-a/v5litepod": 16}) as server:
         control = EmulatorControl(server.address)
         control.set_capacity({"us-central1/NVIDIA_H100_80GB": 16})
+        control.preempt("projects/p/locations/us-west4-a/queuedResources/my-qr")
 
 Modules: :mod:`.capacity` (pools and FIFO queue), :mod:`.state` (job life cycle),
-:mod:`.validation`, :mod:`.filters` (AIP-160 list filters), :mod:`.server` (gRPC),
+:mod:`.tpu` (TPU chip arithmetic, queued-resource validation), :mod:`.tpu_state` (queued-resource
+life cycle), :mod:`.validation`, :mod:`.filters` (AIP-160 list filters), :mod:`.server` (gRPC),
 :mod:`.control` (control client), :mod:`.cli`.
 """
 

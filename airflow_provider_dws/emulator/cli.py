@@ -1,10 +1,15 @@
-"""``dws-emulator`` command line: ``serve``, ``requests`` and ``capacity``.
+"""``dws-emulator`` command line: ``serve``, ``requests``, ``capacity`` and ``preempt``.
 
 ::
 
     dws-emulator serve [--host 127.0.0.1] [--port 0] [--seed 0] [--capacity LOC/ACC=N ...]
     dws-emulator requests --port P [--host 127.0.0.1] [--json]
     dws-emulator capacity --port P [--host 127.0.0.1] [--json] [LOC/ACC=N ...]
+    dws-emulator preempt --port P [--host 127.0.0.1] [--json] projects/P/locations/ZONE/queuedResources/ID
+
+Pools are ``LOCATION/ACCELERATOR=N``: a region and a Vertex accelerator for GPUs
+(``us-central1/NVIDIA_H100_80GB=8``), a zone and a TPU family counted in chips for TPUs
+(``us-west4-a/v5litepod=16``), or ``ZONE/FAMILY@RESERVATION=N`` for a TPU reservation.
 
 ``serve`` prints exactly one line, ``dws-emulator listening on HOST:PORT``, to stdout once it
 accepts connections, logs request state changes to stderr, and stops on SIGTERM / SIGINT.
@@ -32,13 +37,18 @@ from .control import EmulatorControl
 
 @contextlib.contextmanager
 def _without_aiplatform_services() -> Iterator[None]:
-    """Import only ``google.cloud.aiplatform_v1.types``, not the whole client package.
+    """Import only the ``types`` of ``google.cloud.aiplatform_v1`` and ``google.cloud.tpu_v2``.
 
-    The package ``__init__`` imports every service client (~5 s); the emulator needs only the
-    message types (~0.5 s). A placeholder parent module is installed for the import and removed
+    Each package ``__init__`` imports every service client (~5 s and ~2 s); the emulator needs only
+    the message types. Placeholder parent modules are installed for the import and removed
     afterwards, so a later ``import google.cloud.aiplatform_v1`` still runs the real one.
     """
-    name = "google.cloud.aiplatform_v1"
+    with _types_only("google.cloud.aiplatform_v1"), _types_only("google.cloud.tpu_v2"):
+        yield
+
+
+@contextlib.contextmanager
+def _types_only(name: str) -> Iterator[None]:
     spec = importlib.util.find_spec(name) if name not in sys.modules else None
     if spec is None or spec.submodule_search_locations is None:
         yield
@@ -53,8 +63,9 @@ def _without_aiplatform_services() -> Iterator[None]:
         if sys.modules.get(name) is placeholder:
             del sys.modules[name]
         parent = sys.modules.get("google.cloud")
-        if parent is not None and getattr(parent, "aiplatform_v1", None) is placeholder:
-            delattr(parent, "aiplatform_v1")
+        attr = name.rsplit(".", 1)[1]
+        if parent is not None and getattr(parent, attr, None) is placeholder:
+            delattr(parent, attr)
 
 
 def _parse_pools(specs: Sequence[str]) -> dict[str, int]:
@@ -114,12 +125,25 @@ def _format_table(rows: list[list[str]], headers: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _qr_row(r: dict[str, Any]) -> list[str]:
+    """A QueuedResource record in the same columns as a CustomJob (tier as strategy)."""
+    slices = f"{r['node_count']} x " if r["node_count"] > 1 else ""
+    accel = f"{slices}{r['accelerator_type']} ({r['chips']} chips)"
+    state = r["state"] + (" (deleted)" if r["deleted"] else "")
+    labels = ",".join(f"{k}={v}" for k, v in sorted(r["labels"].items())) or "-"
+    tier = r["tier"] + (f"@{r['reservation'].rsplit('/', 1)[-1]}" if r["reservation"] else "")
+    return [r["name"].rsplit("/", 1)[-1], "-", r["location"], tier, accel, state, labels]
+
+
 def _print_requests(requests: list[dict[str, Any]]) -> None:
     if not requests:
         print("no requests")
         return
     rows = []
     for r in requests:
+        if r["kind"] == "QueuedResource":
+            rows.append(_qr_row(r))
+            continue
         accel = f"{r['accelerator_count']} x {r['accelerator_type']}" if r["accelerator_type"] else "-"
         state = r["state"].removeprefix("JOB_STATE_") + (" (deleted)" if r["deleted"] else "")
         labels = ",".join(f"{k}={v}" for k, v in sorted(r["labels"].items())) or "-"
@@ -140,6 +164,8 @@ def _print_requests(requests: list[dict[str, Any]]) -> None:
     for r in requests:
         history = " -> ".join(f"{h['state'].removeprefix('JOB_STATE_')}@{h['time']}" for h in r["history"])
         print(f"\n{r['kind']} {r['name']}\n  history: {history}")
+        if r.get("nodes"):
+            print(f"  nodes: {', '.join(r['nodes'])}")
         if r["error"]:
             print(f"  error: code={r['error']['code']} {r['error']['message']}")
 
@@ -176,9 +202,21 @@ def _capacity(args: argparse.Namespace) -> int:
     return 0
 
 
+def _preempt(args: argparse.Namespace) -> int:
+    with EmulatorControl(_address(args)) as control:
+        record = control.preempt(args.name)
+    if args.json:
+        print(json.dumps(record, indent=2, sort_keys=True))
+    else:
+        print(f"preempted {record['name']}: {record['state']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="dws-emulator", description="Local emulator of Vertex AI JobService with a GPU capacity model."
+        prog="dws-emulator",
+        description="Local emulator of Vertex AI JobService and Cloud TPU queued resources "
+        "with a GPU/TPU capacity model.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -198,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, func, help_text in (
         ("requests", _requests, "list every request ever created"),
         ("capacity", _capacity, "show pools, or set them with LOCATION/ACCELERATOR=COUNT arguments"),
+        ("preempt", _preempt, "preempt an ACTIVE Spot TPU queued resource"),
     ):
         cmd = sub.add_parser(name, help=help_text)
         cmd.add_argument("--host", default="127.0.0.1")
@@ -205,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--json", action="store_true", help="print JSON")
         if name == "capacity":
             cmd.add_argument("pools", nargs="*", metavar="LOCATION/ACCELERATOR=COUNT")
+        if name == "preempt":
+            cmd.add_argument("name", metavar="projects/P/locations/ZONE/queuedResources/ID")
         cmd.set_defaults(func=func)
     return parser
 

@@ -40,6 +40,14 @@ class EmulatorControl:
         """Create or resize pools (others unchanged); returns the resulting inventory."""
         return dict(self.call("SetCapacity", {"pools": dict(pools)})["pools"])
 
+    def preempt(self, name: str) -> dict[str, Any]:
+        """Preempt an ACTIVE Spot TPU queued resource (SUSPENDING, then SUSPENDED; nodes PREEMPTED).
+
+        Returns its record (the shape of :meth:`requests` entries). FAILED_PRECONDITION for a
+        non-Spot or non-ACTIVE resource, NOT_FOUND for an unknown one.
+        """
+        return dict(self.call("Preempt", {"name": name})["queued_resource"])
+
     def close(self) -> None:
         self._channel.close()
 

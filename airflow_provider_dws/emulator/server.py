@@ -1,9 +1,9 @@
-"""gRPC server: the real JobService and Operations protocols plus the emulator's control service.
+"""gRPC server: the real JobService, Cloud TPU and Operations protocols plus the control service.
 
 There are no generated server stubs in the installed packages, so the services are assembled
 with ``grpc.method_handlers_generic_handler`` from the raw protobuf classes behind the proto-plus
 types. Any JobService method not listed here answers UNIMPLEMENTED (gRPC's default for an
-unknown method).
+unknown method); so does every Tpu method other than the queued-resource and node reads below.
 """
 
 from __future__ import annotations
@@ -19,16 +19,20 @@ from typing import Any
 
 import grpc
 from google.cloud.aiplatform_v1.types import job_service
+from google.cloud.tpu_v2.types import cloud_tpu
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 
 from .capacity import PoolKey
 from .state import EmulatorState
+from .tpu import both_tiers_on_wire
+from .tpu_state import TpuState
 from .validation import EmulatorError
 
 log = logging.getLogger("dws_emulator")
 
 JOB_SERVICE = "google.cloud.aiplatform.v1.JobService"
+TPU_SERVICE = "google.cloud.tpu.v2.Tpu"
 OPERATIONS_SERVICE = "google.longrunning.Operations"
 CONTROL_SERVICE = "dws.emulator.v1.Control"
 TICK_SECONDS = 0.1
@@ -122,6 +126,69 @@ class JobServiceServicer:
         )
 
 
+class _CreateQueuedResource:
+    """A decoded CreateQueuedResourceRequest plus what only the wire bytes can tell."""
+
+    def __init__(self, data: bytes) -> None:
+        self.request = cloud_tpu.CreateQueuedResourceRequest.pb().FromString(data)
+        self.both_tiers = both_tiers_on_wire(data)
+
+
+class TpuServicer:
+    """``google.cloud.tpu.v2.Tpu``: queued resources (create/get/list/delete) and node reads."""
+
+    def __init__(self, tpu: TpuState) -> None:
+        self.tpu = tpu
+
+    def CreateQueuedResource(self, raw: _CreateQueuedResource, context):
+        request = raw.request
+        return self.tpu.create(
+            request.parent, request.queued_resource_id, request.queued_resource, raw.both_tiers
+        )
+
+    def GetQueuedResource(self, request, context):
+        return self.tpu.get(request.name)
+
+    def ListQueuedResources(self, request, context):
+        resources, token = self.tpu.list_resources(request.parent, request.page_size, request.page_token)
+        response = cloud_tpu.ListQueuedResourcesResponse.pb()(next_page_token=token)
+        response.queued_resources.extend(resources)
+        return response
+
+    def DeleteQueuedResource(self, request, context):
+        return self.tpu.delete(request.name, request.force)
+
+    def GetNode(self, request, context):
+        return self.tpu.get_node(request.name)
+
+    def ListNodes(self, request, context):
+        nodes, token = self.tpu.list_nodes(request.parent, request.page_size, request.page_token)
+        response = cloud_tpu.ListNodesResponse.pb()(next_page_token=token)
+        response.nodes.extend(nodes)
+        return response
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(
+            TPU_SERVICE,
+            {
+                "CreateQueuedResource": grpc.unary_unary_rpc_method_handler(
+                    _guard(self.CreateQueuedResource),
+                    request_deserializer=_CreateQueuedResource,
+                    response_serializer=_serialize,
+                ),
+                "GetQueuedResource": _unary(self.GetQueuedResource, cloud_tpu.GetQueuedResourceRequest.pb()),
+                "ListQueuedResources": _unary(
+                    self.ListQueuedResources, cloud_tpu.ListQueuedResourcesRequest.pb()
+                ),
+                "DeleteQueuedResource": _unary(
+                    self.DeleteQueuedResource, cloud_tpu.DeleteQueuedResourceRequest.pb()
+                ),
+                "GetNode": _unary(self.GetNode, cloud_tpu.GetNodeRequest.pb()),
+                "ListNodes": _unary(self.ListNodes, cloud_tpu.ListNodesRequest.pb()),
+            },
+        )
+
+
 class OperationsServicer:
     """``google.longrunning.Operations`` for the operations the emulator creates."""
 
@@ -173,7 +240,7 @@ class ControlServicer:
     To add a method, define ``def Name(self, body: dict) -> Any`` and list it in ``METHODS``.
     """
 
-    METHODS = ("ListRequests", "GetCapacity", "SetCapacity")
+    METHODS = ("ListRequests", "GetCapacity", "SetCapacity", "Preempt")
 
     def __init__(self, state: EmulatorState) -> None:
         self.state = state
@@ -200,6 +267,14 @@ class ControlServicer:
                 )
             parsed[pkey] = total
         return {"pools": self.state.set_capacity(parsed)}
+
+    def Preempt(self, body: dict[str, Any]) -> Any:
+        name = body.get("name")
+        if not isinstance(name, str) or not name:
+            raise EmulatorError(
+                grpc.StatusCode.INVALID_ARGUMENT, 'expected {"name": "projects/.../queuedResources/ID"}'
+            )
+        return {"queued_resource": self.state.tpu.preempt(name)}
 
     def _method(self, name: str) -> grpc.RpcMethodHandler:
         impl = getattr(self, name)
@@ -262,6 +337,7 @@ class EmulatorServer:
         server.add_generic_rpc_handlers(
             (
                 JobServiceServicer(self.state).handler(),
+                TpuServicer(self.state.tpu).handler(),
                 OperationsServicer(self.state).handler(),
                 ControlServicer(self.state).handler(),
             )

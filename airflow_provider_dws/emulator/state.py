@@ -14,6 +14,9 @@ Life cycle of a CustomJob (``JobState`` names without the ``JOB_STATE_`` prefix)
   tick) or the job FAILS at once with RESOURCE_EXHAUSTED (a stock-out). No queueing.
 * jobs without accelerators use no pool and run at once.
 * cancel: CANCELLING (capacity released immediately), CANCELLED on the next tick.
+
+TPU queued resources live in :class:`.tpu_state.TpuState` (``EmulatorState.tpu``), which shares
+this lock, clock, capacity model and operations table; ``tick`` advances both.
 """
 
 from __future__ import annotations
@@ -123,6 +126,15 @@ class EmulatorState:
         self.jobs: dict[str, JobRecord] = {}  # insertion order = creation order
         self.operations: dict[str, operations_pb2.Operation] = {}
         self._pending_ops: list[str] = []
+        from .tpu_state import TpuState  # local: tpu_state imports helpers from this module
+
+        self.tpu = TpuState(self)
+
+    def new_operation_id(self) -> int:
+        """The next long-running operation id (shared by CustomJob and TPU operations)."""
+        op_id = self._next_op_id
+        self._next_op_id += 1
+        return op_id
 
     # -- life cycle ------------------------------------------------------------------------
     def _set_state(self, rec: JobRecord, state: int, now: float) -> None:
@@ -196,9 +208,13 @@ class EmulatorState:
             for rec in self.jobs.values():
                 if rec.state == JobState.JOB_STATE_QUEUED:
                     self._set_state(rec, JobState.JOB_STATE_PENDING, now)
+            self.tpu.before_advance(now)
             # Capacity is advanced after releases so a freed set is handed on in the same tick.
             result = self.capacity.advance()
             for holder in result.expired:
+                if holder not in self.jobs:
+                    self.tpu.expired(holder, now)
+                    continue
                 rec = self.jobs[holder]
                 plan = rec.plan
                 self._finish(
@@ -211,7 +227,11 @@ class EmulatorState:
                     f"{plan.max_wait:g}s.",
                 )
             for holder in result.started:
-                self._start(self.jobs[holder], now)
+                if holder in self.jobs:
+                    self._start(self.jobs[holder], now)
+                else:
+                    self.tpu.started(holder, now)
+            self.tpu.after_advance(now)
             for rec in self.jobs.values():
                 # PENDING jobs that need no queueing: on-demand sets already taken, or no accelerator.
                 if rec.state == JobState.JOB_STATE_PENDING and not self.capacity.is_queued(rec.name):
@@ -389,8 +409,7 @@ class EmulatorState:
             rec.deleted = True
             rec.history.append(("DELETED", now))
             log.info("CustomJob %s (%r): deleted", name, rec.job.display_name)
-            op_id = self._next_op_id
-            self._next_op_id += 1
+            op_id = self.new_operation_id()
             meta = DeleteOperationMetadataPb()
             meta.generic_metadata.create_time.CopyFrom(_timestamp(now))
             meta.generic_metadata.update_time.CopyFrom(_timestamp(now))
@@ -442,6 +461,7 @@ class EmulatorState:
                 raise EmulatorError(grpc.StatusCode.NOT_FOUND, f"Operation {name} does not exist.")
             if name in self._pending_ops:
                 self._pending_ops.remove(name)
+            self.tpu.forget_operation(name)
 
     def cancel_operation(self, name: str) -> None:
         # Deletes are instantaneous in the emulator, so there is nothing left to cancel.
@@ -452,40 +472,49 @@ class EmulatorState:
 
     # -- control ---------------------------------------------------------------------------
     def requests(self) -> list[dict[str, Any]]:
-        """Every request ever created (deleted ones included), oldest first, as plain dicts."""
+        """Every request ever created (deleted ones included), oldest first, as plain dicts.
+
+        CustomJobs and TPU QueuedResources (``kind`` tells them apart) are merged by create time.
+        """
         with self.lock:
             self.tick()
-            out = []
+            timed: list[tuple[float, dict[str, Any]]] = [
+                (qr.created_at, self.tpu.record(qr)) for qr in self.tpu.all_records
+            ]
             for rec in self.jobs.values():
                 job = rec.job
-                out.append(
-                    {
-                        "name": rec.name,
-                        "kind": "CustomJob",
-                        "display_name": job.display_name,
-                        "project": rec.project,
-                        "location": rec.location,
-                        "labels": dict(job.labels),
-                        "strategy": rec.plan.strategy,
-                        "accelerator_type": rec.plan.accelerator,
-                        "accelerator_count": rec.plan.accelerator_count,
-                        "pool": str(rec.pool) if rec.pool else None,
-                        "state": JobState(rec.state).name,
-                        "deleted": rec.deleted,
-                        "create_time": iso(rec.created_at),
-                        "start_time": iso(rec.started_at),
-                        "end_time": iso(job.end_time.ToNanoseconds() / 1e9)
-                        if job.HasField("end_time")
-                        else None,
-                        "history": [{"state": s, "time": iso(t)} for s, t in rec.history],
-                        "error": (
-                            {"code": job.error.code, "message": job.error.message}
-                            if job.HasField("error")
-                            else None
-                        ),
-                    }
+                timed.append(
+                    (
+                        rec.created_at,
+                        {
+                            "name": rec.name,
+                            "kind": "CustomJob",
+                            "display_name": job.display_name,
+                            "project": rec.project,
+                            "location": rec.location,
+                            "labels": dict(job.labels),
+                            "strategy": rec.plan.strategy,
+                            "accelerator_type": rec.plan.accelerator,
+                            "accelerator_count": rec.plan.accelerator_count,
+                            "pool": str(rec.pool) if rec.pool else None,
+                            "state": JobState(rec.state).name,
+                            "deleted": rec.deleted,
+                            "create_time": iso(rec.created_at),
+                            "start_time": iso(rec.started_at),
+                            "end_time": iso(job.end_time.ToNanoseconds() / 1e9)
+                            if job.HasField("end_time")
+                            else None,
+                            "history": [{"state": s, "time": iso(t)} for s, t in rec.history],
+                            "error": (
+                                {"code": job.error.code, "message": job.error.message}
+                                if job.HasField("error")
+                                else None
+                            ),
+                        },
+                    )
                 )
-            return out
+            timed.sort(key=lambda item: item[0])  # stable: creation order within equal times
+            return [record for _, record in timed]
 
     def inventory(self) -> dict[str, dict[str, int]]:
         with self.lock:

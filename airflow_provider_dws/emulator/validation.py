@@ -7,6 +7,7 @@ so that callers asserting on the field path see the same text they would in prod
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,19 +74,21 @@ def _env_value(container_spec, name: str) -> str | None:
     return None
 
 
-def validate_labels(labels, field: str = "custom_job.labels") -> None:
+def validate_labels(
+    labels, field: str = "custom_job.labels", make_error: Callable[[str, str], EmulatorError] = invalid
+) -> None:
     """GCP label rules: lowercase keys starting with a letter, [a-z0-9_-], at most 63 chars."""
     if len(labels) > _MAX_LABELS:
-        raise invalid(field, f"At most {_MAX_LABELS} labels are allowed, got {len(labels)}.")
+        raise make_error(field, f"At most {_MAX_LABELS} labels are allowed, got {len(labels)}.")
     for key, value in labels.items():
         if not _LABEL_KEY_RE.fullmatch(key):
-            raise invalid(
+            raise make_error(
                 field,
                 f"Label key {key!r} is invalid: keys must start with a lowercase letter and contain "
                 "only lowercase letters, digits, '_' and '-', at most 63 characters.",
             )
         if not _LABEL_VALUE_RE.fullmatch(value):
-            raise invalid(
+            raise make_error(
                 field,
                 f"Label value {value!r} for key {key!r} is invalid: values may contain only lowercase "
                 "letters, digits, '_' and '-', at most 63 characters.",

@@ -88,13 +88,13 @@ class DwsBaseOperator(BaseOperator):
             if not isinstance(self.cancel_on_kill, bool):
                 raise self.fail(f"cancel_on_kill must be True or False, got {self.cancel_on_kill!r}")
         if self.project_id is not None and not skip(self.project_id):
-            if not isinstance(self.project_id, str) or not PROJECT_RE.match(self.project_id):
+            if not isinstance(self.project_id, str) or not PROJECT_RE.fullmatch(self.project_id):
                 raise self.fail(
                     "project_id must be a Google Cloud project id (6-30 lowercase letters, digits and "
                     f"hyphens, starting with a letter), got {self.project_id!r}"
                 )
         if self.service_account is not None and not skip(self.service_account):
-            if not isinstance(self.service_account, str) or not SERVICE_ACCOUNT_RE.match(
+            if not isinstance(self.service_account, str) or not SERVICE_ACCOUNT_RE.fullmatch(
                 self.service_account
             ):
                 raise self.fail(

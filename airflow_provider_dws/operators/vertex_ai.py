@@ -217,7 +217,7 @@ class FlexStartCustomJobOperator(DwsBaseOperator):
         self.check_common(rendered=rendered, static=not rendered)
         skip = self.skipper(rendered)
         if not skip(self.region):
-            if not isinstance(self.region, str) or not _REGION_RE.match(self.region):
+            if not isinstance(self.region, str) or not _REGION_RE.fullmatch(self.region):
                 raise self.fail(
                     f"region must be a Vertex AI region such as 'us-central1', got {self.region!r}"
                 )
@@ -227,13 +227,13 @@ class FlexStartCustomJobOperator(DwsBaseOperator):
                     f"display_name must be a string of 1 to 128 characters, got {self.display_name!r}"
                 )
         if self.network is not None and not skip(self.network):
-            if not isinstance(self.network, str) or not _NETWORK_RE.match(self.network):
+            if not isinstance(self.network, str) or not _NETWORK_RE.fullmatch(self.network):
                 raise self.fail(
                     "network must look like 'projects/<project number>/global/networks/<name>', "
                     f"got {self.network!r}"
                 )
         if self.base_output_directory is not None and not skip(self.base_output_directory):
-            if not isinstance(self.base_output_directory, str) or not re.match(
+            if not isinstance(self.base_output_directory, str) or not re.fullmatch(
                 r"^gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/.*)?$", self.base_output_directory
             ):
                 raise self.fail(

@@ -17,7 +17,8 @@ MAX_RUN_LIMIT = timedelta(days=7)
 MAX_WAIT_LIMIT = timedelta(days=7)
 
 
-def _check(name: str, value: object, limit: timedelta) -> timedelta:
+def check_duration(name: str, value: object, limit: timedelta) -> timedelta:
+    """``value`` (a ``timedelta`` or seconds) as a positive whole-second ``timedelta`` within ``limit``."""
     if isinstance(value, bool) or not isinstance(value, (timedelta, int, float)):
         raise TypeError(f"{name} must be a datetime.timedelta (or seconds), got {type(value).__name__}")
     if not isinstance(value, timedelta) and (not math.isfinite(value) or abs(value) > limit.total_seconds()):
@@ -44,8 +45,8 @@ class WaitBudget:
     max_run: timedelta = DEFAULT_MAX_RUN
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "max_wait", _check("max_wait", self.max_wait, MAX_WAIT_LIMIT))
-        object.__setattr__(self, "max_run", _check("max_run", self.max_run, MAX_RUN_LIMIT))
+        object.__setattr__(self, "max_wait", check_duration("max_wait", self.max_wait, MAX_WAIT_LIMIT))
+        object.__setattr__(self, "max_run", check_duration("max_run", self.max_run, MAX_RUN_LIMIT))
 
     @property
     def total(self) -> timedelta:

@@ -44,7 +44,7 @@ def to_label_value(text: str) -> str:
     outside ``[a-z0-9_-]`` becomes ``-``, it is cut to fit 63 characters and a short hash of the
     original is appended, so two different originals that sanitize alike stay distinct.
     """
-    if _LABEL_VALUE_RE.match(text):
+    if _LABEL_VALUE_RE.fullmatch(text):
         return text
     cleaned = _INVALID_CHARS.sub("-", text.lower())
     keep = LABEL_MAX_LENGTH - _HASH_CHARS - 1
@@ -53,12 +53,12 @@ def to_label_value(text: str) -> str:
 
 def is_valid_label_key(key: str) -> bool:
     """True if ``key`` is a valid GCP label key."""
-    return bool(_LABEL_KEY_RE.match(key))
+    return bool(_LABEL_KEY_RE.fullmatch(key))
 
 
 def is_valid_label_value(value: str) -> bool:
     """True if ``value`` is a valid GCP label value."""
-    return bool(_LABEL_VALUE_RE.match(value))
+    return bool(_LABEL_VALUE_RE.fullmatch(value))
 
 
 @dataclass(frozen=True)

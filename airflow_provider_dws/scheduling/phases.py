@@ -175,7 +175,9 @@ def classify_tpu_queued_resource(state_name: str, *, error_code: int = 0, error_
     if state_name in ("SUSPENDING", "SUSPENDED"):
         return Outcome(Phase.FAILED, FailureKind.PREEMPTED, error_message or "the spot slice was preempted")
     if phase is Phase.CANCELLED:
-        return Outcome(Phase.CANCELLED, FailureKind.CANCELLED, error_message or "the queued resource is being deleted")
+        return Outcome(
+            Phase.CANCELLED, FailureKind.CANCELLED, error_message or "the queued resource is being deleted"
+        )
     return Outcome(phase, None, error_message)
 
 

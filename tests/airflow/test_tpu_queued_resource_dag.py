@@ -1,0 +1,81 @@
+"""Ring 3: the TPU setup/work/teardown example DAG by `airflow dags test` against a live dws-emulator.
+
+After every run the emulator must hold no queued resource that is not deleted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.airflow.conftest import AirflowHome
+
+pytestmark = [pytest.mark.airflow, pytest.mark.emulator]
+
+DAG_ID = "dws_tpu_queued_resource"
+V5E = "us-west4-a/v5litepod"
+
+
+def queued_resources(emulator: Any) -> list[dict[str, Any]]:
+    return [r for r in emulator.control.requests() if r["kind"] == "QueuedResource"]
+
+
+def assert_nothing_left(emulator: Any) -> list[dict[str, Any]]:
+    """Every queued resource the run created is deleted, and the pool is whole again."""
+    records = queued_resources(emulator)
+    left = [(r["name"], r["state"]) for r in records if not r["deleted"]]
+    assert left == [], f"queued resources left behind: {left}"
+    pool = emulator.control.capacity()[V5E]
+    assert pool["in_use"] == 0 and pool["queued"] == 0, pool
+    return records
+
+
+def states(record: dict[str, Any]) -> list[str]:
+    return [step["state"] for step in record["history"]]
+
+
+def test_example_dag_gets_the_slice_uses_it_and_releases_it(
+    airflow_home: AirflowHome, dws_emulator_factory: Any, tmp_path: Path
+) -> None:
+    emulator = dws_emulator_factory()
+    result = airflow_home.run_dag_test(DAG_ID, emulator.address, tmp_path / "run.log")
+    assert result.returncode == 0, result.log[-4000:]
+    slice_line = next(line for line in result.log.splitlines() if "TPU SLICE:" in line)
+    assert "v5litepod-16 (16 chips) on 4 host(s)" in slice_line
+    assert "Deferring: the request waits in the DWS queue" in result.log
+    assert "is gone; the slice is no longer billed" in result.log
+    [record] = assert_nothing_left(emulator)
+    assert "ACTIVE" in states(record)
+    assert record["accelerator_type"] == "v5litepod-16"
+    assert record["labels"]["dws_task"] == "request_tpu_slice"
+    assert record["labels"]["team"] == "research"
+
+
+def test_a_failing_workload_still_releases_the_slice(
+    airflow_home: AirflowHome, dws_emulator_factory: Any, tmp_path: Path
+) -> None:
+    emulator = dws_emulator_factory()
+    result = airflow_home.run_dag_test(
+        DAG_ID, emulator.address, tmp_path / "run.log", conf={"fail_workload": True}
+    )
+    assert "the training step failed (simulated)" in result.log, result.log[-4000:]
+    assert "is gone; the slice is no longer billed" in result.log
+    [record] = assert_nothing_left(emulator)
+    assert "ACTIVE" in states(record)
+
+
+def test_capacity_that_never_comes_fails_with_the_capacity_message_and_leaves_nothing(
+    airflow_home: AirflowHome, dws_emulator_factory: Any, tmp_path: Path
+) -> None:
+    emulator = dws_emulator_factory({V5E: 0})
+    result = airflow_home.run_dag_test(
+        DAG_ID, emulator.address, tmp_path / "run.log", env={"DWS_EXAMPLE_TPU_MAX_WAIT_SECONDS": "3"}
+    )
+    assert "CapacityNotObtainedError" in result.log, result.log[-4000:]
+    assert "no TPU capacity within max wait 0:00:03 in us-west4-a for v5litepod-16 (16 chips)" in result.log
+    assert "TPU SLICE:" not in result.log
+    [record] = assert_nothing_left(emulator)
+    assert "ACTIVE" not in states(record)
+    assert "FAILED" in states(record)

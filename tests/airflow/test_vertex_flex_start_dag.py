@@ -119,7 +119,7 @@ def test_rerun_of_a_task_whose_job_is_running_reattaches(
     airflow_home: AirflowHome, dws_emulator_factory: Any, tmp_path: Path
 ) -> None:
     emulator = dws_emulator_factory()
-    conf = {"run_seconds": 30}
+    conf = {"run_seconds": 60}
     first_log = tmp_path / "first.log"
     first = airflow_home.start_dag_test(DAG_ID, emulator.address, first_log, conf=conf)
     try:

@@ -37,7 +37,10 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": "Google Cloud Dynamic Workload Scheduler",
-                "python-modules": ["airflow_provider_dws.triggers.capacity_request"],
+                "python-modules": [
+                    "airflow_provider_dws.triggers.capacity_request",
+                    "airflow_provider_dws.triggers.resume_at",
+                ],
             }
         ],
         "hooks": [

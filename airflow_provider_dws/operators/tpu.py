@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as gexc
 from google.cloud.tpu_v2 import (
@@ -23,6 +22,7 @@ from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.tpu import (
     TpuQueuedResourceBackend,
     node_summary,
+    parse_queued_resource_name,
     queued_resource_status,
     tpu_chips,
 )
@@ -34,10 +34,19 @@ from airflow_provider_dws.exceptions import (
 )
 from airflow_provider_dws.links.tpu import TPUQueuedResourceLink
 from airflow_provider_dws.operators.base import DwsBaseOperator
+from airflow_provider_dws.operators.request import DwsRequestOperator
 from airflow_provider_dws.scheduling.budget import DEFAULT_MAX_WAIT, MAX_WAIT_LIMIT, check_duration
-from airflow_provider_dws.scheduling.identity import QUEUED_RESOURCE_ID_RE
+from airflow_provider_dws.scheduling.identity import QUEUED_RESOURCE_ID_RE, RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
-from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
+from airflow_provider_dws.scheduling.policies import (
+    CapacityRetry,
+    Deadline,
+    Failover,
+    OffPeakWindow,
+    Placement,
+    WindowSet,
+)
+from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -76,7 +85,7 @@ def _check_queued_resource_id(op: DwsBaseOperator, value: Any) -> None:
         )
 
 
-class TPUQueuedResourceOperator(DwsBaseOperator):
+class TPUQueuedResourceOperator(DwsRequestOperator):
     """Ask Dynamic Workload Scheduler for a Cloud TPU slice; finish when it is ACTIVE.
 
     Creates a queued resource (or reattaches to this task instance's own: its id is derived from
@@ -113,6 +122,12 @@ class TPUQueuedResourceOperator(DwsBaseOperator):
     :param poll_interval: seconds between status reads (default 30).
     :param deferrable: wait in the triggerer (default) or in the worker.
     :param cancel_on_kill: delete the request when a user kills the waiting task (default True).
+    :param window: only let the slice arrive inside this off-peak window (``OffPeakWindow``,
+        ``WindowSet`` or a spec string); outside it the task defers until it opens.
+    :param deadline: nothing is submitted, and no wait extends, past it.
+    :param capacity_retry: resubmit after capacity was not obtained or the slice was preempted
+        (``CapacityRetry`` or a number of retries); each attempt has its own id (``-a<N>``).
+    :param failover: other zones (optionally with another accelerator type or tier) to try in order.
     """
 
     template_fields: Sequence[str] = (
@@ -156,6 +171,10 @@ class TPUQueuedResourceOperator(DwsBaseOperator):
         poll_interval: float = 30.0,
         deferrable: bool = True,
         cancel_on_kill: bool = True,
+        window: OffPeakWindow | WindowSet | str | None = None,
+        deadline: Deadline | timedelta | datetime | None = None,
+        capacity_retry: CapacityRetry | int | None = None,
+        failover: Failover | Sequence[str | Placement] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -187,6 +206,7 @@ class TPUQueuedResourceOperator(DwsBaseOperator):
             raise self.fail(str(err)) from None
         self._check_static()
         self._check_templated(rendered=False)
+        self.init_policies(window, deadline, capacity_retry, failover)
 
     # -- validation ----------------------------------------------------------------------------
 
@@ -255,11 +275,25 @@ class TPUQueuedResourceOperator(DwsBaseOperator):
     # -- building the request ------------------------------------------------------------------
 
     def build_queued_resource(
-        self, identity_labels: Mapping[str, str], parent: str, node_id: str
+        self,
+        identity_labels: Mapping[str, str],
+        parent: str,
+        node_id: str,
+        placement: Placement | None = None,
+        max_wait: timedelta | None = None,
     ) -> QueuedResource:
-        """The ``QueuedResource`` to create: one node spec (or multislice), tier and queueing policy."""
+        """The ``QueuedResource`` to create: one node spec (or multislice), tier and queueing policy.
+
+        A failover ``placement`` may change the accelerator type and the tier; ``max_wait`` is the
+        effective wait decided by the scheduling core (default: ``max_wait``).
+        """
+        accelerator_type = (placement.accelerator_type if placement else None) or self.accelerator_type
+        tier = placement.tier if placement and placement.tier else None
+        spot = tier == "spot" if tier else self.spot
+        guaranteed = tier == "guaranteed" if tier else self.guaranteed
+        max_wait = max_wait or self.max_wait
         node = Node(
-            accelerator_type=self.accelerator_type,
+            accelerator_type=accelerator_type,
             runtime_version=self.runtime_version,
             labels={**(self.labels or {}), **identity_labels},
             network_config=NetworkConfig(
@@ -270,7 +304,7 @@ class TPUQueuedResourceOperator(DwsBaseOperator):
         )
         if self.service_account:
             node.service_account = ServiceAccount(email=self.service_account)
-        if self.spot:
+        if spot:
             node.scheduling_config = SchedulingConfig(spot=True)
         spec = QueuedResource.Tpu.NodeSpec(parent=parent, node=node)
         if self.node_count > 1:
@@ -284,137 +318,219 @@ class TPUQueuedResourceOperator(DwsBaseOperator):
         if self.valid_after:
             start = datetime.now(timezone.utc) + self.valid_after
             policy = QueuedResource.QueueingPolicy(
-                valid_interval=Interval(
-                    start_time=_timestamp(start), end_time=_timestamp(start + self.max_wait)
-                )
+                valid_interval=Interval(start_time=_timestamp(start), end_time=_timestamp(start + max_wait))
             )
         else:
-            policy = QueuedResource.QueueingPolicy(valid_until_duration=self.max_wait)
+            policy = QueuedResource.QueueingPolicy(valid_until_duration=max_wait)
         qr = QueuedResource(tpu=QueuedResource.Tpu(node_spec=[spec]), queueing_policy=policy)
-        if self.spot:
+        if spot:
             qr.spot = QueuedResource.Spot()
-        elif self.guaranteed:
+        elif guaranteed:
             qr.guaranteed = QueuedResource.Guaranteed()
-        if self.reservation_name:
+        if self.reservation_name and not spot:
             qr.reservation_name = self.reservation_name
         return qr
 
-    # -- execution -----------------------------------------------------------------------------
+    # -- execution: the steps of the attempt loop ------------------------------------------------
 
-    def _backend(self) -> TpuQueuedResourceBackend:
+    def _backend(self, zone: str | None = None) -> TpuQueuedResourceBackend:
         return TpuQueuedResourceBackend(
-            self.resolve_project(), self.zone, self.gcp_conn_id, self.impersonation_chain
+            self.resolve_project(), zone or self.zone, self.gcp_conn_id, self.impersonation_chain
         )
+
+    def queued_resource_id_for(self, identity: RequestIdentity) -> str:
+        """This attempt's id: ``queued_resource_id`` or the derived one, with ``-a<N>`` from attempt 2."""
+        if not self.queued_resource_id:
+            return identity.queued_resource_id()
+        if identity.attempt == 1:
+            return self.queued_resource_id
+        suffix = f"-a{identity.attempt}"
+        return self.queued_resource_id[: 63 - len(suffix)].rstrip("-") + suffix
+
+    def check_placement(self, placement: Placement) -> None:
+        """Failover placements must be TPU zones, with a valid accelerator type and tier."""
+        if not _ZONE_RE.fullmatch(placement.location):
+            raise self.fail(
+                f"failover location {placement.location!r} is not a Cloud TPU zone such as 'us-east5-a'"
+            )
+        if placement.accelerator_type:
+            self._check_accelerator(placement.accelerator_type)
+        if placement.tier not in (None, "spot", "guaranteed", "on-demand"):
+            raise self.fail(
+                f"failover placement {placement}: tier must be 'spot', 'guaranteed' or 'on-demand'"
+            )
+        if placement.machine_type:
+            raise self.fail(f"failover placement {placement}: TPU slices have no machine_type")
+
+    def home_placement(self) -> Placement:
+        """The operator's own zone."""
+        return Placement(location=self.zone)
+
+    def _max_attempts(self) -> int:
+        return self.capacity_retry.attempts if self.capacity_retry else 1
+
+    def find_existing(
+        self, context: Context, identity: RequestIdentity
+    ) -> tuple[RequestStatus, Placement, int] | None:
+        """A live or ACTIVE queued resource of any attempt; ended ones found on the way are deleted."""
+        found: tuple[RequestStatus, Placement, int] | None = None
+        seen: set[str] = set()
+        for placement in self.placements():
+            if placement.location in seen:
+                continue
+            seen.add(placement.location)
+            backend = self._backend(placement.location)
+            for attempt in range(1, self._max_attempts() + 1):
+                name = backend.name_of(self.queued_resource_id_for(identity.with_attempt(attempt)))
+                qr = backend.get(name)
+                if qr is None:
+                    continue
+                status = queued_resource_status(qr)
+                if status.phase.live or status.phase is Phase.RUNNING:
+                    if found is None:
+                        found = (status, placement, attempt)
+                        self._remember(context, backend, name)
+                else:
+                    self.log.warning("An earlier request %s ended %s; deleting it", name, status.state)
+                    backend.delete(name, force=True)
+        return found
+
+    def _remember(self, context: Context, backend: TpuQueuedResourceBackend, name: str) -> None:
+        context["ti"].xcom_push(key="queued_resource_name", value=name)
+        url = TPUQueuedResourceLink.persist(
+            context, backend.project_id, backend.zone, name.rsplit("/", 1)[-1]
+        )
+        self.log.info("Console: %s", url)
+
+    def submit_attempt(
+        self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
+    ) -> RequestStatus:
+        """Create the queued resource of this attempt in the placement's zone (ALREADY_EXISTS: adopt)."""
+        backend = self._backend(placement.location)
+        qr_id = self.queued_resource_id_for(identity)
+        name = backend.name_of(qr_id)
+        existing = backend.get(name)
+        if existing is not None and not queued_resource_status(existing).phase.live:
+            if queued_resource_status(existing).phase is not Phase.RUNNING:
+                self.log.warning("An earlier request %s ended; deleting it before asking again", name)
+                backend.delete(name, force=True)
+        request = self.build_queued_resource(identity.labels(), backend.parent, qr_id, placement, max_wait)
+        try:
+            qr, created = backend.create(qr_id, request)
+        except (gexc.InvalidArgument, gexc.FailedPrecondition, gexc.PermissionDenied) as err:
+            raise BadRequestError(f"Cloud TPU refused the queued resource {name}: {err.message}") from None
+        tier = placement.tier or ("spot" if self.spot else "guaranteed" if self.guaranteed else "on-demand")
+        self.log.info(
+            "%s queued resource %s (attempt %d): %s, %s tier, may wait up to %s for capacity%s",
+            "Created" if created else "Adopted",
+            name,
+            identity.attempt,
+            queued_resource_status(qr).description,
+            tier,
+            max_wait,
+            f" after a delay of {self.valid_after}" if self.valid_after else "",
+        )
+        self._remember(context, backend, name)
+        return queued_resource_status(qr)
+
+    def make_trigger(
+        self, status: RequestStatus, placement: Placement, max_wait: timedelta, echo: dict[str, Any]
+    ) -> CapacityRequestTrigger:
+        """Wait on the queued resource until it is ACTIVE (or ends without getting there)."""
+        backend = self._backend(placement.location)
+        created_at = status.timings.submitted or datetime.now(timezone.utc)
+        return CapacityRequestTrigger(
+            kind=backend.kind,
+            backend_spec=backend.spec(),
+            request_name=status.name,
+            poll_interval=float(self.poll_interval),
+            wait_deadline=(created_at + (self.valid_after or timedelta(0)) + max_wait).isoformat(),
+            cancel_on_kill=self.cancel_on_kill,
+            target="running",
+            echo=echo,
+        )
+
+    def is_done(self, status: RequestStatus) -> bool:
+        """The wait ends when the slice is ACTIVE, or when the request ends without it."""
+        return status.phase.terminal or status.phase is Phase.RUNNING
+
+    def is_success(self, status: RequestStatus) -> bool:
+        """An ACTIVE slice is what the task asked for."""
+        return status.phase is Phase.RUNNING
 
     def execute(self, context: Context) -> Any:
         """Find or create the queued resource, then wait until it is ACTIVE (deferred by default)."""
         self._check_templated(rendered=True)
-        identity = self.identity(context)
-        backend = self._backend()
-        qr_id = self.queued_resource_id or identity.queued_resource_id()
-        name = backend.name_of(qr_id)
-        existing = backend.get(name)
-        if existing is not None:
-            status = queued_resource_status(existing)
-            if status.phase.live:
-                self.log.info("Reattaching to %s (%s, %s)", name, status.state, status.description)
-            else:
-                self.log.warning(
-                    "An earlier request %s ended %s; deleting it before asking again", name, status.state
-                )
-                backend.delete(name, force=True)
-                existing = None
-        if existing is None:
-            try:
-                qr, created = backend.create(
-                    qr_id, self.build_queued_resource(identity.labels(), backend.parent, qr_id)
-                )
-            except (gexc.InvalidArgument, gexc.FailedPrecondition, gexc.PermissionDenied) as err:
-                raise BadRequestError(
-                    f"Cloud TPU refused the queued resource {name}: {err.message}"
-                ) from None
-            self.log.info(
-                "%s queued resource %s: %s, %s tier, may wait up to %s for capacity%s",
-                "Created" if created else "Adopted",
-                name,
-                queued_resource_status(qr).description,
-                "spot" if self.spot else "guaranteed" if self.guaranteed else "on-demand",
-                self.max_wait,
-                f" after a delay of {self.valid_after}" if self.valid_after else "",
-            )
-        else:
-            qr = existing
-        context["ti"].xcom_push(key="queued_resource_name", value=name)
-        url = TPUQueuedResourceLink.persist(context, backend.project_id, self.zone, qr_id)
-        self.log.info("Console: %s", url)
-        status = queued_resource_status(qr)
-        if status.phase.terminal or status.phase is Phase.RUNNING:
-            return self.execute_complete(context, status.to_event())
-        created_at = cast("datetime | None", qr.create_time) or datetime.now(timezone.utc)
-        trigger = CapacityRequestTrigger(
-            kind=backend.kind,
-            backend_spec=backend.spec(),
-            request_name=name,
-            poll_interval=float(self.poll_interval),
-            wait_deadline=(created_at + (self.valid_after or timedelta(0)) + self.max_wait).isoformat(),
-            cancel_on_kill=self.cancel_on_kill,
-            target="running",
-        )
-        if self.deferrable:
-            self.log.info("Deferring: the request waits in the DWS queue without holding a worker slot")
-            self.defer(trigger=trigger, method_name="execute_complete")
-        self.log.info("deferrable=False: waiting in this worker")
-        return self.execute_complete(context, asyncio.run(first_event(trigger)))
+        return self.run_attempts(context)
 
-    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        """Resume: return the slice's nodes once ACTIVE; otherwise delete what is left and raise."""
+    def complete_attempt(self, context: Context, event: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        """Record how long the request waited, then let the attempt loop decide."""
         status = RequestStatus.from_event(event)
-        backend = self._backend()
-        ti = context["ti"]
-        wait_s = status.timings.wait_seconds
-        ti.xcom_push(key="wait_seconds", value=wait_s)
-        ti.xcom_push(key="dws_request", value=event)
-        if status.phase is Phase.RUNNING:
-            qr = backend.get(status.name)
-            if qr is None:
-                raise RequestCancelledError(f"{status.name} disappeared right after it became ACTIVE")
-            nodes = [node_summary(n) for n in backend.nodes(qr)]
-            self.log.info(
-                "%s is ACTIVE after waiting %s: %d node(s) %s; it is billed until it is deleted",
-                status.name,
-                timedelta(seconds=round(wait_s or 0)),
-                len(nodes),
-                ", ".join(f"{n['node_id']} {n['ip_addresses']}" for n in nodes),
-            )
-            _, _, qr_id = status.name.rpartition("/")
-            return {
-                "queued_resource": status.name,
-                "queued_resource_id": qr_id,
-                "project_id": backend.project_id,
-                "zone": self.zone,
-                "accelerator_type": self.accelerator_type,
-                "runtime_version": self.runtime_version,
-                "chips": tpu_chips(self.accelerator_type) * self.node_count,
-                "node_count": self.node_count,
-                "nodes": nodes,
-                "ip_addresses": [ip for n in nodes for ip in n["ip_addresses"]],
-                "wait_seconds": wait_s,
-            }
-        # Ended without (or after losing) capacity: nothing should stay behind, not even a FAILED record.
-        self.log.info("Deleting %s (%s) so nothing is left behind", status.name, status.state)
-        backend.delete(status.name, force=True)
-        raise self._error(status)
+        context["ti"].xcom_push(key="wait_seconds", value=status.timings.wait_seconds)
+        return super().complete_attempt(context, event, *args, **kwargs)
 
-    def _error(self, status: RequestStatus) -> Exception:
+    #: Resume point of tasks deferred by earlier releases of the provider.
+    execute_complete = complete_attempt
+
+    def finish_success(self, context: Context, status: RequestStatus) -> Any:
+        """The slice's nodes, IP addresses and accelerator details (the task's XCom return value)."""
+        _, zone, qr_id = parse_queued_resource_name(status.name)
+        backend = self._backend(zone)
+        qr = backend.get(status.name)
+        if qr is None:
+            raise RequestCancelledError(f"{status.name} disappeared right after it became ACTIVE")
+        wait_s = status.timings.wait_seconds
+        nodes = [node_summary(n) for n in backend.nodes(qr)]
+        self.log.info(
+            "%s is ACTIVE after waiting %s: %d node(s) %s; it is billed until it is deleted",
+            status.name,
+            timedelta(seconds=round(wait_s or 0)),
+            len(nodes),
+            ", ".join(f"{n['node_id']} {n['ip_addresses']}" for n in nodes),
+        )
+        spec = qr.tpu.node_spec[0]
+        accelerator_type = spec.node.accelerator_type
+        slices = spec.multislice_params.node_count or 1
+        return {
+            "queued_resource": status.name,
+            "queued_resource_id": qr_id,
+            "project_id": backend.project_id,
+            "zone": zone,
+            "accelerator_type": accelerator_type,
+            "runtime_version": spec.node.runtime_version,
+            "chips": tpu_chips(accelerator_type) * slices,
+            "node_count": slices,
+            "nodes": nodes,
+            "ip_addresses": [ip for n in nodes for ip in n["ip_addresses"]],
+            "wait_seconds": wait_s,
+        }
+
+    def release_failed(self, status: RequestStatus, placement: Placement) -> None:
+        """Ended without (or after losing) capacity: delete it, so not even a FAILED record stays."""
+        self.log.info("Deleting %s (%s) so nothing is left behind", status.name, status.state)
+        _, zone, _ = parse_queued_resource_name(status.name)
+        self._backend(zone).delete(status.name, force=True)
+
+    def failure_error(
+        self, status: RequestStatus, placement: Placement, max_wait: timedelta, summary: str
+    ) -> Exception:
+        """The classified error, with every attempt when there were several."""
+        error = self._error(status, placement, max_wait)
+        if summary:
+            error.args = (f"{error.args[0]}; attempts:\n{summary}",)
+        return error
+
+    def _error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
         message = status.outcome.message
+        zone = placement.location
         detail = f" ({status.name}{': ' + message if message else ''})"
         what = status.description.rsplit(" in ", 1)[0] if status.description else self.accelerator_type
         if status.outcome.failure is FailureKind.CAPACITY_NOT_OBTAINED:
             return CapacityNotObtainedError(
-                f"no TPU capacity within max wait {self.max_wait} in {self.zone} for {what}{detail}"
+                f"no TPU capacity within max wait {max_wait} in {zone} for {what}{detail}"
             )
         if status.outcome.failure is FailureKind.PREEMPTED:
-            return CapacityPreemptedError(f"the TPU slice {what} in {self.zone} was preempted{detail}")
+            return CapacityPreemptedError(f"the TPU slice {what} in {zone} was preempted{detail}")
         if status.outcome.failure is FailureKind.BAD_REQUEST:
             return BadRequestError(f"Cloud TPU refused the queued resource{detail}")
         return RequestCancelledError(f"the queued resource was deleted before it became ACTIVE{detail}")
@@ -435,6 +551,8 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
     :param queued_resource_id: an explicit id instead (templated). Exactly one of the two.
     :param project_id: Google Cloud project; defaults to the connection's project (templated).
     :param force: also delete the nodes (default True; without it the API refuses while nodes exist).
+    :param max_attempts: with ``setup_task_id``, how many capacity attempts' ids to release (the
+        setup's XCom names the live one; the derived ids cover a setup whose worker died first).
     :param gcp_conn_id: Airflow connection for Google Cloud.
     :param impersonation_chain: service account (or chain) to impersonate.
     """
@@ -451,12 +569,14 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
         queued_resource_id: str | None = None,
         project_id: str | None = None,
         force: bool = True,
+        max_attempts: int = 10,
         gcp_conn_id: str = "google_cloud_default",
         impersonation_chain: str | Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.zone = zone
+        self.max_attempts = max_attempts
         self.setup_task_id = setup_task_id
         self.queued_resource_id = queued_resource_id
         self.project_id = project_id
@@ -475,6 +595,12 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
             raise self.fail(f"setup_task_id must be a task id, got {setup_task_id!r}")
         if not isinstance(force, bool):
             raise self.fail(f"force must be True or False, got {force!r}")
+        if (
+            isinstance(max_attempts, bool)
+            or not isinstance(max_attempts, int)
+            or not 1 <= max_attempts <= 100
+        ):
+            raise self.fail(f"max_attempts must be an integer from 1 to 100, got {max_attempts!r}")
         self._check(rendered=False)
 
     def _check(self, *, rendered: bool) -> None:
@@ -488,14 +614,32 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         """Delete the queued resource and wait until it no longer exists."""
         self._check(rendered=True)
-        qr_id = (
-            self.queued_resource_id or self.identity(context, task_id=self.setup_task_id).queued_resource_id()
-        )
         backend = TpuQueuedResourceBackend(
             self.resolve_project(), self.zone, self.gcp_conn_id, self.impersonation_chain
         )
-        name = backend.name_of(qr_id)
-        TPUQueuedResourceLink.persist(context, backend.project_id, self.zone, qr_id)
+        if self.queued_resource_id:
+            return self._release(context, backend, backend.name_of(self.queued_resource_id))
+        # The setup pushes the name of every attempt it submits (any zone); if its worker died before
+        # that, the derived ids of its attempts in this zone are the fallback.
+        pushed = context["ti"].xcom_pull(task_ids=self.setup_task_id, key="queued_resource_name")
+        identity = self.identity(context, task_id=self.setup_task_id)
+        names = [pushed] if isinstance(pushed, str) and pushed else []
+        names += [
+            backend.name_of(identity.with_attempt(a).queued_resource_id())
+            for a in range(1, self.max_attempts + 1)
+        ]
+        results = [self._release(context, backend, name) for name in dict.fromkeys(names)]
+        deleted = [r for r in results if r["deleted"]]
+        return deleted[0] if deleted else results[0]
+
+    def _release(self, context: Context, backend: TpuQueuedResourceBackend, name: str) -> dict[str, Any]:
+        if not name.startswith(backend.parent + "/"):
+            _, zone, _ = parse_queued_resource_name(name)
+            backend = TpuQueuedResourceBackend(
+                backend.project_id, zone, self.gcp_conn_id, self.impersonation_chain
+            )
+        qr_id = name.rsplit("/", 1)[-1]
+        TPUQueuedResourceLink.persist(context, backend.project_id, backend.zone, qr_id)
         existing = backend.get(name)
         if existing is None:
             self.log.info("%s does not exist (never created, or already released): nothing to do", name)

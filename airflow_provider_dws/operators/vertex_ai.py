@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
@@ -26,17 +25,28 @@ from airflow_provider_dws.exceptions import (
     WorkloadFailedError,
 )
 from airflow_provider_dws.links.vertex_ai import VertexAIFlexStartJobLink
-from airflow_provider_dws.operators.base import DwsBaseOperator, has_template
+from airflow_provider_dws.operators.base import has_template
+from airflow_provider_dws.operators.request import DwsRequestOperator
 from airflow_provider_dws.scheduling.budget import (
     DEFAULT_MAX_RUN,
     DEFAULT_MAX_WAIT,
     WaitBudget,
 )
 from airflow_provider_dws.scheduling.identity import (
+    LABEL_ATTEMPT,
     RequestIdentity,
 )
-from airflow_provider_dws.scheduling.phases import FailureKind, Phase
-from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
+from airflow_provider_dws.scheduling.phases import FailureKind
+from airflow_provider_dws.scheduling.policies import (
+    CapacityRetry,
+    Deadline,
+    Failover,
+    OffPeakWindow,
+    Placement,
+    WindowSet,
+)
+from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
+from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -81,6 +91,10 @@ def _normalize_pool(pool: Any) -> Any:
     return pool
 
 
+def _created(job: CustomJob) -> datetime | None:
+    return cast("datetime | None", job.create_time)
+
+
 def _as_dict(value: Any, what: str) -> dict[str, Any]:
     """A worker pool spec or custom job as a plain dict (accepting dicts and proto messages)."""
     if isinstance(value, Mapping):
@@ -103,7 +117,7 @@ def _as_dict(value: Any, what: str) -> dict[str, Any]:
     )
 
 
-class FlexStartCustomJobOperator(DwsBaseOperator):
+class FlexStartCustomJobOperator(DwsRequestOperator):
     """Run a Vertex AI custom job when DWS Flex Start obtains its GPUs, without holding a worker slot.
 
     The job is submitted with ``scheduling.strategy = FLEX_START``: it waits in the Dynamic
@@ -138,6 +152,15 @@ class FlexStartCustomJobOperator(DwsBaseOperator):
     :param poll_interval: seconds between status reads while waiting (default 30).
     :param deferrable: wait in the triggerer (default) or, with ``False``, in the worker.
     :param cancel_on_kill: cancel the job when the task is killed by a user (default ``True``).
+    :param window: only let capacity arrive inside this off-peak window (``OffPeakWindow``,
+        ``WindowSet`` or a spec such as ``"Mon-Fri 22:00-06:00 Asia/Seoul"``): outside it the task
+        defers until it opens, and the max wait is cut at the window's close.
+    :param deadline: nothing is submitted, and no wait extends, past it (``Deadline``, a
+        ``timedelta`` after the data interval end, or an aware ``datetime``).
+    :param capacity_retry: resubmit after capacity was not obtained (``CapacityRetry`` or a number
+        of retries).
+    :param failover: other regions (or placements with another machine/accelerator type) to try,
+        in order, after the home region comes back without capacity.
     """
 
     template_fields: Sequence[str] = (
@@ -175,6 +198,10 @@ class FlexStartCustomJobOperator(DwsBaseOperator):
         poll_interval: float = 30.0,
         deferrable: bool = True,
         cancel_on_kill: bool = True,
+        window: OffPeakWindow | WindowSet | str | None = None,
+        deadline: Deadline | timedelta | datetime | None = None,
+        capacity_retry: CapacityRetry | int | None = None,
+        failover: Failover | Sequence[str | Placement] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -197,6 +224,7 @@ class FlexStartCustomJobOperator(DwsBaseOperator):
         self.cancel_on_kill = cancel_on_kill
         self._check_static()
         self._check_templated(rendered=False)
+        self.init_policies(window, deadline, capacity_retry, failover)
 
     # -- validation ----------------------------------------------------------------------------
 
@@ -351,8 +379,14 @@ class FlexStartCustomJobOperator(DwsBaseOperator):
 
     # -- building the request ------------------------------------------------------------------
 
-    def build_custom_job(self, identity: RequestIdentity) -> CustomJob:
-        """The ``CustomJob`` to submit: the user's spec plus Flex Start scheduling and identity labels."""
+    def build_custom_job(
+        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
+    ) -> CustomJob:
+        """The ``CustomJob`` to submit: the user's spec plus Flex Start scheduling and identity labels.
+
+        A failover ``placement`` may swap the machine and accelerator type of every pool;
+        ``max_wait`` is the effective wait decided by the scheduling core (default: ``max_wait``).
+        """
         if self.custom_job is not None:
             job = CustomJob(_as_dict(self.custom_job, "custom_job"))
         else:
@@ -362,7 +396,7 @@ class FlexStartCustomJobOperator(DwsBaseOperator):
         spec = job.job_spec
         spec.scheduling = Scheduling(
             strategy=Scheduling.Strategy.FLEX_START,
-            max_wait_duration=self.max_wait,
+            max_wait_duration=max_wait or self.max_wait,
             timeout=self.max_run,
             restart_job_on_worker_restart=spec.scheduling.restart_job_on_worker_restart,
             disable_retries=spec.scheduling.disable_retries,
@@ -373,17 +407,108 @@ class FlexStartCustomJobOperator(DwsBaseOperator):
             spec.network = self.network
         if self.base_output_directory:
             spec.base_output_directory.output_uri_prefix = self.base_output_directory
+        if placement is not None:
+            for pool in spec.worker_pool_specs:
+                if placement.machine_type:
+                    pool.machine_spec.machine_type = placement.machine_type
+                if placement.accelerator_type:
+                    pool.machine_spec.accelerator_type = AcceleratorType.__members__[
+                        placement.accelerator_type
+                    ]
         labels = dict(job.labels)
         labels.update(self.labels or {})
         labels.update(identity.labels())
         job.labels = labels
         return job
 
-    # -- execution -----------------------------------------------------------------------------
+    # -- execution: the steps of the attempt loop ------------------------------------------------
 
-    def _backend(self) -> VertexCustomJobBackend:
+    def _backend(self, region: str | None = None) -> VertexCustomJobBackend:
         return VertexCustomJobBackend(
-            self.resolve_project(), self.region, self.gcp_conn_id, self.impersonation_chain
+            self.resolve_project(), region or self.region, self.gcp_conn_id, self.impersonation_chain
+        )
+
+    def check_placement(self, placement: Placement) -> None:
+        """Failover placements must be Vertex AI regions with Flex Start accelerators and no tier."""
+        if not _REGION_RE.fullmatch(placement.location):
+            raise self.fail(
+                f"failover location {placement.location!r} is not a Vertex AI region such as 'us-east4'"
+            )
+        if placement.tier is not None:
+            raise self.fail(f"failover placement {placement}: Flex Start custom jobs have no tier")
+        if placement.accelerator_type and placement.accelerator_type not in FLEX_START_ACCELERATORS:
+            raise self.fail(
+                f"failover placement {placement}: accelerator_type must be one of {sorted(FLEX_START_ACCELERATORS)}"
+            )
+
+    def home_placement(self) -> Placement:
+        """The operator's own region."""
+        return Placement(location=self.region)
+
+    def find_existing(
+        self, context: Context, identity: RequestIdentity
+    ) -> tuple[RequestStatus, Placement, int] | None:
+        """Any live or succeeded job of this task instance, in any region it may have used."""
+        regions: dict[str, Placement] = {}
+        for placement in self.placements():
+            regions.setdefault(placement.location, placement)
+        jobs: dict[str, CustomJob] = {}
+        for region in regions:
+            jobs.update({job.name: job for job in self._backend(region).find(identity)})
+        candidates = [Candidate(name, job_status(job).phase, _created(job)) for name, job in jobs.items()]
+        decision = choose_existing(candidates)
+        self.log.info("Identity %s: %s", identity.key, decision.reason)
+        if decision.name is None:
+            return None
+        job = jobs[decision.name]
+        region, _ = parse_job_name(job.name)
+        attempt = int(job.labels.get(LABEL_ATTEMPT, "1") or 1)
+        self._remember(context, job)
+        return job_status(job), regions.get(region, Placement(location=region)), attempt
+
+    def _remember(self, context: Context, job: CustomJob) -> None:
+        region, job_id = parse_job_name(job.name)
+        context["ti"].xcom_push(key="job_name", value=job.name)
+        url = VertexAIFlexStartJobLink.persist(context, self.resolve_project(), region, job_id)
+        self.log.info("Console: %s", url)
+
+    def submit_attempt(
+        self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
+    ) -> RequestStatus:
+        """Create the job of this attempt in the placement's region (or adopt the one a lost reply made)."""
+        backend = self._backend(placement.location)
+        try:
+            job, created = backend.submit(self.build_custom_job(identity, placement, max_wait), identity)
+        except gexc.InvalidArgument as err:
+            raise BadRequestError(f"Vertex AI refused the job: {err.message}") from None
+        except gexc.PermissionDenied as err:
+            raise BadRequestError(f"permission denied creating the job: {err.message}") from None
+        self.log.info(
+            "%s Flex Start job %s (attempt %d, %s); it may wait up to %s for capacity and run up to %s",
+            "Submitted" if created else "Adopted",
+            job.name,
+            identity.attempt,
+            job_status(job).description,
+            max_wait,
+            self.max_run,
+        )
+        self._remember(context, job)
+        return job_status(job)
+
+    def make_trigger(
+        self, status: RequestStatus, placement: Placement, max_wait: timedelta, echo: dict[str, Any]
+    ) -> CapacityRequestTrigger:
+        """Wait on the job until it ends."""
+        backend = self._backend(placement.location)
+        submitted = status.timings.submitted or datetime.now(timezone.utc)
+        return CapacityRequestTrigger(
+            kind=backend.kind,
+            backend_spec=backend.spec(),
+            request_name=status.name,
+            poll_interval=float(self.poll_interval),
+            wait_deadline=(submitted + max_wait).isoformat(),
+            cancel_on_kill=self.cancel_on_kill,
+            echo=echo,
         )
 
     def execute(self, context: Context) -> Any:
@@ -391,83 +516,50 @@ class FlexStartCustomJobOperator(DwsBaseOperator):
         if self.worker_pool_specs is not None:
             self.worker_pool_specs = [_normalize_pool(p) for p in self.worker_pool_specs]
         self._check_templated(rendered=True)
-        identity = self.identity(context)
-        backend = self._backend()
-        decision, jobs = backend.decide(identity)
-        self.log.info("Identity %s: %s", identity.key, decision.reason)
-        if decision.name is not None:
-            job = jobs[decision.name]
-        else:
-            try:
-                job, created = backend.submit(self.build_custom_job(identity), identity)
-            except gexc.InvalidArgument as err:
-                raise BadRequestError(f"Vertex AI refused the job: {err.message}") from None
-            except gexc.PermissionDenied as err:
-                raise BadRequestError(f"permission denied creating the job: {err.message}") from None
-            verb = "Submitted" if created else "Adopted"
-            self.log.info(
-                "%s Flex Start job %s (%s); it may wait up to %s for capacity and run up to %s",
-                verb,
-                job.name,
-                job_status(job).description,
-                self.max_wait,
-                self.max_run,
-            )
-        region, job_id = parse_job_name(job.name)
-        context["ti"].xcom_push(key="job_name", value=job.name)
-        url = VertexAIFlexStartJobLink.persist(context, backend.project_id, region, job_id)
-        self.log.info("Console: %s", url)
-        status = job_status(job)
-        if status.phase.terminal:
-            return self.execute_complete(context, status.to_event())
-        submitted = cast("datetime | None", job.create_time) or datetime.now(timezone.utc)
-        trigger = CapacityRequestTrigger(
-            kind=backend.kind,
-            backend_spec=backend.spec(),
-            request_name=job.name,
-            poll_interval=float(self.poll_interval),
-            wait_deadline=(submitted + self.max_wait).isoformat(),
-            cancel_on_kill=self.cancel_on_kill,
-        )
-        if self.deferrable:
-            self.log.info("Deferring: the job waits in the DWS queue without holding a worker slot")
-            self.defer(trigger=trigger, method_name="execute_complete")
-        self.log.info("deferrable=False: waiting in this worker")
-        event = asyncio.run(first_event(trigger))
-        return self.execute_complete(context, event)
+        return self.run_attempts(context)
 
-    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        """Resume after the trigger: return the job on success, raise a classified error otherwise."""
+    def complete_attempt(self, context: Context, event: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        """Record the job's wait and run times, then let the attempt loop decide."""
         status = RequestStatus.from_event(event)
         wait_s, run_s = status.timings.wait_seconds, status.timings.run_seconds
         ti = context["ti"]
         ti.xcom_push(key="wait_seconds", value=wait_s)
         ti.xcom_push(key="run_seconds", value=run_s)
-        ti.xcom_push(key="dws_request", value=event)
-        waited = timedelta(seconds=round(wait_s or 0))
-        ran = timedelta(seconds=round(run_s or 0))
         self.log.info(
             "Job %s ended %s [%s]: waited %s for capacity, ran %s",
             status.name,
             status.phase.value.upper(),
             status.state,
-            waited,
-            ran,
+            timedelta(seconds=round(wait_s or 0)),
+            timedelta(seconds=round(run_s or 0)),
         )
-        if status.phase is Phase.SUCCEEDED:
-            job = self._backend().get(status.name)
-            return dict(
-                CustomJob.to_dict(job, use_integers_for_enums=False, preserving_proto_field_name=True)
-            )
-        raise self._error(status)
+        return super().complete_attempt(context, event, *args, **kwargs)
 
-    def _error(self, status: RequestStatus) -> Exception:
+    #: Resume point of tasks deferred by earlier releases of the provider.
+    execute_complete = complete_attempt
+
+    def finish_success(self, context: Context, status: RequestStatus) -> Any:
+        """The succeeded ``CustomJob`` as a dict."""
+        region, _ = parse_job_name(status.name)
+        job = self._backend(region).get(status.name)
+        return dict(CustomJob.to_dict(job, use_integers_for_enums=False, preserving_proto_field_name=True))
+
+    def failure_error(
+        self, status: RequestStatus, placement: Placement, max_wait: timedelta, summary: str
+    ) -> Exception:
+        """The classified error, with every attempt when there were several."""
+        error = self._error(status, placement, max_wait)
+        if summary:
+            error.args = (f"{error.args[0]}; attempts:\n{summary}",)
+        return error
+
+    def _error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
         message = status.outcome.message
-        region = status.details.get("region") or self.region
+        region = status.details.get("region") or placement.location
         if status.outcome.failure is FailureKind.CAPACITY_NOT_OBTAINED:
             what = status.description.rsplit(" in ", 1)[0] if status.description else "the requested GPUs"
             return CapacityNotObtainedError(
-                f"no capacity within max wait {self.max_wait} in {region} for {what} "
+                f"no capacity within max wait {max_wait} in {region} for {what} "
                 f"(job {status.name}{': ' + message if message else ''})"
             )
         if status.outcome.failure is FailureKind.WORKLOAD_FAILED:

@@ -47,6 +47,8 @@ class CapacityRequestTrigger(BaseTrigger):
     :param target: ``"end"`` waits until the request ends (a Vertex job runs its workload to the
         end); ``"running"`` returns as soon as the capacity is held (a TPU slice is ACTIVE and the
         workload runs in later tasks), or earlier if it ends without getting there.
+    :param echo: JSON-serializable state returned in the event under ``"echo"`` (the attempt
+        history), so the task resumes with it whatever runs the trigger.
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class CapacityRequestTrigger(BaseTrigger):
         wait_deadline: str | None = None,
         cancel_on_kill: bool = True,
         target: str = "end",
+        echo: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if target not in TARGETS:
@@ -85,6 +88,9 @@ class CapacityRequestTrigger(BaseTrigger):
         self.wait_deadline = wait_deadline
         self.cancel_on_kill = cancel_on_kill
         self.target = target
+        if echo is not None and not isinstance(echo, dict):
+            raise TypeError(f"echo must be a dict, got {type(echo).__name__}")
+        self.echo = echo
         self._backend: AsyncRequestBackend | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -99,6 +105,7 @@ class CapacityRequestTrigger(BaseTrigger):
                 "wait_deadline": self.wait_deadline,
                 "cancel_on_kill": self.cancel_on_kill,
                 "target": self.target,
+                "echo": self.echo,
             },
         )
 
@@ -149,25 +156,31 @@ class CapacityRequestTrigger(BaseTrigger):
                     ),
                     timings=RequestTimings(),
                 )
-                yield TriggerEvent(gone.to_event())
+                yield TriggerEvent(self._payload(gone))
                 return
             now = datetime.now(timezone.utc)
             if status.phase is not last_phase or now - last_log >= HEARTBEAT:
                 self.log.info("%s", self._describe(status))
                 last_phase, last_log = status.phase, now
             if status.phase.terminal or (self.target == "running" and status.phase is Phase.RUNNING):
-                yield TriggerEvent(status.to_event())
+                yield TriggerEvent(self._payload(status))
                 return
             if (
                 self._deadline is not None
                 and status.phase is Phase.WAITING
                 and now > self._deadline + WAIT_DEADLINE_GRACE
             ):
-                yield TriggerEvent(await self._give_up(status))
+                yield TriggerEvent(self._payload(await self._give_up(status)))
                 return
             await asyncio.sleep(self.poll_interval)
 
-    async def _give_up(self, status: RequestStatus) -> dict[str, Any]:
+    def _payload(self, status: RequestStatus) -> dict[str, Any]:
+        payload = status.to_event()
+        if self.echo is not None:
+            payload["echo"] = self.echo
+        return payload
+
+    async def _give_up(self, status: RequestStatus) -> RequestStatus:
         self.log.warning(
             "%s is still waiting %s after its max wait ended (%s); cancelling it so it cannot take "
             "capacity nobody will use",
@@ -188,7 +201,7 @@ class CapacityRequestTrigger(BaseTrigger):
             description=status.description,
             details=status.details,
         )
-        return ended.to_event()
+        return ended
 
     async def on_kill(self) -> None:
         """A user killed the task: cancel the request so it stops waiting (and billing)."""

@@ -46,7 +46,7 @@ def test_example_dag_succeeds(airflow_home: AirflowHome, dws_emulator_factory: A
     assert "JOB_STATE_SUCCEEDED" in line
     run_seconds = float(_RESULT.search(line)["run"])  # type: ignore[index]
     assert 4.0 <= run_seconds <= 8.0
-    assert "Deferring: the job waits in the DWS queue" in result.log
+    assert "Deferring: the request waits in the DWS queue" in result.log
     jobs = _jobs(emulator)
     assert len(jobs) == 1
     job = jobs[0]

@@ -39,6 +39,9 @@ class FakeTI:
     def xcom_push(self, key: str, value: Any) -> None:
         self.xcom[key] = value
 
+    def xcom_pull(self, task_ids: str | None = None, key: str | None = None) -> Any:
+        return None  # as if the setup's worker died before it pushed anything
+
 
 @pytest.fixture
 def emulator(monkeypatch: pytest.MonkeyPatch, dws_emulator_factory: Any) -> Any:

@@ -108,6 +108,7 @@ def test_serialize_round_trips() -> None:
         "wait_deadline": "2026-01-01T02:00:00+00:00",
         "cancel_on_kill": False,
         "target": "running",
+        "echo": None,
     }
     rebuilt = CapacityRequestTrigger(**kwargs)
     assert rebuilt.serialize() == (path, kwargs)

@@ -1,0 +1,346 @@
+"""The attempt loop every capacity-requesting operator shares.
+
+The operator asks ``scheduling/`` the questions and carries out the answers: may I submit now, or
+when (off-peak window, deadline)? What max wait do I request? The request came back without
+capacity: retry here, fail over elsewhere, wait for the next window, or give up? Waiting, between
+attempts as well as for capacity, happens in the triggerer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow.triggers.base import BaseTrigger
+
+from airflow_provider_dws.backends.base import RequestStatus
+from airflow_provider_dws.exceptions import CapacityNotObtainedError
+from airflow_provider_dws.operators.base import DwsBaseOperator
+from airflow_provider_dws.scheduling.decisions import Attempt, next_step, next_submit
+from airflow_provider_dws.scheduling.identity import RequestIdentity
+from airflow_provider_dws.scheduling.phases import FailureKind, Phase
+from airflow_provider_dws.scheduling.policies import (
+    CapacityRetry,
+    Deadline,
+    Failover,
+    OffPeakWindow,
+    Placement,
+    WindowSet,
+    parse_window,
+)
+from airflow_provider_dws.triggers.capacity_request import first_event
+from airflow_provider_dws.triggers.resume_at import ResumeAtTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: A submit time this close to now is "now" (no point deferring for it).
+_NOW_SLACK = timedelta(seconds=1)
+_RETRYABLE = (FailureKind.CAPACITY_NOT_OBTAINED, FailureKind.PREEMPTED)
+
+
+def _fmt_delta(delta: timedelta) -> str:
+    return str(timedelta(seconds=round(delta.total_seconds())))
+
+
+class DwsRequestOperator(DwsBaseOperator):
+    """Base of operators that obtain capacity through a DWS request, one attempt at a time.
+
+    Subclasses provide the API-specific steps (find, submit, trigger, success, release, error);
+    this class runs the loop with the scheduling policies: ``window``, ``deadline``,
+    ``capacity_retry`` and ``failover``.
+    """
+
+    max_wait: timedelta
+    window: OffPeakWindow | WindowSet | None
+    deadline: Deadline | None
+    capacity_retry: CapacityRetry | None
+    failover: Failover | None
+
+    # -- policies ------------------------------------------------------------------------------
+
+    def init_policies(
+        self,
+        window: OffPeakWindow | WindowSet | str | None,
+        deadline: Deadline | timedelta | datetime | None,
+        capacity_retry: CapacityRetry | int | None,
+        failover: Failover | Sequence[str | Placement] | None,
+    ) -> None:
+        """Accept the policies (or their short forms) and check them at DAG-parse time."""
+        try:
+            if isinstance(window, str):
+                window = parse_window(window)
+            if isinstance(deadline, timedelta):
+                deadline = Deadline(after_data_interval_end=deadline)
+            elif isinstance(deadline, datetime):
+                deadline = Deadline(at=deadline)
+            if isinstance(capacity_retry, int) and not isinstance(capacity_retry, bool):
+                capacity_retry = CapacityRetry(attempts=capacity_retry + 1)
+            if failover is not None and not isinstance(failover, Failover):
+                if isinstance(failover, (str, Placement)):
+                    failover = [failover]
+                failover = Failover(placements=tuple(failover))
+        except (TypeError, ValueError) as err:
+            raise self.fail(str(err)) from None
+        for name, value, types in (
+            ("window", window, (OffPeakWindow, WindowSet)),
+            ("deadline", deadline, (Deadline,)),
+            ("capacity_retry", capacity_retry, (CapacityRetry,)),
+            ("failover", failover, (Failover,)),
+        ):
+            if value is not None and not isinstance(value, types):
+                allowed = " or ".join(t.__name__ for t in types)
+                raise self.fail(f"{name} must be a {allowed} (or None), got {type(value).__name__}")
+        self.window = window  # type: ignore[assignment]
+        self.deadline = deadline  # type: ignore[assignment]
+        self.capacity_retry = capacity_retry  # type: ignore[assignment]
+        self.failover = failover  # type: ignore[assignment]
+        if self.failover is not None:
+            for placement in self.failover.placements:
+                self.check_placement(placement)
+
+    def check_placement(self, placement: Placement) -> None:
+        """Subclasses refuse placements their API cannot use (raise ``self.fail(...)``)."""
+
+    def placements(self) -> list[Placement]:
+        """The home placement, then the failover placements, in order."""
+        return [self.home_placement(), *(self.failover.placements if self.failover else ())]
+
+    def _deadline_at(self, context: Context) -> datetime | None:
+        if self.deadline is None:
+            return None
+        end = context.get("data_interval_end")
+        if end is None:
+            dag_run = context.get("dag_run")
+            end = getattr(dag_run, "run_after", None) or getattr(dag_run, "logical_date", None)
+        return self.deadline.resolve(end)
+
+    # -- API-specific steps, provided by subclasses --------------------------------------------
+
+    def home_placement(self) -> Placement:
+        """Where the operator asks first (its region or zone)."""
+        raise NotImplementedError
+
+    def find_existing(
+        self, context: Context, identity: RequestIdentity
+    ) -> tuple[RequestStatus, Placement, int] | None:
+        """A live or succeeded request of any attempt of this task instance, to adopt."""
+        raise NotImplementedError
+
+    def submit_attempt(
+        self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
+    ) -> RequestStatus:
+        """Create (or adopt) the request for this attempt; ``identity`` carries the attempt number."""
+        raise NotImplementedError
+
+    def make_trigger(
+        self, status: RequestStatus, placement: Placement, max_wait: timedelta, echo: dict[str, Any]
+    ) -> BaseTrigger:
+        """The trigger that waits on the request; it must hand ``echo`` back in its event."""
+        raise NotImplementedError
+
+    def is_done(self, status: RequestStatus) -> bool:
+        """Whether the wait is over (Vertex: the job ended; TPU: the slice is ACTIVE or ended)."""
+        return status.phase.terminal
+
+    def is_success(self, status: RequestStatus) -> bool:
+        """Whether the request gave what the task needs."""
+        return status.phase is Phase.SUCCEEDED
+
+    def finish_success(self, context: Context, status: RequestStatus) -> Any:
+        """The task's return value after success."""
+        raise NotImplementedError
+
+    def release_failed(self, status: RequestStatus, placement: Placement) -> None:
+        """Leave nothing behind after an attempt that ended without success (default: nothing to do)."""
+
+    def failure_error(
+        self, status: RequestStatus, placement: Placement, max_wait: timedelta, summary: str
+    ) -> Exception:
+        """The classified exception for a request that ended without success."""
+        raise NotImplementedError
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run_attempts(self, context: Context) -> Any:
+        """Adopt this task instance's live or finished request, or plan the first attempt."""
+        identity = self.identity(context)
+        found = self.find_existing(context, identity)
+        if found is not None:
+            status, placement, number = found
+            if self.is_done(status) and self.is_success(status):
+                self.log.info(
+                    "%s (attempt %d) already succeeded: taking it as the result", status.name, number
+                )
+                return self.complete_attempt(
+                    context, status.to_event(), [], number, placement_dict(placement), None
+                )
+            if status.phase.live:
+                self.log.info(
+                    "Reattaching to live request %s (attempt %d in %s)", status.name, number, placement
+                )
+                max_wait_s = status.details.get("max_wait_seconds")
+                max_wait = timedelta(seconds=max_wait_s) if max_wait_s else self.max_wait
+                return self._wait(context, status, [], number, placement, max_wait)
+        return self.plan_attempt(context, [], 1, placement_dict(self.home_placement()), None)
+
+    def plan_attempt(
+        self,
+        context: Context,
+        history: list[dict[str, Any]],
+        attempt: int,
+        placement: dict[str, Any],
+        not_before: str | None,
+    ) -> Any:
+        """Submit now if the window and deadline allow, or wait (deferred) until they do."""
+        now = datetime.now(timezone.utc)
+        deadline_at = self._deadline_at(context)
+        earliest = datetime.fromisoformat(not_before) if not_before else None
+        decision = next_submit(now, self.max_wait, self.window, deadline_at, earliest)
+        if decision.at is None or decision.max_wait is None:
+            raise self.give_up(history, decision.reason)
+        state: dict[str, Any] = {"history": history, "attempt": attempt, "placement": placement}
+        if decision.at > now + _NOW_SLACK:
+            self.log.info("%s", decision.reason)
+            if self.deferrable:
+                echo = {**state, "not_before": decision.at.isoformat()}
+                self.defer(
+                    trigger=ResumeAtTrigger(decision.at.isoformat(), echo=echo, reason=decision.reason),
+                    method_name="resume_attempt",
+                    kwargs=echo,
+                )
+            time.sleep(max(0.0, (decision.at - datetime.now(timezone.utc)).total_seconds()))
+            return self.plan_attempt(context, history, attempt, placement, decision.at.isoformat())
+        if decision.max_wait < self.max_wait:
+            self.log.info("%s", decision.reason)
+        where = Placement(**placement)
+        identity = self.identity(context).with_attempt(attempt)
+        status = self.submit_attempt(context, identity, where, decision.max_wait)
+        return self._wait(context, status, history, attempt, where, decision.max_wait)
+
+    def resume_attempt(
+        self,
+        context: Context,
+        event: Any = None,
+        history: list[dict[str, Any]] | None = None,
+        attempt: int = 1,
+        placement: dict[str, Any] | None = None,
+        not_before: str | None = None,
+    ) -> Any:
+        """Back from a wait for the window (or a backoff): plan the attempt again."""
+        echo = event.get("echo") if isinstance(event, dict) else None
+        if echo:
+            history, attempt = echo.get("history"), echo.get("attempt", attempt)
+            placement, not_before = echo.get("placement"), echo.get("not_before")
+        return self.plan_attempt(
+            context, history or [], attempt, placement or placement_dict(self.home_placement()), not_before
+        )
+
+    def _wait(
+        self,
+        context: Context,
+        status: RequestStatus,
+        history: list[dict[str, Any]],
+        attempt: int,
+        placement: Placement,
+        max_wait: timedelta,
+    ) -> Any:
+        kwargs: dict[str, Any] = {
+            "history": history,
+            "attempt": attempt,
+            "placement": placement_dict(placement),
+            "max_wait_seconds": max_wait.total_seconds(),
+        }
+        if self.is_done(status):
+            return self.complete_attempt(context, status.to_event(), **kwargs)
+        trigger = self.make_trigger(status, placement, max_wait, kwargs)
+        if self.deferrable:
+            self.log.info("Deferring: the request waits in the DWS queue without holding a worker slot")
+            self.defer(trigger=trigger, method_name="complete_attempt", kwargs=kwargs)
+        self.log.info("deferrable=False: waiting in this worker")
+        return self.complete_attempt(context, asyncio.run(first_event(trigger)), **kwargs)
+
+    def complete_attempt(
+        self,
+        context: Context,
+        event: dict[str, Any],
+        history: list[dict[str, Any]] | None = None,
+        attempt: int = 1,
+        placement: dict[str, Any] | None = None,
+        max_wait_seconds: float | None = None,
+    ) -> Any:
+        """An attempt ended (or reached its target): succeed, or decide the next step."""
+        echo = event.get("echo")
+        if echo:
+            # The state the attempt left behind comes back in the event (see make_trigger).
+            history, attempt = echo.get("history"), echo.get("attempt", attempt)
+            placement, max_wait_seconds = echo.get("placement"), echo.get("max_wait_seconds")
+        history = list(history or [])
+        status = RequestStatus.from_event(event)
+        where = Placement(**placement) if placement else self.home_placement()
+        max_wait = timedelta(seconds=max_wait_seconds) if max_wait_seconds else self.max_wait
+        now = datetime.now(timezone.utc)
+        record = Attempt(
+            number=attempt,
+            placement=where,
+            submitted=status.timings.submitted or now,
+            ended=status.timings.finished or status.timings.started or now,
+            max_wait=max_wait,
+            outcome=status.phase,
+            failure=status.outcome.failure,
+            request_name=status.name,
+        )
+        history.append(record.to_dict())
+        ti = context["ti"]
+        ti.xcom_push(key="dws_attempts", value=history)
+        ti.xcom_push(key="dws_request", value=event)
+        if self.is_success(status):
+            return self.finish_success(context, status)
+        self.release_failed(status, where)
+        failure = status.outcome.failure
+        if failure in _RETRYABLE and self.capacity_retry is not None:
+            attempts = [Attempt.from_dict(a) for a in history]
+            rng = random.Random(f"{self.identity(context).key}:{attempt}")
+            step = next_step(
+                attempts,
+                now,
+                home=self.home_placement(),
+                max_wait=self.max_wait,
+                retry=self.capacity_retry,
+                failover=self.failover,
+                window=self.window,
+                deadline=self._deadline_at(context),
+                rng=rng,
+            )
+            self.log.info("%s", step.reason)
+            if step.action == "submit" and step.attempt and step.placement:
+                return self.plan_attempt(
+                    context,
+                    history,
+                    step.attempt,
+                    placement_dict(step.placement),
+                    step.at.isoformat() if step.at else None,
+                )
+            raise self.failure_error(status, where, max_wait, f"{step.reason}\n{step.summary}")
+        summary = "\n".join(Attempt.from_dict(a).describe() for a in history)
+        raise self.failure_error(status, where, max_wait, summary if len(history) > 1 else "")
+
+    def give_up(self, history: list[dict[str, Any]], reason: str) -> Exception:
+        """Nothing more can be tried (the deadline passes first): fail with every attempt so far."""
+        lines = [Attempt.from_dict(a).describe() for a in history]
+        summary = ("; attempts: " + "; ".join(lines)) if lines else "; no request was submitted"
+        return CapacityNotObtainedError(f"giving up: {reason}{summary}")
+
+
+def placement_dict(placement: Placement) -> dict[str, Any]:
+    """A placement as trigger/next-method kwargs (JSON-friendly)."""
+    return {
+        "location": placement.location,
+        "machine_type": placement.machine_type,
+        "accelerator_type": placement.accelerator_type,
+        "tier": placement.tier,
+    }

@@ -11,7 +11,7 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -24,9 +24,17 @@ EMULATOR_START_TIMEOUT = 60.0
 class EmulatorProcess:
     """A ``dws-emulator serve`` subprocess: ``address`` (host:port), ``port``, ``control``."""
 
-    def __init__(self, capacity: Mapping[str, int] | None, seed: int, log_path: Path) -> None:
+    def __init__(
+        self,
+        capacity: Mapping[str, int] | None,
+        seed: int,
+        log_path: Path,
+        faults: Sequence[str] | None = None,
+    ) -> None:
         cmd = [sys.executable, "-m", "airflow_provider_dws.emulator", "serve", "--port", "0"]
         cmd += ["--seed", str(seed)]
+        if faults:
+            cmd += ["--faults", *faults]
         if capacity is not None:
             if not capacity:
                 raise ValueError("capacity needs at least one pool (a pool may have size 0)")
@@ -93,12 +101,15 @@ def dws_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorP
 def dws_emulator_factory(tmp_path: Path) -> Iterator[EmulatorFactory]:
     """Start private emulators: ``dws_emulator_factory({"us-central1/NVIDIA_H100_80GB": 0}, seed=1)``.
 
-    ``capacity=None`` gives the default inventory. All are stopped at the end of the test.
+    ``capacity=None`` gives the default inventory; ``faults`` are ``serve --faults`` rules
+    (``["GetCustomJob=UNAVAILABLE@0.2"]``). All are stopped at the end of the test.
     """
     started: list[EmulatorProcess] = []
 
-    def start(capacity: Mapping[str, int] | None = None, seed: int = 0) -> EmulatorProcess:
-        emulator = EmulatorProcess(capacity, seed, tmp_path / f"emulator-{len(started)}.log")
+    def start(
+        capacity: Mapping[str, int] | None = None, seed: int = 0, faults: Sequence[str] | None = None
+    ) -> EmulatorProcess:
+        emulator = EmulatorProcess(capacity, seed, tmp_path / f"emulator-{len(started)}.log", faults)
         started.append(emulator)
         return emulator
 

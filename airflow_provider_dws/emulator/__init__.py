@@ -10,8 +10,9 @@ libraries, sync and async, talk to it over an insecure channel:
   method answers UNIMPLEMENTED;
 * ``google.longrunning.Operations`` for the operations of both;
 * a JSON control service (``dws.emulator.v1.Control``: ``ListRequests``, ``GetCapacity``,
-  ``SetCapacity``, ``Preempt``) that lets tests and users inspect every request ever created,
-  resize pools while it runs and preempt Spot TPUs.
+  ``SetCapacity``, ``Preempt``, ``SetFaults``, ``GetFaults``, ``ClearFaults``, ``Outage``) that
+  lets tests and users inspect every request ever created, resize pools while it runs, preempt
+  Spot TPUs and inject faults.
 
 GPUs and TPUs share one capacity model (:mod:`.capacity`): pools keyed ``LOCATION/ACCELERATOR``
 with a strict FIFO queue each. GPU pools are a region and a Vertex accelerator type; TPU pools
@@ -40,6 +41,35 @@ Preemption: ``EmulatorControl.preempt(name)`` or ``dws-emulator preempt --port P
 an ACTIVE **Spot** queued resource: SUSPENDING, then SUSPENDED, its nodes PREEMPTED and its chips
 released (anything else is FAILED_PRECONDITION).
 
+Fault injection (:mod:`.faults`): ``serve --faults SPEC ...`` at start, ``dws-emulator faults
+--port P SPEC ...`` (or ``EmulatorControl.set_faults``) at run time. A rule is
+``METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL]``:
+
+* ``METHOD``: ``*`` (every JobService, Tpu and Operations method), ``SERVICE/*``
+  (``google.cloud.tpu.v2.Tpu/*``), a full name (``google.cloud.aiplatform.v1.JobService/GetCustomJob``)
+  or a short one (``GetCustomJob``). The control service is never faulted.
+* ``EFFECT``: ``UNAVAILABLE``, ``INTERNAL``, ``RESOURCE_EXHAUSTED``, ``DEADLINE_EXCEEDED``,
+  ``latency:SECONDS``, or a code and a latency joined by a comma (``UNAVAILABLE,latency:2``).
+  ``DEADLINE_EXCEEDED`` is answered *after* the request was applied (the job IS created): the
+  unknown outcome a client must resolve by looking the request up before retrying.
+* ``@RATE``: probability 0..1 that the rule fires on a matching call (default 1);
+  ``xCOUNT``: it fires at most COUNT times; ``+FROM`` / ``..UNTIL``: it is active only from
+  FROM until UNTIL seconds after it was set.
+
+Examples: ``GetCustomJob=UNAVAILABLE@0.2``, ``'*=RESOURCE_EXHAUSTED@0.05'``,
+``CreateCustomJob=DEADLINE_EXCEEDED@1x1`` (once), ``'*=latency:0.3'``,
+``'*=UNAVAILABLE@0.5+10..40'`` (quote ``*`` in a shell). Rules are checked in order: the
+latencies of the rules that fire add up and the first error that fires is the answer. Decisions
+come from a ``random.Random`` seeded with ``--seed`` (``SetFaults`` may reseed it), so the same
+seed and call sequence inject the same faults. ``GetFaults`` (``dws-emulator faults --port P
+[--json]``) shows the rules with how often each fired, counts of injected faults per method and
+code (delays as ``LATENCY``), the latest 10,000 injections with times, and the outages.
+``dws-emulator faults --port P --clear`` removes the rules (the record stays).
+
+Outage: ``dws-emulator outage --port P SECONDS`` (``EmulatorControl.outage``) returns at once,
+then stops the gRPC server, so clients see "connection refused" (UNAVAILABLE), and after SECONDS
+serves the same state on the same port again; the control service is down during it as well.
+
 Python API::
 
     from airflow_provider_dws.emulator import EmulatorServer, EmulatorControl
@@ -48,10 +78,15 @@ Python API::
         control = EmulatorControl(server.address)
         control.set_capacity({"us-central1/NVIDIA_H100_80GB": 16})
         control.preempt("projects/p/locations/us-west4-a/queuedResources/my-qr")
+        control.set_faults(["GetCustomJob=UNAVAILABLE@0.2", "*=latency:0.1"])
+        control.faults()["injected"]  # {"google.cloud.aiplatform.v1.JobService/GetCustomJob": {...}}
+        control.clear_faults()
+        control.outage(30)
 
 Modules: :mod:`.capacity` (pools and FIFO queue), :mod:`.state` (job life cycle),
 :mod:`.tpu` (TPU chip arithmetic, queued-resource validation), :mod:`.tpu_state` (queued-resource
-life cycle), :mod:`.validation`, :mod:`.filters` (AIP-160 list filters), :mod:`.server` (gRPC),
+life cycle), :mod:`.validation`, :mod:`.filters` (AIP-160 list filters), :mod:`.faults` (fault
+rules), :mod:`.server` (gRPC),
 :mod:`.control` (control client), :mod:`.cli`.
 """
 

@@ -1,15 +1,22 @@
-"""``dws-emulator`` command line: ``serve``, ``requests``, ``capacity`` and ``preempt``.
+"""``dws-emulator`` command line: ``serve``, ``requests``, ``capacity``, ``preempt``, ``faults``, ``outage``.
 
 ::
 
     dws-emulator serve [--host 127.0.0.1] [--port 0] [--seed 0] [--capacity LOC/ACC=N ...]
+                       [--faults SPEC ...]
     dws-emulator requests --port P [--host 127.0.0.1] [--json]
     dws-emulator capacity --port P [--host 127.0.0.1] [--json] [LOC/ACC=N ...]
     dws-emulator preempt --port P [--host 127.0.0.1] [--json] projects/P/locations/ZONE/queuedResources/ID
+    dws-emulator faults --port P [--host 127.0.0.1] [--json] [--clear | [--add] [--seed N] SPEC ...]
+    dws-emulator outage --port P [--host 127.0.0.1] [--json] SECONDS
 
 Pools are ``LOCATION/ACCELERATOR=N``: a region and a Vertex accelerator for GPUs
 (``us-central1/NVIDIA_H100_80GB=8``), a zone and a TPU family counted in chips for TPUs
 (``us-west4-a/v5litepod=16``), or ``ZONE/FAMILY@RESERVATION=N`` for a TPU reservation.
+
+Fault rules are ``METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL]`` (``GetCustomJob=UNAVAILABLE@0.2``,
+``*=latency:0.3``; see :mod:`.faults`). ``faults`` without rules shows the rules and what was
+injected; with rules it replaces them (``--add`` appends). ``outage`` returns at once.
 
 ``serve`` prints exactly one line, ``dws-emulator listening on HOST:PORT``, to stdout once it
 accepts connections, logs request state changes to stderr, and stops on SIGTERM / SIGINT.
@@ -33,6 +40,7 @@ import grpc
 
 from .capacity import parse_pool_spec
 from .control import EmulatorControl
+from .faults import FaultRule, FaultSpecError, parse_specs
 
 
 @contextlib.contextmanager
@@ -89,11 +97,12 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     try:
         capacity = None if args.capacity is None else _parse_pools(args.capacity)
+        faults = parse_specs(args.faults or ())
     except ValueError as exc:
         print(f"dws-emulator: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s dws-emulator %(message)s")
-    server = EmulatorServer(capacity, seed=args.seed, host=args.host, port=args.port).start()
+    server = EmulatorServer(capacity, seed=args.seed, host=args.host, port=args.port, faults=faults).start()
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -103,6 +112,8 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     inventory = ", ".join(f"{k}={v['total']}" for k, v in server.state.inventory().items())
     logging.getLogger("dws_emulator").info("seed=%d capacity: %s", args.seed, inventory or "(none)")
+    if faults:
+        logging.getLogger("dws_emulator").info("faults: %s", ", ".join(rule.spec for rule in faults))
     print(f"dws-emulator listening on {server.address}", flush=True)
     while not stop.wait(0.5):
         pass
@@ -212,6 +223,67 @@ def _preempt(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_faults(report: dict[str, Any]) -> None:
+    rules = [[r["spec"], str(r["fired"])] for r in report["rules"]]
+    print(_format_table(rules, ["RULE", "FIRED"]) if rules else "no fault rules")
+    injected = [
+        [method, code, str(n)] for method, codes in report["injected"].items() for code, n in codes.items()
+    ]
+    if injected:
+        print()
+        print(_format_table(injected, ["METHOD", "INJECTED", "COUNT"]))
+    for outage in report["outages"]:
+        print(f"outage: {outage['seconds']:g}s from {outage['start']}")
+
+
+def _faults(args: argparse.Namespace) -> int:
+    if args.clear and (args.specs or args.add or args.seed is not None):
+        print("dws-emulator: --clear takes no rules, --add or --seed", file=sys.stderr)
+        return 2
+    try:
+        rules: list[FaultRule] = parse_specs(args.specs)
+    except FaultSpecError as exc:
+        print(f"dws-emulator: {exc}", file=sys.stderr)
+        return 2
+    if (args.add or args.seed is not None) and not rules:
+        print("dws-emulator: --add and --seed need at least one rule", file=sys.stderr)
+        return 2
+    with EmulatorControl(_address(args)) as control:
+        if args.clear:
+            report = control.clear_faults()
+        elif rules:
+            report = control.set_faults([r.spec for r in rules], append=args.add, seed=args.seed)
+        else:
+            report = control.faults()
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        _print_faults(report)
+    return 0
+
+
+def _outage(args: argparse.Namespace) -> int:
+    with EmulatorControl(_address(args)) as control:
+        reply = control.outage(args.seconds)
+    if args.json:
+        print(json.dumps(reply, indent=2, sort_keys=True))
+    else:
+        print(
+            f"outage: {reply['address']} refuses connections for {reply['seconds']:g}s, until {reply['until']}"
+        )
+    return 0
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"seconds must be > 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dws-emulator",
@@ -231,12 +303,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="LOCATION/ACCELERATOR=COUNT",
         help="pool sizes; when given, only these pools exist (default: the built-in inventory)",
     )
+    serve.add_argument(
+        "--faults",
+        action="extend",
+        nargs="+",
+        metavar="SPEC",
+        help="fault rules METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL], e.g. GetCustomJob=UNAVAILABLE@0.2, "
+        "*=RESOURCE_EXHAUSTED@0.05, CreateCustomJob=DEADLINE_EXCEEDED@1x1, *=latency:0.3",
+    )
     serve.set_defaults(func=_serve)
 
     for name, func, help_text in (
         ("requests", _requests, "list every request ever created"),
         ("capacity", _capacity, "show pools, or set them with LOCATION/ACCELERATOR=COUNT arguments"),
         ("preempt", _preempt, "preempt an ACTIVE Spot TPU queued resource"),
+        ("faults", _faults, "show fault rules and injected faults, set rules (SPEC ...) or --clear them"),
+        ("outage", _outage, "refuse connections for SECONDS, then serve the same state again"),
     ):
         cmd = sub.add_parser(name, help=help_text)
         cmd.add_argument("--host", default="127.0.0.1")
@@ -246,6 +328,15 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("pools", nargs="*", metavar="LOCATION/ACCELERATOR=COUNT")
         if name == "preempt":
             cmd.add_argument("name", metavar="projects/P/locations/ZONE/queuedResources/ID")
+        if name == "faults":
+            cmd.add_argument(
+                "specs", nargs="*", metavar="SPEC", help="METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL]"
+            )
+            cmd.add_argument("--clear", action="store_true", help="remove every rule")
+            cmd.add_argument("--add", action="store_true", help="append the rules instead of replacing them")
+            cmd.add_argument("--seed", type=int, help="reseed the fault generator")
+        if name == "outage":
+            cmd.add_argument("seconds", type=_seconds, metavar="SECONDS")
         cmd.set_defaults(func=func)
     return parser
 

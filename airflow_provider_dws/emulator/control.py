@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import grpc
@@ -47,6 +47,42 @@ class EmulatorControl:
         non-Spot or non-ACTIVE resource, NOT_FOUND for an unknown one.
         """
         return dict(self.call("Preempt", {"name": name})["queued_resource"])
+
+    def set_faults(
+        self, specs: Iterable[str | Mapping[str, Any]], *, append: bool = False, seed: int | None = None
+    ) -> dict[str, Any]:
+        """Install fault rules (spec strings like ``"GetCustomJob=UNAVAILABLE@0.2"`` or rule objects).
+
+        Replaces the current rules unless ``append``; ``seed`` reseeds the fault generator.
+        Returns :meth:`faults`. INVALID_ARGUMENT for a rule that does not parse (none is set then).
+        """
+        body: dict[str, Any] = {
+            "faults": [s if isinstance(s, str) else dict(s) for s in specs],
+            "append": append,
+        }
+        if seed is not None:
+            body["seed"] = seed
+        return dict(self.call("SetFaults", body))
+
+    def faults(self) -> dict[str, Any]:
+        """``{"rules", "injected": {METHOD: {CODE: n}}, "total", "history", "outages"}``.
+
+        ``rules`` carry how often each ``fired``; ``injected`` counts every injected error (and
+        delays, as code ``LATENCY``) since the start; ``history`` lists the latest ones with times.
+        """
+        return dict(self.call("GetFaults"))
+
+    def clear_faults(self) -> dict[str, Any]:
+        """Remove every fault rule (the record of injected faults stays); returns :meth:`faults`."""
+        return dict(self.call("ClearFaults"))
+
+    def outage(self, seconds: float) -> dict[str, Any]:
+        """Refuse connections for ``seconds``, then serve the same state on the same port again.
+
+        Returns at once (``{"seconds", "until", "address"}``); control calls made during the
+        outage wait for it to end (up to this client's ``timeout``).
+        """
+        return dict(self.call("Outage", {"seconds": seconds}))
 
     def close(self) -> None:
         self._channel.close()

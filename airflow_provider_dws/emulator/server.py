@@ -4,16 +4,22 @@ There are no generated server stubs in the installed packages, so the services a
 with ``grpc.method_handlers_generic_handler`` from the raw protobuf classes behind the proto-plus
 types. Any JobService method not listed here answers UNIMPLEMENTED (gRPC's default for an
 unknown method); so does every Tpu method other than the queued-resource and node reads below.
+
+Fault injection (:mod:`.faults`) wraps the JobService, Tpu and Operations handlers, never the
+control service; a server without fault rules serves the plain handlers. An outage
+(:meth:`EmulatorServer.outage`) stops the gRPC server, so connections are refused, and starts a
+new one on the same port with the same state afterwards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent import futures
 from typing import Any
 
@@ -24,19 +30,30 @@ from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 
 from .capacity import PoolKey
-from .state import EmulatorState
+from .faults import (
+    CODES,
+    JOB_SERVICE,
+    MESSAGES,
+    OPERATIONS_SERVICE,
+    TPU_SERVICE,
+    FaultInjector,
+    FaultSpecError,
+)
+from .state import EmulatorState, iso
 from .tpu import both_tiers_on_wire
 from .tpu_state import TpuState
 from .validation import EmulatorError
 
 log = logging.getLogger("dws_emulator")
 
-JOB_SERVICE = "google.cloud.aiplatform.v1.JobService"
-TPU_SERVICE = "google.cloud.tpu.v2.Tpu"
-OPERATIONS_SERVICE = "google.longrunning.Operations"
+__all__ = ["CONTROL_SERVICE", "JOB_SERVICE", "OPERATIONS_SERVICE", "TPU_SERVICE", "EmulatorServer"]
+
 CONTROL_SERVICE = "dws.emulator.v1.Control"
 TICK_SECONDS = 0.1
 MAX_WAIT_OPERATION_SECONDS = 60.0
+MAX_OUTAGE_SECONDS = 3600.0
+OUTAGE_GRACE_SECONDS = 0.2  # calls in flight when an outage starts (its own reply) may finish
+REBIND_SECONDS = 10.0  # how long a restart after an outage keeps trying to bind the port again
 
 
 def is_loopback(host: str) -> bool:
@@ -81,6 +98,50 @@ def _unary(fn: Callable[..., Any], request_class: Any) -> grpc.RpcMethodHandler:
     return grpc.unary_unary_rpc_method_handler(
         _guard(fn), request_deserializer=request_class.FromString, response_serializer=_serialize
     )
+
+
+def _with_faults(handler: grpc.RpcMethodHandler, method: str, faults: FaultInjector) -> grpc.RpcMethodHandler:
+    """``handler`` with the fault rules applied to every call of ``method`` (``SERVICE/Method``)."""
+    inner = handler.unary_unary
+
+    def call(request: Any, context: grpc.ServicerContext) -> Any:
+        decision = faults.decide(method)
+        if decision.latency:
+            time.sleep(decision.latency)
+        if decision.code is None:
+            return inner(request, context)
+        if decision.code == "DEADLINE_EXCEEDED":
+            # Apply the request, then lose the answer: the client cannot tell whether it happened.
+            # The request's own error (an abort) is lost with the answer, as on a real timeout.
+            with contextlib.suppress(Exception):
+                inner(request, context)
+        log.info("fault injected: %s %s", method, decision.code)
+        context.abort(CODES[decision.code], MESSAGES[decision.code])
+
+    return grpc.unary_unary_rpc_method_handler(
+        call,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
+class FaultInjectingHandler(grpc.GenericRpcHandler):
+    """Wraps a service's generic handler; while no rule is set it returns the plain handlers."""
+
+    def __init__(self, inner: grpc.GenericRpcHandler, faults: FaultInjector) -> None:
+        self._inner = inner
+        self._faults = faults
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        handler = self._inner.service(handler_call_details)
+        if handler is None or not self._faults.enabled or handler.unary_unary is None:
+            return handler
+        method = str(handler_call_details.method).lstrip("/")  # type: ignore[attr-defined]
+        wrapped = self._wrapped.get(method)
+        if wrapped is None:
+            wrapped = self._wrapped[method] = _with_faults(handler, method, self._faults)
+        return wrapped
 
 
 class JobServiceServicer:
@@ -240,10 +301,26 @@ class ControlServicer:
     To add a method, define ``def Name(self, body: dict) -> Any`` and list it in ``METHODS``.
     """
 
-    METHODS = ("ListRequests", "GetCapacity", "SetCapacity", "Preempt")
+    METHODS = (
+        "ListRequests",
+        "GetCapacity",
+        "SetCapacity",
+        "Preempt",
+        "SetFaults",
+        "GetFaults",
+        "ClearFaults",
+        "Outage",
+    )
 
-    def __init__(self, state: EmulatorState) -> None:
+    def __init__(
+        self,
+        state: EmulatorState,
+        faults: FaultInjector | None = None,
+        outage: Callable[[float], dict[str, Any]] | None = None,
+    ) -> None:
         self.state = state
+        self.faults = faults if faults is not None else FaultInjector(state.rng)
+        self._outage = outage
 
     def ListRequests(self, body: dict[str, Any]) -> Any:
         return {"requests": self.state.requests()}
@@ -276,6 +353,47 @@ class ControlServicer:
             )
         return {"queued_resource": self.state.tpu.preempt(name)}
 
+    def SetFaults(self, body: dict[str, Any]) -> Any:
+        """``{"faults": [SPEC or rule object, ...], "append": false, "seed": null}``."""
+        rules = body.get("faults")
+        seed = body.get("seed")
+        if not isinstance(rules, list):
+            raise EmulatorError(
+                grpc.StatusCode.INVALID_ARGUMENT, 'expected {"faults": ["METHOD=EFFECT...", ...]}'
+            )
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise EmulatorError(grpc.StatusCode.INVALID_ARGUMENT, f"seed must be an integer, got {seed!r}")
+        try:
+            self.faults.set(rules, append=bool(body.get("append", False)), seed=seed)
+        except FaultSpecError as exc:
+            raise EmulatorError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+        log.info("faults set: %s", ", ".join(r.spec for r in self.faults.rules) or "(none)")
+        return self.faults.to_json()
+
+    def GetFaults(self, body: dict[str, Any]) -> Any:
+        return self.faults.to_json()
+
+    def ClearFaults(self, body: dict[str, Any]) -> Any:
+        self.faults.clear()
+        log.info("faults cleared")
+        return self.faults.to_json()
+
+    def Outage(self, body: dict[str, Any]) -> Any:
+        """``{"seconds": N}``: refuse connections for N seconds, starting right after this reply."""
+        seconds = body.get("seconds")
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not 0 < seconds <= MAX_OUTAGE_SECONDS
+        ):
+            raise EmulatorError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f'expected {{"seconds": N}} with 0 < N <= {MAX_OUTAGE_SECONDS:g}, got {seconds!r}',
+            )
+        if self._outage is None:
+            raise EmulatorError(grpc.StatusCode.FAILED_PRECONDITION, "this server cannot simulate outages")
+        return self._outage(float(seconds))
+
     def _method(self, name: str) -> grpc.RpcMethodHandler:
         impl = getattr(self, name)
 
@@ -301,6 +419,8 @@ class EmulatorServer:
 
     ``capacity`` maps ``"LOCATION/ACCELERATOR"`` (or :class:`PoolKey`) to a count; ``None``
     uses :data:`DEFAULT_CAPACITY`. ``port=0`` picks a free port; see :attr:`address`.
+    ``faults`` are initial fault rules (spec strings or rule objects, see :mod:`.faults`); they
+    draw from the state's generator, seeded with ``seed``. :attr:`faults` changes them later.
     """
 
     def __init__(
@@ -310,6 +430,7 @@ class EmulatorServer:
         host: str = "127.0.0.1",
         port: int = 0,
         max_workers: int = 16,
+        faults: Iterable[Any] | None = None,
     ) -> None:
         from . import DEFAULT_CAPACITY
 
@@ -317,10 +438,17 @@ class EmulatorServer:
             raise ValueError(f"dws-emulator binds to loopback only; refusing host {host!r}")
         self.host = host
         self.state = EmulatorState(DEFAULT_CAPACITY if capacity is None else capacity, seed=seed)
+        self.faults = FaultInjector(self.state.rng)
+        if faults:
+            self.faults.set(faults)
         self._requested_port = port
         self.port: int | None = None
         self._max_workers = max_workers
         self._server: grpc.Server | None = None
+        self._executors: list[futures.ThreadPoolExecutor] = []
+        self._lifecycle = threading.Lock()
+        self._running = False
+        self._outage_until: float | None = None  # monotonic end of the current outage
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -332,22 +460,34 @@ class EmulatorServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
 
-    def start(self) -> EmulatorServer:
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._max_workers))
+    def _serve_grpc(self, port: int) -> tuple[grpc.Server, int]:
+        """A started gRPC server with every service, bound to ``port`` (0: any free port)."""
+        executor = futures.ThreadPoolExecutor(max_workers=self._max_workers)
+        server = grpc.server(executor)
         server.add_generic_rpc_handlers(
             (
-                JobServiceServicer(self.state).handler(),
-                TpuServicer(self.state.tpu).handler(),
-                OperationsServicer(self.state).handler(),
-                ControlServicer(self.state).handler(),
+                FaultInjectingHandler(JobServiceServicer(self.state).handler(), self.faults),
+                FaultInjectingHandler(TpuServicer(self.state.tpu).handler(), self.faults),
+                FaultInjectingHandler(OperationsServicer(self.state).handler(), self.faults),
+                ControlServicer(self.state, self.faults, self.outage).handler(),
             )
         )
         host = f"[{self.host}]" if ":" in self.host else self.host
-        port = server.add_insecure_port(f"{host}:{self._requested_port}")
-        if port == 0:
-            raise OSError(f"could not bind {host}:{self._requested_port}")
+        try:
+            bound = server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError:  # newer grpc raises instead of returning 0
+            bound = 0
+        if bound == 0:
+            executor.shutdown(wait=False)
+            raise OSError(f"could not bind {host}:{port}")
         server.start()
-        self._server, self.port = server, port
+        self._executors.append(executor)
+        return server, bound
+
+    def start(self) -> EmulatorServer:
+        with self._lifecycle:
+            self._server, self.port = self._serve_grpc(self._requested_port)
+            self._running = True
         self._stop.clear()
         self._ticker = threading.Thread(target=self._tick_loop, name="dws-emulator-ticker", daemon=True)
         self._ticker.start()
@@ -360,14 +500,72 @@ class EmulatorServer:
             except Exception:  # keep ticking; a failed tick is logged and retried
                 log.exception("tick failed")
 
+    def outage(self, seconds: float) -> dict[str, Any]:
+        """Refuse connections for ``seconds``, then serve the same state on the same port again.
+
+        Returns at once; the listener closes right after (calls in flight get a short grace to
+        finish). The control service is unreachable during the outage too. A second outage
+        while one is running extends it.
+        """
+        if not 0 < seconds <= MAX_OUTAGE_SECONDS:
+            raise ValueError(f"outage seconds must be in (0, {MAX_OUTAGE_SECONDS:g}], got {seconds!r}")
+        with self._lifecycle:
+            if not self._running:
+                raise RuntimeError("server not started")
+            until = time.monotonic() + seconds
+            already = self._outage_until is not None
+            self._outage_until = max(until, self._outage_until or until)
+            if not already:
+                threading.Thread(target=self._run_outage, name="dws-emulator-outage", daemon=True).start()
+        self.faults.record_outage(seconds)
+        log.info("outage: refusing connections on port %s for %gs", self.port, seconds)
+        return {"seconds": seconds, "until": iso(time.time() + seconds), "address": self.address}
+
+    def _run_outage(self) -> None:
+        with self._lifecycle:
+            server, self._server = self._server, None
+        if server is not None:
+            server.stop(OUTAGE_GRACE_SECONDS).wait()
+        while True:
+            with self._lifecycle:
+                assert self._outage_until is not None
+                remaining = self._outage_until - time.monotonic()
+                if remaining <= 0 or not self._running:
+                    break
+            self._stop.wait(remaining)
+        deadline = time.monotonic() + REBIND_SECONDS
+        while True:
+            with self._lifecycle:
+                if not self._running:
+                    self._outage_until = None
+                    return
+                try:
+                    assert self.port is not None
+                    self._server, _ = self._serve_grpc(self.port)
+                except OSError:
+                    if time.monotonic() > deadline:
+                        log.exception("outage over but port %s could not be bound again", self.port)
+                        self._outage_until = None
+                        return
+                else:
+                    self._outage_until = None
+                    log.info("outage over: listening on %s again", self.address)
+                    return
+            time.sleep(0.05)
+
     def stop(self, grace: float | None = 1.0) -> None:
+        with self._lifecycle:
+            self._running = False
+            server, self._server = self._server, None
         self._stop.set()
-        if self._server is not None:
-            self._server.stop(grace).wait()
-            self._server = None
+        if server is not None:
+            server.stop(grace).wait()
         if self._ticker is not None:
             self._ticker.join(timeout=2)
             self._ticker = None
+        for executor in self._executors:
+            executor.shutdown(wait=False)
+        self._executors.clear()
 
     def __enter__(self) -> EmulatorServer:
         return self.start()

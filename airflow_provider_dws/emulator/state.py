@@ -117,7 +117,7 @@ class EmulatorState:
         self.lock = threading.RLock()
         self.clock = clock
         self.seed = seed
-        # Kept for fault injection (added later); ids use their own stream so faults never shift them.
+        # Fault injection draws from this (see .faults); ids use their own stream so faults never shift them.
         self.rng = random.Random(seed)
         id_rng = random.Random(f"dws-emulator-ids:{seed}")
         self._next_job_id = id_rng.randrange(10**18, 5 * 10**18)

@@ -79,6 +79,8 @@ class DwsRequestOperator(DwsBaseOperator):
             elif isinstance(deadline, datetime):
                 deadline = Deadline(at=deadline)
             if isinstance(capacity_retry, int) and not isinstance(capacity_retry, bool):
+                if capacity_retry < 0:
+                    raise ValueError(f"capacity_retry must be a number of retries >= 0, got {capacity_retry}")
                 capacity_retry = CapacityRetry(attempts=capacity_retry + 1)
             if failover is not None and not isinstance(failover, Failover):
                 if isinstance(failover, (str, Placement)):
@@ -94,7 +96,8 @@ class DwsRequestOperator(DwsBaseOperator):
         ):
             if value is not None and not isinstance(value, types):
                 allowed = " or ".join(t.__name__ for t in types)
-                raise self.fail(f"{name} must be a {allowed} (or None), got {type(value).__name__}")
+                article = "an" if allowed[0] in "AEIOU" else "a"
+                raise self.fail(f"{name} must be {article} {allowed} (or None), got {type(value).__name__}")
         self.window = window  # type: ignore[assignment]
         self.deadline = deadline  # type: ignore[assignment]
         self.capacity_retry = capacity_retry  # type: ignore[assignment]
@@ -102,6 +105,12 @@ class DwsRequestOperator(DwsBaseOperator):
         if self.failover is not None:
             for placement in self.failover.placements:
                 self.check_placement(placement)
+            if self.capacity_retry is None or self.capacity_retry.attempts < 2:
+                # Failover happens on a retry: without one the placements would never be tried.
+                raise self.fail(
+                    f"failover ({self.failover}) needs capacity_retry with at least 2 attempts, "
+                    f"got {self.capacity_retry or 'no capacity_retry'}"
+                )
 
     def check_placement(self, placement: Placement) -> None:
         """Subclasses refuse placements their API cannot use (raise ``self.fail(...)``)."""
@@ -114,9 +123,13 @@ class DwsRequestOperator(DwsBaseOperator):
         if self.deadline is None:
             return None
         end = context.get("data_interval_end")
-        if end is None:
-            dag_run = context.get("dag_run")
-            end = getattr(dag_run, "run_after", None) or getattr(dag_run, "logical_date", None)
+        dag_run = context.get("dag_run")
+        run_after = getattr(dag_run, "run_after", None)
+        manual = str(getattr(dag_run, "run_type", "")).lower().endswith("manual")
+        if end is None or (manual and run_after is not None and run_after > end):
+            # A manual run's inferred interval is the last window, often hours ago: its deadline
+            # counts from when it was triggered instead.
+            end = run_after or getattr(dag_run, "logical_date", None)
         return self.deadline.resolve(end)
 
     # -- API-specific steps, provided by subclasses --------------------------------------------
@@ -267,13 +280,18 @@ class DwsRequestOperator(DwsBaseOperator):
     def complete_attempt(
         self,
         context: Context,
-        event: dict[str, Any],
+        event: dict[str, Any] | None = None,
         history: list[dict[str, Any]] | None = None,
         attempt: int = 1,
         placement: dict[str, Any] | None = None,
         max_wait_seconds: float | None = None,
     ) -> Any:
         """An attempt ended (or reached its target): succeed, or decide the next step."""
+        if not event:
+            # Resumed without a trigger event (e.g. a deferred task run again by hand): look the
+            # request up again rather than guess; the identity finds it.
+            self.log.warning("Resumed without a trigger event; looking for this task's request again")
+            return self.run_attempts(context)
         echo = event.get("echo")
         if echo:
             # The state the attempt left behind comes back in the event (see make_trigger).

@@ -207,6 +207,12 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
         self._check_static()
         self._check_templated(rendered=False)
         self.init_policies(window, deadline, capacity_retry, failover)
+        if self.valid_after and (self.window is not None or self.deadline is not None):
+            # The max wait is cut from the submit time; a delayed start would let capacity arrive
+            # after the window closes or the deadline. Use the window to delay instead.
+            raise self.fail(
+                "valid_after cannot be combined with window or deadline; use the window to delay the start"
+            )
 
     # -- validation ----------------------------------------------------------------------------
 
@@ -327,7 +333,9 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
             qr.spot = QueuedResource.Spot()
         elif guaranteed:
             qr.guaranteed = QueuedResource.Guaranteed()
-        if self.reservation_name and not spot:
+        home_zone = placement is None or placement.location == self.zone
+        if self.reservation_name and not spot and home_zone:
+            # A reservation lives in one zone; a failover elsewhere asks without it.
             qr.reservation_name = self.reservation_name
         return qr
 
@@ -463,8 +471,12 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
         self._check_templated(rendered=True)
         return self.run_attempts(context)
 
-    def complete_attempt(self, context: Context, event: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+    def complete_attempt(
+        self, context: Context, event: dict[str, Any] | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
         """Record how long the request waited, then let the attempt loop decide."""
+        if not event:
+            return super().complete_attempt(context, event, *args, **kwargs)
         status = RequestStatus.from_event(event)
         context["ti"].xcom_push(key="wait_seconds", value=status.timings.wait_seconds)
         return super().complete_attempt(context, event, *args, **kwargs)

@@ -436,6 +436,11 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
             )
         if placement.tier is not None:
             raise self.fail(f"failover placement {placement}: Flex Start custom jobs have no tier")
+        if placement.machine_type and not placement.accelerator_type:
+            raise self.fail(
+                f"failover placement {placement}: a machine_type needs its accelerator_type too "
+                "(the machine and the GPU must match)"
+            )
         if placement.accelerator_type and placement.accelerator_type not in FLEX_START_ACCELERATORS:
             raise self.fail(
                 f"failover placement {placement}: accelerator_type must be one of {sorted(FLEX_START_ACCELERATORS)}"
@@ -518,8 +523,12 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         self._check_templated(rendered=True)
         return self.run_attempts(context)
 
-    def complete_attempt(self, context: Context, event: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+    def complete_attempt(
+        self, context: Context, event: dict[str, Any] | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
         """Record the job's wait and run times, then let the attempt loop decide."""
+        if not event:
+            return super().complete_attempt(context, event, *args, **kwargs)
         status = RequestStatus.from_event(event)
         wait_s, run_s = status.timings.wait_seconds, status.timings.run_seconds
         ti = context["ti"]

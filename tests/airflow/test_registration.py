@@ -22,7 +22,10 @@ def test_airflow_providers_list_shows_the_provider(airflow_home: AirflowHome) ->
 def test_airflow_sees_the_trigger_hooks_and_extra_link(airflow_home: AirflowHome) -> None:
     triggers = json.loads(airflow_home.command("providers", "triggers", "-o", "json").stdout)
     ours = {t["class"] for t in triggers if t["package_name"] == "airflow-provider-dws"}
-    assert ours == {"airflow_provider_dws.triggers.capacity_request"}
+    assert ours == {
+        "airflow_provider_dws.triggers.capacity_request",
+        "airflow_provider_dws.triggers.resume_at",
+    }
     hooks = airflow_home.command("providers", "hooks", "-o", "json")
     assert hooks.returncode == 0, hooks.stderr[-2000:]
     links = json.loads(airflow_home.command("providers", "links", "-o", "json").stdout)

@@ -119,7 +119,7 @@ def test_rerun_of_a_task_whose_job_is_running_reattaches(
     airflow_home: AirflowHome, dws_emulator_factory: Any, tmp_path: Path
 ) -> None:
     emulator = dws_emulator_factory()
-    conf = {"run_seconds": 60}
+    conf = {"run_seconds": 600}
     first_log = tmp_path / "first.log"
     first = airflow_home.start_dag_test(DAG_ID, emulator.address, first_log, conf=conf)
     try:
@@ -134,11 +134,24 @@ def test_rerun_of_a_task_whose_job_is_running_reattaches(
     assert run_ids, first_log.read_text()[-3000:]
     # Run the same task instance again (same dag run), as a retry or a cleared task would.
     second_log = tmp_path / "second.log"
-    proc = airflow_home.start_task_test(DAG_ID, "fine_tune", run_ids[0], emulator.address, second_log)
-    result = finish(proc, second_log)
-    assert result.returncode == 0, result.log[-4000:]
-    assert "reattaching to live request" in result.log
-    assert "Submitted Flex Start job" not in result.log
-    jobs = _jobs(emulator)
-    assert len(jobs) == 1, jobs
-    assert jobs[0]["state"] == "JOB_STATE_SUCCEEDED"
+    second = airflow_home.start_task_test(DAG_ID, "fine_tune", run_ids[0], emulator.address, second_log)
+    try:
+        _wait_for(lambda: "Deferring" in second_log.read_text(), 180, "the re-run to wait on the job")
+        log = second_log.read_text()
+        assert "reattaching to live request" in log
+        assert "Submitted Flex Start job" not in log
+        [job] = _jobs(emulator)
+        assert job["state"] == "JOB_STATE_RUNNING"
+        # Cancel it from outside (a 600 s job is not worth waiting for): the re-run sees it end.
+        import grpc
+        from google.cloud.aiplatform_v1 import JobServiceClient
+        from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcTransport
+
+        client = JobServiceClient(
+            transport=JobServiceGrpcTransport(channel=grpc.insecure_channel(emulator.address))
+        )
+        client.cancel_custom_job(name=job["name"])
+    finally:
+        result = finish(second, second_log)
+    assert "RequestCancelledError" in result.log, result.log[-3000:]
+    assert len(_jobs(emulator)) == 1

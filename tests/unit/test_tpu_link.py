@@ -7,7 +7,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from airflow_provider_dws.links import tpu as tpu_links
+from airflow_provider_dws.links import base as link_base
 from airflow_provider_dws.links.tpu import TPUQueuedResourceLink, queued_resource_console_url
 
 
@@ -57,7 +57,7 @@ def test_get_link_reads_the_stored_url(monkeypatch: pytest.MonkeyPatch, stored: 
         calls.append(kwargs)
         return stored
 
-    monkeypatch.setattr(tpu_links.XCom, "get_value", staticmethod(get_value))
+    monkeypatch.setattr(link_base.XCom, "get_value", staticmethod(get_value))
     ti_key = object()
     assert TPUQueuedResourceLink().get_link(None, ti_key=ti_key) == expected  # type: ignore[arg-type]
     assert calls == [{"key": "dws_tpu_queued_resource_link", "ti_key": ti_key}]

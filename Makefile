@@ -23,9 +23,10 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-## Quality gates, then every test ring (unit, emulator, Airflow end to end).
+## Quality gates, then every test ring (unit, emulator, Airflow end to end), on PYTEST_WORKERS processes.
+PYTEST_WORKERS ?= 2
 test: lint
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS)
 
 clean:
 	rm -rf $(VENV) .airflow .pytest_cache .mypy_cache .ruff_cache

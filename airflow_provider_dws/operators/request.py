@@ -171,11 +171,18 @@ class DwsRequestOperator(DwsBaseOperator):
     def release_failed(self, status: RequestStatus, placement: Placement) -> None:
         """Leave nothing behind after an attempt that ended without success (default: nothing to do)."""
 
+    def error_for(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
+        """The classified exception for a request that ended without success."""
+        raise NotImplementedError
+
     def failure_error(
         self, status: RequestStatus, placement: Placement, max_wait: timedelta, summary: str
     ) -> Exception:
-        """The classified exception for a request that ended without success."""
-        raise NotImplementedError
+        """The classified error, with every attempt when there were several."""
+        error = self.error_for(status, placement, max_wait)
+        if summary:
+            error.args = (f"{error.args[0]}; attempts:\n{summary}",)
+        return error
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -394,7 +394,7 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
                 if qr is None:
                     continue
                 status = queued_resource_status(qr)
-                if status.phase.live or status.phase is Phase.RUNNING:
+                if status.phase.live:  # waiting, provisioning or ACTIVE
                     if found is None:
                         found = (status, placement, attempt)
                         self._remember(context, backend, name)
@@ -418,10 +418,9 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
         qr_id = self.queued_resource_id_for(identity)
         name = backend.name_of(qr_id)
         existing = backend.get(name)
-        if existing is not None and not queued_resource_status(existing).phase.live:
-            if queued_resource_status(existing).phase is not Phase.RUNNING:
-                self.log.warning("An earlier request %s ended; deleting it before asking again", name)
-                backend.delete(name, force=True)
+        if existing is not None and queued_resource_status(existing).phase.terminal:
+            self.log.warning("An earlier request %s ended; deleting it before asking again", name)
+            backend.delete(name, force=True)
         request = self.build_queued_resource(identity.labels(), backend.parent, qr_id, placement, max_wait)
         try:
             qr, created = backend.create(qr_id, request)
@@ -523,16 +522,8 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
         _, zone, _ = parse_queued_resource_name(status.name)
         self._backend(zone).delete(status.name, force=True)
 
-    def failure_error(
-        self, status: RequestStatus, placement: Placement, max_wait: timedelta, summary: str
-    ) -> Exception:
-        """The classified error, with every attempt when there were several."""
-        error = self._error(status, placement, max_wait)
-        if summary:
-            error.args = (f"{error.args[0]}; attempts:\n{summary}",)
-        return error
-
-    def _error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
+    def error_for(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
+        """The classified exception for a request that ended without success."""
         message = status.outcome.message
         zone = placement.location
         detail = f" ({status.name}{': ' + message if message else ''})"

@@ -553,16 +553,8 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         job = self._backend(region).get(status.name)
         return dict(CustomJob.to_dict(job, use_integers_for_enums=False, preserving_proto_field_name=True))
 
-    def failure_error(
-        self, status: RequestStatus, placement: Placement, max_wait: timedelta, summary: str
-    ) -> Exception:
-        """The classified error, with every attempt when there were several."""
-        error = self._error(status, placement, max_wait)
-        if summary:
-            error.args = (f"{error.args[0]}; attempts:\n{summary}",)
-        return error
-
-    def _error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
+    def error_for(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
+        """The classified exception for a request that ended without success."""
         message = status.outcome.message
         region = status.details.get("region") or placement.location
         if status.outcome.failure is FailureKind.CAPACITY_NOT_OBTAINED:

@@ -10,6 +10,7 @@ obtained) are a different, user-facing policy and live in ``scheduling/``.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -97,3 +98,18 @@ def retry_kwargs(
         "reraise": True,
         "before_sleep": _log_before_sleep(what, logger or log),
     }
+
+
+def operation_result(operation: Any, what: str, timeout: float, logger: logging.Logger | None = None) -> Any:
+    """Wait for a long-running operation, retrying transient errors of its status reads.
+
+    ``Operation.result()`` polls ``GetOperation``; one UNAVAILABLE there would otherwise surface as
+    a failure of a call that has in fact gone through. A failed read leaves the future as it was,
+    so calling ``result()`` again simply resumes polling, within the same overall ``timeout``.
+    """
+    started = time.monotonic()
+    for attempt in tenacity.Retrying(**retry_kwargs(f"wait for {what}", logger=logger)):
+        with attempt:
+            remaining = max(1.0, timeout - (time.monotonic() - started))
+            return operation.result(timeout=remaining)
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -14,7 +14,7 @@ from google.api_core import exceptions as gexc
 from google.cloud.tpu_v2 import DeleteQueuedResourceRequest, Node, QueuedResource, QueuedResourceState
 
 from airflow_provider_dws.backends.base import RequestStatus
-from airflow_provider_dws.backends.retry import retry_kwargs
+from airflow_provider_dws.backends.retry import operation_result, retry_kwargs
 from airflow_provider_dws.hooks.tpu import DwsTpuAsyncHook, DwsTpuHook
 from airflow_provider_dws.scheduling.phases import RequestTimings, classify_tpu_queued_resource
 
@@ -214,7 +214,7 @@ class TpuQueuedResourceBackend:
                     if existing is None:
                         raise
                     return existing, False
-                operation.result(timeout=_DELETE_TIMEOUT_SECONDS)
+                operation_result(operation, f"create {name}", _DELETE_TIMEOUT_SECONDS, log)
                 created = self.get(name)
                 if created is None:
                     raise gexc.NotFound(f"{name} vanished right after it was created")
@@ -236,7 +236,7 @@ class TpuQueuedResourceBackend:
                 except gexc.NotFound:
                     return False
                 if wait:
-                    operation.result(timeout=_DELETE_TIMEOUT_SECONDS)
+                    operation_result(operation, f"delete {name}", _DELETE_TIMEOUT_SECONDS, log)
         if wait:
             deadline = time.monotonic() + _DELETE_TIMEOUT_SECONDS
             while self.get(name) is not None:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from airflow.sdk.exceptions import AirflowTaskTimeout
 from airflow.triggers.base import BaseTrigger
 
 from airflow_provider_dws.backends.base import RequestStatus
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 #: A submit time this close to now is "now" (no point deferring for it).
 _NOW_SLACK = timedelta(seconds=1)
 _RETRYABLE = (FailureKind.CAPACITY_NOT_OBTAINED, FailureKind.PREEMPTED)
+#: task_state_store key: the request a deferred try waits on, and which try that is.
+WAITING_KEY = "dws_waiting"
 
 
 def _fmt_delta(delta: timedelta) -> str:
@@ -56,6 +59,8 @@ class DwsRequestOperator(DwsBaseOperator):
     """
 
     max_wait: timedelta
+    cancel_on_kill: bool
+    deferrable: bool
     window: OffPeakWindow | WindowSet | None
     deadline: Deadline | None
     capacity_retry: CapacityRetry | None
@@ -151,9 +156,19 @@ class DwsRequestOperator(DwsBaseOperator):
         raise NotImplementedError
 
     def make_trigger(
-        self, status: RequestStatus, placement: Placement, max_wait: timedelta, echo: dict[str, Any]
+        self,
+        status: RequestStatus,
+        placement: Placement,
+        max_wait: timedelta,
+        echo: dict[str, Any],
+        task_deadline: datetime | None = None,
     ) -> BaseTrigger:
-        """The trigger that waits on the request; it must hand ``echo`` back in its event."""
+        """The trigger that waits on the request; it must hand ``echo`` back in its event and give
+        up at ``task_deadline`` (the end of the task's ``execution_timeout``)."""
+        raise NotImplementedError
+
+    def cancel_request(self, name: str) -> None:
+        """Cancel (or release) one request by name, from the worker; an ended or gone one is fine."""
         raise NotImplementedError
 
     def is_done(self, status: RequestStatus) -> bool:
@@ -187,9 +202,19 @@ class DwsRequestOperator(DwsBaseOperator):
     # -- the loop ------------------------------------------------------------------------------
 
     def run_attempts(self, context: Context) -> Any:
-        """Adopt this task instance's live or finished request, or plan the first attempt."""
+        """Adopt this task instance's live or finished request, or plan the first attempt.
+
+        A request an earlier try was deferred on when that try ended is not adopted: a try ends
+        while deferred only when a user clears or marks the task (or Airflow times it out), which
+        means "stop waiting on that one". It is cancelled here, in case the trigger's ``on_kill``
+        has not done it yet, and a new request is made. Every other live request of this task
+        instance (a worker died before deferring, a triggerer died) is adopted.
+        """
         identity = self.identity(context)
+        abandoned = self.abandoned_request(context)
         found = self.find_existing(context, identity)
+        if found is not None and found[0].name == abandoned:
+            found = None
         if found is not None:
             status, placement, number = found
             if self.is_done(status) and self.is_success(status):
@@ -207,6 +232,74 @@ class DwsRequestOperator(DwsBaseOperator):
                 max_wait = timedelta(seconds=max_wait_s) if max_wait_s else self.max_wait
                 return self._wait(context, status, [], number, placement, max_wait)
         return self.plan_attempt(context, [], 1, placement_dict(self.home_placement()), None)
+
+    def abandoned_request(self, context: Context) -> str | None:
+        """The request an earlier try was still deferred on when it ended (cancelled here), if any."""
+        store = context.get("task_state_store")
+        if store is None:
+            return None
+        try:
+            record = store.get(WAITING_KEY)
+        except Exception:
+            self.log.warning(
+                "task_state_store could not be read; relying on identity labels alone", exc_info=True
+            )
+            return None
+        try_number = getattr(context["ti"], "try_number", None)
+        if not isinstance(record, dict) or not isinstance(try_number, int):
+            return None
+        name, waited_try = record.get("request"), record.get("try")
+        if not isinstance(name, str) or not isinstance(waited_try, int) or waited_try >= try_number:
+            return None
+        if not self.cancel_on_kill:
+            self.log.info(
+                "Try %d ended while deferred on %s; cancel_on_kill=False, so it is kept and adopted",
+                waited_try,
+                name,
+            )
+            self._forget_waiting(context)
+            return None
+        self.log.warning(
+            "Try %d ended while deferred on %s (the task was cleared, marked or timed out): cancelling "
+            "that request and starting a new one",
+            waited_try,
+            name,
+        )
+        self.cancel_request(name)
+        self._forget_waiting(context)
+        return name
+
+    def _remember_waiting(self, context: Context, name: str) -> None:
+        store = context.get("task_state_store")
+        try_number = getattr(context["ti"], "try_number", None)
+        if store is None or not isinstance(try_number, int):
+            return
+        try:
+            store.set(WAITING_KEY, {"request": name, "try": try_number})
+        except Exception:
+            self.log.warning(
+                "task_state_store could not be written; relying on identity labels alone", exc_info=True
+            )
+
+    def _forget_waiting(self, context: Context) -> None:
+        store = context.get("task_state_store")
+        if store is None:
+            return
+        try:
+            store.delete(WAITING_KEY)
+        except Exception:
+            self.log.warning("task_state_store could not be written", exc_info=True)
+
+    def timeout_at(self, context: Context) -> datetime | None:
+        """When the task's ``execution_timeout`` ends (Airflow keeps the start date across deferrals)."""
+        if not self.execution_timeout:
+            return None
+        start = getattr(context["ti"], "start_date", None)
+        if not isinstance(start, datetime):
+            start = datetime.now(timezone.utc)
+        if start.tzinfo is None:
+            start = start.replace(tzinfo=timezone.utc)
+        return start + self.execution_timeout
 
     def plan_attempt(
         self,
@@ -277,12 +370,37 @@ class DwsRequestOperator(DwsBaseOperator):
         }
         if self.is_done(status):
             return self.complete_attempt(context, status.to_event(), **kwargs)
-        trigger = self.make_trigger(status, placement, max_wait, kwargs)
+        deadline = self.timeout_at(context)
+        trigger = self.make_trigger(status, placement, max_wait, kwargs, deadline)
+        if deadline is not None:
+            self.log.info(
+                "execution_timeout ends at %s; the wait will be cancelled then", deadline.isoformat()
+            )
         if self.deferrable:
+            self._remember_waiting(context, status.name)
             self.log.info("Deferring: the request waits in the DWS queue without holding a worker slot")
+            # No defer timeout: the trigger enforces execution_timeout itself and cancels the request
+            # first, whereas Airflow's trigger timeout would stop the wait without cancelling it.
             self.defer(trigger=trigger, method_name="complete_attempt", kwargs=kwargs)
         self.log.info("deferrable=False: waiting in this worker")
-        return self.complete_attempt(context, asyncio.run(first_event(trigger)), **kwargs)
+        self._waiting_on = status.name
+        try:
+            event = asyncio.run(first_event(trigger))
+        finally:
+            self._waiting_on = None
+        return self.complete_attempt(context, event, **kwargs)
+
+    _waiting_on: str | None = None
+
+    def on_kill(self) -> None:
+        """``deferrable=False`` only: the worker is being killed (or timed out) while it waits."""
+        name = self._waiting_on
+        if name and self.cancel_on_kill:
+            self.log.warning("Task killed while waiting on %s; cancelling it", name)
+            try:
+                self.cancel_request(name)
+            except Exception:
+                self.log.exception("Could not cancel %s; cancel it by hand", name)
 
     def complete_attempt(
         self,
@@ -299,6 +417,7 @@ class DwsRequestOperator(DwsBaseOperator):
             # request up again rather than guess; the identity finds it.
             self.log.warning("Resumed without a trigger event; looking for this task's request again")
             return self.run_attempts(context)
+        self._forget_waiting(context)
         echo = event.get("echo")
         if echo:
             # The state the attempt left behind comes back in the event (see make_trigger).
@@ -327,6 +446,10 @@ class DwsRequestOperator(DwsBaseOperator):
             return self.finish_success(context, status)
         self.release_failed(status, where)
         failure = status.outcome.failure
+        if failure is FailureKind.TIMED_OUT:
+            raise AirflowTaskTimeout(
+                f"execution_timeout {self.execution_timeout} passed: {status.outcome.message}"
+            )
         if failure in _RETRYABLE and self.capacity_retry is not None:
             attempts = [Attempt.from_dict(a) for a in history]
             rng = random.Random(f"{self.identity(context).key}:{attempt}")

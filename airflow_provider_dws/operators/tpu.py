@@ -441,7 +441,12 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
         return queued_resource_status(qr)
 
     def make_trigger(
-        self, status: RequestStatus, placement: Placement, max_wait: timedelta, echo: dict[str, Any]
+        self,
+        status: RequestStatus,
+        placement: Placement,
+        max_wait: timedelta,
+        echo: dict[str, Any],
+        task_deadline: datetime | None = None,
     ) -> CapacityRequestTrigger:
         """Wait on the queued resource until it is ACTIVE (or ends without getting there)."""
         backend = self._backend(placement.location)
@@ -455,7 +460,13 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
             cancel_on_kill=self.cancel_on_kill,
             target="running",
             echo=echo,
+            task_deadline=task_deadline.isoformat() if task_deadline else None,
         )
+
+    def cancel_request(self, name: str) -> None:
+        """Delete the queued resource (and any nodes) and wait until it is gone."""
+        _, zone, _ = parse_queued_resource_name(name)
+        self._backend(zone).delete(name, force=True, wait=True)
 
     def is_done(self, status: RequestStatus) -> bool:
         """The wait ends when the slice is ACTIVE, or when the request ends without it."""

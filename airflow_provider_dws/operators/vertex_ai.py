@@ -501,7 +501,12 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         return job_status(job)
 
     def make_trigger(
-        self, status: RequestStatus, placement: Placement, max_wait: timedelta, echo: dict[str, Any]
+        self,
+        status: RequestStatus,
+        placement: Placement,
+        max_wait: timedelta,
+        echo: dict[str, Any],
+        task_deadline: datetime | None = None,
     ) -> CapacityRequestTrigger:
         """Wait on the job until it ends."""
         backend = self._backend(placement.location)
@@ -514,7 +519,13 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
             wait_deadline=(submitted + max_wait).isoformat(),
             cancel_on_kill=self.cancel_on_kill,
             echo=echo,
+            task_deadline=task_deadline.isoformat() if task_deadline else None,
         )
+
+    def cancel_request(self, name: str) -> None:
+        """Cancel the job (it ends CANCELLED; an ended one is left as it is)."""
+        region, _ = parse_job_name(name)
+        self._backend(region).cancel(name)
 
     def execute(self, context: Context) -> Any:
         """Find or submit the job, then wait for it (deferred by default)."""

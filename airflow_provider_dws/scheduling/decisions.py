@@ -152,6 +152,8 @@ class Attempt:
             return f"the request was refused as invalid{place}"
         if kind is FailureKind.CANCELLED:
             return f"cancelled{place}"
+        if kind is FailureKind.TIMED_OUT:
+            return f"stopped by the task's execution_timeout{place}"
         return f"ended {self.outcome.value}{place}"
 
     def describe(self) -> str:

@@ -52,6 +52,8 @@ class FailureKind(str, enum.Enum):
     BAD_REQUEST = "bad_request"
     CANCELLED = "cancelled"
     PREEMPTED = "preempted"
+    #: The task's ``execution_timeout`` passed while the request was still waiting or running.
+    TIMED_OUT = "timed_out"
 
 
 # google.rpc.Code values used for classification (stable numbers from google/rpc/code.proto).

@@ -770,6 +770,7 @@ _NEVER_RETRY = {
     "(use Airflow task retries for that)",
     FailureKind.BAD_REQUEST: "retrying a bad request repeats a request the API has already refused",
     FailureKind.CANCELLED: "retrying a cancelled request undoes whoever cancelled it",
+    FailureKind.TIMED_OUT: "the task's execution_timeout passed; Airflow task retries decide what follows",
 }
 _FAILURE_ORDER = list(FailureKind)
 

@@ -23,6 +23,15 @@ CANCEL_TIMEOUT_SECONDS = 60.0
 TARGETS = frozenset({"end", "running"})
 
 
+def _aware(name: str, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    parsed = datetime.fromisoformat(value)
+    if parsed.tzinfo is None:
+        raise ValueError(f"{name} must carry a time zone, got {value!r}")
+    return parsed.astimezone(timezone.utc)
+
+
 def _fmt(seconds: float | None) -> str:
     if seconds is None:
         return "?"
@@ -43,10 +52,14 @@ class CapacityRequestTrigger(BaseTrigger):
     :param wait_deadline: ISO-8601 UTC time after which a still-waiting request is given up: the
         provider cancels it and reports capacity not obtained. ``None``: rely on the API alone.
     :param cancel_on_kill: cancel the request when a user kills the task (marks it failed or
-        success, or clears it). A triggerer restart never cancels.
+        success, or clears it) and when ``task_deadline`` passes. A triggerer restart, a graceful
+        shutdown or the move of the trigger to another triggerer never cancels.
     :param target: ``"end"`` waits until the request ends (a Vertex job runs its workload to the
         end); ``"running"`` returns as soon as the capacity is held (a TPU slice is ACTIVE and the
         workload runs in later tasks), or earlier if it ends without getting there.
+    :param task_deadline: ISO-8601 UTC time at which the task's ``execution_timeout`` ends. Airflow
+        does not enforce it while a task is deferred, so the trigger does: at that time it cancels
+        the request (unless ``cancel_on_kill`` is False) and reports ``timed_out``.
     :param echo: JSON-serializable state returned in the event under ``"echo"`` (the attempt
         history), so the task resumes with it whatever runs the trigger.
     """
@@ -61,6 +74,7 @@ class CapacityRequestTrigger(BaseTrigger):
         cancel_on_kill: bool = True,
         target: str = "end",
         echo: dict[str, Any] | None = None,
+        task_deadline: str | None = None,
     ) -> None:
         super().__init__()
         if target not in TARGETS:
@@ -75,12 +89,9 @@ class CapacityRequestTrigger(BaseTrigger):
             raise TypeError(f"poll_interval must be a number of seconds, got {type(poll_interval).__name__}")
         if poll_interval <= 0:
             raise ValueError(f"poll_interval must be greater than 0, got {poll_interval}")
-        self._deadline: datetime | None = None
-        if wait_deadline is not None:
-            parsed = datetime.fromisoformat(wait_deadline)
-            if parsed.tzinfo is None:
-                raise ValueError(f"wait_deadline must carry a time zone, got {wait_deadline!r}")
-            self._deadline = parsed.astimezone(timezone.utc)
+        self._deadline = _aware("wait_deadline", wait_deadline)
+        self._task_deadline = _aware("task_deadline", task_deadline)
+        self.task_deadline = task_deadline
         self.kind = kind
         self.backend_spec = backend_spec
         self.request_name = request_name
@@ -106,6 +117,7 @@ class CapacityRequestTrigger(BaseTrigger):
                 "cancel_on_kill": self.cancel_on_kill,
                 "target": self.target,
                 "echo": self.echo,
+                "task_deadline": self.task_deadline,
             },
         )
 
@@ -172,7 +184,46 @@ class CapacityRequestTrigger(BaseTrigger):
             ):
                 yield TriggerEvent(self._payload(await self._give_up(status)))
                 return
-            await asyncio.sleep(self.poll_interval)
+            if self._task_deadline is not None and now >= self._task_deadline:
+                yield TriggerEvent(self._payload(await self._time_out(status)))
+                return
+            await asyncio.sleep(self._next_sleep(now))
+
+    def _next_sleep(self, now: datetime) -> float:
+        """The poll interval, cut short so the task deadline is acted on when it comes."""
+        if self._task_deadline is None:
+            return self.poll_interval
+        return max(0.0, min(self.poll_interval, (self._task_deadline - now).total_seconds()))
+
+    async def _time_out(self, status: RequestStatus) -> RequestStatus:
+        if self.cancel_on_kill:
+            self.log.warning(
+                "The task's execution_timeout ended at %s while %s was %s; cancelling the request",
+                self.task_deadline,
+                self.request_name,
+                status.phase.value,
+            )
+            await self.backend.acancel(self.request_name)
+            note = "the task's execution_timeout passed; the provider cancelled the request"
+        else:
+            self.log.warning(
+                "The task's execution_timeout ended at %s; leaving %s alone (cancel_on_kill=False)",
+                self.task_deadline,
+                self.request_name,
+            )
+            note = (
+                "the task's execution_timeout passed; the request was left as it was (cancel_on_kill=False)"
+            )
+        return RequestStatus(
+            name=status.name,
+            state=status.state,
+            outcome=Outcome(Phase.CANCELLED, FailureKind.TIMED_OUT, note),
+            timings=RequestTimings(
+                status.timings.submitted, status.timings.started, datetime.now(timezone.utc)
+            ),
+            description=status.description,
+            details=status.details,
+        )
 
     def _payload(self, status: RequestStatus) -> dict[str, Any]:
         payload = status.to_event()
@@ -204,15 +255,49 @@ class CapacityRequestTrigger(BaseTrigger):
         return ended
 
     async def on_kill(self) -> None:
-        """A user killed the task: cancel the request so it stops waiting (and billing)."""
+        """A user killed the task: cancel the request so it stops waiting (and billing).
+
+        Airflow also takes this path when a trigger it moved to another triggerer is dropped by
+        the one that ran it before; the task instance is then still deferred, and the request is
+        left to the new triggerer.
+        """
         if not self.cancel_on_kill:
             self.log.info("Task killed; leaving %s alone (cancel_on_kill=False)", self.request_name)
+            return
+        if await self._still_deferred():
+            self.log.info(
+                "Trigger stopped here but the task is still deferred (moved to another triggerer, "
+                "or already waiting on its next try); leaving %s alone",
+                self.request_name,
+            )
             return
         self.log.warning("Task killed by a user; cancelling %s", self.request_name)
         try:
             await asyncio.wait_for(self.backend.acancel(self.request_name), CANCEL_TIMEOUT_SECONDS)
         except Exception:
             self.log.exception("Could not cancel %s; cancel it by hand", self.request_name)
+
+    async def _still_deferred(self) -> bool:
+        """Whether the task instance is still deferred, as the Airflow API reports it now."""
+        ti = getattr(self, "task_instance", None)
+        if ti is None:
+            return False
+        try:
+            from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+            from asgiref.sync import sync_to_async
+
+            states = await sync_to_async(RuntimeTaskInstance.get_task_states)(
+                dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id]
+            )
+        except Exception:
+            # Without an answer, cancelling is the safe side: a task a user stopped keeps no
+            # capacity, and a task that is still waiting finds its request cancelled and says so.
+            self.log.warning("Could not read the task state; treating the kill as a user's", exc_info=True)
+            return False
+        map_index = getattr(ti, "map_index", -1)
+        key = ti.task_id if map_index is None or map_index < 0 else f"{ti.task_id}_{map_index}"
+        state = (states.get(ti.run_id) or {}).get(key)
+        return str(getattr(state, "value", state)) == "deferred"
 
 
 async def first_event(trigger: BaseTrigger) -> dict[str, Any]:

@@ -109,6 +109,7 @@ def test_serialize_round_trips() -> None:
         "cancel_on_kill": False,
         "target": "running",
         "echo": None,
+        "task_deadline": None,
     }
     rebuilt = CapacityRequestTrigger(**kwargs)
     assert rebuilt.serialize() == (path, kwargs)
@@ -145,6 +146,11 @@ def test_serialize_round_trips_defaults() -> None:
             "wait_deadline must carry a time zone, got '2026-01-01T00:00:00'",
         ),
         ({"wait_deadline": "tomorrow"}, ValueError, "tomorrow"),
+        (
+            {"task_deadline": "2026-01-01T00:00:00"},
+            ValueError,
+            "task_deadline must carry a time zone, got '2026-01-01T00:00:00'",
+        ),
     ],
 )
 def test_bad_arguments(kwargs: dict[str, Any], exc: type[Exception], message: str) -> None:
@@ -274,3 +280,127 @@ def test_on_kill_swallows_cancel_errors(fake: Any) -> None:
 
     backend.acancel = broken  # type: ignore[method-assign]
     asyncio.run(trigger().on_kill())  # must not raise
+
+
+# -- execution_timeout ---------------------------------------------------------------------------
+
+
+def test_task_deadline_round_trips() -> None:
+    t = trigger(task_deadline="2026-01-01T03:00:00+00:00")
+    _, kwargs = t.serialize()
+    assert kwargs["task_deadline"] == "2026-01-01T03:00:00+00:00"
+    assert CapacityRequestTrigger(**kwargs).serialize()[1] == kwargs
+
+
+@pytest.mark.parametrize("phase", [Phase.WAITING, Phase.RUNNING])
+def test_task_deadline_passed_cancels_and_reports_timed_out(fake: Any, phase: Phase) -> None:
+    backend = fake([status("JOB_STATE_PENDING", phase, submitted=T0)])
+    deadline = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()
+    (event,) = run_all(trigger(task_deadline=deadline))
+    assert backend.cancelled == [NAME]
+    assert event["phase"] == "cancelled"
+    assert event["failure"] == "timed_out"
+    assert "execution_timeout passed; the provider cancelled" in event["message"]
+    assert event["timings"]["submitted"] == T0.isoformat()
+
+
+def test_task_deadline_without_cancel_on_kill_leaves_the_request(fake: Any) -> None:
+    backend = fake([status("JOB_STATE_PENDING", Phase.WAITING)])
+    deadline = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()
+    (event,) = run_all(trigger(task_deadline=deadline, cancel_on_kill=False))
+    assert backend.cancelled == []
+    assert event["failure"] == "timed_out"
+    assert "left as it was" in event["message"]
+
+
+def test_task_deadline_cuts_the_poll_sleep_short(fake: Any) -> None:
+    """A 60 s poll interval must not carry the wait a minute past the deadline."""
+    backend = fake([status("JOB_STATE_PENDING", Phase.WAITING)])
+    deadline = (datetime.now(timezone.utc) + timedelta(seconds=0.3)).isoformat()
+    (event,) = run_all(trigger(task_deadline=deadline, poll_interval=60))
+    assert event["failure"] == "timed_out"
+    assert backend.reads == 2
+    assert backend.cancelled == [NAME]
+
+
+def test_request_ending_before_the_task_deadline_is_reported_as_is(fake: Any) -> None:
+    backend = fake(
+        [status("JOB_STATE_PENDING", Phase.WAITING), status("JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)]
+    )
+    deadline = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
+    (event,) = run_all(trigger(task_deadline=deadline))
+    assert event["phase"] == "succeeded"
+    assert backend.cancelled == []
+
+
+# -- on_kill: a user's kill, or a trigger moved to another triggerer -------------------------------
+
+
+class FakeTI:
+    dag_id = "d"
+    task_id = "t"
+    run_id = "r"
+    map_index = -1
+    try_number = 1
+
+
+def _states(monkeypatch: pytest.MonkeyPatch, answer: Any) -> list[dict[str, Any]]:
+    from airflow.sdk.execution_time import task_runner
+
+    calls: list[dict[str, Any]] = []
+
+    def get_task_states(**kwargs: Any) -> Any:
+        calls.append(kwargs)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(task_runner.RuntimeTaskInstance, "get_task_states", staticmethod(get_task_states))
+    return calls
+
+
+@pytest.mark.parametrize(
+    "state", ["failed", "success", None, "scheduled", "queued", "running", "up_for_retry"]
+)
+def test_on_kill_cancels_once_the_task_left_deferred(
+    fake: Any, monkeypatch: pytest.MonkeyPatch, state: str | None
+) -> None:
+    backend = fake([status("JOB_STATE_PENDING", Phase.WAITING)])
+    calls = _states(monkeypatch, {"r": {"t": state}})
+    t = trigger()
+    t.task_instance = FakeTI()  # type: ignore[assignment]
+    asyncio.run(t.on_kill())
+    assert calls == [{"dag_id": "d", "task_ids": ["t"], "run_ids": ["r"]}]
+    assert backend.cancelled == [NAME]
+
+
+def test_on_kill_leaves_the_request_when_the_task_is_still_deferred(
+    fake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redistribution: another triggerer runs the trigger now; cancelling would end its wait."""
+    backend = fake([status("JOB_STATE_PENDING", Phase.WAITING)])
+    _states(monkeypatch, {"r": {"t": "deferred", "other": "failed"}})
+    t = trigger()
+    t.task_instance = FakeTI()  # type: ignore[assignment]
+    asyncio.run(t.on_kill())
+    assert backend.cancelled == []
+
+
+def test_on_kill_reads_the_state_of_its_own_map_index(fake: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = fake([status("JOB_STATE_PENDING", Phase.WAITING)])
+    _states(monkeypatch, {"r": {"t_3": "deferred", "t_4": "failed"}})
+    ti = FakeTI()
+    ti.map_index = 4
+    t = trigger()
+    t.task_instance = ti  # type: ignore[assignment]
+    asyncio.run(t.on_kill())
+    assert backend.cancelled == [NAME]
+
+
+def test_on_kill_cancels_when_the_state_cannot_be_read(fake: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = fake([status("JOB_STATE_PENDING", Phase.WAITING)])
+    _states(monkeypatch, RuntimeError("no supervisor"))
+    t = trigger()
+    t.task_instance = FakeTI()  # type: ignore[assignment]
+    asyncio.run(t.on_kill())
+    assert backend.cancelled == [NAME]

@@ -1,0 +1,284 @@
+"""The attempt loop's promises, with the API steps stubbed: a request abandoned by a cleared or
+marked try is cancelled and never adopted; execution_timeout reaches the trigger and ends the
+task as a timeout; deferrable=False cancels on kill."""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from airflow.exceptions import TaskDeferred
+from airflow.sdk.exceptions import AirflowTaskTimeout
+
+from airflow_provider_dws.backends.base import RequestStatus
+from airflow_provider_dws.operators.request import WAITING_KEY
+from airflow_provider_dws.operators.tpu import TPUQueuedResourceOperator
+from airflow_provider_dws.operators.vertex_ai import FlexStartCustomJobOperator
+from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
+from airflow_provider_dws.scheduling.policies import Placement
+
+POOL = {
+    "machine_spec": {
+        "machine_type": "a3-highgpu-8g",
+        "accelerator_type": "NVIDIA_H100_80GB",
+        "accelerator_count": 8,
+    },
+    "replica_count": 1,
+    "container_spec": {"image_uri": "us-docker.pkg.dev/p/r/train:1"},
+}
+OLD = "projects/my-project/locations/us-central1/customJobs/1"
+NEW = "projects/my-project/locations/us-central1/customJobs/2"
+STARTED = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+
+
+class Store:
+    """A dict-backed stand-in for ``context["task_state_store"]``."""
+
+    def __init__(self, data: dict[str, Any] | None = None, broken: bool = False) -> None:
+        self.data = dict(data or {})
+        self.broken = broken
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if self.broken:
+            raise RuntimeError("store down")
+        return self.data.get(key, default)
+
+    def set(self, key: str, value: Any) -> None:
+        if self.broken:
+            raise RuntimeError("store down")
+        self.data[key] = value
+
+    def delete(self, key: str) -> None:
+        if self.broken:
+            raise RuntimeError("store down")
+        self.data.pop(key, None)
+
+
+class TI:
+    dag_id = "d"
+    task_id = "t"
+    run_id = "r"
+    map_index = -1
+
+    def __init__(self, try_number: int) -> None:
+        self.try_number = try_number
+        self.start_date = STARTED
+        self.xcom: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcom[key] = value
+
+
+def status(name: str, phase: Phase, failure: FailureKind | None = None) -> RequestStatus:
+    return RequestStatus(
+        name=name,
+        state=phase.value,
+        outcome=Outcome(phase, failure, "x"),
+        timings=RequestTimings(submitted=STARTED),
+        details={"max_wait_seconds": 3600.0},
+    )
+
+
+class Harness:
+    """Records what the operator asked of the API."""
+
+    def __init__(self, op: Any, found: RequestStatus | None, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.cancelled: list[str] = []
+        self.submitted: list[int] = []
+        self.triggers: list[Any] = []
+        home = Placement(location="us-central1")
+
+        def find_existing(context: Any, identity: Any) -> Any:
+            return (found, home, 1) if found is not None else None
+
+        def submit_attempt(context: Any, identity: Any, placement: Any, max_wait: Any) -> RequestStatus:
+            self.submitted.append(identity.attempt)
+            return status(NEW, Phase.WAITING)
+
+        monkeypatch.setattr(op, "find_existing", find_existing)
+        monkeypatch.setattr(op, "submit_attempt", submit_attempt)
+        monkeypatch.setattr(op, "cancel_request", self.cancelled.append)
+        original = op.make_trigger
+
+        def make_trigger(*args: Any) -> Any:
+            trigger = original(*args)
+            self.triggers.append(trigger)
+            return trigger
+
+        monkeypatch.setattr(op, "make_trigger", make_trigger)
+
+
+def vertex(**kwargs: Any) -> FlexStartCustomJobOperator:
+    return FlexStartCustomJobOperator(
+        task_id="t",
+        project_id="my-project",
+        region="us-central1",
+        worker_pool_specs=[copy.deepcopy(POOL)],
+        **kwargs,
+    )
+
+
+def context(try_number: int, store: Store | None) -> dict[str, Any]:
+    ctx: dict[str, Any] = {"ti": TI(try_number)}
+    if store is not None:
+        ctx["task_state_store"] = store
+    return ctx
+
+
+# -- a request abandoned by an earlier try ---------------------------------------------------------
+
+
+def test_request_an_earlier_try_was_deferred_on_is_cancelled_not_adopted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    op = vertex()
+    h = Harness(op, status(OLD, Phase.WAITING), monkeypatch)
+    store = Store({WAITING_KEY: {"request": OLD, "try": 1}})
+    with pytest.raises(TaskDeferred):
+        op.run_attempts(context(2, store))
+    assert h.cancelled == [OLD]
+    assert h.submitted == [1]
+    assert h.triggers[0].request_name == NEW
+    assert store.data[WAITING_KEY] == {"request": NEW, "try": 2}
+
+
+def test_live_request_of_a_try_that_never_deferred_is_adopted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker died between submit and defer: nothing was recorded, the labels find the request."""
+    op = vertex()
+    h = Harness(op, status(OLD, Phase.WAITING), monkeypatch)
+    store = Store()
+    with pytest.raises(TaskDeferred):
+        op.run_attempts(context(2, store))
+    assert h.cancelled == []
+    assert h.submitted == []
+    assert h.triggers[0].request_name == OLD
+    assert store.data[WAITING_KEY] == {"request": OLD, "try": 2}
+
+
+def test_record_of_the_same_try_is_not_an_abandonment(monkeypatch: pytest.MonkeyPatch) -> None:
+    op = vertex()
+    h = Harness(op, status(OLD, Phase.WAITING), monkeypatch)
+    with pytest.raises(TaskDeferred):
+        op.run_attempts(context(1, Store({WAITING_KEY: {"request": OLD, "try": 1}})))
+    assert h.cancelled == []
+    assert h.triggers[0].request_name == OLD
+
+
+def test_abandoned_request_is_adopted_when_cancel_on_kill_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    op = vertex(cancel_on_kill=False)
+    h = Harness(op, status(OLD, Phase.WAITING), monkeypatch)
+    store = Store({WAITING_KEY: {"request": OLD, "try": 1}})
+    with pytest.raises(TaskDeferred):
+        op.run_attempts(context(2, store))
+    assert h.cancelled == []
+    assert h.submitted == []
+    assert h.triggers[0].request_name == OLD
+
+
+def test_a_succeeded_request_is_still_taken_when_another_was_abandoned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    op = vertex()
+    h = Harness(op, status(NEW, Phase.SUCCEEDED), monkeypatch)
+    monkeypatch.setattr(op, "finish_success", lambda ctx, st: {"name": st.name})
+    result = op.run_attempts(context(3, Store({WAITING_KEY: {"request": OLD, "try": 2}})))
+    assert result == {"name": NEW}
+    assert h.cancelled == [OLD]
+    assert h.submitted == []
+
+
+@pytest.mark.parametrize("store", [None, Store(broken=True), Store({WAITING_KEY: "garbage"})])
+def test_without_a_usable_store_the_labels_decide(
+    monkeypatch: pytest.MonkeyPatch, store: Store | None
+) -> None:
+    op = vertex()
+    h = Harness(op, status(OLD, Phase.WAITING), monkeypatch)
+    with pytest.raises(TaskDeferred):
+        op.run_attempts(context(2, store))
+    assert h.cancelled == []
+    assert h.triggers[0].request_name == OLD
+
+
+def test_trigger_event_clears_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    op = vertex()
+    Harness(op, None, monkeypatch)
+    store = Store({WAITING_KEY: {"request": NEW, "try": 1}})
+    monkeypatch.setattr(op, "finish_success", lambda ctx, st: "ok")
+    monkeypatch.setattr(op, "_backend", lambda region=None: pytest.fail("no API call expected"))
+    event = status(NEW, Phase.SUCCEEDED).to_event()
+    assert op.complete_attempt(context(1, store), event) == "ok"
+    assert WAITING_KEY not in store.data
+
+
+# -- execution_timeout ---------------------------------------------------------------------------
+
+
+def test_execution_timeout_reaches_the_trigger(monkeypatch: pytest.MonkeyPatch) -> None:
+    op = vertex(execution_timeout=timedelta(hours=2))
+    h = Harness(op, None, monkeypatch)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.run_attempts(context(1, Store()))
+    assert h.triggers[0].task_deadline == (STARTED + timedelta(hours=2)).isoformat()
+    # The trigger enforces it (and cancels first); an Airflow trigger timeout would not cancel.
+    assert deferred.value.timeout is None
+
+
+def test_without_execution_timeout_the_trigger_has_no_task_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    op = vertex()
+    h = Harness(op, None, monkeypatch)
+    with pytest.raises(TaskDeferred):
+        op.run_attempts(context(1, Store()))
+    assert h.triggers[0].task_deadline is None
+
+
+def test_tpu_trigger_gets_the_task_deadline_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    op = TPUQueuedResourceOperator(
+        task_id="t",
+        project_id="my-project",
+        zone="us-west4-a",
+        accelerator_type="v5litepod-16",
+        runtime_version="v2-alpha-tpuv5-lite",
+        execution_timeout=timedelta(minutes=30),
+    )
+    trigger = op.make_trigger(
+        status("projects/my-project/locations/us-west4-a/queuedResources/q", Phase.WAITING),
+        Placement(location="us-west4-a"),
+        timedelta(hours=1),
+        {},
+        STARTED + timedelta(minutes=30),
+    )
+    assert trigger.task_deadline == (STARTED + timedelta(minutes=30)).isoformat()
+
+
+def test_timed_out_event_fails_the_task_as_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    op = vertex(execution_timeout=timedelta(minutes=5), capacity_retry=3)
+    Harness(op, None, monkeypatch)
+    monkeypatch.setattr(op, "_backend", lambda region=None: pytest.fail("no API call expected"))
+    event = status(NEW, Phase.CANCELLED, FailureKind.TIMED_OUT).to_event()
+    with pytest.raises(AirflowTaskTimeout, match="execution_timeout 0:05:00 passed"):
+        op.complete_attempt(context(1, Store()), event)
+
+
+# -- deferrable=False --------------------------------------------------------------------------------
+
+
+def test_on_kill_while_waiting_in_the_worker_cancels(monkeypatch: pytest.MonkeyPatch) -> None:
+    op = vertex(deferrable=False)
+    h = Harness(op, None, monkeypatch)
+    seen: list[str | None] = []
+
+    async def first_event(trigger: Any) -> dict[str, Any]:
+        seen.append(op._waiting_on)
+        op.on_kill()  # what Airflow does when it kills or times out the worker
+        return status(NEW, Phase.SUCCEEDED).to_event()
+
+    monkeypatch.setattr("airflow_provider_dws.operators.request.first_event", first_event)
+    monkeypatch.setattr(op, "finish_success", lambda ctx, st: "ok")
+    assert op.run_attempts(context(1, Store())) == "ok"
+    assert seen == [NEW]
+    assert h.cancelled == [NEW]
+    assert op._waiting_on is None
+    op.on_kill()  # nothing is waited on any more: nothing to cancel
+    assert h.cancelled == [NEW]

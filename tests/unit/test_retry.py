@@ -142,3 +142,37 @@ def test_give_up_after_none_never_stops() -> None:
     fn = Flaky([gexc.DeadlineExceeded("slow")] * 20)
     assert tenacity.Retrying(sleep=lambda _: None, **kwargs)(fn) == "ok"
     assert fn.calls == 21
+
+
+class FakeOperation:
+    """``result()`` fails with the scripted errors, then returns; records the timeouts it was given."""
+
+    def __init__(self, errors: list[Exception]) -> None:
+        self.errors = list(errors)
+        self.timeouts: list[float] = []
+
+    def result(self, timeout: float) -> str:
+        self.timeouts.append(timeout)
+        if self.errors:
+            raise self.errors.pop(0)
+        return "done"
+
+
+def test_operation_result_retries_transient_status_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_dws.backends import retry
+
+    monkeypatch.setattr(retry, "TransientWait", lambda: tenacity.wait_none())
+    operation = FakeOperation([gexc.ServiceUnavailable("x"), gexc.DeadlineExceeded("y")])
+    assert retry.operation_result(operation, "create q", timeout=600) == "done"
+    assert len(operation.timeouts) == 3
+    assert all(t <= 600 for t in operation.timeouts)
+
+
+def test_operation_result_does_not_retry_the_operation_s_own_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_dws.backends import retry
+
+    monkeypatch.setattr(retry, "TransientWait", lambda: tenacity.wait_none())
+    operation = FakeOperation([gexc.FailedPrecondition("the operation failed")])
+    with pytest.raises(gexc.FailedPrecondition):
+        retry.operation_result(operation, "delete q", timeout=600)
+    assert len(operation.timeouts) == 1

@@ -321,10 +321,14 @@ class DwsRequestOperator(DwsBaseOperator):
             self.log.info("%s", decision.reason)
             if self.deferrable:
                 echo = {**state, "not_before": decision.at.isoformat()}
+                timeout_at = self.timeout_at(context)
                 self.defer(
                     trigger=ResumeAtTrigger(decision.at.isoformat(), echo=echo, reason=decision.reason),
                     method_name="resume_attempt",
                     kwargs=echo,
+                    # No request exists while waiting for the window, so Airflow's own trigger
+                    # timeout (which cancels nothing) is the right way to honour execution_timeout.
+                    timeout=timeout_at - datetime.now(timezone.utc) if timeout_at else None,
                 )
             time.sleep(max(0.0, (decision.at - datetime.now(timezone.utc)).total_seconds()))
             return self.plan_attempt(context, history, attempt, placement, decision.at.isoformat())

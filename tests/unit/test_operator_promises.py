@@ -282,3 +282,19 @@ def test_on_kill_while_waiting_in_the_worker_cancels(monkeypatch: pytest.MonkeyP
     assert op._waiting_on is None
     op.on_kill()  # nothing is waited on any more: nothing to cancel
     assert h.cancelled == [NEW]
+
+
+def test_waiting_for_the_window_defers_with_the_execution_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No request exists yet, so Airflow's own trigger timeout may end this wait."""
+    now = datetime.now(timezone.utc)
+    start, end = now + timedelta(hours=2), now + timedelta(hours=3)
+    window = f"Mon-Sun {start:%H:%M}-{end:%H:%M} UTC"
+    op = vertex(window=window, execution_timeout=timedelta(hours=1))
+    h = Harness(op, None, monkeypatch)
+    ctx = context(1, Store())
+    ctx["ti"].start_date = now
+    with pytest.raises(TaskDeferred) as deferred:
+        op.run_attempts(ctx)
+    assert h.submitted == []
+    assert type(deferred.value.trigger).__name__ == "ResumeAtTrigger"
+    assert timedelta(minutes=59) < deferred.value.timeout <= timedelta(hours=1)

@@ -21,6 +21,8 @@ HEARTBEAT = timedelta(minutes=10)
 #: Bound on the cancel call made when a user kills the task.
 CANCEL_TIMEOUT_SECONDS = 60.0
 TARGETS = frozenset({"end", "running"})
+#: Cancels started by on_kill, kept referenced until done (the event loop holds tasks weakly).
+_KILL_TASKS: set[asyncio.Task[None]] = set()
 
 
 def _aware(name: str, value: str | None) -> datetime | None:
@@ -260,7 +262,24 @@ class CapacityRequestTrigger(BaseTrigger):
         Airflow also takes this path when a trigger it moved to another triggerer is dropped by
         the one that ran it before; the task instance is then still deferred, and the request is
         left to the new triggerer.
+
+        The work runs in a task of its own, shielded: Airflow 3.3's triggerer cancels a trigger it
+        is dropping again at every sync (about once a second) until it is gone, which interrupts
+        any ``on_kill`` that takes longer than that (one retried UNAVAILABLE, one slow API call).
         """
+        work = asyncio.ensure_future(self._cancel_for_kill())
+        _KILL_TASKS.add(work)
+        work.add_done_callback(_KILL_TASKS.discard)
+        try:
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            if not work.done():
+                self.log.info(
+                    "on_kill interrupted by the triggerer; cancelling %s goes on", self.request_name
+                )
+            raise
+
+    async def _cancel_for_kill(self) -> None:
         if not self.cancel_on_kill:
             self.log.info("Task killed; leaving %s alone (cancel_on_kill=False)", self.request_name)
             return
@@ -276,6 +295,8 @@ class CapacityRequestTrigger(BaseTrigger):
             await asyncio.wait_for(self.backend.acancel(self.request_name), CANCEL_TIMEOUT_SECONDS)
         except Exception:
             self.log.exception("Could not cancel %s; cancel it by hand", self.request_name)
+        else:
+            self.log.info("Cancelled %s", self.request_name)
 
     async def _still_deferred(self) -> bool:
         """Whether the task instance is still deferred, as the Airflow API reports it now."""

@@ -404,3 +404,33 @@ def test_on_kill_cancels_when_the_state_cannot_be_read(fake: Any, monkeypatch: p
     t.task_instance = FakeTI()  # type: ignore[assignment]
     asyncio.run(t.on_kill())
     assert backend.cancelled == [NAME]
+
+
+def test_on_kill_survives_the_triggerer_cancelling_it_again(fake: Any) -> None:
+    """Airflow 3.3 re-cancels a dropped trigger at every sync (~1 s), interrupting ``on_kill``: a
+    cancel that needs a retry must still go through."""
+    backend = fake([status("JOB_STATE_PENDING", Phase.WAITING)])
+    calls = 0
+
+    async def slow_cancel(name: str) -> None:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.3)  # a retried UNAVAILABLE, or one slow API call
+        backend.cancelled.append(name)
+
+    backend.acancel = slow_cancel  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        t = trigger()
+        killer = asyncio.ensure_future(t.on_kill())
+        await asyncio.sleep(0.05)
+        killer.cancel("__airflow_user_action__")  # the next sync's cancel
+        with pytest.raises(asyncio.CancelledError):
+            await killer
+        assert backend.cancelled == []
+        await asyncio.sleep(0.5)
+
+    asyncio.run(scenario())
+    assert calls == 1
+    assert backend.cancelled == [NAME]
+    assert not capacity_request._KILL_TASKS

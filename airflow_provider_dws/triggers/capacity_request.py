@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from google.api_core import exceptions as gexc
 
 from airflow_provider_dws.backends.base import BACKENDS, AsyncRequestBackend, RequestStatus, backend_from_spec
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
+
+T = TypeVar("T")
 
 #: How long past its max wait a request may still be waiting before the provider cancels it itself.
 #: The API expires Flex Start requests on its own; this is the belt to that pair of braces.
@@ -23,6 +25,26 @@ CANCEL_TIMEOUT_SECONDS = 60.0
 TARGETS = frozenset({"end", "running"})
 #: Cancels started by on_kill, kept referenced until done (the event loop holds tasks weakly).
 _KILL_TASKS: set[asyncio.Task[None]] = set()
+
+
+async def _keep_cancel_message(call: Awaitable[T]) -> T:
+    """Await an API call so that a cancellation reaching it keeps its message.
+
+    A ``grpc.aio`` call cancelled in flight raises a bare ``CancelledError``, dropping the message
+    Airflow 3.3 cancels with on a user's kill ("user action"); without it the triggerer does not
+    call ``on_kill`` and the request is never cancelled. Shielded, the call runs on in its own task
+    (its answer is discarded) and the cancellation is raised here, message intact.
+    """
+    inner = asyncio.ensure_future(call)
+    inner.add_done_callback(_discard_result)
+    return await asyncio.shield(inner)
+
+
+def _discard_result(task: asyncio.Future[Any]) -> None:
+    # Retrieve the outcome of a call whose waiter was cancelled, so asyncio logs no
+    # "exception was never retrieved" for it.
+    if not task.cancelled():
+        task.exception()
 
 
 def _aware(name: str, value: str | None) -> datetime | None:
@@ -159,7 +181,7 @@ class CapacityRequestTrigger(BaseTrigger):
         last_log = datetime.now(timezone.utc)
         while True:
             try:
-                status = await self.backend.aget_status(self.request_name)
+                status = await _keep_cancel_message(self.backend.aget_status(self.request_name))
             except gexc.NotFound:
                 self.log.error("%s no longer exists (deleted outside this task)", self.request_name)
                 gone = RequestStatus(

@@ -434,3 +434,32 @@ def test_on_kill_survives_the_triggerer_cancelling_it_again(fake: Any) -> None:
     assert calls == 1
     assert backend.cancelled == [NAME]
     assert not capacity_request._KILL_TASKS
+
+
+def test_a_kill_during_a_status_read_keeps_airflow_s_cancel_message(fake: Any) -> None:
+    """grpc.aio drops the message of a cancel that lands during a call; Airflow 3.3 calls on_kill
+    only when it sees its "user action" message, so the trigger must keep it."""
+    backend = fake([status("JOB_STATE_PENDING", Phase.WAITING)])
+    reading = asyncio.Event()
+
+    async def in_flight_read(name: str) -> RequestStatus:
+        reading.set()
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            raise asyncio.CancelledError() from None  # what a cancelled grpc.aio call raises
+        raise AssertionError("unreachable")
+
+    backend.aget_status = in_flight_read  # type: ignore[method-assign]
+
+    async def scenario() -> tuple[Any, ...]:
+        task = asyncio.ensure_future(collect(trigger()))
+        await reading.wait()
+        task.cancel("__airflow_user_action__")
+        try:
+            await task
+        except asyncio.CancelledError as err:
+            return err.args
+        raise AssertionError("the trigger was not cancelled")
+
+    assert asyncio.run(scenario()) == ("__airflow_user_action__",)

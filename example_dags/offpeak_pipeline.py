@@ -54,7 +54,7 @@ with DAG(
         task_id="train",
         project_id=PROJECT_ID,
         region="us-central1",
-        display_name="nightly-train-{{ ds_nodash }}",
+        display_name="nightly-train-{{ dag_run.run_after | ds_nodash }}",
         worker_pool_specs=[
             {
                 "machine_spec": {

@@ -39,7 +39,7 @@ with DAG(
         task_id="fine_tune",
         project_id=PROJECT_ID,
         region=REGION,
-        display_name="llm-fine-tune-{{ ds_nodash }}",
+        display_name="llm-fine-tune-{{ dag_run.run_after | ds_nodash }}",  # runs triggered without a logical date too
         worker_pool_specs=[
             {
                 "machine_spec": {

@@ -10,6 +10,7 @@ obtained) are a different, user-facing policy and live in ``scheduling/``.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from datetime import timedelta
 from typing import Any
@@ -38,25 +39,32 @@ def is_transient(exc: BaseException) -> bool:
 
 
 class TransientWait(tenacity.wait.wait_base):
-    """Exponential backoff with jitter; a longer base and cap after quota errors."""
+    """Exponential backoff with jitter; a longer base after quota errors.
+
+    The n-th retry's backoff is ``initial * 2**(n-1)``, capped. Ordinary transient errors wait
+    "full jitter", anywhere between 0 and the backoff, which spreads the retries of many callers.
+    Quota errors (429/RESOURCE_EXHAUSTED) wait "equal jitter", between half the backoff and all of
+    it: never quickly, since a retry burns quota, and never in lockstep with the per-minute quota
+    window, which a fixed cap (a multiple of that minute) would fall into again and again.
+    """
 
     def __init__(
         self,
         initial: float = 1.0,
         maximum: float = 30.0,
         quota_initial: float = 5.0,
-        quota_maximum: float = 120.0,
+        quota_maximum: float = 60.0,
     ) -> None:
-        self._normal = tenacity.wait_exponential_jitter(initial=initial, max=maximum, jitter=initial)
-        self._quota = tenacity.wait_exponential_jitter(
-            initial=quota_initial, max=quota_maximum, jitter=quota_initial
-        )
+        self.initial, self.maximum = initial, maximum
+        self.quota_initial, self.quota_maximum = quota_initial, quota_maximum
 
     def __call__(self, retry_state: tenacity.RetryCallState) -> float:
         exc = retry_state.outcome.exception() if retry_state.outcome else None
+        exponent = max(0, retry_state.attempt_number - 1)
         if exc is not None and isinstance(exc, QUOTA_ERRORS):
-            return float(self._quota(retry_state))
-        return float(self._normal(retry_state))
+            backoff = min(self.quota_maximum, self.quota_initial * 2.0**exponent)
+            return backoff / 2 + random.uniform(0.0, backoff / 2)
+        return random.uniform(0.0, min(self.maximum, self.initial * 2.0**exponent))
 
 
 def _log_before_sleep(what: str, logger: logging.Logger) -> Any:

@@ -58,35 +58,44 @@ def _delays(exc: Exception, attempts: int, wait: TransientWait) -> list[float]:
 
 def test_quota_errors_wait_longer() -> None:
     wait = TransientWait()
-    for _ in range(5):  # jitter: repeat
+    for _ in range(20):  # jitter: repeat
         normal = _delays(gexc.ServiceUnavailable("x"), 6, wait)
         quota = _delays(gexc.ResourceExhausted("x"), 6, wait)
         too_many = _delays(gexc.TooManyRequests("x"), 6, wait)
-        assert len(normal) == len(quota) == 5
-        for n, q, t in zip(normal, quota, too_many, strict=True):
-            assert q > n
-            assert t > n
-        # normal: 1 * 2**(n-1) + jitter(0..1); quota: 5 * 2**(n-1) + jitter(0..5)
-        assert 1.0 <= normal[0] <= 2.0
-        assert 5.0 <= quota[0] <= 10.0
-        assert all(d <= 30.0 for d in normal)
-        assert all(d <= 120.0 for d in quota)
+        assert len(normal) == len(quota) == len(too_many) == 5
+        # normal, full jitter: 0 .. 1 * 2**(n-1); quota, equal jitter: half to all of 5 * 2**(n-1), cap 60
+        for n, delay in enumerate(normal):
+            assert 0.0 <= delay <= 2.0**n
+        for delays in (quota, too_many):
+            for n, delay in enumerate(delays):
+                backoff = min(60.0, 5.0 * 2.0**n)
+                assert backoff / 2 <= delay <= backoff
 
 
 def test_waits_grow_and_are_capped() -> None:
-    delays = _delays(gexc.ServiceUnavailable("x"), 12, TransientWait())
-    assert delays[3] >= 8.0
-    assert delays[-1] == pytest.approx(30.0)
+    delays = [_delays(gexc.ServiceUnavailable("x"), 12, TransientWait()) for _ in range(30)]
+    assert all(max(run) <= 30.0 for run in delays)
+    # Full jitter: the capped range is used, and not only its top.
+    late = [d for run in delays for d in run[6:]]
+    assert max(late) > 20.0
+    assert min(late) < 10.0
+
+
+def test_quota_waits_do_not_repeat_the_same_period() -> None:
+    """A fixed 60 s or 120 s retry would meet a per-minute quota burst every time it met one."""
+    delays = [_delays(gexc.ResourceExhausted("x"), 10, TransientWait())[-1] for _ in range(30)]
+    assert all(30.0 <= d <= 60.0 for d in delays)
+    assert max(delays) - min(delays) > 10.0
 
 
 def test_wait_directly_from_retry_state() -> None:
-    wait = TransientWait(initial=1, maximum=30, quota_initial=5, quota_maximum=120)
+    wait = TransientWait(initial=1, maximum=30, quota_initial=5, quota_maximum=60)
     state = tenacity.RetryCallState(tenacity.Retrying(), fn=None, args=(), kwargs={})
     state.attempt_number = 1
     state.set_exception((gexc.ResourceExhausted, gexc.ResourceExhausted("q"), None))
-    assert 5.0 <= wait(state) <= 10.0
+    assert 2.5 <= wait(state) <= 5.0
     state.set_exception((gexc.Aborted, gexc.Aborted("a"), None))
-    assert 1.0 <= wait(state) <= 2.0
+    assert 0.0 <= wait(state) <= 1.0
 
 
 class Flaky:

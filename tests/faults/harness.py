@@ -1,0 +1,470 @@
+"""A real Airflow deployment on PostgreSQL against a ``dws-emulator``, for the fault matrix.
+
+:class:`Deployment` creates a throwaway database on the local PostgreSQL server and a temporary
+``AIRFLOW_HOME``, runs ``airflow db migrate``, and starts ``airflow api-server``, ``airflow
+scheduler`` (LocalExecutor), ``airflow dag-processor`` and one or more ``airflow triggerer``
+processes, each in its own process group with its log in a file. Every process gets
+``DWS_EMULATOR_HOST`` of one emulator started first. :class:`AirflowApi` drives it through the
+public REST API (``/api/v2``); no login is needed (SimpleAuthManager, all admins).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import psycopg2
+
+from tests.conftest import EmulatorProcess
+
+DAGS_FOLDER = Path(__file__).resolve().parent / "dags"
+BIN = Path(sys.executable).parent
+
+PG_HOST = os.environ.get("DWS_FAULTS_PG_HOST", "127.0.0.1")
+PG_PORT = int(os.environ.get("DWS_FAULTS_PG_PORT", "5432"))
+PG_USER = os.environ.get("DWS_FAULTS_PG_USER", "postgres")
+#: Databases to connect to for CREATE/DROP DATABASE, in order of preference.
+PG_ADMIN_DBS = ("postgres", "test")
+
+#: How often the triggerer heartbeats, and after how long without one it is taken for dead and
+#: its triggers are handed to another triggerer (the takeover scenario waits about this long).
+TRIGGERER_HEARTBEAT = 1
+TRIGGERER_HEALTH_THRESHOLD = 10
+
+T = TypeVar("T")
+
+
+class HarnessError(RuntimeError):
+    """The deployment could not do what the harness asked (not a scenario verdict)."""
+
+
+def free_port() -> int:
+    """A free loopback TCP port (bound once and released; good enough on a test machine)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.5) -> T:
+    """Poll ``predicate`` until it returns something truthy; raise :class:`HarnessError` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise HarnessError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+# -- PostgreSQL -----------------------------------------------------------------------------------
+
+
+def _admin_connection() -> Any:
+    errors = []
+    for dbname in PG_ADMIN_DBS:
+        try:
+            conn = psycopg2.connect(
+                host=PG_HOST, port=PG_PORT, user=PG_USER, dbname=dbname, connect_timeout=5
+            )
+        except psycopg2.OperationalError as err:
+            errors.append(f"{dbname}: {err}".strip())
+            continue
+        conn.autocommit = True  # CREATE/DROP DATABASE cannot run inside a transaction
+        return conn
+    raise HarnessError(f"cannot reach PostgreSQL at {PG_HOST}:{PG_PORT} as {PG_USER}: {'; '.join(errors)}")
+
+
+def probe_postgres() -> str | None:
+    """None if the PostgreSQL server accepts the harness, else why not."""
+    try:
+        _admin_connection().close()
+    except HarnessError as err:
+        return str(err)
+    return None
+
+
+class Database:
+    """A fresh PostgreSQL database ``dws_faults_<random>``, dropped by :meth:`drop`."""
+
+    def __init__(self) -> None:
+        self.name = f"dws_faults_{secrets.token_hex(6)}"
+        with contextlib.closing(_admin_connection()) as conn, conn.cursor() as cur:
+            cur.execute(f'CREATE DATABASE "{self.name}"')
+        self.url = f"postgresql+psycopg2://{PG_USER}@{PG_HOST}:{PG_PORT}/{self.name}"
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one read query on the deployment's database (what the REST API does not show)."""
+        with (
+            contextlib.closing(
+                psycopg2.connect(
+                    host=PG_HOST, port=PG_PORT, user=PG_USER, dbname=self.name, connect_timeout=5
+                )
+            ) as conn,
+            conn.cursor() as cur,
+        ):
+            cur.execute(sql, params)
+            return list(cur.fetchall())
+
+    def drop(self) -> None:
+        with contextlib.closing(_admin_connection()) as conn, conn.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+
+# -- processes ------------------------------------------------------------------------------------
+
+
+class Service:
+    """One long-running ``airflow`` command in its own process group, logging to a file."""
+
+    def __init__(self, name: str, args: Sequence[str], env: Mapping[str, str], log_dir: Path) -> None:
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [str(BIN / "airflow"), *args],
+            env=dict(env),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.pid = self.proc.pid
+        self.job_id: int | None = None  # the TriggererJob id, for triggerers
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole group at once, like a machine dying: no cleanup code runs."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        self.proc.wait()
+        self._log.close()
+
+    def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM the group, then SIGKILL whatever is left after ``grace`` seconds."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=grace)
+        # Children (task supervisors, the trigger runner) may outlive the group leader.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        self._log.close()
+
+    def tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+
+# -- REST API -------------------------------------------------------------------------------------
+
+
+class AirflowApi:
+    """The few public REST API calls the matrix needs (``/api/v2``)."""
+
+    def __init__(self, base_url: str) -> None:
+        self.client = httpx.Client(base_url=f"{base_url}/api/v2", timeout=30.0)
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        # The API server answers slowly or not at all while the machine is busy starting tasks;
+        # a dropped connection is retried, an HTTP error is not.
+        for attempt in range(5):
+            try:
+                response = self.client.request(method, path, **kwargs)
+            except httpx.TransportError:
+                if attempt == 4:
+                    raise
+                time.sleep(1 + attempt)
+                continue
+            if response.status_code >= 400:
+                raise HarnessError(f"{method} {path}: HTTP {response.status_code}: {response.text[:500]}")
+            return response.json() if response.content else None
+        raise AssertionError("unreachable")
+
+    def health(self) -> dict[str, Any]:
+        try:
+            response = self.client.get("/monitor/health", timeout=5.0)
+        except httpx.TransportError:
+            return {}
+        return dict(response.json()) if response.status_code == 200 else {}
+
+    def dag(self, dag_id: str) -> dict[str, Any] | None:
+        response = self.client.get(f"/dags/{dag_id}")
+        return dict(response.json()) if response.status_code == 200 else None
+
+    def import_errors(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/importErrors")["import_errors"])
+
+    def trigger(self, dag_id: str, run_id: str, conf: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        # The examples template ``ds_nodash``, which a run without a logical date does not have.
+        now = datetime.now(timezone.utc).isoformat()
+        body = {"dag_run_id": run_id, "logical_date": now, "conf": dict(conf or {})}
+        return dict(self._call("POST", f"/dags/{dag_id}/dagRuns", json=body))
+
+    def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/dags/{dag_id}/dagRuns/{run_id}"))
+
+    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+        """The run's task instances by task id."""
+        data = self._call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        return {ti["task_id"]: ti for ti in data["task_instances"]}
+
+    def tries(self, dag_id: str, run_id: str, task_id: str) -> list[dict[str, Any]]:
+        """Every try of one task instance, oldest first."""
+        data = self._call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/tries")
+        return sorted(data["task_instances"], key=lambda t: t["try_number"])
+
+    def set_task_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> Any:
+        """What a user does with "mark failed" / "mark success" on one task instance."""
+        return self._call(
+            "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}", json={"new_state": state}
+        )
+
+    def clear_task(self, dag_id: str, run_id: str, task_id: str) -> Any:
+        """What a user does with "clear" on one task instance (downstream too, run reset to queued)."""
+        body = {
+            "dry_run": False,
+            "dag_run_id": run_id,
+            "task_ids": [task_id],
+            "only_failed": False,
+            "include_downstream": True,
+            "reset_dag_runs": True,
+        }
+        return self._call("POST", f"/dags/{dag_id}/clearTaskInstances", json=body)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+# -- the deployment -------------------------------------------------------------------------------
+
+
+class Deployment:
+    """Emulator + PostgreSQL + api-server, scheduler, dag-processor and triggerers; see the module doc.
+
+    ``pools`` are the emulator's capacity pools (``{"us-central1/NVIDIA_H100_80GB": 0}``), ``dag_ids``
+    the DAGs to wait for before :meth:`start` returns.
+    """
+
+    def __init__(
+        self, pools: Mapping[str, int], dag_ids: Sequence[str], workdir: Path | None = None, seed: int = 11
+    ) -> None:
+        self.pools = dict(pools)
+        self.dag_ids = list(dag_ids)
+        self.seed = seed
+        self._own_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="dws-faults-"))
+        self.home = self.workdir / "airflow-home"
+        self.log_dir = self.workdir / "logs"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.db: Database | None = None
+        self.emulator: EmulatorProcess | None = None
+        self.api: AirflowApi | None = None
+        self.services: dict[str, Service] = {}
+        self.triggerers: list[Service] = []
+        self._triggerer_seq = 0
+        self.env: dict[str, str] = {}
+        self.startup_seconds = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self, timeout: float = 240.0) -> Deployment:
+        """Create everything and wait until all components are healthy and every DAG is parsed."""
+        began = time.monotonic()
+        try:
+            self.db = Database()
+            self.emulator = EmulatorProcess(self.pools, self.seed, self.log_dir / "emulator.log")
+            port = free_port()
+            self.env = self._environment(port)
+            migrate = subprocess.run(
+                [str(BIN / "airflow"), "db", "migrate"],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+            (self.log_dir / "db-migrate.log").write_text(migrate.stdout + migrate.stderr)
+            if migrate.returncode != 0:
+                raise HarnessError(f"airflow db migrate failed:\n{(migrate.stdout + migrate.stderr)[-3000:]}")
+            self.services["api-server"] = Service(
+                "api-server",
+                ["api-server", "--host", "127.0.0.1", "--port", str(port)],
+                self.env,
+                self.log_dir,
+            )
+            self.services["scheduler"] = Service(
+                "scheduler", ["scheduler", "--skip-serve-logs"], self.env, self.log_dir
+            )
+            self.services["dag-processor"] = Service(
+                "dag-processor", ["dag-processor"], self.env, self.log_dir
+            )
+            self.start_triggerer()
+            self.api = AirflowApi(f"http://127.0.0.1:{port}")
+            self._wait_ready(began + timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - began
+        return self
+
+    def _environment(self, port: int) -> dict[str, str]:
+        assert self.db is not None and self.emulator is not None
+        # Nothing of the caller's Airflow or emulator settings may leak into the deployment.
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("AIRFLOW", "DWS_EMULATOR", "DWS_EXAMPLE"))
+        }
+        env.update(
+            {
+                "AIRFLOW_HOME": str(self.home),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.db.url,
+                # Airflow derives an asyncpg URL for its async engine; asyncpg is no dependency of
+                # this project and nothing the matrix drives uses that engine, so it is switched off.
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": "",
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": "16",
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+                "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+                "AIRFLOW__CORE__AUTH_MANAGER": (
+                    "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+                ),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+                # Every process signs or checks the task tokens: they must share one secret.
+                "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+                "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
+                "AIRFLOW__API__WORKERS": "1",
+                "AIRFLOW__API__EXPOSE_CONFIG": "False",
+                "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+                "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
+                "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+                "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "2",
+                "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+                # Parse once at start-up; re-parsing every file every 30 s only costs CPU here.
+                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "600",
+                "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+                "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": str(TRIGGERER_HEARTBEAT),
+                "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": str(TRIGGERER_HEALTH_THRESHOLD),
+                "DWS_EMULATOR_HOST": self.emulator.address,
+                "DWS_EXAMPLE_POLL_INTERVAL": "1",
+                "DWS_EXAMPLE_MAX_WAIT_SECONDS": "900",
+                "DWS_EXAMPLE_TPU_MAX_WAIT_SECONDS": "900",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        return env
+
+    def _wait_ready(self, deadline: float) -> None:
+        assert self.api is not None
+        api = self.api
+
+        def healthy() -> bool:
+            self._check_alive()
+            health = api.health()
+            parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+            return bool(health) and all((health.get(p) or {}).get("status") == "healthy" for p in parts)
+
+        wait_for(healthy, deadline - time.monotonic(), "every Airflow component to report healthy", 1.0)
+
+        def parsed() -> bool:
+            self._check_alive()
+            errors = api.import_errors()
+            if errors:
+                raise HarnessError(f"DAG import errors: {errors}")
+            return all(api.dag(dag_id) is not None for dag_id in self.dag_ids)
+
+        wait_for(parsed, deadline - time.monotonic(), f"DAGs {self.dag_ids} to be parsed", 1.0)
+
+    def _check_alive(self) -> None:
+        for service in [*self.services.values(), *self.triggerers]:
+            if not service.alive():
+                raise HarnessError(f"{service.name} exited ({service.proc.returncode}):\n{service.tail()}")
+
+    def stop(self) -> None:
+        """Stop every process, drop the database; the work directory stays only if it was given."""
+        for service in [*self.triggerers, *reversed(self.services.values())]:
+            with contextlib.suppress(Exception):
+                service.stop()
+        if self.api is not None:
+            self.api.close()
+        if self.emulator is not None:
+            with contextlib.suppress(Exception):
+                self.emulator.stop()
+        if self.db is not None:
+            with contextlib.suppress(Exception):
+                self.db.drop()
+
+    # -- triggerers ----------------------------------------------------------------------------
+
+    def _triggerer_jobs(self) -> set[int]:
+        assert self.db is not None
+        rows = self.db.query("SELECT id FROM job WHERE job_type = 'TriggererJob' AND end_date IS NULL")
+        return {row[0] for row in rows}
+
+    def start_triggerer(self, timeout: float = 120.0) -> Service:
+        """Start another ``airflow triggerer`` and wait for its job row; ``service.job_id`` is its id.
+
+        No log server: two triggerers would fight over its port.
+        """
+        before = self._triggerer_jobs()
+        self._triggerer_seq += 1
+        service = Service(
+            f"triggerer-{self._triggerer_seq}", ["triggerer", "--skip-serve-logs"], self.env, self.log_dir
+        )
+        self.triggerers.append(service)
+
+        def registered() -> int | None:
+            if not service.alive():
+                raise HarnessError(f"{service.name} exited:\n{service.tail()}")
+            new = self._triggerer_jobs() - before
+            return min(new) if new else None
+
+        service.job_id = wait_for(registered, timeout, f"{service.name} to register its job")
+        return service
+
+    def trigger_assignments(self, dag_id: str, run_id: str) -> dict[str, int | None]:
+        """For each deferred task of a run: the TriggererJob id running its trigger (None: unassigned)."""
+        assert self.db is not None
+        rows = self.db.query(
+            "SELECT ti.task_id, t.triggerer_id FROM task_instance ti JOIN trigger t ON ti.trigger_id = t.id "
+            "WHERE ti.dag_id = %s AND ti.run_id = %s AND ti.state = 'deferred'",
+            (dag_id, run_id),
+        )
+        return dict(rows)
+
+    def kill_triggerer(self, service: Service) -> None:
+        """SIGKILL a triggerer's whole process group (its trigger runner too)."""
+        service.kill()
+        self.triggerers.remove(service)
+
+    def stop_triggerer(self, service: Service) -> None:
+        """Stop a triggerer the polite way (SIGTERM: it hands its triggers back)."""
+        service.stop()
+        self.triggerers.remove(service)
+
+    def remove_workdir(self) -> None:
+        """Delete the work directory (logs included) if the deployment made it itself."""
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)

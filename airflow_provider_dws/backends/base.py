@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -65,7 +66,12 @@ class AsyncRequestBackend(Protocol):
         ...
 
     async def aget_status(self, name: str) -> RequestStatus:
-        """Read one request; ``NotFound`` propagates."""
+        """Read one request with one call; every error (``NotFound`` included) propagates."""
+        ...
+
+    async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
+        """The live requests of this backend's location by name (``only``: just these), with one
+        paged list; errors propagate."""
         ...
 
     async def acancel(self, name: str) -> None:

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from datetime import datetime, timezone
 from typing import Any, cast
 
 import tenacity
 from google.api_core import exceptions as gexc
-from google.cloud.tpu_v2 import DeleteQueuedResourceRequest, Node, QueuedResource, QueuedResourceState
+from google.cloud.tpu_v2 import (
+    DeleteQueuedResourceRequest,
+    ListQueuedResourcesRequest,
+    Node,
+    QueuedResource,
+    QueuedResourceState,
+)
 
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.retry import operation_result, retry_kwargs
@@ -26,6 +33,8 @@ _QR_NAME_RE = re.compile(
 #: Suffix of a TPU accelerator type: chips for v5litepod and v6e, TensorCores (2 per chip) otherwise.
 _CORES_PER_CHIP = {"v2": 2, "v3": 2, "v4": 2, "v5p": 2, "v5litepod": 1, "v6e": 1}
 _DELETE_TIMEOUT_SECONDS = 600.0
+#: Queued resources per list page (see the Vertex backend's LIST_PAGE_SIZE).
+LIST_PAGE_SIZE = 250
 
 
 def parse_queued_resource_name(name: str) -> tuple[str, str, str]:
@@ -273,12 +282,27 @@ class TpuQueuedResourceBackend:
         return self._async_hook
 
     async def aget_status(self, name: str) -> RequestStatus:
-        """Read one queued resource, classified, retrying transient errors without giving up."""
-        async for attempt in tenacity.AsyncRetrying(**retry_kwargs(f"get {name}", give_up_after=None)):
-            with attempt:
-                client = await self.async_hook.get_tpu_client()
-                qr = await client.get_queued_resource(name=name)
+        """Read one queued resource, classified; one call, errors propagate (the poller retries)."""
+        client = await self.async_hook.get_tpu_client()
+        qr = await client.get_queued_resource(name=name)
         return queued_resource_status(qr)
+
+    async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
+        """Every queued resource of the zone (``only``: just these names), classified; paged.
+
+        The API offers no filter, so this is the whole zone. Errors propagate.
+        """
+        client = await self.async_hook.get_tpu_client()
+        pager = await client.list_queued_resources(
+            request=ListQueuedResourcesRequest(parent=self.parent, page_size=LIST_PAGE_SIZE)
+        )
+        found: dict[str, RequestStatus] = {}
+        async for page in pager.pages:
+            for qr in page.queued_resources:
+                if only is None or qr.name in only:
+                    found[qr.name] = queued_resource_status(qr)
+            await asyncio.sleep(0)  # let other triggers run between pages
+        return found
 
     async def acancel(self, name: str) -> None:
         """Give the slice back: delete the queued resource and its nodes (``force``); gone is fine."""

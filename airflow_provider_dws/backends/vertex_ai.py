@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -15,11 +16,19 @@ from google.cloud.aiplatform_v1 import CustomJob, JobState, ListCustomJobsReques
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.retry import retry_kwargs
 from airflow_provider_dws.hooks.vertex_ai import DwsVertexAIAsyncHook, DwsVertexAIHook
-from airflow_provider_dws.scheduling.identity import RequestIdentity
+from airflow_provider_dws.scheduling.identity import LABEL_MANAGED, RequestIdentity
 from airflow_provider_dws.scheduling.phases import RequestTimings, classify_vertex_job
 from airflow_provider_dws.scheduling.reattach import Candidate, ReattachDecision, choose_existing
 
 log = logging.getLogger(__name__)
+
+#: Jobs a waiting trigger follows: made by the provider and not ended. CANCELLING is listed too,
+#: since a cancelling job may still end SUCCEEDED.
+LIVE_STATES = ("JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_CANCELLING")
+LIVE_FILTER = f'labels.{LABEL_MANAGED}="true" AND (' + " OR ".join(f'state="{s}"' for s in LIVE_STATES) + ")"
+#: Jobs per list page: big enough that 5,000 waits take a handful of calls, small enough that one
+#: page is parsed in a few milliseconds of the triggerer's event loop.
+LIST_PAGE_SIZE = 250
 
 _JOB_NAME_RE = re.compile(r"^projects/[^/]+/locations/(?P<region>[^/]+)/customJobs/(?P<job_id>[^/]+)$")
 
@@ -201,12 +210,28 @@ class VertexCustomJobBackend:
         return self._async_hook
 
     async def aget_status(self, name: str) -> RequestStatus:
-        """Read one job, classified, retrying transient errors without giving up."""
-        async for attempt in tenacity.AsyncRetrying(**retry_kwargs(f"get {name}", give_up_after=None)):
-            with attempt:
-                client = await self.async_hook.get_job_service_client(self.region)
-                job = await client.get_custom_job(name=name)
+        """Read one job, classified; one call, errors propagate (the shared poller retries)."""
+        client = await self.async_hook.get_job_service_client(self.region)
+        job = await client.get_custom_job(name=name)
         return job_status(job)
+
+    async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
+        """Every live job of the region that the provider made (``dws_managed``), classified.
+
+        One list, paged; a job that is not here has ended (or is not the provider's). ``only``:
+        classify just these names (the others are skipped unparsed). Errors propagate: the shared
+        poller backs off as a whole.
+        """
+        client = await self.async_hook.get_job_service_client(self.region)
+        request = ListCustomJobsRequest(parent=self.parent, filter=LIVE_FILTER, page_size=LIST_PAGE_SIZE)
+        pager = await client.list_custom_jobs(request=request)
+        live: dict[str, RequestStatus] = {}
+        async for page in pager.pages:
+            for job in page.custom_jobs:
+                if only is None or job.name in only:
+                    live[job.name] = job_status(job)
+            await asyncio.sleep(0)  # let other triggers run between pages
+        return live
 
     async def acancel(self, name: str) -> None:
         """Cancel a job from the event loop; one already ended or gone is fine."""

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
-from typing import Any, TypeVar
+from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from google.api_core import exceptions as gexc
 
 from airflow_provider_dws.backends.base import BACKENDS, AsyncRequestBackend, RequestStatus, backend_from_spec
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
-
-T = TypeVar("T")
+from airflow_provider_dws.triggers.poller import shared_backend, shared_poller
 
 #: How long past its max wait a request may still be waiting before the provider cancels it itself.
 #: The API expires Flex Start requests on its own; this is the belt to that pair of braces.
 WAIT_DEADLINE_GRACE = timedelta(minutes=2)
+#: How long past the task deadline a trigger that has not read its request yet waits for that read.
+FIRST_READ_GRACE = timedelta(minutes=1)
 #: How often an unchanged wait is mentioned in the log.
 HEARTBEAT = timedelta(minutes=10)
 #: Bound on the cancel call made when a user kills the task.
@@ -25,26 +26,6 @@ CANCEL_TIMEOUT_SECONDS = 60.0
 TARGETS = frozenset({"end", "running"})
 #: Cancels started by on_kill, kept referenced until done (the event loop holds tasks weakly).
 _KILL_TASKS: set[asyncio.Task[None]] = set()
-
-
-async def _keep_cancel_message(call: Awaitable[T]) -> T:
-    """Await an API call so that a cancellation reaching it keeps its message.
-
-    A ``grpc.aio`` call cancelled in flight raises a bare ``CancelledError``, dropping the message
-    Airflow 3.3 cancels with on a user's kill ("user action"); without it the triggerer does not
-    call ``on_kill`` and the request is never cancelled. Shielded, the call runs on in its own task
-    (its answer is discarded) and the cancellation is raised here, message intact.
-    """
-    inner = asyncio.ensure_future(call)
-    inner.add_done_callback(_discard_result)
-    return await asyncio.shield(inner)
-
-
-def _discard_result(task: asyncio.Future[Any]) -> None:
-    # Retrieve the outcome of a call whose waiter was cancelled, so asyncio logs no
-    # "exception was never retrieved" for it.
-    if not task.cancelled():
-        task.exception()
 
 
 def _aware(name: str, value: str | None) -> datetime | None:
@@ -127,6 +108,7 @@ class CapacityRequestTrigger(BaseTrigger):
             raise TypeError(f"echo must be a dict, got {type(echo).__name__}")
         self.echo = echo
         self._backend: AsyncRequestBackend | None = None
+        self._started = datetime.now(timezone.utc)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Class path and keyword arguments; round-trips through ``__init__``."""
@@ -147,9 +129,13 @@ class CapacityRequestTrigger(BaseTrigger):
 
     @property
     def backend(self) -> AsyncRequestBackend:
-        """The backend, rebuilt from its spec on first use."""
+        """The backend: in an event loop, the one its shared poller uses (one set of clients)."""
         if self._backend is None:
-            self._backend = backend_from_spec(self.kind, self.backend_spec)
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return backend_from_spec(self.kind, self.backend_spec)
+            self._backend = shared_backend(self.kind, self.backend_spec)
         return self._backend
 
     def _describe(self, status: RequestStatus) -> str:
@@ -170,54 +156,90 @@ class CapacityRequestTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Poll the request until it ends, logging every phase change in plain words."""
+        """Follow the request until it ends, logging every phase change in plain words.
+
+        Its status comes from the event loop's shared poller (see :mod:`.poller`): one paged list
+        per interval serves every waiting trigger of the same API, project and location.
+        """
         self.log.info(
             "Waiting on %s every %.0fs through the %s backend",
             self.request_name,
             self.poll_interval,
             self.kind,
         )
-        last_phase: Phase | None = None
-        last_log = datetime.now(timezone.utc)
-        while True:
-            try:
-                status = await _keep_cancel_message(self.backend.aget_status(self.request_name))
-            except gexc.NotFound:
-                self.log.error("%s no longer exists (deleted outside this task)", self.request_name)
-                gone = RequestStatus(
-                    name=self.request_name,
-                    state="NOT_FOUND",
-                    outcome=Outcome(
-                        Phase.CANCELLED, FailureKind.CANCELLED, "the request was deleted outside this task"
-                    ),
-                    timings=RequestTimings(),
-                )
-                yield TriggerEvent(self._payload(gone))
-                return
-            now = datetime.now(timezone.utc)
-            if status.phase is not last_phase or now - last_log >= HEARTBEAT:
-                self.log.info("%s", self._describe(status))
-                last_phase, last_log = status.phase, now
-            if status.phase.terminal or (self.target == "running" and status.phase is Phase.RUNNING):
-                yield TriggerEvent(self._payload(status))
-                return
-            if (
-                self._deadline is not None
-                and status.phase is Phase.WAITING
-                and now > self._deadline + WAIT_DEADLINE_GRACE
-            ):
-                yield TriggerEvent(self._payload(await self._give_up(status)))
-                return
-            if self._task_deadline is not None and now >= self._task_deadline:
-                yield TriggerEvent(self._payload(await self._time_out(status)))
-                return
-            await asyncio.sleep(self._next_sleep(now))
+        self._started = datetime.now(timezone.utc)
+        sub = shared_poller(self.kind, self.backend_spec).subscribe(self.request_name, self.poll_interval)
+        try:
+            status: RequestStatus | None = None
+            last_phase: Phase | None = None
+            last_log = datetime.now(timezone.utc)
+            while True:
+                try:
+                    fresh = await sub.next(self._wake_in(status, last_log))
+                except gexc.NotFound:
+                    self.log.error("%s no longer exists (deleted outside this task)", self.request_name)
+                    yield TriggerEvent(self._payload(self._gone()))
+                    return
+                now = datetime.now(timezone.utc)
+                status = fresh or status
+                if status is not None and (status.phase is not last_phase or now - last_log >= HEARTBEAT):
+                    self.log.info("%s", self._describe(status))
+                    last_phase, last_log = status.phase, now
+                if status is not None and (
+                    status.phase.terminal or (self.target == "running" and status.phase is Phase.RUNNING)
+                ):
+                    yield TriggerEvent(self._payload(status))
+                    return
+                if (
+                    status is not None
+                    and self._deadline is not None
+                    and status.phase is Phase.WAITING
+                    and now > self._deadline + WAIT_DEADLINE_GRACE
+                ):
+                    yield TriggerEvent(self._payload(await self._give_up(status)))
+                    return
+                if self._task_deadline is not None and now >= self._timeout_at(self._task_deadline, status):
+                    yield TriggerEvent(self._payload(await self._time_out(status or self._unknown())))
+                    return
+        finally:
+            sub.close()
 
-    def _next_sleep(self, now: datetime) -> float:
-        """The poll interval, cut short so the task deadline is acted on when it comes."""
-        if self._task_deadline is None:
-            return self.poll_interval
-        return max(0.0, min(self.poll_interval, (self._task_deadline - now).total_seconds()))
+    def _gone(self) -> RequestStatus:
+        return RequestStatus(
+            name=self.request_name,
+            state="NOT_FOUND",
+            outcome=Outcome(
+                Phase.CANCELLED, FailureKind.CANCELLED, "the request was deleted outside this task"
+            ),
+            timings=RequestTimings(),
+        )
+
+    def _unknown(self) -> RequestStatus:
+        """Before the first status arrived (the API was unreachable so far)."""
+        return RequestStatus(
+            name=self.request_name,
+            state="UNKNOWN",
+            outcome=Outcome(Phase.WAITING, None, ""),
+            timings=RequestTimings(),
+        )
+
+    def _wake_in(self, status: RequestStatus | None, last_log: datetime) -> float:
+        """Seconds until the trigger must look again even if nothing changed: the next heartbeat
+        line, the max wait's give-up, or the task's deadline, whichever comes first."""
+        now = datetime.now(timezone.utc)
+        moments = [last_log + HEARTBEAT]
+        if self._deadline is not None and status is not None and status.phase is Phase.WAITING:
+            moments.append(self._deadline + WAIT_DEADLINE_GRACE + timedelta(seconds=1))
+        if self._task_deadline is not None:
+            moments.append(self._timeout_at(self._task_deadline, status))
+        return max(0.0, (min(moments) - now).total_seconds())
+
+    def _timeout_at(self, deadline: datetime, status: RequestStatus | None) -> datetime:
+        """When the task deadline ends the wait. Before the first read, not blind at once: a
+        request read after its deadline (a triggerer restarted late) may have succeeded."""
+        if status is not None:
+            return deadline
+        return max(deadline, self._started) + FIRST_READ_GRACE
 
     async def _time_out(self, status: RequestStatus) -> RequestStatus:
         if self.cancel_on_kill:
@@ -345,7 +367,14 @@ class CapacityRequestTrigger(BaseTrigger):
 
 async def first_event(trigger: BaseTrigger) -> dict[str, Any]:
     """Run a trigger to its first event (used by ``deferrable=False``: same code, in the worker)."""
-    async for event in trigger.run():
-        payload: dict[str, Any] = event.payload
-        return payload
+    events = trigger.run()
+    try:
+        async for event in events:
+            payload: dict[str, Any] = event.payload
+            return payload
+    finally:
+        # Close the generator now, so it leaves the shared poller at once (not when collected).
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
     raise RuntimeError(f"{trigger!r} ended without an event")

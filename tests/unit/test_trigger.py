@@ -11,7 +11,7 @@ from google.api_core import exceptions as gexc
 
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
-from airflow_provider_dws.triggers import capacity_request
+from airflow_provider_dws.triggers import capacity_request, poller
 from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
 
 NAME = "projects/p/locations/us-central1/customJobs/123"
@@ -49,6 +49,9 @@ class FakeBackend:
             raise item
         return item
 
+    async def alist_live(self, only: Any = None) -> dict[str, RequestStatus]:
+        return {}  # nothing listed: the shared poller reads each request directly
+
     async def acancel(self, name: str) -> None:
         self.cancelled.append(name)
 
@@ -66,7 +69,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Any:
             assert spec == SPEC
             return backend
 
-        monkeypatch.setattr(capacity_request, "backend_from_spec", backend_from_spec)
+        monkeypatch.setattr(poller, "backend_from_spec", backend_from_spec)
         return backend
 
     return install
@@ -313,14 +316,23 @@ def test_task_deadline_without_cancel_on_kill_leaves_the_request(fake: Any) -> N
     assert "left as it was" in event["message"]
 
 
-def test_task_deadline_cuts_the_poll_sleep_short(fake: Any) -> None:
+def test_task_deadline_does_not_wait_for_the_next_poll(fake: Any) -> None:
     """A 60 s poll interval must not carry the wait a minute past the deadline."""
     backend = fake([status("JOB_STATE_PENDING", Phase.WAITING)])
     deadline = (datetime.now(timezone.utc) + timedelta(seconds=0.3)).isoformat()
-    (event,) = run_all(trigger(task_deadline=deadline, poll_interval=60))
+    (event,) = run_all(trigger(task_deadline=deadline, poll_interval=60))  # run_all times out at 10 s
     assert event["failure"] == "timed_out"
-    assert backend.reads == 2
+    assert backend.reads == 1
     assert backend.cancelled == [NAME]
+
+
+def test_task_deadline_passed_before_the_first_read_reports_what_the_read_says(fake: Any) -> None:
+    """A triggerer that starts after the deadline must not call a succeeded job timed out."""
+    backend = fake([status("JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)])
+    deadline = (datetime.now(timezone.utc) - timedelta(minutes=5)).isoformat()
+    (event,) = run_all(trigger(task_deadline=deadline))
+    assert event["phase"] == "succeeded"
+    assert backend.cancelled == []
 
 
 def test_request_ending_before_the_task_deadline_is_reported_as_is(fake: Any) -> None:

@@ -1,0 +1,176 @@
+"""Ring 2: many triggers in one event loop against a live dws-emulator, through the real async
+clients: one paged list per interval serves them all, mixed outcomes reach the right trigger,
+cancelling one wait leaves the others, and a TPU zone is served the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import Counter
+from collections.abc import Container
+from typing import Any
+
+import pytest
+from google.cloud.aiplatform_v1 import CustomJob
+
+from airflow_provider_dws.backends import tpu as tpu_backend
+from airflow_provider_dws.backends import vertex_ai
+from airflow_provider_dws.backends.base import RequestStatus
+from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend
+from airflow_provider_dws.emulator.control import EmulatorControl
+from airflow_provider_dws.operators.vertex_ai import FlexStartCustomJobOperator
+from airflow_provider_dws.scheduling.identity import RequestIdentity
+from airflow_provider_dws.triggers import poller
+from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
+
+pytestmark = pytest.mark.emulator
+
+REGION = "us-central1"
+POOL = f"{REGION}/NVIDIA_H100_80GB"
+_runs = itertools.count()
+
+
+def job(index: int, exit_code: int = 0) -> tuple[CustomJob, RequestIdentity]:
+    """An 8 x H100 Flex Start job labelled like the operator labels it."""
+    op = FlexStartCustomJobOperator(
+        task_id=f"t{index}",
+        project_id="emu-project",
+        region=REGION,
+        worker_pool_specs=[
+            {
+                "machine_spec": {
+                    "machine_type": "a3-highgpu-8g",
+                    "accelerator_type": "NVIDIA_H100_80GB",
+                    "accelerator_count": 8,
+                },
+                "replica_count": 1,
+                "container_spec": {
+                    "image_uri": "us-docker.pkg.dev/p/r/train:1",
+                    "env": [
+                        {"name": "DWS_EMULATOR_RUN_SECONDS", "value": "0.2"},
+                        {"name": "DWS_EMULATOR_EXIT_CODE", "value": str(exit_code)},
+                    ],
+                },
+            }
+        ],
+    )
+    identity = RequestIdentity("shared_poller", f"t{index}", f"run{next(_runs)}_{time.monotonic_ns()}")
+    return op.build_custom_job(identity), identity
+
+
+class Spy:
+    """Counts the shared backend's API calls (one list page = one call)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, module: Any, cls: Any) -> None:
+        self.lists = 0
+        self.reads: Counter[str] = Counter()
+        spy = self
+        original_list, original_get = cls.alist_live, cls.aget_status
+
+        async def alist_live(backend: Any, only: Container[str] | None = None) -> dict[str, RequestStatus]:
+            spy.lists += 1
+            return await original_list(backend, only)
+
+        async def aget_status(backend: Any, name: str) -> RequestStatus:
+            spy.reads[name] += 1
+            return await original_get(backend, name)
+
+        monkeypatch.setattr(cls, "alist_live", alist_live)
+        monkeypatch.setattr(cls, "aget_status", aget_status)
+
+
+def test_many_vertex_waits_one_paged_list_mixed_outcomes(
+    dws_emulator_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    emulator = dws_emulator_factory({POOL: 0})
+    monkeypatch.setenv("DWS_EMULATOR_HOST", emulator.address)
+    monkeypatch.setattr(vertex_ai, "LIST_PAGE_SIZE", 7)  # 40 waits: 6 pages per list
+    spy = Spy(monkeypatch, vertex_ai, VertexCustomJobBackend)
+    backend = VertexCustomJobBackend("emu-project", REGION)
+    n = 40
+    failing = set(range(1, n, 5))
+    names = [backend.submit(*job(i, exit_code=3 if i in failing else 0))[0].name for i in range(n)]
+    cancelled = names[2]
+    control = EmulatorControl(emulator.address)
+
+    async def scenario() -> list[Any]:
+        triggers = [
+            CapacityRequestTrigger("vertex_custom_job", backend.spec(), name, poll_interval=0.3)
+            for name in names
+        ]
+        tasks = [asyncio.ensure_future(first_event(t)) for t in triggers]
+        await asyncio.sleep(1.5)  # about five intervals of waiting
+        lists_waiting, reads_waiting = spy.lists, sum(spy.reads.values())
+        # One wait is given up by its task (cancelled like the triggerer does): the others go on.
+        tasks[3].cancel("__airflow_user_action__")
+        await asyncio.gather(tasks[3], return_exceptions=True)
+        await triggers[2].backend.acancel(cancelled)  # one job is cancelled outside the triggers
+        await asyncio.to_thread(control.set_capacity, {POOL: 8 * n})
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert 3 <= lists_waiting <= 8, lists_waiting
+        assert reads_waiting == 0
+        return results
+
+    results = asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+    assert isinstance(results[3], asyncio.CancelledError)
+    for i, event in enumerate(results):
+        if i == 3:
+            continue
+        expected = "cancelled" if i == 2 else "failed" if i in failing else "succeeded"
+        assert event["phase"] == expected, (i, event)
+        assert event["name"] == names[i]
+        if expected != "cancelled":
+            assert event["timings"]["run_seconds"] is not None
+    # Each request that ended was read directly once (when it left the live list), never more.
+    assert max(spy.reads.values()) == 1
+    assert set(spy.reads) <= set(names) - {names[3]}
+
+
+def test_tpu_waits_share_one_list_per_zone(
+    dws_emulator_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_dws.operators.tpu import TPUQueuedResourceOperator
+
+    zone = "us-west4-a"
+    emulator = dws_emulator_factory({f"{zone}/v5litepod": 0})
+    monkeypatch.setenv("DWS_EMULATOR_HOST", emulator.address)
+    spy = Spy(monkeypatch, tpu_backend, tpu_backend.TpuQueuedResourceBackend)
+    backend = tpu_backend.TpuQueuedResourceBackend("emu-project", zone)
+    names = []
+    for i in range(6):
+        op = TPUQueuedResourceOperator(
+            task_id=f"slice{i}",
+            project_id="emu-project",
+            zone=zone,
+            accelerator_type="v5litepod-8",
+            runtime_version="v2-alpha-tpuv5-lite",
+        )
+        identity = RequestIdentity("shared_poller_tpu", f"slice{i}", f"run{next(_runs)}")
+        qr_id = op.queued_resource_id_for(identity)
+        qr, _ = backend.create(qr_id, op.build_queued_resource(identity.labels(), backend.parent, qr_id))
+        names.append(qr.name)
+    control = EmulatorControl(emulator.address)
+
+    async def scenario() -> list[dict[str, Any]]:
+        tasks = [
+            asyncio.ensure_future(
+                first_event(
+                    CapacityRequestTrigger(
+                        "tpu_queued_resource", backend.spec(), name, poll_interval=0.3, target="running"
+                    )
+                )
+            )
+            for name in names
+        ]
+        await asyncio.sleep(1.2)
+        assert sum(spy.reads.values()) == 0
+        assert 2 <= spy.lists <= 6
+        await asyncio.to_thread(control.set_capacity, {f"{zone}/v5litepod": 8 * len(names)})
+        return list(await asyncio.gather(*tasks))
+
+    events = asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+    assert [e["phase"] for e in events] == ["running"] * len(names)
+    assert [e["name"] for e in events] == names
+    assert sum(spy.reads.values()) == 0  # ACTIVE slices are still in the zone's list
+    assert poller._POLLERS == {} or all(not p for p in poller._POLLERS.values())

@@ -1,0 +1,336 @@
+"""The shared poller, against a scripted fake backend: one list serves many waits, a request that
+leaves the list gets one direct read, errors and quota back off the poller as a whole, and one
+subscriber leaving never disturbs the others."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Container
+from typing import Any
+
+import pytest
+from google.api_core import exceptions as gexc
+
+from airflow_provider_dws.backends.base import RequestStatus
+from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
+from airflow_provider_dws.triggers import capacity_request, poller
+from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
+
+SPEC = {"project_id": "p", "region": "us-central1", "gcp_conn_id": "gc", "impersonation_chain": None}
+PARENT = "projects/p/locations/us-central1/customJobs"
+
+
+def name(i: int) -> str:
+    return f"{PARENT}/{i}"
+
+
+def st(request: str, state: str, phase: Phase, failure: FailureKind | None = None) -> RequestStatus:
+    return RequestStatus(request, state, Outcome(phase, failure, ""), RequestTimings())
+
+
+WAITING = "JOB_STATE_PENDING"
+
+
+class World:
+    """A fake backend over a dict of request states; records every call."""
+
+    kind = "vertex_custom_job"
+
+    def __init__(self) -> None:
+        self.states: dict[str, tuple[str, Phase, FailureKind | None]] = {}
+        self.lists = 0
+        self.reads: list[str] = []
+        self.cancelled: list[str] = []
+        self.list_errors: list[Exception] = []
+        self.read_errors: dict[str, Exception] = {}
+
+    def spec(self) -> dict[str, Any]:
+        return SPEC
+
+    def set(self, request: str, state: str, phase: Phase, failure: FailureKind | None = None) -> None:
+        self.states[request] = (state, phase, failure)
+
+    async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
+        self.lists += 1
+        if self.list_errors:
+            raise self.list_errors.pop(0)
+        return {n: st(n, *v) for n, v in self.states.items() if v[1].live and (only is None or n in only)}
+
+    async def aget_status(self, request: str) -> RequestStatus:
+        self.reads.append(request)
+        if request in self.read_errors:
+            raise self.read_errors.pop(request)
+        if request not in self.states:
+            raise gexc.NotFound(f"{request} not found")
+        return st(request, *self.states[request])
+
+    async def acancel(self, request: str) -> None:
+        self.cancelled.append(request)
+
+
+@pytest.fixture
+def world(monkeypatch: pytest.MonkeyPatch) -> World:
+    w = World()
+    monkeypatch.setattr(poller, "backend_from_spec", lambda kind, spec: w)
+    monkeypatch.setattr(poller, "MIN_GAP_SECONDS", 0.01)
+    return w
+
+
+def trigger(request: str, **kwargs: Any) -> CapacityRequestTrigger:
+    return CapacityRequestTrigger("vertex_custom_job", SPEC, request, poll_interval=0.05, **kwargs)
+
+
+async def first(t: CapacityRequestTrigger) -> dict[str, Any]:
+    return await capacity_request.first_event(t)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, timeout=20))
+
+
+# -- one list for many waits ------------------------------------------------------------------------
+
+
+def test_many_waits_share_one_list_per_interval(world: World) -> None:
+    n = 300
+    for i in range(n):
+        world.set(name(i), WAITING, Phase.WAITING)
+
+    async def scenario() -> list[dict[str, Any]]:
+        tasks = [asyncio.ensure_future(first(trigger(name(i)))) for i in range(n)]
+        await asyncio.sleep(0.5)  # about ten intervals of waiting
+        lists_while_waiting = world.lists
+        for i in range(n):  # capacity arrives for everyone; half succeed, a third fail, the rest cancel
+            outcome = (
+                ("JOB_STATE_SUCCEEDED", Phase.SUCCEEDED, None)
+                if i % 2 == 0
+                else ("JOB_STATE_FAILED", Phase.FAILED, FailureKind.WORKLOAD_FAILED)
+                if i % 3
+                else ("JOB_STATE_CANCELLED", Phase.CANCELLED, FailureKind.CANCELLED)
+            )
+            world.set(name(i), *outcome)
+        events = await asyncio.gather(*tasks)
+        assert 5 <= lists_while_waiting <= 20, lists_while_waiting
+        return events
+
+    events = run(scenario())
+    assert [e["name"] for e in events] == [name(i) for i in range(n)]
+    for i, event in enumerate(events):
+        expected = "succeeded" if i % 2 == 0 else "failed" if i % 3 else "cancelled"
+        assert event["phase"] == expected
+    # While waiting nobody was read directly; each ended request was read once, when it left the list.
+    assert sorted(world.reads) == sorted(name(i) for i in range(n))
+
+
+def test_one_poller_per_backend_and_it_stops_with_its_last_wait(world: World) -> None:
+    world.set(name(1), WAITING, Phase.WAITING)
+    world.set(name(2), WAITING, Phase.WAITING)
+
+    async def scenario() -> None:
+        a = asyncio.ensure_future(first(trigger(name(1))))
+        b = asyncio.ensure_future(first(trigger(name(2))))
+        await asyncio.sleep(0.2)
+        p = poller.shared_poller("vertex_custom_job", SPEC)
+        assert len(p) == 2
+        world.set(name(1), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+        await a
+        assert len(p) == 1 and not p.closed
+        world.set(name(2), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+        await b
+        await asyncio.sleep(0)
+        assert p.closed
+        lists = world.lists
+        await asyncio.sleep(0.2)
+        assert world.lists == lists  # stopped: no more calls
+        assert poller.shared_poller("vertex_custom_job", SPEC) is not p  # a new wait gets a new one
+
+    run(scenario())
+
+
+def test_other_credentials_get_their_own_poller(world: World) -> None:
+    async def scenario() -> None:
+        a = poller.shared_poller("vertex_custom_job", SPEC)
+        b = poller.shared_poller("vertex_custom_job", {**SPEC, "impersonation_chain": "sa@p.iam"})
+        c = poller.shared_poller("vertex_custom_job", {**SPEC, "region": "us-east4"})
+        assert len({id(a), id(b), id(c)}) == 3
+        assert poller.shared_poller("vertex_custom_job", dict(reversed(list(SPEC.items())))) is a
+        assert poller.shared_backend("vertex_custom_job", SPEC) is a.backend
+
+    run(scenario())
+
+
+def test_two_triggers_on_one_request_both_get_the_event(world: World) -> None:
+    world.set(name(1), WAITING, Phase.WAITING)
+
+    async def scenario() -> list[dict[str, Any]]:
+        tasks = [asyncio.ensure_future(first(trigger(name(1)))) for _ in range(2)]
+        await asyncio.sleep(0.1)
+        world.set(name(1), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+        return await asyncio.gather(*tasks)
+
+    assert [e["phase"] for e in run(scenario())] == ["succeeded", "succeeded"]
+
+
+# -- leaving -----------------------------------------------------------------------------------------
+
+
+def test_cancelling_one_wait_leaves_the_others_alone(world: World) -> None:
+    for i in range(3):
+        world.set(name(i), WAITING, Phase.WAITING)
+
+    async def scenario() -> list[dict[str, Any]]:
+        tasks = [asyncio.ensure_future(first(trigger(name(i)))) for i in range(3)]
+        await asyncio.sleep(0.2)
+        tasks[1].cancel("__airflow_user_action__")
+        with pytest.raises(asyncio.CancelledError):
+            await tasks[1]
+        p = poller.shared_poller("vertex_custom_job", SPEC)
+        assert len(p) == 2
+        await asyncio.sleep(0.2)
+        world.set(name(0), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+        world.set(name(2), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+        return await asyncio.gather(tasks[0], tasks[2])
+
+    assert [e["phase"] for e in run(scenario())] == ["succeeded", "succeeded"]
+    assert world.cancelled == []  # a cancelled trigger is not a cancelled request (no on_kill here)
+
+
+def test_a_wait_ending_on_its_own_deadline_leaves_the_others(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    for i in range(2):
+        world.set(name(i), WAITING, Phase.WAITING)
+
+    async def scenario() -> list[dict[str, Any]]:
+        soon = (datetime.now(timezone.utc) + timedelta(seconds=0.2)).isoformat()
+        timed = asyncio.ensure_future(first(trigger(name(0), task_deadline=soon)))
+        other = asyncio.ensure_future(first(trigger(name(1))))
+        event = await timed
+        await asyncio.sleep(0.2)
+        assert not other.done()
+        world.set(name(1), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+        return [event, await other]
+
+    timed, other = run(scenario())
+    assert timed["failure"] == "timed_out"
+    assert other["phase"] == "succeeded"
+    assert world.cancelled == [name(0)]
+
+
+# -- errors ----------------------------------------------------------------------------------------
+
+
+def test_transient_list_errors_do_not_end_any_wait(world: World) -> None:
+    world.set(name(1), WAITING, Phase.WAITING)
+    world.list_errors = [gexc.ServiceUnavailable("down")] * 3
+
+    async def scenario() -> dict[str, Any]:
+        task = asyncio.ensure_future(first(trigger(name(1))))
+        await asyncio.sleep(0.4)
+        world.set(name(1), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+        return await task
+
+    assert run(scenario())["phase"] == "succeeded"
+    assert not world.list_errors
+
+
+def test_quota_errors_back_off_the_whole_poller(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(poller, "QUOTA_BACKOFF_INITIAL", 0.4)
+    for i in range(50):
+        world.set(name(i), WAITING, Phase.WAITING)
+    world.list_errors = [gexc.ResourceExhausted("quota")]
+
+    async def scenario() -> None:
+        tasks = [asyncio.ensure_future(first(trigger(name(i)))) for i in range(50)]
+        await asyncio.sleep(0.15)
+        p = poller.shared_poller("vertex_custom_job", SPEC)
+        assert p.stats["backoffs"] == 1
+        # One call was made for all 50 waits, and none since: the poller backs off as a whole
+        # (0.2 to 0.4 s here), where 50 triggers would each have retried on their own.
+        assert world.lists == 1 and world.reads == []
+        await asyncio.sleep(0.6)
+        assert world.lists >= 2
+        for i in range(50):
+            world.set(name(i), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+        await asyncio.gather(*tasks)
+
+    run(scenario())
+
+
+def test_a_refused_list_falls_back_to_reading_each_request(world: World) -> None:
+    world.set(name(1), WAITING, Phase.WAITING)
+    world.list_errors = [gexc.InvalidArgument("unsupported filter")]
+
+    async def scenario() -> dict[str, Any]:
+        task = asyncio.ensure_future(first(trigger(name(1))))
+        await asyncio.sleep(0.3)
+        assert world.lists == 1  # never listed again
+        assert len(world.reads) >= 3
+        world.set(name(1), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+        return await task
+
+    assert run(scenario())["phase"] == "succeeded"
+
+
+def test_a_request_deleted_outside_ends_only_its_own_wait(world: World) -> None:
+    world.set(name(1), WAITING, Phase.WAITING)
+    world.set(name(2), WAITING, Phase.WAITING)
+
+    async def scenario() -> list[dict[str, Any]]:
+        gone = asyncio.ensure_future(first(trigger(name(1))))
+        other = asyncio.ensure_future(first(trigger(name(2))))
+        await asyncio.sleep(0.1)
+        del world.states[name(1)]
+        event = await gone
+        assert not other.done()
+        world.set(name(2), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+        return [event, await other]
+
+    gone, other = run(scenario())
+    assert gone["state"] == "NOT_FOUND" and gone["phase"] == "cancelled"
+    assert other["phase"] == "succeeded"
+
+
+def test_a_permission_error_on_one_read_fails_only_that_wait(world: World) -> None:
+    world.set(name(1), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)  # not listed: read directly
+    world.set(name(2), WAITING, Phase.WAITING)
+    world.read_errors[name(1)] = gexc.PermissionDenied("no")
+
+    async def scenario() -> dict[str, Any]:
+        denied = asyncio.ensure_future(first(trigger(name(1))))
+        other = asyncio.ensure_future(first(trigger(name(2))))
+        with pytest.raises(gexc.PermissionDenied):
+            await denied
+        world.set(name(2), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+        return await other
+
+    assert run(scenario())["phase"] == "succeeded"
+
+
+def test_a_transient_read_error_is_retried_next_interval(world: World) -> None:
+    world.set(name(1), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+    world.read_errors[name(1)] = gexc.ServiceUnavailable("blip")
+    event = run(first(trigger(name(1))))
+    assert event["phase"] == "succeeded"
+    assert world.reads == [name(1), name(1)]
+
+
+def test_only_changes_wake_a_trigger(world: World) -> None:
+    world.set(name(1), WAITING, Phase.WAITING)
+
+    async def scenario() -> list[RequestStatus | None]:
+        p = poller.shared_poller("vertex_custom_job", SPEC)
+        sub = p.subscribe(name(1), 0.02)
+        seen = [await sub.next(1.0)]
+        seen.append(await sub.next(0.2))  # ten polls, no change: no wake-up
+        world.set(name(1), "JOB_STATE_RUNNING", Phase.RUNNING)
+        seen.append(await sub.next(1.0))
+        sub.close()
+        return seen
+
+    first_status, unchanged, running = run(scenario())
+    assert first_status is not None and first_status.state == WAITING
+    assert unchanged is None
+    assert running is not None and running.phase is Phase.RUNNING

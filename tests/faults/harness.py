@@ -344,6 +344,10 @@ class Deployment:
                 "AIRFLOW__CORE__PARALLELISM": "16",
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+                # A worker parses the DAG file before it runs a task; on a loaded 2-core machine
+                # with a fresh virtualenv, several parsing at once can pass the 30 s default.
+                "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
+                "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "180",
                 "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
                 "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",

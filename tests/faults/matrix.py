@@ -30,7 +30,7 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -604,17 +604,34 @@ def user_clears_task(ctx: ScenarioContext) -> None:
 
 
 def execution_timeout_while_waiting(ctx: ScenarioContext) -> None:
-    """``execution_timeout`` (20 s) passes while the job waits: request cancelled, task failed."""
+    """``execution_timeout`` (20 s) passes while the job waits: request cancelled, task failed.
+
+    The bound is on the cancel, counted from the deadline (the try's start + 20 s), not on the
+    whole task: on a loaded machine a worker may take half a minute just to start.
+    """
     ctx.emulator.set_capacity({ctx.pool: 0})
     ref = ctx.trigger("dws_fault_execution_timeout", "vx", "fine_tune", "1 CANCELLED run=failed")
     ti = ctx.wait_waiting(ref)
     started = _parse_time(ti.get("start_date")) or _now()
-    finished = ctx.wait_finished(75)
-    ended = _parse_time(ctx.task(ref).get("end_date")) if finished else None
-    took = f"task ended {(ended - started).total_seconds():.0f}s after start" if ended else "task did not end"
+    deadline = started + timedelta(seconds=EXECUTION_TIMEOUT_SECONDS)
+    ctx.wait_finished(120)
+    cancelled = [
+        _parse_time(step["time"])
+        for record in ctx.requests(ref)
+        for step in record["history"]
+        if step["state"] in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
+    ]
+    first = min((c for c in cancelled if c is not None), default=None)
+    late = (first - deadline).total_seconds() if first else None
     ctx.check(
-        "task ends <= 80s after start", took, ended is not None and (ended - started).total_seconds() <= 80
+        "cancelled <= 60s after the deadline",
+        f"cancelled {late:.0f}s after the deadline" if late is not None else "not cancelled",
+        late is not None and late <= SETTLE_SECONDS,
     )
+
+
+#: The execution_timeout of the dws_fault_execution_timeout DAG (tests/faults/dags/fault_scenarios.py).
+EXECUTION_TIMEOUT_SECONDS = 20
 
 
 def flaky_api(ctx: ScenarioContext) -> None:

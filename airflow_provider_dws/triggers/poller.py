@@ -38,6 +38,8 @@ MIN_GAP_SECONDS = 1.0
 #: Whole-poller backoff after a quota error: equal jitter from 5 s, doubling, at most 60 s.
 QUOTA_BACKOFF_INITIAL = 5.0
 QUOTA_BACKOFF_MAX = 60.0
+#: Direct reads in flight at once (requests that left the live list).
+READ_CONCURRENCY = 16
 #: How many subscribed requests are handled between two yields to the event loop.
 BATCH = 200
 
@@ -209,25 +211,34 @@ class SharedPoller:
                 missing.append(name)
             else:
                 self._deliver(name, status)
-        for name in missing:
-            if name not in self._subs:
-                continue  # left while we listed
-            try:
-                status = await self.backend.aget_status(name)
-            except gexc.NotFound as err:
-                self._fail(name, err)
-                continue
-            except QUOTA_ERRORS:
-                raise
-            except Exception as err:
-                if is_transient(err):
-                    log.warning("Reading %s failed (%s); trying again next interval", name, err)
-                    continue
-                self._fail(name, err)
-                continue
-            finally:
-                self.stats["reads"] += 1
-            self._deliver(name, status)
+        # Requests that left the list (ended, mostly) are read directly, a few at a time: when
+        # capacity arrives for many at once, reading them one by one would delay the last ones.
+        gate = asyncio.Semaphore(READ_CONCURRENCY)
+        quota: list[BaseException] = []
+
+        async def read(name: str) -> None:
+            async with gate:
+                if quota or name not in self._subs:
+                    return  # backing off, or it left while we listed
+                try:
+                    status = await self.backend.aget_status(name)
+                except gexc.NotFound as err:
+                    self._fail(name, err)
+                except QUOTA_ERRORS as err:
+                    quota.append(err)
+                except Exception as err:
+                    if is_transient(err):
+                        log.warning("Reading %s failed (%s); trying again next interval", name, err)
+                    else:
+                        self._fail(name, err)
+                else:
+                    self._deliver(name, status)
+                finally:
+                    self.stats["reads"] += 1
+
+        await asyncio.gather(*(read(name) for name in missing))
+        if quota:
+            raise quota[0]
 
     def _deliver(self, name: str, status: RequestStatus) -> None:
         for sub in list(self._subs.get(name, ())):

@@ -334,3 +334,23 @@ def test_only_changes_wake_a_trigger(world: World) -> None:
     assert first_status is not None and first_status.state == WAITING
     assert unchanged is None
     assert running is not None and running.phase is Phase.RUNNING
+
+
+def test_quota_on_direct_reads_stops_the_round_and_backs_off(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(poller, "QUOTA_BACKOFF_INITIAL", 0.4)
+    monkeypatch.setattr(poller, "READ_CONCURRENCY", 1)
+    for i in range(10):  # all ended: none listed, every one needs a direct read
+        world.set(name(i), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+    world.read_errors[name(0)] = gexc.ResourceExhausted("quota")
+
+    async def scenario() -> list[dict[str, Any]]:
+        tasks = [asyncio.ensure_future(first(trigger(name(i)))) for i in range(10)]
+        await asyncio.sleep(0.15)
+        assert len(world.reads) == 1  # the first read met the quota: the other nine waited
+        assert poller.shared_poller("vertex_custom_job", SPEC).stats["backoffs"] == 1
+        return await asyncio.gather(*tasks)
+
+    events = run(scenario())
+    assert [e["phase"] for e in events] == ["succeeded"] * 10

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Container, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, cast
 
 import tenacity
@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 #: Jobs a waiting trigger follows: made by the provider and not ended. CANCELLING is listed too,
 #: since a cancelling job may still end SUCCEEDED.
 LIVE_STATES = ("JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_CANCELLING")
-LIVE_FILTER = f'labels.{LABEL_MANAGED}="true" AND (' + " OR ".join(f'state="{s}"' for s in LIVE_STATES) + ")"
+LIVE_STATES_FILTER = " OR ".join(f'state="{s}"' for s in LIVE_STATES)
+LIVE_FILTER = f'labels.{LABEL_MANAGED}="true" AND ({LIVE_STATES_FILTER})'
 #: Jobs per list page: big enough that 5,000 waits take a handful of calls, small enough that one
 #: page is parsed in a few milliseconds of the triggerer's event loop.
 LIST_PAGE_SIZE = 250
@@ -215,15 +216,23 @@ class VertexCustomJobBackend:
         job = await client.get_custom_job(name=name)
         return job_status(job)
 
-    async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
+    async def alist_live(
+        self, only: Container[str] | None = None, changed_since: datetime | None = None
+    ) -> dict[str, RequestStatus]:
         """Every live job of the region that the provider made (``dws_managed``), classified.
 
-        One list, paged; a job that is not here has ended (or is not the provider's). ``only``:
-        classify just these names (the others are skipped unparsed). Errors propagate: the shared
-        poller backs off as a whole.
+        One list, paged. ``changed_since``: jobs updated after it are listed too, whatever their
+        state, so a job that just ended comes with the same list (no read of its own). A job that
+        is in neither set has ended earlier (or is not the provider's). ``only``: classify just
+        these names (the others are skipped unparsed). Errors propagate: the shared poller backs
+        off as a whole.
         """
         client = await self.async_hook.get_job_service_client(self.region)
-        request = ListCustomJobsRequest(parent=self.parent, filter=LIVE_FILTER, page_size=LIST_PAGE_SIZE)
+        text = LIVE_FILTER
+        if changed_since is not None:
+            since = changed_since.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            text = f'labels.{LABEL_MANAGED}="true" AND ({LIVE_STATES_FILTER} OR update_time>"{since}")'
+        request = ListCustomJobsRequest(parent=self.parent, filter=text, page_size=LIST_PAGE_SIZE)
         pager = await client.list_custom_jobs(request=request)
         live: dict[str, RequestStatus] = {}
         async for page in pager.pages:

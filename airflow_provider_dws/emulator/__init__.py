@@ -10,9 +10,9 @@ libraries, sync and async, talk to it over an insecure channel:
   method answers UNIMPLEMENTED;
 * ``google.longrunning.Operations`` for the operations of both;
 * a JSON control service (``dws.emulator.v1.Control``: ``ListRequests``, ``GetCapacity``,
-  ``SetCapacity``, ``Preempt``, ``SetFaults``, ``GetFaults``, ``ClearFaults``, ``Outage``) that
-  lets tests and users inspect every request ever created, resize pools while it runs, preempt
-  Spot TPUs and inject faults.
+  ``SetCapacity``, ``Preempt``, ``SetFaults``, ``GetFaults``, ``ClearFaults``, ``Outage``,
+  ``GetStats``, ``ResetStats``) that lets tests and users inspect every request ever created,
+  resize pools while it runs, preempt Spot TPUs, inject faults and count the calls received.
 
 GPUs and TPUs share one capacity model (:mod:`.capacity`): pools keyed ``LOCATION/ACCELERATOR``
 with a strict FIFO queue each. GPU pools are a region and a Vertex accelerator type; TPU pools
@@ -70,6 +70,12 @@ Outage: ``dws-emulator outage --port P SECONDS`` (``EmulatorControl.outage``) re
 then stops the gRPC server, so clients see "connection refused" (UNAVAILABLE), and after SECONDS
 serves the same state on the same port again; the control service is down during it as well.
 
+Call counters (:mod:`.stats`): every call to JobService, Tpu and Operations is counted by full
+method name when it arrives, before fault injection (so faulted calls count) and even for
+methods the emulator does not implement; control calls are not counted.
+``EmulatorControl.stats()`` / ``dws-emulator stats --port P [--json]`` return ``{"calls":
+{METHOD: n}, "total", "since", "until"}``; ``reset_stats()`` / ``--reset`` also zero them.
+
 Python API::
 
     from airflow_provider_dws.emulator import EmulatorServer, EmulatorControl
@@ -81,13 +87,15 @@ Python API::
         control.set_faults(["GetCustomJob=UNAVAILABLE@0.2", "*=latency:0.1"])
         control.faults()["injected"]  # {"google.cloud.aiplatform.v1.JobService/GetCustomJob": {...}}
         control.clear_faults()
+        control.stats()["calls"]  # {"google.cloud.aiplatform.v1.JobService/GetCustomJob": 3, ...}
+        control.reset_stats()
         control.outage(30)
 
 Modules: :mod:`.capacity` (pools and FIFO queue), :mod:`.state` (job life cycle),
 :mod:`.tpu` (TPU chip arithmetic, queued-resource validation), :mod:`.tpu_state` (queued-resource
 life cycle), :mod:`.validation`, :mod:`.filters` (AIP-160 list filters), :mod:`.faults` (fault
 rules), :mod:`.server` (gRPC),
-:mod:`.control` (control client), :mod:`.cli`.
+:mod:`.stats` (call counters), :mod:`.control` (control client), :mod:`.cli`.
 """
 
 from __future__ import annotations

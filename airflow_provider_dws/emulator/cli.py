@@ -1,4 +1,4 @@
-"""``dws-emulator`` command line: ``serve``, ``requests``, ``capacity``, ``preempt``, ``faults``, ``outage``.
+"""``dws-emulator`` command line: ``serve``, ``requests``, ``capacity``, ``preempt``, ``faults``, ``outage``, ``stats``.
 
 ::
 
@@ -9,6 +9,7 @@
     dws-emulator preempt --port P [--host 127.0.0.1] [--json] projects/P/locations/ZONE/queuedResources/ID
     dws-emulator faults --port P [--host 127.0.0.1] [--json] [--clear | [--add] [--seed N] SPEC ...]
     dws-emulator outage --port P [--host 127.0.0.1] [--json] SECONDS
+    dws-emulator stats --port P [--host 127.0.0.1] [--json] [--reset]
 
 Pools are ``LOCATION/ACCELERATOR=N``: a region and a Vertex accelerator for GPUs
 (``us-central1/NVIDIA_H100_80GB=8``), a zone and a TPU family counted in chips for TPUs
@@ -17,6 +18,8 @@ Pools are ``LOCATION/ACCELERATOR=N``: a region and a Vertex accelerator for GPUs
 Fault rules are ``METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL]`` (``GetCustomJob=UNAVAILABLE@0.2``,
 ``*=latency:0.3``; see :mod:`.faults`). ``faults`` without rules shows the rules and what was
 injected; with rules it replaces them (``--add`` appends). ``outage`` returns at once.
+``stats`` shows how many calls each emulated method received since the last reset; ``--reset``
+shows them and zeroes the counters in the same step.
 
 ``serve`` prints exactly one line, ``dws-emulator listening on HOST:PORT``, to stdout once it
 accepts connections, logs request state changes to stderr, and stops on SIGTERM / SIGINT.
@@ -274,6 +277,26 @@ def _outage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_stats(report: dict[str, Any], reset: bool) -> None:
+    rows = [[method, str(n)] for method, n in report["calls"].items()]
+    if rows:
+        print(_format_table(rows, ["METHOD", "CALLS"]))
+        print()
+    print(f"total {report['total']} calls from {report['since']} to {report['until']}")
+    if reset:
+        print("counters reset")
+
+
+def _stats(args: argparse.Namespace) -> int:
+    with EmulatorControl(_address(args)) as control:
+        report = control.reset_stats() if args.reset else control.stats()
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        _print_stats(report, args.reset)
+    return 0
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -319,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("preempt", _preempt, "preempt an ACTIVE Spot TPU queued resource"),
         ("faults", _faults, "show fault rules and injected faults, set rules (SPEC ...) or --clear them"),
         ("outage", _outage, "refuse connections for SECONDS, then serve the same state again"),
+        ("stats", _stats, "show how many calls each emulated method received since the last reset"),
     ):
         cmd = sub.add_parser(name, help=help_text)
         cmd.add_argument("--host", default="127.0.0.1")
@@ -337,6 +361,10 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("--seed", type=int, help="reseed the fault generator")
         if name == "outage":
             cmd.add_argument("seconds", type=_seconds, metavar="SECONDS")
+        if name == "stats":
+            cmd.add_argument(
+                "--reset", action="store_true", help="zero the counters after reading them (atomically)"
+            )
         cmd.set_defaults(func=func)
     return parser
 

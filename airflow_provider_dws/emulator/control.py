@@ -84,6 +84,19 @@ class EmulatorControl:
         """
         return dict(self.call("Outage", {"seconds": seconds}))
 
+    def stats(self) -> dict[str, Any]:
+        """Calls received per emulated method since the last reset.
+
+        ``{"calls": {"google.cloud.aiplatform.v1.JobService/GetCustomJob": n, ...}, "total": n,
+        "since": <RFC 3339 time of the last reset (or the start)>, "until": <now>}``. Every call to
+        JobService, Tpu and Operations counts on arrival (faulted ones too); control calls never do.
+        """
+        return dict(self.call("GetStats"))
+
+    def reset_stats(self) -> dict[str, Any]:
+        """Zero the counters; returns :meth:`stats` as it was at the reset, read atomically with it."""
+        return dict(self.call("ResetStats"))
+
     def close(self) -> None:
         self._channel.close()
 

@@ -6,7 +6,8 @@ types. Any JobService method not listed here answers UNIMPLEMENTED (gRPC's defau
 unknown method); so does every Tpu method other than the queued-resource and node reads below.
 
 Fault injection (:mod:`.faults`) wraps the JobService, Tpu and Operations handlers, never the
-control service; a server without fault rules serves the plain handlers. An outage
+control service; a server without fault rules serves the plain handlers. Outside that, every call
+to those three services is counted by method on arrival (:mod:`.stats`), faulted calls included. An outage
 (:meth:`EmulatorServer.outage`) stops the gRPC server, so connections are refused, and starts a
 new one on the same port with the same state afterwards.
 """
@@ -40,6 +41,7 @@ from .faults import (
     FaultSpecError,
 )
 from .state import EmulatorState, iso
+from .stats import CountingHandler, RequestStats
 from .tpu import both_tiers_on_wire
 from .tpu_state import TpuState
 from .validation import EmulatorError
@@ -310,6 +312,8 @@ class ControlServicer:
         "GetFaults",
         "ClearFaults",
         "Outage",
+        "GetStats",
+        "ResetStats",
     )
 
     def __init__(
@@ -317,10 +321,12 @@ class ControlServicer:
         state: EmulatorState,
         faults: FaultInjector | None = None,
         outage: Callable[[float], dict[str, Any]] | None = None,
+        stats: RequestStats | None = None,
     ) -> None:
         self.state = state
         self.faults = faults if faults is not None else FaultInjector(state.rng)
         self._outage = outage
+        self.stats = stats if stats is not None else RequestStats()
 
     def ListRequests(self, body: dict[str, Any]) -> Any:
         return {"requests": self.state.requests()}
@@ -394,6 +400,16 @@ class ControlServicer:
             raise EmulatorError(grpc.StatusCode.FAILED_PRECONDITION, "this server cannot simulate outages")
         return self._outage(float(seconds))
 
+    def GetStats(self, body: dict[str, Any]) -> Any:
+        """``{"calls": {METHOD: n}, "total", "since", "until"}``: calls received since the last reset."""
+        return self.stats.snapshot()
+
+    def ResetStats(self, body: dict[str, Any]) -> Any:
+        """Zero the call counters; returns the counts as they were (read and reset at once)."""
+        report = self.stats.reset()
+        log.info("call counters reset after %d calls", report["total"])
+        return report
+
     def _method(self, name: str) -> grpc.RpcMethodHandler:
         impl = getattr(self, name)
 
@@ -421,6 +437,7 @@ class EmulatorServer:
     uses :data:`DEFAULT_CAPACITY`. ``port=0`` picks a free port; see :attr:`address`.
     ``faults`` are initial fault rules (spec strings or rule objects, see :mod:`.faults`); they
     draw from the state's generator, seeded with ``seed``. :attr:`faults` changes them later.
+    :attr:`stats` counts the calls each emulated method received.
     """
 
     def __init__(
@@ -441,6 +458,8 @@ class EmulatorServer:
         self.faults = FaultInjector(self.state.rng)
         if faults:
             self.faults.set(faults)
+        # Lives on the server, not the gRPC server, so the counts survive an outage's restart.
+        self.stats = RequestStats()
         self._requested_port = port
         self.port: int | None = None
         self._max_workers = max_workers
@@ -464,12 +483,18 @@ class EmulatorServer:
         """A started gRPC server with every service, bound to ``port`` (0: any free port)."""
         executor = futures.ThreadPoolExecutor(max_workers=self._max_workers)
         server = grpc.server(executor)
+        emulated = (
+            (JOB_SERVICE, JobServiceServicer(self.state).handler()),
+            (TPU_SERVICE, TpuServicer(self.state.tpu).handler()),
+            (OPERATIONS_SERVICE, OperationsServicer(self.state).handler()),
+        )
         server.add_generic_rpc_handlers(
             (
-                FaultInjectingHandler(JobServiceServicer(self.state).handler(), self.faults),
-                FaultInjectingHandler(TpuServicer(self.state.tpu).handler(), self.faults),
-                FaultInjectingHandler(OperationsServicer(self.state).handler(), self.faults),
-                ControlServicer(self.state, self.faults, self.outage).handler(),
+                *(
+                    CountingHandler(service, FaultInjectingHandler(handler, self.faults), self.stats)
+                    for service, handler in emulated
+                ),
+                ControlServicer(self.state, self.faults, self.outage, self.stats).handler(),
             )
         )
         host = f"[{self.host}]" if ":" in self.host else self.host

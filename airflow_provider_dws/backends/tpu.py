@@ -35,6 +35,8 @@ _CORES_PER_CHIP = {"v2": 2, "v3": 2, "v4": 2, "v5p": 2, "v5litepod": 1, "v6e": 1
 _DELETE_TIMEOUT_SECONDS = 600.0
 #: Queued resources per list page (see the Vertex backend's LIST_PAGE_SIZE).
 LIST_PAGE_SIZE = 250
+#: Listed requests classified between two yields to the triggerer's event loop.
+YIELD_EVERY = 50
 
 
 def parse_queued_resource_name(name: str) -> tuple[str, str, str]:
@@ -301,10 +303,11 @@ class TpuQueuedResourceBackend:
         )
         found: dict[str, RequestStatus] = {}
         async for page in pager.pages:
-            for qr in page.queued_resources:
+            for index, qr in enumerate(page.queued_resources):
                 if only is None or qr.name in only:
                     found[qr.name] = queued_resource_status(qr)
-            await asyncio.sleep(0)  # let other triggers run between pages
+                if index % YIELD_EVERY == YIELD_EVERY - 1:
+                    await asyncio.sleep(0)  # classifying a page is work: let the triggers run
         return found
 
     async def acancel(self, name: str) -> None:

@@ -48,6 +48,8 @@ LIST_OVERLAP = timedelta(seconds=60)
 READ_CONCURRENCY = 16
 #: How many subscribed requests are handled between two yields to the event loop.
 BATCH = 200
+#: How many triggers are woken between two yields to the event loop.
+WAKE_BATCH = 50
 
 
 class Subscription:
@@ -62,13 +64,15 @@ class Subscription:
         self._delivered: tuple[str, str] | None = None
         self._changed = asyncio.Event()
 
-    def _deliver(self, status: RequestStatus) -> None:
+    def _deliver(self, status: RequestStatus) -> bool:
+        """Hand over ``status`` if it changed; True when that wakes the trigger."""
         signature = (status.state, status.phase.value)
         if signature == self._delivered:
-            return
+            return False
         self._delivered = signature
         self._status = status
         self._changed.set()
+        return True
 
     def _fail(self, error: BaseException) -> None:
         self._error = error
@@ -213,14 +217,20 @@ class SharedPoller:
             finally:
                 self.stats["lists"] += 1
         missing: list[str] = []
+        woken = 0
         for index, name in enumerate(list(self._subs)):
-            if index and index % BATCH == 0:
+            if index % BATCH == BATCH - 1:
                 await asyncio.sleep(0)  # thousands of waits: never hold the loop for long
             status = listed.get(name)
             if status is None:
                 missing.append(name)
-            else:
-                self._deliver(name, status)
+                continue
+            woken += self._deliver(name, status)
+            if woken >= WAKE_BATCH:
+                # Each woken trigger runs (and logs) in the next loop iteration: wake them a batch
+                # at a time, or capacity arriving for thousands would stall the loop at once.
+                woken = 0
+                await asyncio.sleep(0)
         # Requests that left the list (ended, mostly) are read directly, a few at a time: when
         # capacity arrives for many at once, reading them one by one would delay the last ones.
         gate = asyncio.Semaphore(READ_CONCURRENCY)
@@ -250,9 +260,8 @@ class SharedPoller:
         if quota:
             raise quota[0]
 
-    def _deliver(self, name: str, status: RequestStatus) -> None:
-        for sub in list(self._subs.get(name, ())):
-            sub._deliver(status)
+    def _deliver(self, name: str, status: RequestStatus) -> int:
+        return sum(sub._deliver(status) for sub in list(self._subs.get(name, ())))
 
     def _fail(self, name: str, error: BaseException) -> None:
         for sub in list(self._subs.get(name, ())):

@@ -36,3 +36,16 @@ clean:
 .PHONY: faults
 faults: venv
 	$(BIN)/python -m tests.faults
+
+## The triggerer scale numbers in a real Airflow deployment (PostgreSQL, as for `make faults`): one
+## `airflow triggerer` with 500 deferred mapped Flex Start tasks. BENCH_AIRFLOW_ARGS="--tasks 20" for a quick run.
+.PHONY: bench-airflow
+bench-airflow: venv
+	$(BIN)/python benchmarks/triggerer_airflow.py $(BENCH_AIRFLOW_ARGS)
+
+## Triggerer scale: the provider's triggers against a CustomJobTrigger-style poller with 100, 1,000
+## and 5,000 waiting requests (benchmarks/README.md); non-zero exit if a target is missed.
+## BENCH_ARGS="--sizes 100,1000" for a shorter run.
+.PHONY: bench
+bench: venv
+	$(BIN)/python benchmarks/triggerer_scale.py $(BENCH_ARGS)

@@ -11,7 +11,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check uv
-	VIRTUAL_ENV=$(VENV) $(BIN)/uv pip install -q --compile-bytecode -e '.[test]' -c constraints.txt
+	VIRTUAL_ENV=$(VENV) $(BIN)/uv pip install -q -e '.[test]' -c constraints.txt
 	@touch $@
 
 ## Run the example DAG against a local dws-emulator and print the job's result.

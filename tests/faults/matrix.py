@@ -714,7 +714,7 @@ SCENARIOS: list[Scenario] = [
     Scenario("workload_fails_once", "workload fails once, the task retries", workload_fails_once),
     Scenario("success_while_worker_dead", "job succeeds while the worker is dead", success_while_worker_dead),
     Scenario("user_marks_failed", "user marks the waiting task failed", user_marks_failed, ci=True),
-    Scenario("user_clears_task", "user clears the waiting task", user_clears_task, ci=True),
+    Scenario("user_clears_task", "user clears the waiting task", user_clears_task),
     Scenario(
         "mark_failed_cancel_unavailable",
         "user marks failed; the cancel call meets one UNAVAILABLE",

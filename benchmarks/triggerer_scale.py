@@ -283,6 +283,23 @@ def vm_rss_kb() -> float:
     return float(psutil.Process().memory_info().rss) / 1024
 
 
+def settled_rss_kb() -> float:
+    """RSS after a full collection and, with glibc, ``malloc_trim(0)``, in KB.
+
+    Memory freed earlier (imports, the warm-up) stays resident and is reused by the waiters, which
+    would hide their cost; handing it back first makes the before/after difference an upper bound
+    of what the waiters hold rather than an underestimate.
+    """
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: the plain RSS, which may understate the difference
+    return vm_rss_kb()
+
+
 def peak_rss_kb() -> float:
     """Peak resident set size of this process, in KB."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -316,15 +333,20 @@ class StallMonitor:
 
 @dataclass
 class Waited:
-    """How one waiter ended: when its event came (perf_counter), the job state, errors it met."""
+    """How one waiter ended: when its event came (perf_counter) and the job's state."""
 
     at: float
     state: str
-    errors: int = 0
 
 
-def provider_waiter(cfg: dict[str, Any]) -> Callable[[str], Awaitable[Waited]]:
-    """Waits through the provider's trigger, exactly as the triggerer consumes it."""
+Waiter = Callable[[str], Awaitable[Waited]]
+
+
+def provider_waiter(cfg: dict[str, Any], errors: dict[str, int]) -> Waiter:
+    """Waits through the provider's trigger, exactly as the triggerer consumes it.
+
+    The trigger handles API errors inside (retries), out of sight: ``errors`` stays empty.
+    """
     from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
     spec = {
@@ -345,8 +367,11 @@ def provider_waiter(cfg: dict[str, Any]) -> Callable[[str], Awaitable[Waited]]:
     return wait
 
 
-def baseline_waiter(cfg: dict[str, Any]) -> Callable[[str], Awaitable[Waited]]:
-    """Waits the way ``CustomJobTrigger`` does: its own async client, one GetCustomJob per interval."""
+def baseline_waiter(cfg: dict[str, Any], errors: dict[str, int]) -> Waiter:
+    """Waits the way ``CustomJobTrigger`` does: its own async client, one GetCustomJob per interval.
+
+    Failed calls are counted in ``errors`` by exception class and message.
+    """
     import grpc
     from google.api_core import exceptions as gexc
     from google.cloud.aiplatform_v1 import JobServiceAsyncClient, JobState, types
@@ -368,19 +393,19 @@ def baseline_waiter(cfg: dict[str, Any]) -> Callable[[str], Awaitable[Waited]]:
         # wait_for_custom_job; the channel is created inside the running loop, as there.
         channel = grpc.aio.insecure_channel(address)
         client = JobServiceAsyncClient(transport=JobServiceGrpcAsyncIOTransport(channel=channel))
-        errors = 0
         try:
             while True:
                 try:
                     job = await client.get_custom_job(request={"name": name})
-                except gexc.GoogleAPICallError:
+                except gexc.GoogleAPICallError as exc:
                     # The real trigger ends with an error event here; counting and polling on keeps
                     # the number of waiters constant for the measurement.
-                    errors += 1
+                    kind = f"{type(exc).__name__}: {exc.message}"
+                    errors[kind] = errors.get(kind, 0) + 1
                 else:
                     if job.state in terminal:
                         types.CustomJob.to_dict(job)  # the real trigger puts the job in its event
-                        return Waited(time.perf_counter(), job.state.name, errors)
+                        return Waited(time.perf_counter(), job.state.name)
                 await asyncio.sleep(interval)
         finally:
             await channel.close()
@@ -403,7 +428,8 @@ async def measure(cfg: dict[str, Any]) -> dict[str, Any]:
     control = EmulatorControl(cfg["address"], timeout=600)
     interval = float(cfg["interval"])
     names: list[str] = cfg["names"]
-    wait = provider_waiter(cfg) if cfg["mode"] == "provider" else baseline_waiter(cfg)
+    errors: dict[str, int] = {}
+    wait = (provider_waiter if cfg["mode"] == "provider" else baseline_waiter)(cfg, errors)
     monitor = StallMonitor()
 
     # An idle process costs CPU by the second, not by the poll cycle; compressing time would
@@ -414,16 +440,25 @@ async def measure(cfg: dict[str, Any]) -> dict[str, Any]:
 
     # One waiter end to end first (lazy imports, caches, the first client), on a finished job.
     warm = await asyncio.wait_for(wait(cfg["warm_job"]), 120)
-    gc.collect()
-    rss_before = vm_rss_kb()
+    rss_before = settled_rss_kb()
 
+    # Waiters start spread evenly over one interval, as tasks defer one after another in a real
+    # triggerer; polls of per-trigger clients stay spread out instead of arriving in one burst.
     started = time.perf_counter()
-    tasks = {asyncio.ensure_future(wait(name)): name for name in names}
+
+    async def start_later(delay: float, name: str) -> Waited:
+        await asyncio.sleep(delay)
+        return await wait(name)
+
+    tasks = {
+        asyncio.ensure_future(start_later(i * interval / len(names), name)): name
+        for i, name in enumerate(names)
+    }
     warmed_up = await settle(
         control, started, interval, cfg["quiet_probe_seconds"], cfg["max_warmup_seconds"]
     )
     early = {task for task in tasks if task.done()}
-    rss_waiting = vm_rss_kb()
+    rss_waiting = settled_rss_kb()
 
     # Requests and CPU over whole poll cycles of pure waiting. The stall probe is off here: its
     # 200 wake-ups a second would cost about as much CPU as the provider's waiting does.
@@ -451,7 +486,6 @@ async def measure(cfg: dict[str, Any]) -> dict[str, Any]:
 
     latencies: list[float] = []
     states: dict[str, int] = {}
-    errors = 0
     failures: list[str] = []
     for task in done:
         if task.exception() is not None:
@@ -459,7 +493,6 @@ async def measure(cfg: dict[str, Any]) -> dict[str, Any]:
             continue
         result: Waited = task.result()
         states[result.state] = states.get(result.state, 0) + 1
-        errors += result.errors
         if task not in early and result.state == "JOB_STATE_SUCCEEDED":
             latencies.append(result.at - capacity_at)
     latencies.sort()
@@ -490,7 +523,8 @@ async def measure(cfg: dict[str, Any]) -> dict[str, Any]:
         "ended_before_capacity": len(early),
         "missing_events": len(names) - len(latencies),
         "event_states": states,
-        "poll_errors": errors,
+        "poll_errors": sum(errors.values()),
+        "poll_error_kinds": errors,
         "failures": failures[:5],
         "latency_p50": percentile(latencies, 50),
         "latency_p99": percentile(latencies, 99),
@@ -499,12 +533,13 @@ async def measure(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 async def settle(control: Any, started: float, interval: float, quiet: float, limit: float) -> float:
-    """Wait until every waiter has started and polled: one interval and a second, then until the
-    emulator answers at once (its backlog of first polls is served), at most ``limit`` seconds.
+    """Wait until every waiter has started and polled: the interval the starts are spread over, a
+    whole cycle and a second more, then until the emulator answers at once (no backlog of polls
+    left), at most ``limit`` seconds after ``started``.
 
     Returns how long the warm-up took. Only observable things are used, never the waiters' insides.
     """
-    await asyncio.sleep(max(0.0, started + interval + 1.0 - time.perf_counter()))
+    await asyncio.sleep(max(0.0, started + 2 * interval + 1.0 - time.perf_counter()))
     while time.perf_counter() - started < limit:
         probe = time.perf_counter()
         await asyncio.to_thread(control.capacity)
@@ -623,7 +658,7 @@ def run_all(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
                         "interval": interval,
                         "real_interval": args.interval,
                         "quiet_probe_seconds": max(QUIET_PROBE_SECONDS, 4 * per_request),
-                        "max_warmup_seconds": interval + 1.1 * drain + 1.0,
+                        "max_warmup_seconds": 2 * interval + 1.1 * drain + 1.0,
                         "window_cycles": cycles,
                         "stall_cycles": max(1, math.ceil(STALL_WINDOW_SECONDS / interval)),
                         "event_timeout": interval + 2.0 * drain + 15.0,
@@ -706,7 +741,8 @@ def render_table(rows: list[dict[str, Any]]) -> str:
                 latency(row, "latency_p50"),
                 latency(row, "latency_p99"),
                 f"{row['events']}/{row['size']}"
-                + (f" ({row['ended_before_capacity']} early)" if row["ended_before_capacity"] else ""),
+                + (f" ({row['ended_before_capacity']} early)" if row["ended_before_capacity"] else "")
+                + (f" ({row['poll_errors']} errors)" if row["poll_errors"] else ""),
                 f"{row['emulator_cpu_share']:.0%}"
                 + (" SAT" if row["emulator_cpu_share"] > SATURATED else ""),
             ]

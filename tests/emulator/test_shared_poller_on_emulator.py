@@ -130,6 +130,65 @@ def test_many_vertex_waits_one_paged_list_mixed_outcomes(
     assert sum(spy.reads.values()) <= 2
 
 
+def test_api_errors_on_lists_and_reads_end_no_wait_early(
+    dws_emulator_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Quota bursts and unavailability on the emulator's lists and reads: every wait still ends
+    with its own outcome, the poller backs off as a whole, and a job deleted outside ends only its
+    own wait (NOT_FOUND)."""
+    emulator = dws_emulator_factory({POOL: 0})
+    monkeypatch.setenv("DWS_EMULATOR_HOST", emulator.address)
+    monkeypatch.setattr(vertex_ai, "LIST_PAGE_SIZE", 5)  # 20 waits: 4 pages per list
+    monkeypatch.setattr(poller, "QUOTA_BACKOFF_INITIAL", 0.4)
+    backend = VertexCustomJobBackend("emu-project", REGION)
+    n = 20
+    failing = {4, 9}
+    names = [backend.submit(*job(i, exit_code=3 if i in failing else 0))[0].name for i in range(n)]
+    # One job ends and is deleted before its trigger starts: it is in no list, and its read says
+    # NOT_FOUND.
+    deleted = names[7]
+    backend.cancel(deleted)
+    control = EmulatorControl(emulator.address)
+    seen: list[dict[str, Any]] = []
+
+    async def scenario() -> list[dict[str, Any]]:
+        await asyncio.sleep(0.3)  # the cancel lands on the emulator's next tick
+        await asyncio.to_thread(lambda: backend._client().delete_custom_job(name=deleted).result(30))
+        control.set_faults(
+            [
+                "ListCustomJobs=RESOURCE_EXHAUSTEDx2",
+                "ListCustomJobs=UNAVAILABLE@0.3",
+                "GetCustomJob=UNAVAILABLE@0.5",
+            ],
+            seed=11,
+        )
+        triggers = [
+            CapacityRequestTrigger("vertex_custom_job", backend.spec(), name, poll_interval=0.3)
+            for name in names
+        ]
+        tasks = [asyncio.ensure_future(first_event(t)) for t in triggers]
+        await asyncio.sleep(2.0)
+        shared = poller.shared_poller("vertex_custom_job", backend.spec())
+        seen.append(dict(shared.stats))
+        assert all(not task.done() for i, task in enumerate(tasks) if i != 7)
+        await asyncio.to_thread(control.set_capacity, {POOL: 8 * n})
+        return list(await asyncio.gather(*tasks))
+
+    events = asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+    injected = control.faults()["injected"]
+    for i, event in enumerate(events):
+        expected = "cancelled" if i == 7 else "failed" if i in failing else "succeeded"
+        assert event["phase"] == expected, (i, event)
+        assert event["name"] == names[i]
+    assert events[7]["state"] == "NOT_FOUND"
+    # Two quota answers to the shared list made the one poller back off twice (20 waits would
+    # have backed off 40 times on their own); the other faults were really injected.
+    assert seen[0]["backoffs"] == 2
+    lists = injected["google.cloud.aiplatform.v1.JobService/ListCustomJobs"]
+    assert lists["RESOURCE_EXHAUSTED"] == 2
+    assert sum(lists.values()) >= 3
+
+
 def test_tpu_waits_share_one_list_per_zone(
     dws_emulator_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -486,7 +486,12 @@ def triggerer_paused_redistribution(ctx: ScenarioContext) -> None:
 def worker_sigkill_after_submit(ctx: ScenarioContext) -> None:
     """The task process is SIGKILLed right after its submit returned; the retry must reattach."""
     ctx.emulator.set_capacity({ctx.pool: 0})
-    ref = ctx.trigger("dws_fault_kill_after_submit", "vx", "fine_tune", "1+0 SUCCEEDED run=success")
+    # The job runs 10 s once capacity comes: its event must not fire within seconds of try 2's
+    # deferral, or Airflow 3.3's stale defer-exit race (apache/airflow#72716) can fail the resumed
+    # try (seen once in a full run with the default 3 s).
+    ref = ctx.trigger(
+        "dws_fault_kill_after_submit", "vx", "fine_tune", "1+0 SUCCEEDED run=success", {"run_seconds": 10}
+    )
     ctx.wait_waiting(ref, timeout=180, try_number=2)
     _give(ctx, ctx.pool)
     ctx.wait_finished(180)
@@ -951,7 +956,8 @@ def run(
 ) -> tuple[list[Row], str]:
     """Start a deployment, run the chosen scenarios, stop it; returns the rows and the report.
 
-    Logs go to ``workdir`` (kept) or to a temporary directory removed unless ``keep``.
+    Logs go to ``workdir`` (kept) or to a temporary directory, removed unless ``keep`` or a
+    scenario failed.
     """
     scenarios = select(names, ci)
     began = time.monotonic()
@@ -964,10 +970,16 @@ def run(
             flush=True,
         )
         rows = run_matrix(deployment, scenarios)
+    except BaseException:
+        print(f"==> logs kept in {deployment.workdir}", flush=True)
+        raise
     finally:
         deployment.stop()
-        if not keep:
-            deployment.remove_workdir()
+    # A failure's logs (Airflow's and the emulator's) are the only way to tell why: keep them.
+    if keep or not all(r.passed for r in rows):
+        print(f"==> logs kept in {deployment.workdir}", flush=True)
+    else:
+        deployment.remove_workdir()
     table = format_table(rows)
     timing = ", ".join(f"{r.scenario} {r.seconds:.0f}s" for r in rows)
     summary = (

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 from collections.abc import Container
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
@@ -70,11 +69,9 @@ class AsyncRequestBackend(Protocol):
         """Read one request with one call; every error (``NotFound`` included) propagates."""
         ...
 
-    async def alist_live(
-        self, only: Container[str] | None = None, changed_since: datetime | None = None
-    ) -> dict[str, RequestStatus]:
-        """The live requests of this backend's location by name (``only``: just these), plus those
-        that changed after ``changed_since``, with one paged list; errors propagate."""
+    async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
+        """The live requests of this backend's location by name (``only``: just these), with one
+        paged list; errors propagate."""
         ...
 
     async def acancel(self, name: str) -> None:

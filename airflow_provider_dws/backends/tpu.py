@@ -289,13 +289,11 @@ class TpuQueuedResourceBackend:
         qr = await client.get_queued_resource(name=name)
         return queued_resource_status(qr)
 
-    async def alist_live(
-        self, only: Container[str] | None = None, changed_since: datetime | None = None
-    ) -> dict[str, RequestStatus]:
+    async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
         """Every queued resource of the zone (``only``: just these names), classified; paged.
 
         The API offers no filter, so this is the whole zone, ended requests included until they
-        are deleted (``changed_since`` is not needed). Errors propagate.
+        are deleted. Errors propagate.
         """
         client = await self.async_hook.get_tpu_client()
         pager = await client.list_queued_resources(

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Container, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 import tenacity
@@ -218,23 +218,16 @@ class VertexCustomJobBackend:
         job = await client.get_custom_job(name=name)
         return job_status(job)
 
-    async def alist_live(
-        self, only: Container[str] | None = None, changed_since: datetime | None = None
-    ) -> dict[str, RequestStatus]:
+    async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
         """Every live job of the region that the provider made (``dws_managed``), classified.
 
-        One list, paged. ``changed_since``: jobs updated after it are listed too, whatever their
-        state, so a job that just ended comes with the same list (no read of its own). A job that
-        is in neither set has ended earlier (or is not the provider's). ``only``: classify just
-        these names (the others are skipped unparsed). Errors propagate: the shared poller backs
-        off as a whole.
+        One list, paged. The filter uses only fields ListCustomJobs documents (``labels``,
+        ``state``): ``update_time`` is not one of them, so a job that ended is absent and the
+        shared poller reads it once. ``only``: classify just these names (the others are skipped
+        unparsed). Errors propagate: the shared poller backs off as a whole.
         """
         client = await self.async_hook.get_job_service_client(self.region)
-        text = LIVE_FILTER
-        if changed_since is not None:
-            since = changed_since.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            text = f'labels.{LABEL_MANAGED}="true" AND ({LIVE_STATES_FILTER} OR update_time>"{since}")'
-        request = ListCustomJobsRequest(parent=self.parent, filter=text, page_size=LIST_PAGE_SIZE)
+        request = ListCustomJobsRequest(parent=self.parent, filter=LIVE_FILTER, page_size=LIST_PAGE_SIZE)
         pager = await client.list_custom_jobs(request=request)
         live: dict[str, RequestStatus] = {}
         async for page in pager.pages:

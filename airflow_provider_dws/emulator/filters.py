@@ -5,7 +5,8 @@ Supported (the subset Vertex AI documents for jobs):
 * ``state="JOB_STATE_RUNNING"``, ``state!=...`` (the value must be a ``JobState`` name)
 * ``display_name="x"``, ``display_name!="x"``, ``display_name:"my_job_*"`` (``:`` matches the
   whole name with ``*`` as a wildcard)
-* ``create_time>"2021-05-18T00:00:00Z"`` (also ``update_time``) with ``= != < <= > >=``, RFC 3339
+* ``create_time>"2021-05-18T00:00:00Z"`` with ``= != < <= > >=``, RFC 3339 (``update_time`` is
+  refused: the API does not document it as a filter field, so a client must not rely on it)
 * ``labels.key="value"``, ``labels.key!="value"``, ``labels.key:*`` (has key), ``labels:key``,
   ``labels."key-with-dash"="v"``
 * ``AND``, ``OR``, ``NOT`` (also ``-`` directly before a term), parentheses, and juxtaposition
@@ -16,7 +17,7 @@ Precedence follows AIP-160, where ``OR`` binds *tighter* than ``AND``:
 server turns into ``INVALID_ARGUMENT``.
 
 Filters are evaluated against a plain dict record with keys ``state`` (enum name),
-``display_name``, ``labels`` (dict), ``create_time`` and ``update_time`` (epoch seconds).
+``display_name``, ``labels`` (dict) and ``create_time`` (epoch seconds).
 """
 
 from __future__ import annotations
@@ -263,7 +264,7 @@ def _compile_compare(node: Compare, states: Collection[str]) -> Predicate:
         if op not in ("=", "!="):
             raise FilterError(f"display_name supports only =, != and :, not {op!r}")
         return lambda rec: _compare(op, rec["display_name"], value)
-    if head in ("create_time", "update_time") and len(node.path) == 1:
+    if head == "create_time" and len(node.path) == 1:
         if op == ":":
             raise FilterError(f"{head} does not support ':'")
         when = _parse_time(value)

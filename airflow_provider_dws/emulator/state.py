@@ -375,7 +375,6 @@ class EmulatorState:
             "display_name": rec.job.display_name,
             "labels": dict(rec.job.labels),
             "create_time": rec.job.create_time.ToNanoseconds() / 1e9,
-            "update_time": rec.job.update_time.ToNanoseconds() / 1e9,
         }
 
     def cancel_custom_job(self, name: str) -> None:

@@ -9,9 +9,8 @@ subscribes to the :class:`SharedPoller` of its backend's (kind, spec), which:
 * lists the live requests of its location once per interval, in pages (Vertex: the provider's
   ``dws_managed`` label and the live job states; TPU: every queued resource of the zone);
 * hands each subscriber the status of its request when it changed (the first one always);
-* asks the list for requests updated since the previous list too, so a request that just ended
-  comes with it; one that is in neither set (it ended before the trigger started, or the API
-  cannot filter by update time) is read with one direct GET to learn how it ended;
+* reads a request that is not in the list (it ended, or was deleted) with one direct GET, a few
+  at a time, to learn how it ended;
 * backs off as a whole on RESOURCE_EXHAUSTED (429), instead of every trigger on its own;
 * shares one backend (one set of clients) among all its subscribers;
 * stops when its last subscriber leaves; a subscriber leaving never disturbs the others.
@@ -25,7 +24,6 @@ import logging
 import random
 import weakref
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -41,9 +39,6 @@ MIN_GAP_SECONDS = 1.0
 #: Whole-poller backoff after a quota error: equal jitter from 5 s, doubling, at most 60 s.
 QUOTA_BACKOFF_INITIAL = 5.0
 QUOTA_BACKOFF_MAX = 60.0
-#: Each list also asks for requests updated since the previous list started, less this margin
-#: (clock skew): a request that just ended arrives with the list instead of needing a read.
-LIST_OVERLAP = timedelta(seconds=60)
 #: Direct reads in flight at once (requests that left the live list).
 READ_CONCURRENCY = 16
 #: How many subscribed requests are handled between two yields to the event loop.
@@ -113,7 +108,6 @@ class SharedPoller:
         self._wake = asyncio.Event()
         self._quota_strikes = 0
         self._list_refused = False
-        self._listed_at: datetime | None = None
         #: Counters for logs and tests: cycles, list pages, direct reads, quota backoffs.
         self.stats = {"cycles": 0, "lists": 0, "reads": 0, "backoffs": 0}
 
@@ -198,10 +192,7 @@ class SharedPoller:
         listed: dict[str, RequestStatus] = {}
         if not self._list_refused:
             try:
-                since = self._listed_at - LIST_OVERLAP if self._listed_at else None
-                started = datetime.now(timezone.utc)
-                listed = await self.backend.alist_live(self._subs.keys(), since)
-                self._listed_at = started
+                listed = await self.backend.alist_live(self._subs.keys())
             except Exception as err:
                 if is_transient(err):
                     raise

@@ -50,10 +50,8 @@ class World:
     def set(self, request: str, state: str, phase: Phase, failure: FailureKind | None = None) -> None:
         self.states[request] = (state, phase, failure)
 
-    async def alist_live(
-        self, only: Container[str] | None = None, changed_since: Any = None
-    ) -> dict[str, RequestStatus]:
-        """Live requests only: ended ones must be read directly (as on an API without update times)."""
+    async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
+        """Live requests only: ended ones must be read directly."""
         self.lists += 1
         if self.list_errors:
             raise self.list_errors.pop(0)

@@ -49,7 +49,7 @@ class FakeBackend:
             raise item
         return item
 
-    async def alist_live(self, only: Any = None, changed_since: Any = None) -> dict[str, RequestStatus]:
+    async def alist_live(self, only: Any = None) -> dict[str, RequestStatus]:
         return {}  # nothing listed: the shared poller reads each request directly
 
     async def acancel(self, name: str) -> None:

@@ -124,6 +124,9 @@ class EmulatorState:
         self._next_op_id = id_rng.randrange(10**18, 5 * 10**18)
         self.capacity = CapacityModel(capacity, clock=clock)
         self.jobs: dict[str, JobRecord] = {}  # insertion order = creation order
+        # The jobs not yet in a final state, in creation order: a tick only ever changes these, so
+        # it walks them instead of every job ever made (a read must not slow down as jobs pile up).
+        self._live: dict[str, JobRecord] = {}
         self.operations: dict[str, operations_pb2.Operation] = {}
         self._pending_ops: list[str] = []
         from .tpu_state import TpuState  # local: tpu_state imports helpers from this module
@@ -199,13 +202,13 @@ class EmulatorState:
         """Advance every job and operation to ``clock()``; cheap enough to call on every RPC."""
         with self.lock:
             now = self.clock()
-            for rec in self.jobs.values():
+            for rec in self._live.values():
                 if rec.state == JobState.JOB_STATE_CANCELLING:
                     self._finish(rec, JobState.JOB_STATE_CANCELLED, now, code_pb2.CANCELLED, "CANCELED")
                 elif rec.state == JobState.JOB_STATE_RUNNING and rec.finish_at is not None:
                     if now >= rec.finish_at:
                         self._complete(rec, now)
-            for rec in self.jobs.values():
+            for rec in self._live.values():
                 if rec.state == JobState.JOB_STATE_QUEUED:
                     self._set_state(rec, JobState.JOB_STATE_PENDING, now)
             self.tpu.before_advance(now)
@@ -232,10 +235,12 @@ class EmulatorState:
                 else:
                     self.tpu.started(holder, now)
             self.tpu.after_advance(now)
-            for rec in self.jobs.values():
+            for rec in self._live.values():
                 # PENDING jobs that need no queueing: on-demand sets already taken, or no accelerator.
                 if rec.state == JobState.JOB_STATE_PENDING and not self.capacity.is_queued(rec.name):
                     self._start(rec, now)
+            for name in [name for name, rec in self._live.items() if rec.terminal]:
+                del self._live[name]
             for op_name in self._pending_ops:
                 self.operations[op_name].done = True
             self._pending_ops.clear()
@@ -294,6 +299,7 @@ class EmulatorState:
             stored.create_time.CopyFrom(_timestamp(now))
             rec = JobRecord(name, project, location, stored, plan, now, pool=pool)
             self.jobs[name] = rec
+            self._live[name] = rec
             log.info(
                 "CustomJob %s (%r) created: strategy=%s accelerators=%s",
                 name,

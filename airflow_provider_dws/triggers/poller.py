@@ -224,13 +224,17 @@ class SharedPoller:
                 await asyncio.sleep(0)
         # Requests that left the list (ended, mostly) are read directly, a few at a time: when
         # capacity arrives for many at once, reading them one by one would delay the last ones.
-        gate = asyncio.Semaphore(READ_CONCURRENCY)
+        # A fixed set of readers takes names from one iterator, so thousands of reads never mean
+        # thousands of tasks created in one step of the loop.
+        pending = iter(missing)
         quota: list[BaseException] = []
 
-        async def read(name: str) -> None:
-            async with gate:
-                if quota or name not in self._subs:
-                    return  # backing off, or it left while we listed
+        async def reader() -> None:
+            for name in pending:
+                if quota:
+                    return  # backing off: the rest wait for the next round
+                if name not in self._subs:
+                    continue  # it left while we listed
                 try:
                     status = await self.backend.aget_status(name)
                 except gexc.NotFound as err:
@@ -247,7 +251,7 @@ class SharedPoller:
                 finally:
                     self.stats["reads"] += 1
 
-        await asyncio.gather(*(read(name) for name in missing))
+        await asyncio.gather(*(reader() for _ in range(min(READ_CONCURRENCY, len(missing)))))
         if quota:
             raise quota[0]
 

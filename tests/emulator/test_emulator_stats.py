@@ -188,15 +188,21 @@ def test_concurrent_calls_are_all_counted_and_survive_an_outage(dws_emulator_fac
 
     emulator.control.outage(0.5)
     deadline = time.monotonic() + 30
+    cut = 0
     while True:  # refused while the listener is down (never counted), then answered again
         try:
             jobs.get_custom_job(name=job.name, retry=None)
             break
+        except exceptions.Cancelled:
+            # In flight as the listener closed: it may have been counted on arrival.
+            cut += 1
         except exceptions.ServiceUnavailable:
-            assert time.monotonic() < deadline, "the emulator did not come back after the outage"
-            time.sleep(0.05)
-    stats = emulator.control.stats()
-    assert stats["calls"] == {f"{JOBS}/GetCustomJob": 401}
+            pass
+        assert time.monotonic() < deadline, "the emulator did not come back after the outage"
+        time.sleep(0.05)
+    calls = emulator.control.stats()["calls"]
+    assert set(calls) == {f"{JOBS}/GetCustomJob"}
+    assert 401 <= calls[f"{JOBS}/GetCustomJob"] <= 401 + cut
 
 
 def test_cli_stats_table_json_and_reset(dws_emulator_factory: Any) -> None:

@@ -31,7 +31,6 @@ import json
 import math
 import os
 import resource
-import select
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,10 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_provider_dws.emulator.process import EmulatorProcess
 
 PROJECT = "dws-bench"
 ACCELERATOR = "NVIDIA_H100_80GB"
@@ -96,50 +98,11 @@ TARGET_REQUESTS_PER_MINUTE = 600.0  # per region, in total, at TARGET_REQUESTS_S
 # -- the emulator ------------------------------------------------------------------------------
 
 
-class Emulator:
-    """A ``dws-emulator serve`` subprocess with the given pools; ``address``, ``pid``, ``control``."""
+def start_emulator(pools: dict[str, int], log_path: Path) -> EmulatorProcess:
+    """A ``dws-emulator serve`` subprocess with the given pools (``address``, ``pid``, ``control``)."""
+    from airflow_provider_dws.emulator.process import EmulatorProcess
 
-    def __init__(self, pools: dict[str, int], log_path: Path) -> None:
-        from airflow_provider_dws.emulator.control import EmulatorControl
-
-        cmd = [sys.executable, "-m", "airflow_provider_dws.emulator", "serve", "--port", "0", "--seed", "0"]
-        cmd += ["--capacity", *(f"{pool}={count}" for pool, count in pools.items())]
-        self.log_path = log_path
-        self._log = log_path.open("wb")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log)
-        self.pid = self.proc.pid
-        self.address = self._wait_for_address()
-        self.control = EmulatorControl(self.address, timeout=600)
-
-    def _wait_for_address(self) -> str:
-        assert self.proc.stdout is not None
-        prefix = "dws-emulator listening on "
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
-            if ready:
-                line = self.proc.stdout.readline().decode()
-                if line.startswith(prefix):
-                    return line[len(prefix) :].strip()
-                if not line:
-                    break
-        self.stop()
-        raise RuntimeError(f"dws-emulator did not start; see {self.log_path}")
-
-    def stop(self) -> None:
-        """Terminate the emulator (SIGTERM, then SIGKILL after 10 s)."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if hasattr(self, "control"):
-            self.control.close()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        self._log.close()
+    return EmulatorProcess(pools, 0, log_path, start_timeout=START_TIMEOUT, control_timeout=600)
 
 
 def pool_of(region: str) -> str:
@@ -228,7 +191,7 @@ def create_jobs(address: str, region: str, count: int, run_id: str) -> tuple[lis
     return names, warm
 
 
-def seconds_per_request(emulator: Emulator, names: Sequence[str], samples: int = 50) -> float:
+def seconds_per_request(emulator: EmulatorProcess, names: Sequence[str], samples: int = 50) -> float:
     """The emulator's CPU time for one GetCustomJob with ``len(names)`` jobs in it.
 
     Read from the emulator process's CPU over ``samples`` calls in a row, so the client's own
@@ -622,7 +585,7 @@ def run_all(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
     regions = dict(zip(runs, REGIONS, strict=False))
     shared = None
     if args.shared_emulator:
-        shared = Emulator({pool_of(r): 0 for r in regions.values()}, workdir / "emulator.log")
+        shared = start_emulator({pool_of(r): 0 for r in regions.values()}, workdir / "emulator.log")
     rows: list[dict[str, Any]] = []
     try:
         for size in args.sizes:
@@ -631,7 +594,9 @@ def run_all(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
             per_request = None
             for mode in args.modes:
                 region = regions[(size, mode)]
-                emulator = shared or Emulator({pool_of(region): 0}, workdir / f"emulator-{mode}-{size}.log")
+                emulator = shared or start_emulator(
+                    {pool_of(region): 0}, workdir / f"emulator-{mode}-{size}.log"
+                )
                 try:
                     began = time.monotonic()
                     names, warm = create_jobs(emulator.address, region, size, f"bench__{mode}_{size}")

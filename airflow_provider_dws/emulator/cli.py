@@ -44,6 +44,7 @@ import grpc
 from .capacity import parse_pool_spec
 from .control import EmulatorControl
 from .faults import FaultRule, FaultSpecError, parse_specs
+from .process import LISTENING
 
 
 @contextlib.contextmanager
@@ -117,7 +118,7 @@ def _serve(args: argparse.Namespace) -> int:
     logging.getLogger("dws_emulator").info("seed=%d capacity: %s", args.seed, inventory or "(none)")
     if faults:
         logging.getLogger("dws_emulator").info("faults: %s", ", ".join(rule.spec for rule in faults))
-    print(f"dws-emulator listening on {server.address}", flush=True)
+    print(f"{LISTENING}{server.address}", flush=True)
     while not stop.wait(0.5):
         pass
     logging.getLogger("dws_emulator").info("shutting down")

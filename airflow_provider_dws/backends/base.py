@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
-from collections.abc import Container
+from collections.abc import AsyncIterable, Callable, Container, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 
@@ -53,6 +54,37 @@ class RequestStatus:
             description=event.get("description", ""),
             details=event.get("details") or {},
         )
+
+
+#: Listed requests classified between two yields to the triggerer's event loop.
+YIELD_EVERY = 50
+
+
+class _Named(Protocol):
+    name: str
+
+
+_Item = TypeVar("_Item", bound=_Named)
+
+
+async def classify_listed(
+    pages: AsyncIterable[Iterable[_Item]],
+    only: Container[str] | None,
+    classify: Callable[[_Item], RequestStatus],
+) -> dict[str, RequestStatus]:
+    """Every listed request named in ``only`` (all when ``None``) by name, classified.
+
+    Classifying a page of hundreds is real work, so this yields to the event loop every
+    :data:`YIELD_EVERY` requests: the other triggers of the triggerer keep running.
+    """
+    found: dict[str, RequestStatus] = {}
+    async for items in pages:
+        for index, item in enumerate(items):
+            if only is None or item.name in only:
+                found[item.name] = classify(item)
+            if index % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)
+    return found
 
 
 @runtime_checkable

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import time
@@ -20,7 +19,7 @@ from google.cloud.tpu_v2 import (
     QueuedResourceState,
 )
 
-from airflow_provider_dws.backends.base import RequestStatus
+from airflow_provider_dws.backends.base import RequestStatus, classify_listed
 from airflow_provider_dws.backends.retry import operation_result, retry_kwargs
 from airflow_provider_dws.hooks.tpu import DwsTpuAsyncHook, DwsTpuHook
 from airflow_provider_dws.scheduling.phases import RequestTimings, classify_tpu_queued_resource
@@ -35,8 +34,6 @@ _CORES_PER_CHIP = {"v2": 2, "v3": 2, "v4": 2, "v5p": 2, "v5litepod": 1, "v6e": 1
 _DELETE_TIMEOUT_SECONDS = 600.0
 #: Queued resources per list page (see the Vertex backend's LIST_PAGE_SIZE).
 LIST_PAGE_SIZE = 250
-#: Listed requests classified between two yields to the triggerer's event loop.
-YIELD_EVERY = 50
 
 
 def parse_queued_resource_name(name: str) -> tuple[str, str, str]:
@@ -299,14 +296,8 @@ class TpuQueuedResourceBackend:
         pager = await client.list_queued_resources(
             request=ListQueuedResourcesRequest(parent=self.parent, page_size=LIST_PAGE_SIZE)
         )
-        found: dict[str, RequestStatus] = {}
-        async for page in pager.pages:
-            for index, qr in enumerate(page.queued_resources):
-                if only is None or qr.name in only:
-                    found[qr.name] = queued_resource_status(qr)
-                if index % YIELD_EVERY == YIELD_EVERY - 1:
-                    await asyncio.sleep(0)  # classifying a page is work: let the triggers run
-        return found
+        pages = (page.queued_resources async for page in pager.pages)
+        return await classify_listed(pages, only, queued_resource_status)
 
     async def acancel(self, name: str) -> None:
         """Give the slice back: delete the queued resource and its nodes (``force``); gone is fine."""

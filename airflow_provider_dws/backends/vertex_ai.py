@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import Container, Sequence
@@ -13,7 +12,7 @@ import tenacity
 from google.api_core import exceptions as gexc
 from google.cloud.aiplatform_v1 import CustomJob, JobState, ListCustomJobsRequest
 
-from airflow_provider_dws.backends.base import RequestStatus
+from airflow_provider_dws.backends.base import RequestStatus, classify_listed
 from airflow_provider_dws.backends.retry import retry_kwargs
 from airflow_provider_dws.hooks.vertex_ai import DwsVertexAIAsyncHook, DwsVertexAIHook
 from airflow_provider_dws.scheduling.identity import LABEL_MANAGED, RequestIdentity
@@ -30,8 +29,6 @@ LIVE_FILTER = f'labels.{LABEL_MANAGED}="true" AND ({LIVE_STATES_FILTER})'
 #: Jobs per list page: big enough that 5,000 waits take a handful of calls, small enough that one
 #: page is parsed in a few milliseconds of the triggerer's event loop.
 LIST_PAGE_SIZE = 250
-#: Listed requests classified between two yields to the triggerer's event loop.
-YIELD_EVERY = 50
 
 _JOB_NAME_RE = re.compile(r"^projects/[^/]+/locations/(?P<region>[^/]+)/customJobs/(?P<job_id>[^/]+)$")
 
@@ -229,14 +226,7 @@ class VertexCustomJobBackend:
         client = await self.async_hook.get_job_service_client(self.region)
         request = ListCustomJobsRequest(parent=self.parent, filter=LIVE_FILTER, page_size=LIST_PAGE_SIZE)
         pager = await client.list_custom_jobs(request=request)
-        live: dict[str, RequestStatus] = {}
-        async for page in pager.pages:
-            for index, job in enumerate(page.custom_jobs):
-                if only is None or job.name in only:
-                    live[job.name] = job_status(job)
-                if index % YIELD_EVERY == YIELD_EVERY - 1:
-                    await asyncio.sleep(0)  # classifying a page is work: let the triggers run
-        return live
+        return await classify_listed((page.custom_jobs async for page in pager.pages), only, job_status)
 
     async def acancel(self, name: str) -> None:
         """Cancel a job from the event loop; one already ended or gone is fine."""

@@ -963,6 +963,7 @@ def run(
     began = time.monotonic()
     deployment = Deployment(emulator_pools(), DAG_IDS, workdir=workdir)
     print(f"==> starting Airflow (PostgreSQL, LocalExecutor) in {deployment.workdir}", flush=True)
+    passed = False
     try:
         deployment.start()
         print(
@@ -970,16 +971,14 @@ def run(
             flush=True,
         )
         rows = run_matrix(deployment, scenarios)
-    except BaseException:
-        print(f"==> logs kept in {deployment.workdir}", flush=True)
-        raise
+        passed = all(r.passed for r in rows)
     finally:
         deployment.stop()
-    # A failure's logs (Airflow's and the emulator's) are the only way to tell why: keep them.
-    if keep or not all(r.passed for r in rows):
-        print(f"==> logs kept in {deployment.workdir}", flush=True)
-    else:
-        deployment.remove_workdir()
+        # A failure's logs (Airflow's and the emulator's) are the only way to tell why: keep them.
+        if keep or not passed:
+            print(f"==> logs kept in {deployment.workdir}", flush=True)
+        else:
+            deployment.remove_workdir()
     table = format_table(rows)
     timing = ", ".join(f"{r.scenario} {r.seconds:.0f}s" for r in rows)
     summary = (

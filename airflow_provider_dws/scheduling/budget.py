@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import timedelta
+
+from airflow_provider_dws.scheduling._time import check_duration
+
+__all__ = [
+    "DEFAULT_MAX_RUN",
+    "DEFAULT_MAX_WAIT",
+    "MAX_RUN_LIMIT",
+    "MAX_WAIT_LIMIT",
+    "WaitBudget",
+    "check_duration",
+]
 
 #: Vertex AI's own default for ``Scheduling.max_wait_duration``.
 DEFAULT_MAX_WAIT = timedelta(hours=24)
@@ -15,22 +25,6 @@ MAX_RUN_LIMIT = timedelta(days=7)
 #: The provider refuses waits longer than 7 days: a request nobody is watching any more can
 #: still grab capacity and bill for it. (The API itself accepts 0 = "wait forever"; we do not.)
 MAX_WAIT_LIMIT = timedelta(days=7)
-
-
-def check_duration(name: str, value: object, limit: timedelta) -> timedelta:
-    """``value`` (a ``timedelta`` or seconds) as a positive whole-second ``timedelta`` within ``limit``."""
-    if isinstance(value, bool) or not isinstance(value, (timedelta, int, float)):
-        raise TypeError(f"{name} must be a datetime.timedelta (or seconds), got {type(value).__name__}")
-    if not isinstance(value, timedelta) and (not math.isfinite(value) or abs(value) > limit.total_seconds()):
-        raise ValueError(f"{name} must be greater than 0 and at most {limit}, got {value!r} seconds")
-    delta = value if isinstance(value, timedelta) else timedelta(seconds=value)
-    if delta <= timedelta(0):
-        raise ValueError(f"{name} must be greater than 0 and at most {limit}, got {delta}")
-    if delta > limit:
-        raise ValueError(f"{name} must be greater than 0 and at most {limit}, got {delta}")
-    if delta.microseconds:
-        raise ValueError(f"{name} must be a whole number of seconds, got {delta}")
-    return delta
 
 
 @dataclass(frozen=True)

@@ -17,19 +17,13 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from airflow_provider_dws.scheduling._time import UTC, aware_utc, check_duration, format_duration
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
-from airflow_provider_dws.scheduling.policies import (
-    CapacityRetry,
-    Failover,
-    OffPeakWindow,
-    Placement,
-    Window,
-    WindowSet,
-    format_duration,
-)
+from airflow_provider_dws.scheduling.policies import CapacityRetry, Failover, Placement
+from airflow_provider_dws.scheduling.windows import OffPeakWindow, Window, WindowSet
 
 __all__ = [
     "MIN_WAIT",
@@ -44,27 +38,14 @@ __all__ = [
     "placement_order",
 ]
 
-UTC = timezone.utc
 #: A request is never submitted with less than this max wait left: not worth the queue slot.
 MIN_WAIT = timedelta(seconds=1)
 #: :func:`next_submit` moves past at most this many too-short occurrences before giving up.
 _MAX_HOPS = 10_000
 
 
-def _utc(moment: datetime, name: str) -> datetime:
-    if not isinstance(moment, datetime):
-        raise TypeError(f"{name} must be a datetime.datetime, got {type(moment).__name__}")
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ValueError(f"{name} must be timezone-aware, got naive {moment.isoformat()}")
-    return moment.astimezone(UTC)
-
-
 def _positive(value: object, name: str) -> timedelta:
-    if isinstance(value, bool) or not isinstance(value, timedelta):
-        raise TypeError(f"{name} must be a datetime.timedelta, got {type(value).__name__}")
-    if value <= timedelta(0):
-        raise ValueError(f"{name} must be greater than 0, got {value}")
-    return value
+    return check_duration(name, value, seconds=False, whole=False)
 
 
 def _floor_seconds(delta: timedelta) -> timedelta:
@@ -121,8 +102,8 @@ class Attempt:
             raise ValueError(f"Attempt.number must be an int >= 1, got {self.number!r}")
         if not isinstance(self.placement, Placement):
             raise TypeError(f"Attempt.placement must be a Placement, got {type(self.placement).__name__}")
-        _utc(self.submitted, "Attempt.submitted")
-        _utc(self.ended, "Attempt.ended")
+        aware_utc(self.submitted, "Attempt.submitted")
+        aware_utc(self.ended, "Attempt.ended")
         if not isinstance(self.max_wait, timedelta):
             raise TypeError(
                 f"Attempt.max_wait must be a datetime.timedelta, got {type(self.max_wait).__name__}"
@@ -219,7 +200,7 @@ def effective_max_wait(
     (``close - submit_at``) and before ``deadline``; floored to whole seconds. None when
     ``submit_at`` is outside the window, or less than :data:`MIN_WAIT` would be left.
     """
-    at = _utc(submit_at, "submit_at")
+    at = aware_utc(submit_at, "submit_at")
     wait = _positive(max_wait, "max_wait")
     if window is not None:
         occurrence = window.current(at)
@@ -227,7 +208,7 @@ def effective_max_wait(
             return None
         wait = min(wait, occurrence[1] - at)
     if deadline is not None:
-        wait = min(wait, _utc(deadline, "deadline") - at)
+        wait = min(wait, aware_utc(deadline, "deadline") - at)
     wait = _floor_seconds(wait)
     return wait if wait >= MIN_WAIT else None
 
@@ -261,10 +242,10 @@ def next_submit(
     and before ``deadline``. ``at`` is ``now`` itself when now is fine, and None when the deadline
     passes first.
     """
-    current = _utc(now, "now")
+    current = aware_utc(now, "now")
     _positive(max_wait, "max_wait")
-    due = _utc(deadline, "deadline") if deadline is not None else None
-    start = max(current, _utc(not_before, "not_before")) if not_before is not None else current
+    due = aware_utc(deadline, "deadline") if deadline is not None else None
+    start = max(current, aware_utc(not_before, "not_before")) if not_before is not None else current
     where = f"the off-peak window {window}" if window is not None else ""
 
     def never(why: str) -> SubmitDecision:
@@ -383,9 +364,9 @@ def next_step(
 
     With an empty ``history`` this plans the first attempt in ``home``.
     """
-    current = _utc(now, "now")
+    current = aware_utc(now, "now")
     _positive(max_wait, "max_wait")
-    due = _utc(deadline, "deadline") if deadline is not None else None
+    due = aware_utc(deadline, "deadline") if deadline is not None else None
     summary = "\n".join(a.describe() for a in history)
 
     def give_up(why: str) -> NextStep:
@@ -428,7 +409,7 @@ def next_step(
         delay = retry.delay(number - 1, chooser)
     else:
         delay = timedelta(0)
-    earliest = max(current, _utc(last.ended, "ended") + delay)
+    earliest = max(current, aware_utc(last.ended, "ended") + delay)
     head = f"attempt {number} in {_where(placement, last.placement)} after {last.what(where=True)}"
 
     if window is not None and not retry.wait_for_next_window and not window.contains(earliest):

@@ -9,7 +9,7 @@ accepts for user timetables (the Task SDK's ``BaseTimetable`` subclasses are res
 built-in schedules).
 
 Every calendar question (which local wall times are off-peak, windows crossing midnight, DST) is
-answered by :mod:`airflow_provider_dws.scheduling.policies`; this module only maps window occurrences
+answered by :mod:`airflow_provider_dws.scheduling.windows`; this module only maps window occurrences
 onto Airflow's scheduling protocol.
 """
 
@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import pendulum
 from airflow.timetables.base import DagRunInfo, DataInterval, Timetable
 
-from airflow_provider_dws.scheduling.policies import OffPeakWindow, WindowSet, parse_window
+from airflow_provider_dws.scheduling._time import aware_utc
+from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet, parse_window
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -55,21 +56,6 @@ def _to_pendulum(moment: datetime.datetime) -> DateTime:
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError(f"the off-peak window returned a naive datetime {moment!r}; expected UTC-aware")
     return pendulum.instance(moment.astimezone(datetime.timezone.utc)).in_timezone("UTC")
-
-
-def _aware(moment: datetime.datetime, what: str) -> datetime.datetime:
-    """``moment`` as a plain stdlib UTC datetime.
-
-    Airflow hands timetables pendulum ``DateTime`` objects; they are rebuilt as stdlib datetimes
-    before reaching the window arithmetic because pendulum drops a stdlib ``tzinfo`` on
-    ``DateTime + timedelta``.
-    """
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ValueError(f"{what} must be timezone-aware, got naive {moment!r}")
-    u = moment.astimezone(datetime.timezone.utc)
-    return datetime.datetime(
-        u.year, u.month, u.day, u.hour, u.minute, u.second, u.microsecond, tzinfo=datetime.timezone.utc
-    )
 
 
 def _coerce_window(window: object) -> OffPeakWindow | WindowSet:
@@ -265,25 +251,25 @@ class OffPeakTimetable(Timetable):
     ) -> DagRunInfo | None:
         floors: list[datetime.datetime] = []
         if last_automated_data_interval is not None:
-            floors.append(_aware(last_automated_data_interval.end, "last data interval end"))
+            floors.append(aware_utc(last_automated_data_interval.end, "last data interval end"))
         if restriction.earliest is not None:
-            floors.append(_aware(restriction.earliest, "restriction.earliest"))
+            floors.append(aware_utc(restriction.earliest, "restriction.earliest"))
         if not restriction.catchup or not floors:
             # No catchup (or nothing to catch up from): the occurrence open now, else the next one.
-            floors.append(self._next_open(_aware(_utcnow(), "now"))[0])
+            floors.append(self._next_open(aware_utc(_utcnow(), "now"))[0])
         elif self.catchup_limit is not None:
-            recent = self._opened_before(_aware(_utcnow(), "now"), self.catchup_limit)
+            recent = self._opened_before(aware_utc(_utcnow(), "now"), self.catchup_limit)
             if len(recent) == self.catchup_limit:
                 floors.append(recent[0][0])
 
         opening, closing = self._first_opening_at_or_after(max(floors))
-        if restriction.latest is not None and opening > _aware(restriction.latest, "restriction.latest"):
+        if restriction.latest is not None and opening > aware_utc(restriction.latest, "restriction.latest"):
             return None
         start, end = _to_pendulum(opening), _to_pendulum(closing)
         return DagRunInfo(run_after=start, data_interval=DataInterval(start, end))
 
     def infer_manual_data_interval(self, *, run_after: DateTime) -> DataInterval:
-        moment = _aware(run_after, "run_after")
+        moment = aware_utc(run_after, "run_after")
         occurrence = self.window.current(moment) or self._last_closed_before(moment)
         if occurrence is None:  # a window so sparse none closed in years: the run covers its own instant
             return DataInterval.exact(_to_pendulum(moment))

@@ -18,6 +18,7 @@ from airflow_provider_dws.scheduling.policies import (
     OffPeakWindow,
     Placement,
     WindowSet,
+    coerce_window,
     format_duration,
     parse_window,
 )
@@ -481,3 +482,38 @@ def test_pendulum_datetimes_from_airflow_are_accepted() -> None:
         "2026-12-01T21:00:00+00:00",
     )
     assert window.contains(pendulum.datetime(2026, 12, 1, 14, tz="UTC"))
+
+
+# -- coerce: the short forms the operators accept -----------------------------------------------------------
+
+
+def test_coerce_entry_points() -> None:
+    nights = OffPeakWindow.parse("Mon-Fri 22:00-06:00 UTC")
+    assert coerce_window(None) is None and coerce_window(nights) is nights
+    assert coerce_window("Mon-Fri 22:00-06:00 UTC") == nights
+    assert coerce_window("Mon 01:00-02:00 UTC | Tue 01:00-02:00 UTC") == parse_window(
+        "Mon 01:00-02:00 UTC | Tue 01:00-02:00 UTC"
+    )
+    with raises(TypeError, "window must be an OffPeakWindow or WindowSet (or None), got int"):
+        coerce_window(3)
+    assert Deadline.coerce(None) is None
+    assert Deadline.coerce(utc(2026, 12, 1)) == Deadline(at=utc(2026, 12, 1))
+    with raises(
+        TypeError, "deadline must be a Deadline, a timezone-aware datetime or a timedelta (or None), got str"
+    ):
+        Deadline.coerce("2h")  # type: ignore[arg-type]
+    assert CapacityRetry.coerce(None) is None
+    assert CapacityRetry.coerce(2) == CapacityRetry(attempts=3)
+    assert CapacityRetry.coerce(0) == CapacityRetry(attempts=1)
+    with raises(ValueError, "capacity_retry must be a number of retries >= 0, got -1"):
+        CapacityRetry.coerce(-1)
+    with raises(
+        TypeError, "capacity_retry must be a CapacityRetry or a number of retries (or None), got bool"
+    ):
+        CapacityRetry.coerce(True)
+    assert Failover.coerce(None) is None
+    assert Failover.coerce("us-east4") == Failover("us-east4")
+    assert Failover.coerce(Placement("us-east4")) == Failover("us-east4")
+    assert Failover.coerce(["us-east4", "us-west1"]) == Failover("us-east4", "us-west1")
+    with raises(TypeError, "failover must be a Failover, a Placement, a location string or a list of them"):
+        Failover.coerce(3)  # type: ignore[arg-type]

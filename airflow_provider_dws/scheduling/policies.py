@@ -151,7 +151,8 @@ def _backoff(n: int, base: float, cap: float, jitter: str, rng: random.Random | 
 class CapacityRetry:
     """Resubmit a request that came back without capacity.
 
-    :param attempts: total submissions, the first included (``attempts=3`` is two retries).
+    :param attempts: total submissions, the first included (``attempts=3`` is two retries; Kueue's
+        ``backoffLimitCount: 3`` counts retries, so it is ``attempts=4`` here).
     :param backoff: the wait before the first retry in the same placement; doubles each retry.
     :param max_backoff: the cap of that wait.
     :param jitter: "full jitter": wait a random time between 0 and the capped backoff.

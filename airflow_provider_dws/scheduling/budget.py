@@ -1,8 +1,13 @@
-"""How long a request may wait for capacity and how long it may then run."""
+"""How long a request may wait for capacity and how long it may then run.
+
+The generic part is :class:`WaitBudget`; what an API accepts is its :class:`BudgetLimits`. The
+defaults are Flex Start's (:data:`FLEX_START_LIMITS`, 7 days each); a surface with other limits (or
+none) passes its own, e.g. ``WaitBudget(max_wait, max_run, limits=BudgetLimits(max_run=None))``.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from airflow_provider_dws.scheduling._time import check_duration
@@ -10,8 +15,10 @@ from airflow_provider_dws.scheduling._time import check_duration
 __all__ = [
     "DEFAULT_MAX_RUN",
     "DEFAULT_MAX_WAIT",
+    "FLEX_START_LIMITS",
     "MAX_RUN_LIMIT",
     "MAX_WAIT_LIMIT",
+    "BudgetLimits",
     "WaitBudget",
     "check_duration",
 ]
@@ -28,19 +35,40 @@ MAX_WAIT_LIMIT = timedelta(days=7)
 
 
 @dataclass(frozen=True)
+class BudgetLimits:
+    """The longest ``max_wait`` and ``max_run`` one API accepts; None means no upper bound."""
+
+    max_wait: timedelta | None = MAX_WAIT_LIMIT
+    max_run: timedelta | None = MAX_RUN_LIMIT
+
+    def __post_init__(self) -> None:
+        for name in ("max_wait", "max_run"):
+            value = getattr(self, name)
+            if value is not None:
+                check_duration(f"BudgetLimits.{name}", value, seconds=False)
+
+
+#: Vertex AI Flex Start (and the provider's cap on TPU waits): 7 days of wait, 7 days of run.
+FLEX_START_LIMITS = BudgetLimits()
+
+
+@dataclass(frozen=True)
 class WaitBudget:
     """The time budget of one capacity request: ``max_wait`` in the queue, ``max_run`` once started.
 
-    Both are validated on construction: positive, whole seconds, and within the documented limits
-    (:data:`MAX_WAIT_LIMIT`, :data:`MAX_RUN_LIMIT`).
+    Both are validated on construction: positive, whole seconds (a ``timedelta`` or seconds), and
+    within ``limits``, the API's :class:`BudgetLimits` (Flex Start's unless given).
     """
 
     max_wait: timedelta = DEFAULT_MAX_WAIT
     max_run: timedelta = DEFAULT_MAX_RUN
+    limits: BudgetLimits = field(default=FLEX_START_LIMITS, kw_only=True)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "max_wait", check_duration("max_wait", self.max_wait, MAX_WAIT_LIMIT))
-        object.__setattr__(self, "max_run", check_duration("max_run", self.max_run, MAX_RUN_LIMIT))
+        if not isinstance(self.limits, BudgetLimits):
+            raise TypeError(f"WaitBudget.limits must be a BudgetLimits, got {type(self.limits).__name__}")
+        object.__setattr__(self, "max_wait", check_duration("max_wait", self.max_wait, self.limits.max_wait))
+        object.__setattr__(self, "max_run", check_duration("max_run", self.max_run, self.limits.max_run))
 
     @property
     def total(self) -> timedelta:

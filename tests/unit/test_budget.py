@@ -10,8 +10,10 @@ import pytest
 from airflow_provider_dws.scheduling.budget import (
     DEFAULT_MAX_RUN,
     DEFAULT_MAX_WAIT,
+    FLEX_START_LIMITS,
     MAX_RUN_LIMIT,
     MAX_WAIT_LIMIT,
+    BudgetLimits,
     WaitBudget,
 )
 
@@ -97,3 +99,21 @@ def test_budget_is_frozen() -> None:
     budget = WaitBudget()
     with pytest.raises(AttributeError):
         budget.max_wait = timedelta(1)  # type: ignore[misc]
+
+
+def test_limits_are_per_api() -> None:
+    """Flex Start's 7-day limits are the default, not the only possibility."""
+    assert WaitBudget().limits == FLEX_START_LIMITS == BudgetLimits(MAX_WAIT_LIMIT, MAX_RUN_LIMIT)
+    longer = BudgetLimits(max_wait=timedelta(days=30), max_run=None)
+    budget = WaitBudget(max_wait=timedelta(days=10), max_run=timedelta(days=90), limits=longer)
+    assert (budget.max_wait, budget.max_run) == (timedelta(days=10), timedelta(days=90))
+    with pytest.raises(
+        ValueError, match=r"^max_wait must be greater than 0 and at most 30 days, 0:00:00, got"
+    ):
+        WaitBudget(max_wait=timedelta(days=31), limits=longer)
+    with pytest.raises(ValueError, match=r"^max_run must be greater than 0, got 0:00:00$"):
+        WaitBudget(max_run=0, limits=longer)
+    with pytest.raises(ValueError, match=r"^BudgetLimits.max_run must be greater than 0, got"):
+        BudgetLimits(max_run=timedelta(0))
+    with pytest.raises(TypeError, match=r"^WaitBudget.limits must be a BudgetLimits, got timedelta$"):
+        WaitBudget(limits=timedelta(days=1))  # type: ignore[arg-type]

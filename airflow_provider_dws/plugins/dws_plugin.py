@@ -2,8 +2,8 @@
 
 Airflow only deserializes a custom timetable whose class a plugin lists in ``timetables``; without it
 the scheduler and API server fail to load any DAG scheduled with ``OffPeakTimetable``. The plugin is
-found through the ``airflow.plugins`` entry point (and, when providers are discovered eagerly, through
-the ``plugins`` key of the provider info).
+found through the ``airflow.plugins`` entry point declared in ``pyproject.toml`` (the provider info
+has no ``plugins`` key).
 """
 
 from __future__ import annotations

@@ -70,10 +70,5 @@ class WaitBudget:
         object.__setattr__(self, "max_wait", check_duration("max_wait", self.max_wait, self.limits.max_wait))
         object.__setattr__(self, "max_run", check_duration("max_run", self.max_run, self.limits.max_run))
 
-    @property
-    def total(self) -> timedelta:
-        """The longest the request can live: waiting plus running."""
-        return self.max_wait + self.max_run
-
     def __str__(self) -> str:
         return f"wait at most {self.max_wait}, run at most {self.max_run}"

@@ -255,7 +255,6 @@ class CapacityRetry:
 # -- placements -------------------------------------------------------------------------------------
 
 _LOCATION_RE = re.compile(r"^[a-z][a-z0-9-]*[a-z0-9]$")
-_ZONE_RE = re.compile(r"^(?P<region>[a-z]+-[a-z]+\d+)-[a-z]$")
 
 
 class Tier(str, enum.Enum):
@@ -306,17 +305,6 @@ class Placement:
         if isinstance(value, str):
             return cls(value)
         raise TypeError(f"a placement must be a Placement or a location string, got {type(value).__name__}")
-
-    @property
-    def is_zone(self) -> bool:
-        """True for a zone (``us-west4-a``), False for a region."""
-        return bool(_ZONE_RE.fullmatch(self.location))
-
-    @property
-    def region(self) -> str:
-        """The region of the location (itself for a region)."""
-        match = _ZONE_RE.fullmatch(self.location)
-        return match["region"] if match else self.location
 
     def over(self, home: Placement) -> Placement:
         """This placement with its unset fields taken from ``home``."""

@@ -432,11 +432,6 @@ class OffPeakWindow(_WindowOps):
         """The window's time zone."""
         return ZoneInfo(self.timezone)
 
-    @property
-    def crosses_midnight(self) -> bool:
-        """True when an occurrence closes on the day after it opens (plain form only)."""
-        return self.cron is None and self.end < self.start
-
     # -- arithmetic ---------------------------------------------------------------------------------
 
     def _raw(self, lo: datetime, hi: datetime) -> list[tuple[datetime, datetime]]:

@@ -50,7 +50,6 @@ def test_emulator_from_environment_needs_no_connection(
     # logging, so caplog alone sees nothing: capture both.
     with caplog.at_level(logging.WARNING), structlog.testing.capture_logs() as captured:
         hook = DwsVertexAIHook()
-    assert hook.uses_emulator
     assert hook.emulator_host == "127.0.0.1:8470"
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     warnings += [str(e["event"]) for e in captured if e.get("log_level") in ("warning", "error")]

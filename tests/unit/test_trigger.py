@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from google.api_core import exceptions as gexc
 
+from airflow_provider_dws import errors
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 from airflow_provider_dws.triggers import capacity_request, poller
@@ -52,7 +52,7 @@ class FakeBackend:
     async def alist_live(self, only: Any = None) -> dict[str, RequestStatus]:
         return {}  # nothing listed: the shared poller reads each request directly
 
-    async def acancel(self, name: str) -> None:
+    async def arelease(self, name: str) -> None:
         self.cancelled.append(name)
 
 
@@ -204,7 +204,7 @@ def test_first_event_helper(fake: Any) -> None:
 
 
 def test_request_deleted_outside_is_a_cancelled_event(fake: Any) -> None:
-    backend = fake([status("JOB_STATE_PENDING", Phase.WAITING), gexc.NotFound("gone")])
+    backend = fake([status("JOB_STATE_PENDING", Phase.WAITING), errors.RequestNotFoundError("gone")])
     (event,) = run_all(trigger())
     assert event["name"] == NAME
     assert event["state"] == "NOT_FOUND"
@@ -279,9 +279,9 @@ def test_on_kill_swallows_cancel_errors(fake: Any) -> None:
     backend = fake([status("JOB_STATE_PENDING", Phase.WAITING)])
 
     async def broken(name: str) -> None:
-        raise gexc.ServiceUnavailable("down")
+        raise errors.TransientApiError("down")
 
-    backend.acancel = broken  # type: ignore[method-assign]
+    backend.arelease = broken  # type: ignore[method-assign]
     asyncio.run(trigger().on_kill())  # must not raise
 
 
@@ -430,7 +430,7 @@ def test_on_kill_survives_the_triggerer_cancelling_it_again(fake: Any) -> None:
         await asyncio.sleep(0.3)  # a retried UNAVAILABLE, or one slow API call
         backend.cancelled.append(name)
 
-    backend.acancel = slow_cancel  # type: ignore[method-assign]
+    backend.arelease = slow_cancel  # type: ignore[method-assign]
 
     async def scenario() -> None:
         t = trigger()

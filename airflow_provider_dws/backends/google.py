@@ -50,24 +50,20 @@ def translate(exc: BaseException) -> BaseException:
     status = getattr(exc, "grpc_status_code", None)
     code = getattr(status, "name", None) or exc.code
     message = str(exc.message or exc)
-    kinds: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], type[errors.ApiError]], ...] = (
-        (gexc.TooManyRequests, errors.QuotaExceededError),
-        (gexc.AlreadyExists, errors.RequestAlreadyExistsError),
-        (
-            (gexc.ServerError, gexc.Aborted, gexc.Cancelled),
-            errors.TransientApiError,
-        ),
-        (gexc.NotFound, errors.RequestNotFoundError),
-        (gexc.FailedPrecondition, errors.ConflictError),
+    if isinstance(exc, (gexc.Unknown, gexc.DataLoss, gexc.MethodNotImplemented)):
+        return errors.ApiError(message, code=code)  # server errors that will not pass by themselves
+    kinds: tuple[tuple[tuple[type[BaseException], ...], type[errors.ApiError]], ...] = (
+        ((gexc.TooManyRequests,), errors.QuotaExceededError),
+        ((gexc.AlreadyExists,), errors.RequestAlreadyExistsError),
+        # Cancelled: the call was cut (a channel closed under it), not refused.
+        ((gexc.ServerError, gexc.Aborted, gexc.Cancelled), errors.TransientApiError),
+        ((gexc.NotFound,), errors.RequestNotFoundError),
+        ((gexc.FailedPrecondition,), errors.ConflictError),
         ((gexc.BadRequest, gexc.Conflict, gexc.PreconditionFailed), errors.InvalidRequestError),
         ((gexc.Forbidden, gexc.Unauthorized), errors.PermissionDeniedApiError),
     )
     for google_types, ours in kinds:
         if isinstance(exc, google_types):
-            if ours is errors.TransientApiError and isinstance(
-                exc, (gexc.Unknown, gexc.MethodNotImplemented)
-            ):
-                break  # a server error that says nothing will pass by itself
             return ours(message, code=code)
     return errors.ApiError(message, code=code)
 

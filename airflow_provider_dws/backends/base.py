@@ -158,6 +158,11 @@ class BackendCache:
     def __init__(self) -> None:
         self._backends: dict[tuple[Any, ...], Any] = {}
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> BackendCache:
+        # Airflow copies operators (partial DAGs, mapped tasks): a copy starts with no clients,
+        # which hold channels that cannot be copied.
+        return BackendCache()
+
     def get(self, cls: type[_B], *args: Any, **kwargs: Any) -> _B:
         """``cls(*args, **kwargs)``, built on first use."""
         key = (cls, repr(args), repr(sorted(kwargs.items())))  # impersonation chains may be lists

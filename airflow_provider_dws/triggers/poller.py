@@ -276,6 +276,7 @@ class SharedPoller:
             if status is None:
                 missing.append(name)
                 continue
+            self._note(name, None)
             woken += self._deliver(name, status)
             if woken >= WAKE_BATCH:
                 # Each woken trigger runs (and logs) in the next loop iteration: wake them a batch

@@ -425,6 +425,7 @@ def test_a_round_that_hangs_is_abandoned_and_logged_once(
 ) -> None:
     monkeypatch.setattr(poller, "MIN_ROUND_SECONDS", 0.0)  # budget: two intervals (0.1 s)
     world.set(name(1), WAITING, Phase.WAITING)
+    world.set(name(2), WAITING, Phase.WAITING)
     hang = asyncio.Event()
     original = world.alist_live
 
@@ -437,11 +438,15 @@ def test_a_round_that_hangs_is_abandoned_and_logged_once(
 
     async def scenario() -> dict[str, Any]:
         task = asyncio.ensure_future(first(trigger(name(1))))
+        other = asyncio.ensure_future(first(trigger(name(2))))  # keeps the poller on afterwards
         p = await cycles(3)
         assert p.stats["overruns"] == p.stats["cycles"] >= 3 and not task.done()
         hang.set()
         world.set(name(1), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
-        return await task
+        event = await task
+        await cycles(p.stats["cycles"] + 1)
+        other.cancel()
+        return event
 
     with caplog.at_level(logging.INFO, logger=poller.__name__):
         assert run(scenario())["phase"] == "succeeded"

@@ -6,12 +6,10 @@ import asyncio
 import importlib
 from collections.abc import AsyncIterable, Callable, Container, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
-
-if TYPE_CHECKING:
-    from airflow_provider_dws.scheduling.identity import RequestIdentity
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from google.api_core import exceptions as gexc
 from google.cloud.tpu_v2 import (
     NetworkConfig,
     Node,
@@ -18,7 +17,7 @@ from google.cloud.tpu_v2 import (
 from google.protobuf.timestamp_pb2 import Timestamp
 from google.type.interval_pb2 import Interval
 
-from airflow_provider_dws.backends.base import RequestStatus
+from airflow_provider_dws.backends.base import BackendCache, RequestStatus
 from airflow_provider_dws.backends.tpu import (
     TpuQueuedResourceBackend,
     node_summary,
@@ -26,6 +25,7 @@ from airflow_provider_dws.backends.tpu import (
     queued_resource_status,
     tpu_chips,
 )
+from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
     CapacityNotObtainedError,
@@ -342,8 +342,13 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
     # -- execution: the steps of the attempt loop ------------------------------------------------
 
     def _backend(self, zone: str | None = None) -> TpuQueuedResourceBackend:
-        return TpuQueuedResourceBackend(
-            self.resolve_project(), zone or self.zone, self.gcp_conn_id, self.impersonation_chain
+        cache: BackendCache = self.__dict__.setdefault("_dws_backends", BackendCache())
+        return cache.get(
+            TpuQueuedResourceBackend,
+            self.resolve_project(),
+            zone or self.zone,
+            self.gcp_conn_id,
+            self.impersonation_chain,
         )
 
     def queued_resource_id_for(self, identity: RequestIdentity) -> str:
@@ -390,10 +395,9 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
             backend = self._backend(placement.location)
             for attempt in range(1, self._max_attempts() + 1):
                 name = backend.name_of(self.queued_resource_id_for(identity.with_attempt(attempt)))
-                qr = backend.get(name)
-                if qr is None:
+                status = backend.get_status(name)  # an ACTIVE one timed by its nodes
+                if status is None:
                     continue
-                status = queued_resource_status(qr)
                 if status.phase.live:  # waiting, provisioning or ACTIVE
                     if found is None:
                         found = (status, placement, attempt)
@@ -423,8 +427,8 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
             backend.delete(name, force=True)
         request = self.build_queued_resource(identity.labels(), backend.parent, qr_id, placement, max_wait)
         try:
-            qr, created = backend.create(qr_id, request)
-        except (gexc.InvalidArgument, gexc.FailedPrecondition, gexc.PermissionDenied) as err:
+            status, created = backend.submit(request, identity, qr_id)
+        except (InvalidRequestError, PermissionDeniedApiError) as err:
             raise BadRequestError(f"Cloud TPU refused the queued resource {name}: {err.message}") from None
         tier = placement.tier or ("spot" if self.spot else "guaranteed" if self.guaranteed else "on-demand")
         self.log.info(
@@ -432,13 +436,13 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
             "Created" if created else "Adopted",
             name,
             identity.attempt,
-            queued_resource_status(qr).description,
+            status.description,
             tier,
             max_wait,
             f" after a delay of {self.valid_after}" if self.valid_after else "",
         )
         self._remember(context, backend, name)
-        return queued_resource_status(qr)
+        return status
 
     def make_trigger(
         self,
@@ -662,7 +666,7 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
         self.log.info("Releasing %s (%s)%s", name, state, " with its nodes" if self.force else "")
         try:
             deleted = backend.delete(name, force=self.force)
-        except gexc.FailedPrecondition as err:
+        except InvalidRequestError as err:
             raise BadRequestError(f"Cloud TPU refused to delete {name}: {err.message}") from None
         self.log.info("%s is gone; the slice is no longer billed", name)
         return {"queued_resource": name, "deleted": deleted, "state_before": state}

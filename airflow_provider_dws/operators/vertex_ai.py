@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from google.api_core import exceptions as gexc
 from google.cloud.aiplatform_v1 import (
     AcceleratorType,
     CustomJob,
@@ -16,8 +15,9 @@ from google.cloud.aiplatform_v1 import (
     WorkerPoolSpec,
 )
 
-from airflow_provider_dws.backends.base import RequestStatus
-from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend, job_status, parse_job_name
+from airflow_provider_dws.backends.base import BackendCache, RequestStatus
+from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend, parse_job_name
+from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
     CapacityNotObtainedError,
@@ -33,7 +33,6 @@ from airflow_provider_dws.scheduling.budget import (
     WaitBudget,
 )
 from airflow_provider_dws.scheduling.identity import (
-    LABEL_ATTEMPT,
     RequestIdentity,
 )
 from airflow_provider_dws.scheduling.phases import FailureKind
@@ -89,10 +88,6 @@ def _normalize_pool(pool: Any) -> Any:
     if isinstance(pool.get("replica_count"), str) and pool["replica_count"].isdigit():
         pool["replica_count"] = int(pool["replica_count"])
     return pool
-
-
-def _created(job: CustomJob) -> datetime | None:
-    return cast("datetime | None", job.create_time)
 
 
 def _as_dict(value: Any, what: str) -> dict[str, Any]:
@@ -424,8 +419,13 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
     # -- execution: the steps of the attempt loop ------------------------------------------------
 
     def _backend(self, region: str | None = None) -> VertexCustomJobBackend:
-        return VertexCustomJobBackend(
-            self.resolve_project(), region or self.region, self.gcp_conn_id, self.impersonation_chain
+        cache: BackendCache = self.__dict__.setdefault("_dws_backends", BackendCache())
+        return cache.get(
+            VertexCustomJobBackend,
+            self.resolve_project(),
+            region or self.region,
+            self.gcp_conn_id,
+            self.impersonation_chain,
         )
 
     def check_placement(self, placement: Placement) -> None:
@@ -457,21 +457,21 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         regions: dict[str, Placement] = {}
         for placement in self.placements():
             regions.setdefault(placement.location, placement)
-        jobs: dict[str, CustomJob] = {}
+        jobs: dict[str, RequestStatus] = {}
         for region in regions:
             jobs.update({job.name: job for job in self._backend(region).find(identity)})
-        candidates = [Candidate(name, job_status(job).phase, _created(job)) for name, job in jobs.items()]
+        candidates = [Candidate(name, job.phase, job.timings.submitted) for name, job in jobs.items()]
         decision = choose_existing(candidates)
         self.log.info("Identity %s: %s", identity.key, decision.reason)
         if decision.name is None:
             return None
         job = jobs[decision.name]
         region, _ = parse_job_name(job.name)
-        attempt = int(job.labels.get(LABEL_ATTEMPT, "1") or 1)
+        attempt = int(job.details.get("attempt") or 1)
         self._remember(context, job)
-        return job_status(job), regions.get(region, Placement(location=region)), attempt
+        return job, regions.get(region, Placement(location=region)), attempt
 
-    def _remember(self, context: Context, job: CustomJob) -> None:
+    def _remember(self, context: Context, job: RequestStatus) -> None:
         region, job_id = parse_job_name(job.name)
         context["ti"].xcom_push(key="job_name", value=job.name)
         url = VertexAIFlexStartJobLink.persist(context, self.resolve_project(), region, job_id)
@@ -484,21 +484,21 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         backend = self._backend(placement.location)
         try:
             job, created = backend.submit(self.build_custom_job(identity, placement, max_wait), identity)
-        except gexc.InvalidArgument as err:
-            raise BadRequestError(f"Vertex AI refused the job: {err.message}") from None
-        except gexc.PermissionDenied as err:
+        except PermissionDeniedApiError as err:
             raise BadRequestError(f"permission denied creating the job: {err.message}") from None
+        except InvalidRequestError as err:
+            raise BadRequestError(f"Vertex AI refused the job: {err.message}") from None
         self.log.info(
             "%s Flex Start job %s (attempt %d, %s); it may wait up to %s for capacity and run up to %s",
             "Submitted" if created else "Adopted",
             job.name,
             identity.attempt,
-            job_status(job).description,
+            job.description,
             max_wait,
             self.max_run,
         )
         self._remember(context, job)
-        return job_status(job)
+        return job
 
     def make_trigger(
         self,
@@ -525,7 +525,7 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
     def cancel_request(self, name: str) -> None:
         """Cancel the job (it ends CANCELLED; an ended one is left as it is)."""
         region, _ = parse_job_name(name)
-        self._backend(region).cancel(name)
+        self._backend(region).release(name)
 
     def execute(self, context: Context) -> Any:
         """Find or submit the job, then wait for it (deferred by default)."""

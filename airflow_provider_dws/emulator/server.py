@@ -437,7 +437,9 @@ class EmulatorServer:
     uses :data:`DEFAULT_CAPACITY`. ``port=0`` picks a free port; see :attr:`address`.
     ``faults`` are initial fault rules (spec strings or rule objects, see :mod:`.faults`); they
     draw from the state's generator, seeded with ``seed``. :attr:`faults` changes them later.
-    :attr:`stats` counts the calls each emulated method received.
+    :attr:`stats` counts the calls each emulated method received. ``clock`` (epoch seconds) is
+    the model's time, injectable so tests can make hours pass at once; fault windows and outages
+    keep real time.
     """
 
     def __init__(
@@ -448,13 +450,14 @@ class EmulatorServer:
         port: int = 0,
         max_workers: int = 16,
         faults: Iterable[Any] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         from . import DEFAULT_CAPACITY
 
         if not is_loopback(host):
             raise ValueError(f"dws-emulator binds to loopback only; refusing host {host!r}")
         self.host = host
-        self.state = EmulatorState(DEFAULT_CAPACITY if capacity is None else capacity, seed=seed)
+        self.state = EmulatorState(DEFAULT_CAPACITY if capacity is None else capacity, seed=seed, clock=clock)
         self.faults = FaultInjector(self.state.rng)
         if faults:
             self.faults.set(faults)

@@ -18,6 +18,8 @@ pytestmark = [pytest.mark.airflow, pytest.mark.emulator]
 DAG_ID = "dws_offpeak_pipeline"
 CENTRAL = "us-central1/NVIDIA_H100_80GB"
 EAST = "us-east4/NVIDIA_H100_80GB"
+#: Seconds `airflow dags test` gets to start and reach its first task (a generous bound, not a timing).
+STARTUP_MARGIN = 90
 
 
 def utc_window(opens: datetime, closes: datetime) -> str:
@@ -49,7 +51,9 @@ def test_task_outside_its_window_defers_and_submits_when_it_opens(
 ) -> None:
     emulator = dws_emulator_factory()
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    opens = now + timedelta(seconds=40)
+    # The task must find the window still shut: `airflow dags test` took over 40 s to reach it on
+    # a loaded 2-core machine, so the window opens well after that.
+    opens = now + timedelta(seconds=STARTUP_MARGIN)
     env = env_for(utc_window(opens, opens + timedelta(minutes=3)), now + timedelta(minutes=10))
     result = airflow_home.run_dag_test(DAG_ID, emulator.address, tmp_path / "run.log", env=env)
     assert result.returncode == 0, result.log[-4000:]

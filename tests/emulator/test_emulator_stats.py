@@ -1,4 +1,7 @@
-"""Call counters: every JobService, Tpu and Operations call counted by method, faulted ones too."""
+"""Call counters: every JobService, Tpu and Operations call counted by method, faulted ones too.
+
+The emulator runs in this process, except for the ``dws-emulator stats`` CLI test.
+"""
 
 from __future__ import annotations
 
@@ -69,8 +72,10 @@ def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def test_counts_every_emulated_call_per_method_and_never_control_calls(dws_emulator_factory: Any) -> None:
-    emulator = dws_emulator_factory({"us-central1/NVIDIA_H100_80GB": 0, "us-west4-a/v5litepod": 0})
+def test_counts_every_emulated_call_per_method_and_never_control_calls(
+    dws_emulator_server_factory: Any,
+) -> None:
+    emulator = dws_emulator_server_factory({"us-central1/NVIDIA_H100_80GB": 0, "us-west4-a/v5litepod": 0})
     fresh = emulator.control.stats()
     assert fresh["calls"] == {}
     assert fresh["total"] == 0
@@ -120,8 +125,8 @@ def test_counts_every_emulated_call_per_method_and_never_control_calls(dws_emula
     assert emulator.control.stats()["calls"] == stats["calls"]
 
 
-def test_faulted_calls_are_counted_before_the_fault(dws_emulator_factory: Any) -> None:
-    emulator = dws_emulator_factory(
+def test_faulted_calls_are_counted_before_the_fault(dws_emulator_server_factory: Any) -> None:
+    emulator = dws_emulator_server_factory(
         {"us-central1/NVIDIA_H100_80GB": 0},
         faults=["GetCustomJob=UNAVAILABLE@0.5", "ListCustomJobs=latency:0.05"],
         seed=3,
@@ -148,8 +153,8 @@ def test_faulted_calls_are_counted_before_the_fault(dws_emulator_factory: Any) -
     assert stats["total"] == 42
 
 
-def test_reset_returns_the_counts_and_starts_from_zero(dws_emulator_factory: Any) -> None:
-    emulator = dws_emulator_factory({"us-central1/NVIDIA_H100_80GB": 0})
+def test_reset_returns_the_counts_and_starts_from_zero(dws_emulator_server_factory: Any) -> None:
+    emulator = dws_emulator_server_factory({"us-central1/NVIDIA_H100_80GB": 0})
     jobs = job_client(emulator.address)
     job = jobs.create_custom_job(parent=PARENT, custom_job=make_job())
     jobs.get_custom_job(name=job.name)
@@ -168,8 +173,8 @@ def test_reset_returns_the_counts_and_starts_from_zero(dws_emulator_factory: Any
     assert emulator.control.stats()["calls"] == {f"{JOBS}/GetCustomJob": 1}
 
 
-def test_concurrent_calls_are_all_counted_and_survive_an_outage(dws_emulator_factory: Any) -> None:
-    emulator = dws_emulator_factory({"us-central1/NVIDIA_H100_80GB": 0})
+def test_concurrent_calls_are_all_counted_and_survive_an_outage(dws_emulator_server_factory: Any) -> None:
+    emulator = dws_emulator_server_factory({"us-central1/NVIDIA_H100_80GB": 0})
     jobs = job_client(emulator.address)
     job = jobs.create_custom_job(parent=PARENT, custom_job=make_job())
     emulator.control.reset_stats()

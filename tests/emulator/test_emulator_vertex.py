@@ -1,4 +1,8 @@
-"""The emulator through the real google-cloud-aiplatform clients (sync and async) over gRPC."""
+"""The emulator through the real google-cloud-aiplatform clients (sync and async) over gRPC.
+
+The emulator runs in this process (``dws_emulator_server``; a ``FakeClock`` where the test is
+about time), except where the point is the ``dws-emulator`` CLI and its log.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ from google.cloud.aiplatform_v1.services.job_service.transports import (
     JobServiceGrpcTransport,
 )
 from google.protobuf import empty_pb2
+
+from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.emulator
 
@@ -107,8 +113,8 @@ TERMINAL = (State.JOB_STATE_SUCCEEDED, State.JOB_STATE_FAILED, State.JOB_STATE_C
 
 
 # --- create / get / life cycle ------------------------------------------------------------
-def test_flex_job_life_cycle(dws_emulator) -> None:
-    client = sync_client(dws_emulator.address)
+def test_flex_job_life_cycle(dws_emulator_server) -> None:
+    client = sync_client(dws_emulator_server.address)
     parent = fresh_parent()
     created = client.create_custom_job(
         parent=parent, custom_job=make_job("train", labels={"team": "ml"}, run_seconds=0.3)
@@ -128,7 +134,7 @@ def test_flex_job_life_cycle(dws_emulator) -> None:
     assert done.update_time >= done.end_time
     assert not done.error.message
 
-    record = next(r for r in dws_emulator.control.requests() if r["name"] == created.name)
+    record = next(r for r in dws_emulator_server.control.requests() if r["name"] == created.name)
     assert [h["state"] for h in record["history"]] == [
         "JOB_STATE_QUEUED",
         "JOB_STATE_PENDING",
@@ -140,8 +146,8 @@ def test_flex_job_life_cycle(dws_emulator) -> None:
     assert (record["accelerator_type"], record["accelerator_count"]) == ("NVIDIA_H100_80GB", 8)
 
 
-def test_standard_job_and_job_without_accelerator_run_at_once(dws_emulator) -> None:
-    client = sync_client(dws_emulator.address)
+def test_standard_job_and_job_without_accelerator_run_at_once(dws_emulator_server) -> None:
+    client = sync_client(dws_emulator_server.address)
     parent = fresh_parent()
     standard = client.create_custom_job(
         parent=parent,
@@ -153,8 +159,8 @@ def test_standard_job_and_job_without_accelerator_run_at_once(dws_emulator) -> N
         assert wait_for(client, name, [State.JOB_STATE_SUCCEEDED]).start_time
 
 
-def test_nonzero_exit_code_fails_after_start(dws_emulator) -> None:
-    client = sync_client(dws_emulator.address)
+def test_nonzero_exit_code_fails_after_start(dws_emulator_server) -> None:
+    client = sync_client(dws_emulator_server.address)
     job = client.create_custom_job(
         parent=fresh_parent(), custom_job=make_job("crash", exit_code=3, accelerator_count=1)
     )
@@ -165,19 +171,23 @@ def test_nonzero_exit_code_fails_after_start(dws_emulator) -> None:
     assert "The replica workerpool0-0 exited with a non-zero status of 3." in failed.error.message
 
 
-def test_scheduling_timeout_fails_the_job(dws_emulator) -> None:
-    client = sync_client(dws_emulator.address)
+def test_scheduling_timeout_fails_the_job(dws_emulator_server_factory) -> None:
+    clock = FakeClock()
+    emulator = dws_emulator_server_factory({H100: 8}, clock=clock)
+    client = sync_client(emulator.address)
     job = client.create_custom_job(
         parent=fresh_parent(), custom_job=make_job("slow", run_seconds=30, timeout=0.3, accelerator_count=1)
     )
+    wait_for(client, job.name, [State.JOB_STATE_RUNNING])
+    clock.advance(0.3)  # its timeout, not its 30 s run, ends it
     failed = wait_for(client, job.name, TERMINAL)
     assert failed.state == State.JOB_STATE_FAILED
     assert "scheduling.timeout of 0.3s" in failed.error.message
-    assert failed.end_time - failed.start_time < timedelta(seconds=5)
+    assert (failed.end_time - failed.start_time).total_seconds() == pytest.approx(0.3, abs=1e-3)
 
 
-def test_unknown_names_and_unimplemented_methods(dws_emulator) -> None:
-    client = sync_client(dws_emulator.address)
+def test_unknown_names_and_unimplemented_methods(dws_emulator_server) -> None:
+    client = sync_client(dws_emulator_server.address)
     missing = "projects/p/locations/us-central1/customJobs/123"
     with pytest.raises(exceptions.NotFound, match="does not exist"):
         client.get_custom_job(name=missing)
@@ -192,8 +202,8 @@ def test_unknown_names_and_unimplemented_methods(dws_emulator) -> None:
 
 
 # --- list -----------------------------------------------------------------------------------
-def test_list_filters(dws_emulator) -> None:
-    client = sync_client(dws_emulator.address)
+def test_list_filters(dws_emulator_server) -> None:
+    client = sync_client(dws_emulator_server.address)
     parent = fresh_parent()
 
     def create(name: str, labels: dict[str, str], **kwargs) -> str:
@@ -246,8 +256,8 @@ def test_list_filters(dws_emulator) -> None:
         assert message in info.value.message
 
 
-def test_list_pagination_newest_first(dws_emulator) -> None:
-    client = sync_client(dws_emulator.address)
+def test_list_pagination_newest_first(dws_emulator_server) -> None:
+    client = sync_client(dws_emulator_server.address)
     parent = fresh_parent()
     created = [
         client.create_custom_job(parent=parent, custom_job=make_job(f"job-{i}", accelerator=None)).name
@@ -266,8 +276,8 @@ def test_list_pagination_newest_first(dws_emulator) -> None:
 
 
 # --- cancel / delete --------------------------------------------------------------------------
-def test_cancel_and_delete(dws_emulator_factory) -> None:
-    emulator = dws_emulator_factory({H100: 8})
+def test_cancel_and_delete(dws_emulator_server_factory) -> None:
+    emulator = dws_emulator_server_factory({H100: 8})
     client = sync_client(emulator.address)
     parent = fresh_parent()
     job = client.create_custom_job(parent=parent, custom_job=make_job("victim", run_seconds=60))
@@ -313,11 +323,11 @@ def test_cancel_and_delete(dws_emulator_factory) -> None:
     assert "JOB_STATE_CANCELLING" in [h["state"] for h in records[queued.name]["history"]]
 
 
-def test_async_client(dws_emulator) -> None:
+def test_async_client(dws_emulator_server) -> None:
     parent = fresh_parent()
 
     async def scenario() -> None:
-        client = async_client(dws_emulator.address)
+        client = async_client(dws_emulator_server.address)
         job = await client.create_custom_job(
             parent=parent, custom_job=make_job("async", run_seconds=60, accelerator_count=1)
         )
@@ -344,29 +354,36 @@ def test_async_client(dws_emulator) -> None:
 
 
 # --- capacity ---------------------------------------------------------------------------------
-def test_queued_flex_job_starts_when_capacity_is_added(dws_emulator_factory) -> None:
-    emulator = dws_emulator_factory({H100: 0})
+def test_queued_flex_job_starts_when_capacity_is_added(dws_emulator_server_factory) -> None:
+    clock = FakeClock()
+    emulator = dws_emulator_server_factory({H100: 0}, clock=clock)
     client = sync_client(emulator.address)
     job = client.create_custom_job(parent=fresh_parent(), custom_job=make_job("waits", max_wait=0))
     pending = wait_for(client, job.name, [State.JOB_STATE_PENDING])
-    time.sleep(0.3)
+    clock.advance(7 * 24 * 3600)  # a week in the queue: without a max wait it still waits
     assert client.get_custom_job(name=job.name).state == State.JOB_STATE_PENDING
     assert "start_time" not in pending
     assert emulator.control.capacity()[H100] == {"total": 0, "in_use": 0, "free": 0, "queued": 1}
 
     inventory = emulator.control.set_capacity({H100: 8})
     assert inventory[H100]["total"] == 8
-    running = wait_for(client, job.name, [State.JOB_STATE_RUNNING, State.JOB_STATE_SUCCEEDED])
+    running = wait_for(client, job.name, [State.JOB_STATE_RUNNING])
     assert running.start_time
+    clock.advance(0.3)  # its run time
     wait_for(client, job.name, [State.JOB_STATE_SUCCEEDED])
     assert emulator.control.capacity()[H100]["in_use"] == 0
 
 
-def test_max_wait_expires_into_resource_exhausted(dws_emulator_factory) -> None:
-    emulator = dws_emulator_factory({H100: 0})
+def test_max_wait_expires_into_resource_exhausted(dws_emulator_server_factory) -> None:
+    clock = FakeClock()
+    emulator = dws_emulator_server_factory({H100: 0}, clock=clock)
     client = sync_client(emulator.address)
     job = client.create_custom_job(parent=fresh_parent(), custom_job=make_job("gives-up", max_wait=1))
-    failed = wait_for(client, job.name, TERMINAL)
+    wait_for(client, job.name, [State.JOB_STATE_PENDING])
+    clock.advance(0.9)
+    assert client.get_custom_job(name=job.name).state == State.JOB_STATE_PENDING
+    clock.advance(0.1)  # the max wait has passed
+    failed = client.get_custom_job(name=job.name)
     assert failed.state == State.JOB_STATE_FAILED
     assert "start_time" not in failed
     assert failed.error.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0] == 8
@@ -374,12 +391,13 @@ def test_max_wait_expires_into_resource_exhausted(dws_emulator_factory) -> None:
         "The requested resources (8 x NVIDIA_H100_80GB in us-central1) were not available "
         "within the max wait duration of 1s." in failed.error.message
     )
-    assert failed.end_time - failed.create_time >= timedelta(seconds=0.9)
+    # Exactly its max wait by the emulator's clock (timestamps round to well under a millisecond).
+    assert (failed.end_time - failed.create_time).total_seconds() == pytest.approx(1.0, abs=1e-3)
     assert emulator.control.capacity()[H100]["queued"] == 0
 
 
-def test_two_jobs_compete_for_one_pool(dws_emulator_factory) -> None:
-    emulator = dws_emulator_factory({H100: 8})
+def test_two_jobs_compete_for_one_pool(dws_emulator_server_factory) -> None:
+    emulator = dws_emulator_server_factory({H100: 8})
     client = sync_client(emulator.address)
     parent = fresh_parent()
     first = client.create_custom_job(parent=parent, custom_job=make_job("first", run_seconds=1.0)).name
@@ -392,8 +410,8 @@ def test_two_jobs_compete_for_one_pool(dws_emulator_factory) -> None:
     assert b.start_time >= a.end_time
 
 
-def test_standard_stock_out(dws_emulator_factory) -> None:
-    emulator = dws_emulator_factory({H100: 4})
+def test_standard_stock_out(dws_emulator_server_factory) -> None:
+    emulator = dws_emulator_server_factory({H100: 4})
     client = sync_client(emulator.address)
     job = client.create_custom_job(
         parent=fresh_parent(), custom_job=make_job("on-demand", strategy="STANDARD", accelerator_count=8)
@@ -493,15 +511,15 @@ INVALID = [
 
 
 @pytest.mark.parametrize(("case", "build", "message"), INVALID, ids=[c[0] for c in INVALID])
-def test_invalid_requests(dws_emulator, case, build, message) -> None:
-    client = sync_client(dws_emulator.address)
+def test_invalid_requests(dws_emulator_server, case, build, message) -> None:
+    client = sync_client(dws_emulator_server.address)
     with pytest.raises(exceptions.InvalidArgument) as info:
         client.create_custom_job(parent=fresh_parent(), custom_job=build())
     assert message in info.value.message
 
 
-def test_invalid_parent_and_location_without_pool(dws_emulator) -> None:
-    client = sync_client(dws_emulator.address)
+def test_invalid_parent_and_location_without_pool(dws_emulator_server) -> None:
+    client = sync_client(dws_emulator_server.address)
     with pytest.raises(exceptions.InvalidArgument, match="Invalid parent"):
         client.create_custom_job(parent="projects/p", custom_job=make_job())
     with pytest.raises(
@@ -566,10 +584,10 @@ def test_cli_requests_and_capacity(dws_emulator_factory) -> None:
     assert "QUEUED -> PENDING" in emulator.logs()
 
 
-def test_default_inventory_and_seeded_ids(dws_emulator, dws_emulator_factory) -> None:
+def test_default_inventory_and_seeded_ids(dws_emulator_server, dws_emulator_server_factory) -> None:
     from airflow_provider_dws.emulator import DEFAULT_CAPACITY
 
-    inventory = dws_emulator.control.capacity()
+    inventory = dws_emulator_server.control.capacity()
     assert {k: v["total"] for k, v in inventory.items()} == DEFAULT_CAPACITY
 
     def first_id(emulator) -> str:
@@ -578,7 +596,7 @@ def test_default_inventory_and_seeded_ids(dws_emulator, dws_emulator_factory) ->
         )
         return job.name.rsplit("/", 1)[1]
 
-    a, b = dws_emulator_factory({H100: 1}, seed=42), dws_emulator_factory({H100: 1}, seed=42)
+    a, b = dws_emulator_server_factory({H100: 1}, seed=42), dws_emulator_server_factory({H100: 1}, seed=42)
     assert first_id(a) == first_id(b)
 
 
@@ -588,16 +606,16 @@ def test_serve_refuses_non_loopback_host() -> None:
     assert "only binds to loopback" in result.stderr
 
 
-def test_operations_service(dws_emulator) -> None:
+def test_operations_service(dws_emulator_server) -> None:
     from google.longrunning import operations_pb2
 
-    client = sync_client(dws_emulator.address)
+    client = sync_client(dws_emulator_server.address)
     parent = fresh_parent()
     job = client.create_custom_job(parent=parent, custom_job=make_job("op", accelerator=None, run_seconds=0))
     wait_for(client, job.name, [State.JOB_STATE_SUCCEEDED])
     name = client.delete_custom_job(name=job.name).operation.name
 
-    channel = grpc.insecure_channel(dws_emulator.address)
+    channel = grpc.insecure_channel(dws_emulator_server.address)
     wait = channel.unary_unary(
         "/google.longrunning.Operations/WaitOperation",
         request_serializer=operations_pb2.WaitOperationRequest.SerializeToString,

@@ -1,4 +1,9 @@
-"""Ring 2: the provider's hooks, backend, trigger and operator against a live dws-emulator."""
+"""Ring 2: the provider's hooks, backend, trigger and operator against a live dws-emulator.
+
+The emulator runs in this process; where a test is about time its clock is a ``FakeClock`` the
+test moves, so waits and run times are exact. Timings the provider reports are compared with the
+ones the emulator recorded, never with a wall-clock range.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +21,9 @@ from airflow_provider_dws.exceptions import CapacityNotObtainedError, WorkloadFa
 from airflow_provider_dws.operators.vertex_ai import FlexStartCustomJobOperator
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
+from airflow_provider_dws.triggers import poller
 from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
+from tests.conftest import FakeClock, InProcessEmulator
 from tests.tcp_proxy import OutageProxy
 
 pytestmark = pytest.mark.emulator
@@ -60,13 +67,29 @@ class FakeTI:
 
 
 @pytest.fixture
-def emulator_env(monkeypatch: pytest.MonkeyPatch, dws_emulator_factory: Any) -> Any:
-    def start(capacity: dict[str, int] | None = None) -> Any:
-        emulator = dws_emulator_factory(capacity)
+def emulator_env(monkeypatch: pytest.MonkeyPatch, dws_emulator_server_factory: Any) -> Any:
+    def start(capacity: dict[str, int] | None = None, clock: Any = time.time) -> InProcessEmulator:
+        emulator: InProcessEmulator = dws_emulator_server_factory(capacity, clock=clock)
         monkeypatch.setenv("DWS_EMULATOR_HOST", emulator.address)
         return emulator
 
     return start
+
+
+async def until(predicate: Any, what: str, timeout: float = 60.0) -> None:
+    """Wait in the event loop until ``predicate()`` holds; fail after a generous ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, f"timed out after {timeout:g}s waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+def recorded(emulator: InProcessEmulator, name: str) -> tuple[float, float | None, float | None]:
+    """(created, started, ended) as the emulator recorded them, epoch seconds."""
+    rec = emulator.server.state.jobs[name]
+    ended = rec.job.end_time.ToNanoseconds() / 1e9 if rec.job.HasField("end_time") else None
+    return rec.created_at, rec.started_at, ended
 
 
 def operator(task_id: str, **kwargs: Any) -> FlexStartCustomJobOperator:
@@ -90,8 +113,12 @@ def test_non_deferrable_operator_waits_in_worker_and_returns_the_job(emulator_en
     assert result["state"] == "JOB_STATE_SUCCEEDED"
     assert result["job_spec"]["scheduling"]["strategy"] == "FLEX_START"
     assert ti.xcom["job_name"] == result["name"]
-    assert 0.8 <= ti.xcom["run_seconds"] <= 3.0
-    assert ti.xcom["wait_seconds"] < 2.0
+    # The timings are the job's own (start - create, end - start), not the worker's clock.
+    created, started, ended = recorded(emulator, result["name"])
+    assert started is not None and ended is not None
+    assert ti.xcom["wait_seconds"] == pytest.approx(started - created, abs=1e-3)
+    assert ti.xcom["run_seconds"] == pytest.approx(ended - started, abs=1e-3)
+    assert ti.xcom["run_seconds"] >= 1.0  # it ran its whole run time
     assert ti.xcom["dws_vertex_job_link"].startswith("https://console.cloud.google.com/vertex-ai/locations/")
     assert len(emulator.control.requests()) == 1
 
@@ -147,7 +174,8 @@ def _trigger_for(backend: VertexCustomJobBackend, job: CustomJob, **kwargs: Any)
 
 
 def test_trigger_waits_through_queue_to_success_via_async_client(emulator_env: Any) -> None:
-    emulator = emulator_env({H100: 0})
+    clock = FakeClock()
+    emulator = emulator_env({H100: 0}, clock=clock)
     backend = VertexCustomJobBackend("emu-project", "us-central1")
     identity = RequestIdentity("dag", "trigger", f"run-{time.monotonic_ns()}")
     job, _ = backend.submit(operator("unused").build_custom_job(identity), identity)
@@ -159,28 +187,45 @@ def test_trigger_waits_through_queue_to_success_via_async_client(emulator_env: A
 
     async def scenario() -> dict[str, Any]:
         task = asyncio.ensure_future(first_event(trigger))
-        await asyncio.sleep(2.0)
+        polls = emulator.calls("ListCustomJobs")
+        await until(lambda: emulator.calls("ListCustomJobs") >= polls + 3, "three polls of the queued job")
         assert not task.done()
+        clock.advance(20)  # 20 s pass in the queue
         await asyncio.to_thread(emulator.control.set_capacity, {H100: 8})
-        return await asyncio.wait_for(task, 30)
+        rec = emulator.server.state.jobs[job.name]
+        await until(lambda: rec.started_at is not None, "the job to start")
+        assert not task.done()
+        clock.advance(1)  # longer than its 0.5 s run: it ends on the next tick
+        return await asyncio.wait_for(task, 60)
 
     event = asyncio.run(scenario())
     assert event["phase"] == "succeeded"
     assert event["name"] == job.name
     assert event["failure"] is None
-    assert 1.5 <= event["timings"]["wait_seconds"] <= 5.0
-    assert event["timings"]["run_seconds"] > 0.3
+    # Exactly the emulator's time: 20 s queued, then 1 s (its next tick after the 0.5 s run).
+    assert event["timings"]["wait_seconds"] == pytest.approx(20.0, abs=1e-3)
+    assert event["timings"]["run_seconds"] == pytest.approx(1.0, abs=1e-3)
 
 
 def test_trigger_reports_not_obtained_when_max_wait_expires(emulator_env: Any) -> None:
-    emulator_env({H100: 0})
+    clock = FakeClock()
+    emulator = emulator_env({H100: 0}, clock=clock)
     backend = VertexCustomJobBackend("emu-project", "us-central1")
     identity = RequestIdentity("dag", "expire", f"run-{time.monotonic_ns()}")
-    job, _ = backend.submit(operator("unused", max_wait=1).build_custom_job(identity), identity)
-    event = asyncio.run(asyncio.wait_for(first_event(_trigger_for(backend, job)), 30))
+    job, _ = backend.submit(operator("unused", max_wait=60).build_custom_job(identity), identity)
+
+    async def scenario() -> dict[str, Any]:
+        task = asyncio.ensure_future(first_event(_trigger_for(backend, job)))
+        await until(lambda: emulator.calls("ListCustomJobs") >= 1, "the first poll")
+        assert not task.done()
+        clock.advance(61)  # the max wait passes in the queue
+        return await asyncio.wait_for(task, 60)
+
+    event = asyncio.run(scenario())
     assert event["phase"] == "not_obtained"
     assert event["failure"] == FailureKind.CAPACITY_NOT_OBTAINED.value
     assert event["timings"]["run_seconds"] == 0.0
+    assert event["timings"]["wait_seconds"] == pytest.approx(61.0, abs=1e-3)
 
 
 def test_trigger_on_kill_cancels_the_waiting_job(emulator_env: Any) -> None:
@@ -192,21 +237,21 @@ def test_trigger_on_kill_cancels_the_waiting_job(emulator_env: Any) -> None:
 
     async def scenario() -> None:
         task = asyncio.ensure_future(first_event(trigger))
-        await asyncio.sleep(0.5)
+        await until(lambda: emulator.calls("ListCustomJobs") >= 1, "the first poll")
         task.cancel()
         await trigger.on_kill()
 
     asyncio.run(scenario())
-    time.sleep(0.5)
+    # CANCELLING becomes CANCELLED on the next tick, which listing the requests makes first.
     [record] = emulator.control.requests()
     assert record["state"] == "JOB_STATE_CANCELLED"
 
 
 def test_trigger_survives_an_emulator_outage(
-    dws_emulator_factory: Any, monkeypatch: pytest.MonkeyPatch
+    dws_emulator_server_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Connections refused and cut (UNAVAILABLE) while waiting are retried, never a failure."""
-    emulator = dws_emulator_factory({H100: 0})
+    emulator = dws_emulator_server_factory({H100: 0})
     proxy = OutageProxy(emulator.address)
     monkeypatch.setenv("DWS_EMULATOR_HOST", proxy.address)
     backend = VertexCustomJobBackend("emu-project", "us-central1")
@@ -216,10 +261,12 @@ def test_trigger_survives_an_emulator_outage(
 
     async def scenario() -> dict[str, Any]:
         task = asyncio.ensure_future(first_event(trigger))
-        await asyncio.sleep(1.0)
+        await until(lambda: emulator.calls("ListCustomJobs") >= 2, "two polls through the proxy")
         proxy.down()
         await asyncio.to_thread(emulator.control.set_capacity, {H100: 8})
-        await asyncio.sleep(3.0)
+        shared = poller.shared_poller(backend.kind, backend.spec())
+        rounds = shared.stats["cycles"]
+        await until(lambda: shared.stats["cycles"] >= rounds + 5, "five poll rounds during the outage")
         assert not task.done(), "an outage must not end the wait"
         proxy.up()
         return await asyncio.wait_for(task, 60)

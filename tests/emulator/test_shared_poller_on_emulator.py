@@ -1,6 +1,11 @@
 """Ring 2: many triggers in one event loop against a live dws-emulator, through the real async
 clients: one paged list per interval serves them all, mixed outcomes reach the right trigger,
-cancelling one wait leaves the others, and a TPU zone is served the same way."""
+cancelling one wait leaves the others, and a TPU zone is served the same way.
+
+No wall-clock ranges: the tests wait for counted events (list rounds, backoffs) with generous
+timeouts, and bound the number of lists only from above by the time that really passed, which a
+slow machine can only loosen.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import asyncio
 import itertools
 import time
 from collections import Counter
-from collections.abc import Container
+from collections.abc import Callable, Container
 from typing import Any
 
 import pytest
@@ -28,7 +33,30 @@ pytestmark = pytest.mark.emulator
 
 REGION = "us-central1"
 POOL = f"{REGION}/NVIDIA_H100_80GB"
+INTERVAL = 0.3
 _runs = itertools.count()
+
+
+async def until(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -> None:
+    """Wait in the event loop until ``predicate()`` holds; fail after a generous ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, f"timed out after {timeout:g}s waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+def most_lists(elapsed: float) -> float:
+    """The most list rounds one poller may start in ``elapsed`` seconds: each starts at least one
+    interval after the previous one (plus one for rounding). Waits polling on their own, or a
+    poller that ignores its interval, list far more often."""
+    return 2 + elapsed / INTERVAL
+
+
+async def stopped(shared: poller.SharedPoller) -> None:
+    """The poller stops once its last wait has gone (a leaked subscription keeps it polling)."""
+    await until(lambda: shared.closed, "the shared poller to stop after its last wait", timeout=10)
+    assert len(shared) == 0
 
 
 def job(index: int, exit_code: int = 0) -> tuple[CustomJob, RequestIdentity]:
@@ -60,17 +88,21 @@ def job(index: int, exit_code: int = 0) -> tuple[CustomJob, RequestIdentity]:
 
 
 class Spy:
-    """Counts the shared backend's API calls (one list page = one call)."""
+    """Counts the shared backend's calls: lists started and finished (each reads every page), reads."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, module: Any, cls: Any) -> None:
         self.lists = 0
+        self.lists_done = 0
         self.reads: Counter[str] = Counter()
         spy = self
         original_list, original_get = cls.alist_live, cls.aget_status
 
         async def alist_live(backend: Any, only: Container[str] | None = None) -> dict[str, RequestStatus]:
             spy.lists += 1
-            return await original_list(backend, only)
+            try:
+                return await original_list(backend, only)
+            finally:
+                spy.lists_done += 1
 
         async def aget_status(backend: Any, name: str) -> RequestStatus:
             spy.reads[name] += 1
@@ -81,9 +113,9 @@ class Spy:
 
 
 def test_many_vertex_waits_one_paged_list_mixed_outcomes(
-    dws_emulator_factory: Any, monkeypatch: pytest.MonkeyPatch
+    dws_emulator_server_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    emulator = dws_emulator_factory({POOL: 0})
+    emulator = dws_emulator_server_factory({POOL: 0})
     monkeypatch.setenv("DWS_EMULATOR_HOST", emulator.address)
     monkeypatch.setattr(vertex_ai, "LIST_PAGE_SIZE", 7)  # 40 waits: 6 pages per list
     spy = Spy(monkeypatch, vertex_ai, VertexCustomJobBackend)
@@ -95,21 +127,30 @@ def test_many_vertex_waits_one_paged_list_mixed_outcomes(
     control = EmulatorControl(emulator.address)
 
     async def scenario() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         triggers = [
-            CapacityRequestTrigger("vertex_custom_job", backend.spec(), name, poll_interval=0.3)
+            CapacityRequestTrigger("vertex_custom_job", backend.spec(), name, poll_interval=INTERVAL)
             for name in names
         ]
         tasks = [asyncio.ensure_future(first_event(t)) for t in triggers]
-        await asyncio.sleep(1.5)  # about five intervals of waiting
-        lists_waiting, reads_waiting = spy.lists, sum(spy.reads.values())
+        await until(lambda: spy.lists_done >= 4, "four list rounds while every request waits")
+        elapsed = loop.time() - started
+        pages = emulator.calls("ListCustomJobs")
+        shared = poller.shared_poller("vertex_custom_job", backend.spec())
+        assert len(shared) == n  # every wait follows the one poller
+        assert spy.lists <= most_lists(elapsed), (spy.lists, elapsed)
+        # Each round is one list reading all 6 pages; rounds never overlap.
+        assert spy.lists - spy.lists_done <= 1
+        assert 6 * spy.lists_done <= pages <= 6 * spy.lists, (pages, spy.lists_done, spy.lists)
+        assert sum(spy.reads.values()) == 0  # nobody read directly while listed
         # One wait is given up by its task (cancelled like the triggerer does): the others go on.
         tasks[3].cancel("__airflow_user_action__")
         await asyncio.gather(tasks[3], return_exceptions=True)
         await triggers[2].backend.arelease(cancelled)  # one job is cancelled outside the triggers
         await asyncio.to_thread(control.set_capacity, {POOL: 8 * n})
         results = await asyncio.gather(*tasks, return_exceptions=True)
-        assert 3 <= lists_waiting <= 8, lists_waiting
-        assert reads_waiting == 0
+        await stopped(shared)
         return results
 
     results = asyncio.run(asyncio.wait_for(scenario(), timeout=60))
@@ -128,12 +169,12 @@ def test_many_vertex_waits_one_paged_list_mixed_outcomes(
 
 
 def test_api_errors_on_lists_and_reads_end_no_wait_early(
-    dws_emulator_factory: Any, monkeypatch: pytest.MonkeyPatch
+    dws_emulator_server_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Quota bursts and unavailability on the emulator's lists and reads: every wait still ends
     with its own outcome, the poller backs off as a whole, and a job deleted outside ends only its
     own wait (NOT_FOUND)."""
-    emulator = dws_emulator_factory({POOL: 0})
+    emulator = dws_emulator_server_factory({POOL: 0})
     monkeypatch.setenv("DWS_EMULATOR_HOST", emulator.address)
     monkeypatch.setattr(vertex_ai, "LIST_PAGE_SIZE", 5)  # 20 waits: 4 pages per list
     monkeypatch.setattr(poller, "QUOTA_BACKOFF_INITIAL", 0.4)
@@ -149,7 +190,7 @@ def test_api_errors_on_lists_and_reads_end_no_wait_early(
     seen: list[dict[str, Any]] = []
 
     async def scenario() -> list[dict[str, Any]]:
-        await asyncio.sleep(0.3)  # the cancel lands on the emulator's next tick
+        # Cancelled is final on the emulator's next tick, and every call ticks first.
         await asyncio.to_thread(lambda: backend._client().delete_custom_job(name=deleted).result(30))
         control.set_faults(
             [
@@ -160,16 +201,22 @@ def test_api_errors_on_lists_and_reads_end_no_wait_early(
             seed=11,
         )
         triggers = [
-            CapacityRequestTrigger("vertex_custom_job", backend.spec(), name, poll_interval=0.3)
+            CapacityRequestTrigger("vertex_custom_job", backend.spec(), name, poll_interval=INTERVAL)
             for name in names
         ]
         tasks = [asyncio.ensure_future(first_event(t)) for t in triggers]
-        await asyncio.sleep(2.0)
         shared = poller.shared_poller("vertex_custom_job", backend.spec())
+        # Past both quota answers and a few more rounds (some of them faulted).
+        await until(
+            lambda: shared.stats["backoffs"] >= 2 and shared.stats["cycles"] >= 5,
+            "two quota backoffs and five poll rounds",
+        )
         seen.append(dict(shared.stats))
         assert all(not task.done() for i, task in enumerate(tasks) if i != 7)
         await asyncio.to_thread(control.set_capacity, {POOL: 8 * n})
-        return list(await asyncio.gather(*tasks))
+        events = list(await asyncio.gather(*tasks))
+        await stopped(shared)
+        return events
 
     events = asyncio.run(asyncio.wait_for(scenario(), timeout=60))
     injected = control.faults()["injected"]
@@ -187,12 +234,12 @@ def test_api_errors_on_lists_and_reads_end_no_wait_early(
 
 
 def test_tpu_waits_share_one_list_per_zone(
-    dws_emulator_factory: Any, monkeypatch: pytest.MonkeyPatch
+    dws_emulator_server_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from airflow_provider_dws.operators.tpu import TPUQueuedResourceOperator
 
     zone = "us-west4-a"
-    emulator = dws_emulator_factory({f"{zone}/v5litepod": 0})
+    emulator = dws_emulator_server_factory({f"{zone}/v5litepod": 0})
     monkeypatch.setenv("DWS_EMULATOR_HOST", emulator.address)
     spy = Spy(monkeypatch, tpu_backend, tpu_backend.TpuQueuedResourceBackend)
     backend = tpu_backend.TpuQueuedResourceBackend("emu-project", zone)
@@ -214,24 +261,30 @@ def test_tpu_waits_share_one_list_per_zone(
     control = EmulatorControl(emulator.address)
 
     async def scenario() -> list[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         tasks = [
             asyncio.ensure_future(
                 first_event(
                     CapacityRequestTrigger(
-                        "tpu_queued_resource", backend.spec(), name, poll_interval=0.3, target="running"
+                        "tpu_queued_resource", backend.spec(), name, poll_interval=INTERVAL, target="running"
                     )
                 )
             )
             for name in names
         ]
-        await asyncio.sleep(1.2)
+        await until(lambda: spy.lists_done >= 3, "three list rounds while every slice waits")
+        elapsed = loop.time() - started
+        shared = poller.shared_poller("tpu_queued_resource", backend.spec())
+        assert len(shared) == len(names)
         assert sum(spy.reads.values()) == 0
-        assert 2 <= spy.lists <= 6
+        assert spy.lists <= most_lists(elapsed), (spy.lists, elapsed)
         await asyncio.to_thread(control.set_capacity, {f"{zone}/v5litepod": 8 * len(names)})
-        return list(await asyncio.gather(*tasks))
+        events = list(await asyncio.gather(*tasks))
+        await stopped(shared)
+        return events
 
     events = asyncio.run(asyncio.wait_for(scenario(), timeout=60))
     assert [e["phase"] for e in events] == ["running"] * len(names)
     assert [e["name"] for e in events] == names
     assert sum(spy.reads.values()) == 0  # ACTIVE slices are still in the zone's list
-    assert poller._POLLERS == {} or all(not p for p in poller._POLLERS.values())

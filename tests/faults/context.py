@@ -188,7 +188,11 @@ def count_duplicates(records: Sequence[dict[str, Any]]) -> int:
 
 
 class Scenario:
-    """A named fault with its procedure; ``ci`` ones also run in ``make test``."""
+    """A named fault with its procedure; ``ci`` ones also run in ``make test`` (LocalExecutor).
+
+    ``executors`` are those it runs on (keys of :data:`tests.faults.harness.EXECUTORS`): a fault
+    that only one executor has, such as a whole Celery worker dying, runs only there.
+    """
 
     def __init__(
         self,
@@ -198,12 +202,14 @@ class Scenario:
         *,
         shared: bool = False,
         ci: bool = False,
+        executors: tuple[str, ...] = ("local", "celery"),
     ) -> None:
         self.name = name
         self.title = title
         self.procedure = procedure
         self.shared = shared
         self.ci = ci
+        self.executors = executors
 
 
 class ScenarioContext:

@@ -32,7 +32,7 @@ from tests.faults.context import (
     parse_time,
     utcnow,
 )
-from tests.faults.harness import TRIGGERER_HEALTH_THRESHOLD, HarnessError, wait_for
+from tests.faults.harness import TASK_HEARTBEAT_TIMEOUT, TRIGGERER_HEALTH_THRESHOLD, HarnessError, wait_for
 
 # -- scenarios --------------------------------------------------------------------------------------
 
@@ -165,6 +165,40 @@ def worker_sigkill_after_submit(ctx: ScenarioContext) -> None:
     _give(ctx, ctx.pool)
     ctx.wait_finished(180)
     ctx.check_killed_after_submit(ref)
+
+
+def celery_worker_sigkill(ctx: ScenarioContext) -> None:
+    """SIGKILL the whole Celery worker running try 1 (main process, pool, task process) after its
+    submit: no process of that worker reports anything. The scheduler fails the try once its
+    heartbeat is :data:`TASK_HEARTBEAT_TIMEOUT` old, another worker runs the retry, which must
+    reattach to the request try 1 made."""
+    dep = ctx.deployment
+    ctx.emulator.set_capacity({VERTEX_POOL: 0})
+    ref = ctx.trigger(
+        "dws_fault_hold_after_submit", "vx", "fine_tune", "1+0 SUCCEEDED run=success", {"run_seconds": 10}
+    )
+    wait_for(lambda: "FAULT: holding" in ctx.task_log(ref, 1), 180, "try 1 to submit and hold", 1.0)
+    pid = dep.task_pid(ref.dag_id, ref.run_id, ref.request_task)
+    worker = dep.worker_running(pid) if pid else None
+    if worker is None:
+        ctx.check("a Celery worker runs try 1", f"task pid {pid} under no worker", False)
+        return
+    dep.kill_worker(worker)
+    ctx.log(f"SIGKILLed {worker.name} and every process under it (try 1's task process {pid})")
+    replacement = dep.start_worker()
+    ctx.log(f"started {replacement.name}")
+    ctx.wait_waiting(ref, timeout=TASK_HEARTBEAT_TIMEOUT + 240, try_number=2)
+    _give(ctx, VERTEX_POOL, VERTEX_FULL)
+    ctx.wait_finished(240)
+    tries = ctx.api.tries(ref.dag_id, ref.run_id, ref.request_task)
+    first = tries[0].get("state") if tries else None
+    # The workers that ran a try of this run, from their own logs (the killed one is gone).
+    others = [w.name for w in dep.workers if ref.run_id in w.log_path.read_text(errors="replace")]
+    ctx.check(
+        "worker of try 1 SIGKILLed; try 1 failed, try 2 on another worker",
+        f"SIGKILLed {worker.name}; try 1 {first}, try 2 on {','.join(others) or 'no worker'}",
+        first in ("failed", "up_for_retry") and bool(others),
+    )
 
 
 def workload_fails_once(ctx: ScenarioContext) -> None:
@@ -385,6 +419,13 @@ SCENARIOS: list[Scenario] = [
     Scenario(
         "worker_sigkill_after_submit", "SIGKILL the worker after submit", worker_sigkill_after_submit, ci=True
     ),
+    Scenario(
+        "celery_worker_sigkill",
+        "SIGKILL the whole Celery worker after submit",
+        celery_worker_sigkill,
+        shared=True,
+        executors=("celery",),
+    ),
     Scenario("workload_fails_once", "workload fails once, the task retries", workload_fails_once),
     Scenario("success_while_worker_dead", "job succeeds while the worker is dead", success_while_worker_dead),
     Scenario("user_marks_failed", "user marks the waiting task failed", user_marks_failed, ci=True),
@@ -436,6 +477,7 @@ DAG_IDS = [
     "dws_fault_fail_once",
     "dws_fault_user_action",
     "dws_fault_execution_timeout",
+    "dws_fault_hold_after_submit",
 ]
 
 
@@ -444,12 +486,14 @@ def emulator_pools() -> dict[str, int]:
     return {VERTEX_POOL: 0, TPU_POOL: 0, **{f"{region}/{H100}": 0 for region in REGIONS.values()}}
 
 
-def select(names: Iterable[str] | None = None, ci: bool = False) -> list[Scenario]:
-    """Scenarios by name (in matrix order), the CI subset, or all."""
+def select(names: Iterable[str] | None = None, ci: bool = False, executor: str = "local") -> list[Scenario]:
+    """Scenarios by name (in matrix order), the CI subset, or all; only those ``executor`` runs."""
     if names:
         wanted = list(names)
         unknown = [n for n in wanted if n not in BY_NAME]
         if unknown:
             raise ValueError(f"unknown scenario(s) {unknown}; choose from {list(BY_NAME)}")
-        return [s for s in SCENARIOS if s.name in wanted]
-    return [s for s in SCENARIOS if s.ci or not ci]
+        chosen = [s for s in SCENARIOS if s.name in wanted]
+    else:
+        chosen = [s for s in SCENARIOS if s.ci or not ci]
+    return [s for s in chosen if executor in s.executors]

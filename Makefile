@@ -31,8 +31,9 @@ test: lint
 clean:
 	rm -rf $(VENV) .airflow .pytest_cache .mypy_cache .ruff_cache
 
-## The whole fault matrix: real Airflow processes (PostgreSQL, LocalExecutor) against dws-emulator,
-## one row per scenario; non-zero exit on any FAIL. `make test` runs its CI-sized subset.
+## The whole fault matrix: real Airflow processes (PostgreSQL; LocalExecutor, then CeleryExecutor with
+## the local Redis as broker) against dws-emulator, one row per scenario; non-zero exit on any FAIL.
+## `make test` runs its CI-sized subset (LocalExecutor).
 .PHONY: faults
 faults: venv
 	$(BIN)/python -m tests.faults

@@ -1,4 +1,4 @@
-"""Triggerer scale: the provider's trigger against a CustomJobTrigger-style poller, N waiting requests.
+"""Triggerer scale: the provider's trigger against providers-google's CustomJobTrigger, N waiting requests.
 
 For each N (``--sizes``) and each mode, N Vertex AI Flex Start custom jobs wait in an empty
 capacity pool of ``dws-emulator`` while N waiters run in one asyncio event loop of a fresh
@@ -6,10 +6,10 @@ subprocess:
 
 * ``provider``: N ``CapacityRequestTrigger``, each consumed with ``async for event in trigger.run()``
   (the public interface only, so whatever the trigger does inside is what gets measured);
-* ``baseline``: N coroutines polling the way apache-airflow-providers-google's ``CustomJobTrigger``
-  does: each builds its own ``JobServiceAsyncClient`` (own gRPC channel) and calls
-  ``get_custom_job`` once per interval until the job ends. It writes no log line per poll (the real
-  one writes three), so it is, if anything, cheaper than the trigger it stands for.
+* ``baseline``: N of apache-airflow-providers-google's own ``CustomJobTrigger``, consumed the same
+  way, with only ``CustomJobAsyncHook.get_job_service_client`` patched to build its client on the
+  emulator: each wait has its own ``JobServiceAsyncClient`` (own gRPC channel) and calls
+  ``get_custom_job`` once per interval, logging three lines per poll, until the job ends.
 
 Polling costs are per poll cycle, so the interval is compressed (30 s / k) to keep the run short
 and the results are normalized back to the real interval: requests and CPU per minute = per cycle
@@ -331,47 +331,47 @@ def provider_waiter(cfg: dict[str, Any], errors: dict[str, int]) -> Waiter:
 
 
 def baseline_waiter(cfg: dict[str, Any], errors: dict[str, int]) -> Waiter:
-    """Waits the way ``CustomJobTrigger`` does: its own async client, one GetCustomJob per interval.
+    """Waits through apache-airflow-providers-google's own ``CustomJobTrigger``, as the triggerer
+    consumes it; only the hook's client factory is patched, to build its client on the emulator.
 
-    Failed calls are counted in ``errors`` by exception class and message.
+    The trigger is the real one, unchanged: one ``JobServiceAsyncClient`` (own gRPC channel) per
+    wait, one ``get_custom_job`` per interval, three log lines per poll, and an error event (the
+    wait ends) on a failed call; those are counted in ``errors`` by message.
     """
     import grpc
-    from google.api_core import exceptions as gexc
-    from google.cloud.aiplatform_v1 import JobServiceAsyncClient, JobState, types
+    from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobAsyncHook
+    from airflow.providers.google.cloud.triggers.vertex_ai import CustomJobTrigger
+    from google.cloud.aiplatform_v1 import JobServiceAsyncClient, JobState
     from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcAsyncIOTransport
 
-    # CustomJobAsyncHook.wait_for_custom_job returns on SUCCEEDED and raises on these.
-    terminal = {
-        JobState.JOB_STATE_SUCCEEDED,
-        JobState.JOB_STATE_FAILED,
-        JobState.JOB_STATE_CANCELLED,
-        JobState.JOB_STATE_PAUSED,
-        JobState.JOB_STATE_EXPIRED,
-        JobState.JOB_STATE_PARTIALLY_SUCCEEDED,
-    }
     address, interval = cfg["address"], cfg["interval"]
 
-    async def wait(name: str) -> Waited:
-        # A client per trigger, as CustomJobAsyncHook.get_job_service_client builds one per call of
-        # wait_for_custom_job; the channel is created inside the running loop, as there.
+    async def emulator_client(self: Any, region: str | None = None) -> Any:
+        # What get_job_service_client returns, on an insecure channel to the emulator instead of
+        # Google's endpoint with credentials; created inside the running loop, as there.
         channel = grpc.aio.insecure_channel(address)
-        client = JobServiceAsyncClient(transport=JobServiceGrpcAsyncIOTransport(channel=channel))
-        try:
-            while True:
-                try:
-                    job = await client.get_custom_job(request={"name": name})
-                except gexc.GoogleAPICallError as exc:
-                    # The real trigger ends with an error event here; counting and polling on keeps
-                    # the number of waiters constant for the measurement.
-                    kind = f"{type(exc).__name__}: {exc.message}"
-                    errors[kind] = errors.get(kind, 0) + 1
-                else:
-                    if job.state in terminal:
-                        types.CustomJob.to_dict(job)  # the real trigger puts the job in its event
-                        return Waited(time.perf_counter(), job.state.name)
-                await asyncio.sleep(interval)
-        finally:
-            await channel.close()
+        return JobServiceAsyncClient(transport=JobServiceGrpcAsyncIOTransport(channel=channel))
+
+    CustomJobAsyncHook.get_job_service_client = emulator_client  # type: ignore[method-assign]
+
+    async def wait(name: str) -> Waited:
+        # projects/{project}/locations/{location}/customJobs/{id}
+        _, project, _, location, _, job_id = name.split("/")
+        trigger = CustomJobTrigger(
+            project_id=project,
+            location=location,
+            custom_job_id=job_id,
+            poll_interval=interval,  # type: ignore[arg-type]  # an int in its signature; sleep takes a float
+        )
+        async for event in trigger.run():
+            payload = event.payload
+            if payload.get("status") == "success":  # only SUCCEEDED; other ends are error events
+                state = payload["custom_job"]["state"]
+                return Waited(time.perf_counter(), JobState(state).name if isinstance(state, int) else state)
+            kind = str(payload.get("message"))[:200]
+            errors[kind] = errors.get(kind, 0) + 1
+            return Waited(time.perf_counter(), "error")
+        raise RuntimeError(f"CustomJobTrigger for {name} ended without an event")
 
     return wait
 
@@ -534,6 +534,7 @@ def worker_main() -> int:
         "grpc",
         "psutil",
         "google.cloud.aiplatform_v1",
+        "airflow.providers.google.cloud.triggers.vertex_ai",
         "airflow_provider_dws.backends.vertex_ai",
         "airflow_provider_dws.triggers.capacity_request",
     ):

@@ -2,10 +2,15 @@
 
 :class:`Deployment` creates a throwaway database on the local PostgreSQL server and a temporary
 ``AIRFLOW_HOME``, runs ``airflow db migrate``, and starts ``airflow api-server``, ``airflow
-scheduler`` (LocalExecutor), ``airflow dag-processor`` and one or more ``airflow triggerer``
-processes, each in its own process group with its log in a file. Every process gets
-``DWS_EMULATOR_HOST`` of one emulator started first. :class:`AirflowApi` drives it through the
-public REST API (``/api/v2``); no login is needed (SimpleAuthManager, all admins).
+scheduler``, ``airflow dag-processor`` and one or more ``airflow triggerer`` processes, each in
+its own process group with its log in a file. Every process gets ``DWS_EMULATOR_HOST`` of one
+emulator started first. :class:`AirflowApi` drives it through the public REST API (``/api/v2``);
+no login is needed (SimpleAuthManager, all admins).
+
+The executor is LocalExecutor (task processes run under the scheduler) or CeleryExecutor: the
+local Redis server as broker (a queue and key prefix of the deployment's own, removed at the
+end), the deployment's PostgreSQL database as result backend, and ``airflow celery worker``
+processes of their own (:data:`CELERY_WORKERS`), which run the task processes.
 """
 
 from __future__ import annotations
@@ -38,6 +43,16 @@ PG_PORT = int(os.environ.get("DWS_FAULTS_PG_PORT", "5432"))
 PG_USER = os.environ.get("DWS_FAULTS_PG_USER", "postgres")
 #: Databases to connect to for CREATE/DROP DATABASE, in order of preference.
 PG_ADMIN_DBS = ("postgres", "test")
+#: The Redis server CeleryExecutor deployments use as broker (no auth).
+REDIS_URL = os.environ.get("DWS_FAULTS_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+EXECUTORS = {"local": "LocalExecutor", "celery": "CeleryExecutor"}
+#: ``airflow celery worker`` processes per Celery deployment, and task processes each runs at once.
+CELERY_WORKERS = 2
+CELERY_CONCURRENCY = 8
+#: Under Celery, a task whose worker died without a word is failed (and retried) by the scheduler
+#: once its heartbeat is this old (Airflow's default is 300 s).
+TASK_HEARTBEAT_TIMEOUT = 30
 
 #: How often the triggerer heartbeats, and after how long without one it is taken for dead and
 #: its triggers are handed to another triggerer (the takeover scenario waits about this long).
@@ -97,6 +112,32 @@ def probe_postgres() -> str | None:
     return None
 
 
+# -- Redis (the Celery broker) ---------------------------------------------------------------------
+
+
+def _redis() -> Any:
+    import redis  # only Celery deployments need it (apache-airflow-providers-celery brings it)
+
+    return redis.Redis.from_url(REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
+
+
+def probe_redis() -> str | None:
+    """None if the Redis server answers a PING, else why not."""
+    try:
+        _redis().ping()
+    except Exception as err:  # the client's connection and import errors alike
+        return f"cannot reach Redis at {REDIS_URL}: {type(err).__name__}: {err}"
+    return None
+
+
+def drop_redis_keys(prefix: str) -> None:
+    """Delete every key under ``prefix`` (a Celery deployment's queues, unacked messages)."""
+    client = _redis()
+    keys = list(client.scan_iter(match=f"{prefix}*", count=500))
+    if keys:
+        client.delete(*keys)
+
+
 class Database:
     """A fresh PostgreSQL database ``dws_faults_<random>``, dropped by :meth:`drop`."""
 
@@ -147,10 +188,24 @@ class Service:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def descendants(self) -> list[Any]:
+        """Every live process under this one (``psutil.Process``), whatever its process group."""
+        import psutil
+
+        with contextlib.suppress(psutil.Error):
+            return list(psutil.Process(self.pid).children(recursive=True))
+        return []
+
     def kill(self) -> None:
-        """SIGKILL the whole group at once, like a machine dying: no cleanup code runs."""
+        """SIGKILL the group and every descendant at once, like a machine dying: no cleanup runs.
+
+        Airflow's supervisor puts each task process in a process group of its own, so the group
+        alone would miss it.
+        """
+        children = self.descendants()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGKILL)
+        _kill_all(children)
         self.proc.wait()
         self._log.close()
 
@@ -162,8 +217,10 @@ class Service:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=grace)
         # Children (task supervisors, the trigger runner) may outlive the group leader.
+        children = self.descendants()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGKILL)
+        _kill_all(children)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
         self._log.close()
@@ -171,6 +228,14 @@ class Service:
     def tail(self, lines: int = 40) -> str:
         text = self.log_path.read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:])
+
+
+def _kill_all(processes: Sequence[Any]) -> None:
+    import psutil
+
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
 
 
 # -- REST API -------------------------------------------------------------------------------------
@@ -260,12 +325,25 @@ class Deployment:
     """Emulator + PostgreSQL + api-server, scheduler, dag-processor and triggerers; see the module doc.
 
     ``pools`` are the emulator's capacity pools (``{"us-central1/NVIDIA_H100_80GB": 0}``), ``dag_ids``
-    the DAGs to wait for before :meth:`start` returns.
+    the DAGs to wait for before :meth:`start` returns, ``executor`` one of :data:`EXECUTORS`.
     """
 
     def __init__(
-        self, pools: Mapping[str, int], dag_ids: Sequence[str], workdir: Path | None = None, seed: int = 11
+        self,
+        pools: Mapping[str, int],
+        dag_ids: Sequence[str],
+        workdir: Path | None = None,
+        seed: int = 11,
+        executor: str = "local",
     ) -> None:
+        if executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {sorted(EXECUTORS)}, got {executor!r}")
+        self.executor = executor
+        # The deployment's own Celery queue and Redis key prefix: other users of the server (another
+        # deployment, another project) neither take its tasks nor see its keys.
+        self.celery_queue = f"dws_faults_{secrets.token_hex(4)}"
+        self.workers: list[Service] = []
+        self._worker_seq = 0
         self.pools = dict(pools)
         self.dag_ids = list(dag_ids)
         self.seed = seed
@@ -290,6 +368,10 @@ class Deployment:
         """Create everything and wait until all components are healthy and every DAG is parsed."""
         began = time.monotonic()
         try:
+            if self.executor == "celery":
+                unreachable = probe_redis()
+                if unreachable:
+                    raise HarnessError(f"CeleryExecutor needs the Redis broker: {unreachable}")
             self.db = Database()
             self.emulator = EmulatorProcess(self.pools, self.seed, self.log_dir / "emulator.log")
             port = free_port()
@@ -317,8 +399,13 @@ class Deployment:
                 "dag-processor", ["dag-processor"], self.env, self.log_dir
             )
             self.start_triggerer()
+            if self.executor == "celery":
+                for _ in range(CELERY_WORKERS):
+                    self.start_worker(wait=False)
             self.api = AirflowApi(f"http://127.0.0.1:{port}")
             self._wait_ready(began + timeout)
+            for worker in self.workers:
+                self._wait_worker_ready(worker, began + timeout)
         except BaseException:
             self.stop()
             raise
@@ -336,11 +423,11 @@ class Deployment:
         env.update(
             {
                 "AIRFLOW_HOME": str(self.home),
+                "AIRFLOW__CORE__EXECUTOR": EXECUTORS[self.executor],
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.db.url,
                 # Airflow derives an asyncpg URL for its async engine; asyncpg is no dependency of
                 # this project and nothing the matrix drives uses that engine, so it is switched off.
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": "",
-                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
                 "AIRFLOW__CORE__PARALLELISM": "16",
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
@@ -378,7 +465,24 @@ class Deployment:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if self.executor == "celery":
+            env.update(self._celery_environment())
         return env
+
+    def _celery_environment(self) -> dict[str, str]:
+        assert self.db is not None
+        return {
+            "AIRFLOW__CELERY__BROKER_URL": REDIS_URL,
+            "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__GLOBAL_KEYPREFIX": f"{self.celery_queue}:",
+            # A message a SIGKILLed worker held comes back only after this; no run lasts that long.
+            "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT": "86400",
+            "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql+psycopg2://{PG_USER}@{PG_HOST}:{PG_PORT}/{self.db.name}",
+            "AIRFLOW__OPERATORS__DEFAULT_QUEUE": self.celery_queue,
+            "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(CELERY_CONCURRENCY),
+            # Sending a task to the broker gets 1 s by default, which a loaded machine can miss.
+            "AIRFLOW__CELERY__OPERATION_TIMEOUT": "15",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(TASK_HEARTBEAT_TIMEOUT),
+        }
 
     def _wait_ready(self, deadline: float) -> None:
         assert self.api is not None
@@ -402,15 +506,18 @@ class Deployment:
         wait_for(parsed, deadline - time.monotonic(), f"DAGs {self.dag_ids} to be parsed", 1.0)
 
     def _check_alive(self) -> None:
-        for service in [*self.services.values(), *self.triggerers]:
+        for service in [*self.services.values(), *self.triggerers, *self.workers]:
             if not service.alive():
                 raise HarnessError(f"{service.name} exited ({service.proc.returncode}):\n{service.tail()}")
 
     def stop(self) -> None:
         """Stop every process, drop the database; the work directory stays only if it was given."""
-        for service in [*self.triggerers, *reversed(self.services.values())]:
+        for service in [*self.workers, *self.triggerers, *reversed(self.services.values())]:
             with contextlib.suppress(Exception):
                 service.stop()
+        if self.executor == "celery":
+            with contextlib.suppress(Exception):
+                drop_redis_keys(f"{self.celery_queue}:")
         if self.api is not None:
             self.api.close()
         if self.emulator is not None:
@@ -467,6 +574,68 @@ class Deployment:
         """Stop a triggerer the polite way (SIGTERM: it hands its triggers back)."""
         service.stop()
         self.triggerers.remove(service)
+
+    # -- Celery workers ------------------------------------------------------------------------
+
+    def start_worker(self, wait: bool = True, timeout: float = 180.0) -> Service:
+        """Start another ``airflow celery worker`` on the deployment's queue (``wait``: until ready).
+
+        No log server (the harness reads task logs from the shared ``AIRFLOW_HOME``), no mingle or
+        gossip (the workers need nothing from each other).
+        """
+        self._worker_seq += 1
+        name = f"celery-worker-{self._worker_seq}"
+        service = Service(
+            name,
+            [
+                "celery",
+                "worker",
+                "--queues",
+                self.celery_queue,
+                "--celery-hostname",
+                f"{name}-{self.celery_queue}@%h",
+                "--skip-serve-logs",
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            self.env,
+            self.log_dir,
+        )
+        self.workers.append(service)
+        if wait:
+            self._wait_worker_ready(service, time.monotonic() + timeout)
+        return service
+
+    def _wait_worker_ready(self, service: Service, deadline: float) -> None:
+        def ready() -> bool:
+            if not service.alive():
+                raise HarnessError(f"{service.name} exited ({service.proc.returncode}):\n{service.tail()}")
+            # Celery's own line once the worker consumes from its queue.
+            return " ready." in service.log_path.read_text(errors="replace")
+
+        wait_for(ready, deadline - time.monotonic(), f"{service.name} to be ready", 1.0)
+
+    def worker_running(self, pid: int) -> Service | None:
+        """The Celery worker whose process tree holds ``pid`` (a task process), if any."""
+        for worker in self.workers:
+            if pid == worker.pid or pid in {p.pid for p in worker.descendants()}:
+                return worker
+        return None
+
+    def kill_worker(self, service: Service) -> None:
+        """SIGKILL a Celery worker and every process under it (its pool and task processes)."""
+        service.kill()
+        self.workers.remove(service)
+
+    def task_pid(self, dag_id: str, run_id: str, task_id: str) -> int | None:
+        """The process id Airflow recorded for a running task instance (its task process)."""
+        assert self.db is not None
+        rows = self.db.query(
+            "SELECT pid FROM task_instance WHERE dag_id = %s AND run_id = %s AND task_id = %s "
+            "AND map_index = -1",
+            (dag_id, run_id, task_id),
+        )
+        return rows[0][0] if rows and rows[0][0] else None
 
     def remove_workdir(self) -> None:
         """Delete the work directory (logs included) if the deployment made it itself."""

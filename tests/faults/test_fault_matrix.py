@@ -33,3 +33,38 @@ def test_ci_fault_matrix(tmp_path: Path) -> None:
     print(report)
     failed = [row.scenario for row in rows if not row.passed]
     assert not failed, f"FAIL: {', '.join(failed)} (logs in {tmp_path})\n{report}"
+
+
+def test_executor_selection() -> None:
+    """Each executor gets every scenario that runs on it; the Celery-only kill never runs on local."""
+    local = [s.name for s in matrix.select(executor="local")]
+    celery = [s.name for s in matrix.select(executor="celery")]
+    assert "celery_worker_sigkill" in celery
+    assert "celery_worker_sigkill" not in local
+    assert set(local) <= set(celery)
+    assert [s.name for s in matrix.select(["celery_worker_sigkill"], executor="local")] == []
+    # The CI subset is the same as before the CeleryExecutor came (make test stays LocalExecutor).
+    assert [s.name for s in matrix.select(ci=True, executor="local")] == [
+        "triggerer_sigkill",
+        "worker_sigkill_after_submit",
+        "user_marks_failed",
+        "execution_timeout",
+    ]
+
+
+def test_main_runs_each_chosen_executor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--executor both`` runs LocalExecutor then CeleryExecutor, and skips one no chosen scenario runs on."""
+    from tests.faults import __main__ as cli
+
+    seen: list[str] = []
+
+    def fake_run(names: object, ci: bool, keep: bool, executor: str) -> tuple[list[matrix.Row], str]:
+        seen.append(executor)
+        return [], f"{executor} table"
+
+    monkeypatch.setattr(matrix, "run", fake_run)
+    assert cli.main(["--executor", "both"]) == 0
+    assert seen == ["local", "celery"]
+    seen.clear()
+    assert cli.main(["--only", "celery_worker_sigkill"]) == 0
+    assert seen == ["celery"]

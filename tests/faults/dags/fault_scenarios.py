@@ -8,13 +8,16 @@ Every DAG runs ``FlexStartCustomJobOperator`` with the worker pool spec, labels 
 * retries, retry delay and ``execution_timeout`` vary per DAG;
 * ``dws_fault_kill_after_submit`` and ``dws_fault_success_while_dead`` SIGKILL their own task
   process on try 1 right after the create call returned, before the task defers;
-* ``dws_fault_fail_once`` makes the workload exit 3 on try 1 and 0 afterwards.
+* ``dws_fault_fail_once`` makes the workload exit 3 on try 1 and 0 afterwards;
+* ``dws_fault_hold_after_submit`` holds its task process on try 1 after the create call returned,
+  so the harness can SIGKILL the whole Celery worker running it (CeleryExecutor only).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,6 +38,21 @@ class KillWorkerAfterSubmit(FlexStartCustomJobOperator):
             self.log.warning("FAULT: SIGKILL of this task process right after submitting %s", status.name)
             os.kill(os.getpid(), signal.SIGKILL)
         return status
+
+
+class HoldAfterSubmit(FlexStartCustomJobOperator):
+    """On try 1, hold the task process after the job exists, until the harness kills its worker."""
+
+    def submit_attempt(self, context: Any, identity: Any, placement: Any, max_wait: timedelta) -> Any:
+        status = super().submit_attempt(context, identity, placement, max_wait)
+        if context["ti"].try_number == 1:
+            self.log.warning("FAULT: holding after submitting %s until the worker is killed", status.name)
+            time.sleep(HOLD_SECONDS)
+        return status
+
+
+#: Longer than the harness ever takes to kill the worker; the try fails if nothing kills it.
+HOLD_SECONDS = 900
 
 
 def worker_pool_specs(exit_code: str = "{{ params.exit_code }}") -> list[dict[str, Any]]:
@@ -120,4 +138,12 @@ execution_timeout = fault_dag(
     "dws_fault_execution_timeout",
     "execution_timeout passes while the job waits for capacity.",
     execution_timeout=timedelta(seconds=20),
+)
+hold_after_submit = fault_dag(
+    "dws_fault_hold_after_submit",
+    "The task holds after submitting on try 1 until its whole Celery worker is SIGKILLed; the retry, on "
+    "another worker after the heartbeat timeout, must reattach.",
+    HoldAfterSubmit,
+    retries=1,
+    retry_delay=timedelta(seconds=2),
 )

@@ -1,0 +1,353 @@
+"""What a fault-matrix scenario works with: the runs it drives, its view of the deployment, the facts.
+
+A scenario triggers one or more DAG runs in a shared :class:`~tests.faults.harness.Deployment`
+through a :class:`ScenarioContext`, injects its fault, and waits for the runs to end. The
+signature of a run, ``<requests per try> <final request states> run=<state>``, and the counts of
+orphans and duplicates are computed here from the emulator's request records; see
+:mod:`tests.faults.matrix` for what they mean.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from tests.faults.harness import Deployment, HarnessError, wait_for
+
+VERTEX_DAG = "dws_vertex_flex_start"
+TPU_DAG = "dws_tpu_queued_resource"
+H100 = "NVIDIA_H100_80GB"
+#: The pools the example DAGs ask in (region and accelerator; zone and TPU family).
+VERTEX_POOL = f"us-central1/{H100}"
+TPU_POOL = "us-west4-a/v5litepod"
+#: Enough for two of the example's 8-GPU jobs (or 16-chip slices): a leftover cannot starve a run.
+VERTEX_FULL, TPU_FULL = 16, 32
+
+LIVE_STATES = {
+    "CustomJob": {"JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_CANCELLING"},
+    "QueuedResource": {
+        "CREATING",
+        "ACCEPTED",
+        "WAITING_FOR_RESOURCES",
+        "PROVISIONING",
+        "ACTIVE",
+        "SUSPENDING",
+    },
+}
+#: For duplicates, a request stops counting once it was given up: CANCELLING holds no new capacity.
+HELD_STATES = {kind: states - {"JOB_STATE_CANCELLING", "SUSPENDING"} for kind, states in LIVE_STATES.items()}
+WAITING_STATES = {"JOB_STATE_QUEUED", "JOB_STATE_PENDING", "CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES"}
+TERMINAL_RUN_STATES = {"success", "failed"}
+#: How long after its runs ended a scenario's requests may take to stop (cancel, delete).
+SETTLE_SECONDS = 60.0
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+# -- what a scenario drives and expects -----------------------------------------------------------
+
+
+@dataclass
+class RunRef:
+    """One DAG run a scenario triggered, the task in it that asks for capacity, and what it expects."""
+
+    label: str
+    dag_id: str
+    run_id: str
+    request_task: str
+    expected: str = ""
+
+
+@dataclass
+class Check:
+    """A scenario-specific condition: what was expected, what was seen, whether it held."""
+
+    expected: str
+    seen: str
+    ok: bool
+
+
+@dataclass
+class RunFacts:
+    """What Airflow and the emulator show about one run."""
+
+    ref: RunRef
+    run_state: str
+    task_states: dict[str, str]
+    per_try: list[int]
+    requests: list[dict[str, Any]]
+
+    def signature(self) -> str:
+        return signature(self.per_try, [final_state(r) for r in self.requests], self.run_state)
+
+
+@dataclass
+class Row:
+    """One line of the table."""
+
+    scenario: str
+    requests_per_try: str
+    orphans: int
+    duplicates: int
+    task_states: str
+    expected: str
+    seen: str
+    passed: bool
+    seconds: float
+    problems: list[str] = field(default_factory=list)
+
+
+def signature(per_try: Sequence[int], finals: Sequence[str], run_state: str) -> str:
+    """``1+0 SUCCEEDED run=success``: requests created per try, their final states, the run's state."""
+    tries = "+".join(str(n) for n in per_try) or "0"
+    return f"{tries} {','.join(finals) or '-'} run={run_state}"
+
+
+def final_state(record: dict[str, Any]) -> str:
+    """A request's final state, short: ``SUCCEEDED``; a TPU slice released after ACTIVE is ``RELEASED``."""
+    state = str(record["state"]).removeprefix("JOB_STATE_")
+    if record["kind"] == "QueuedResource" and record["deleted"]:
+        reached = {h["state"] for h in record["history"]}
+        return "RELEASED" if "ACTIVE" in reached else "DELETED"
+    return state
+
+
+def is_live(record: dict[str, Any]) -> bool:
+    return not record["deleted"] and record["state"] in LIVE_STATES[record["kind"]]
+
+
+def own_requests(records: Iterable[dict[str, Any]], ref: RunRef) -> list[dict[str, Any]]:
+    """The requests one run's request task created (identity labels; TPU: on the slice's nodes)."""
+    return [
+        r
+        for r in records
+        if r["labels"].get("dws_dag") == ref.dag_id
+        and r["labels"].get("dws_run") == ref.run_id
+        and r["labels"].get("dws_task") == ref.request_task
+    ]
+
+
+def requests_per_try(records: Sequence[dict[str, Any]], tries: Sequence[dict[str, Any]]) -> list[int]:
+    """How many requests each try created: a request belongs to the last try started before it."""
+    starts = [(t["try_number"], parse_time(t.get("start_date"))) for t in tries]
+    counts = {number: 0 for number, _ in starts} or {1: 0}
+    first = min(counts)
+    for record in records:
+        created = parse_time(record["create_time"])
+        owner = first
+        for number, started in starts:
+            if started is not None and created is not None and started <= created:
+                owner = max(owner, number)
+        counts[owner] = counts.get(owner, 0) + 1
+    return [counts[n] for n in sorted(counts)]
+
+
+def _live_until(record: dict[str, Any]) -> datetime | None:
+    """When a request stopped counting (None: still live, or it succeeded and holds the result)."""
+    for step in record["history"]:
+        state = step["state"]
+        if state in ("JOB_STATE_SUCCEEDED", "ACTIVE"):
+            return None
+        if state not in HELD_STATES[record["kind"]]:
+            return parse_time(step["time"])
+    return None
+
+
+def count_duplicates(records: Sequence[dict[str, Any]]) -> int:
+    """Requests created while another of the same identity and attempt was live or had succeeded."""
+    by_identity: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for record in records:
+        key = (record["labels"].get("dws_key", record["name"]), record["labels"].get("dws_attempt", "1"))
+        by_identity.setdefault(key, []).append(record)
+    duplicates = 0
+    for group in by_identity.values():
+        group.sort(key=lambda r: r["create_time"])
+        for index, record in enumerate(group[1:], start=1):
+            created = parse_time(record["create_time"])
+            for earlier in group[:index]:
+                until = _live_until(earlier)
+                if until is None or (created is not None and created < until):
+                    duplicates += 1
+                    break
+    return duplicates
+
+
+# -- the scenario's view of the deployment ----------------------------------------------------------
+
+
+class Scenario:
+    """A named fault with its procedure; ``ci`` ones also run in ``make test`` (LocalExecutor).
+
+    ``executors`` are those it runs on (keys of :data:`tests.faults.harness.EXECUTORS`): a fault
+    that only one executor has, such as a whole Celery worker dying, runs only there.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        title: str,
+        procedure: Callable[[ScenarioContext], None],
+        *,
+        shared: bool = False,
+        ci: bool = False,
+        executors: tuple[str, ...] = ("local", "celery"),
+    ) -> None:
+        self.name = name
+        self.title = title
+        self.procedure = procedure
+        self.shared = shared
+        self.ci = ci
+        self.executors = executors
+
+
+class ScenarioContext:
+    """What a scenario procedure gets: the deployment, its own region, and helpers to act and wait."""
+
+    def __init__(self, deployment: Deployment, scenario: Scenario, region: str | None) -> None:
+        self.deployment = deployment
+        self.scenario = scenario
+        self.region = region
+        self.runs: list[RunRef] = []
+        self.checks: list[Check] = []
+        self.after_settle: list[Callable[[], None]] = []
+        self.problems: list[str] = []
+        self.started = time.monotonic()
+
+    @property
+    def api(self) -> Any:
+        assert self.deployment.api is not None
+        return self.deployment.api
+
+    @property
+    def emulator(self) -> Any:
+        assert self.deployment.emulator is not None
+        return self.deployment.emulator.control
+
+    @property
+    def pool(self) -> str:
+        """The scenario's own Vertex pool (its region)."""
+        assert self.region is not None, f"{self.scenario.name} is shared: it uses the examples' pools"
+        return f"{self.region}/{H100}"
+
+    def log(self, message: str) -> None:
+        print(f"  [{self.scenario.name} +{time.monotonic() - self.started:5.1f}s] {message}", flush=True)
+
+    def trigger(
+        self, dag_id: str, label: str, request_task: str, expected: str, conf: dict[str, Any] | None = None
+    ) -> RunRef:
+        """Start a DAG run whose run id (a valid label value) marks the scenario's requests."""
+        run_id = f"fm-{self.scenario.name.replace('_', '-')}-{label}-{secrets.token_hex(3)}"
+        conf = dict(conf or {})
+        if self.region is not None:
+            conf.setdefault("region", self.region)
+        self.api.trigger(dag_id, run_id, conf)
+        ref = RunRef(label, dag_id, run_id, request_task, expected)
+        self.runs.append(ref)
+        self.log(f"triggered {dag_id} run {run_id}")
+        return ref
+
+    def check(self, expected: str, seen: str, ok: bool) -> None:
+        self.checks.append(Check(expected, seen, ok))
+
+    def task(self, ref: RunRef, task_id: str | None = None) -> dict[str, Any]:
+        return self.api.task_instances(ref.dag_id, ref.run_id).get(task_id or ref.request_task, {})
+
+    def requests(self, ref: RunRef) -> list[dict[str, Any]]:
+        return own_requests(self.emulator.requests(), ref)
+
+    def wait_waiting(self, ref: RunRef, timeout: float = 120.0, try_number: int = 1) -> dict[str, Any]:
+        """Until the request task's try is deferred on a request that waits for capacity."""
+
+        def ready() -> dict[str, Any] | None:
+            ti = self.task(ref)
+            if ti.get("state") in ("failed", "success", "upstream_failed"):
+                raise HarnessError(f"{ref.request_task} ended {ti['state']} before it was waiting")
+            if ti.get("state") != "deferred" or ti.get("try_number", 0) < try_number:
+                return None
+            waiting = [r for r in self.requests(ref) if r["state"] in WAITING_STATES]
+            return ti if waiting else None
+
+        ti = wait_for(ready, timeout, f"{ref.request_task} of {ref.run_id} to wait deferred", 1.0)
+        self.log(f"{ref.request_task} try {ti['try_number']} is deferred, its request waits for capacity")
+        return ti
+
+    def task_log(self, ref: RunRef, try_number: int) -> str:
+        """The task log of one try of the request task (the worker's side)."""
+        path = (
+            self.deployment.home
+            / "logs"
+            / f"dag_id={ref.dag_id}"
+            / f"run_id={ref.run_id}"
+            / f"task_id={ref.request_task}"
+            / f"attempt={try_number}.log"
+        )
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def check_killed_after_submit(self, ref: RunRef) -> None:
+        """Check that try 1 really died of SIGKILL right after its submit (the DAG's fault fired)."""
+        log = self.task_log(ref, 1)
+        fired = "FAULT: SIGKILL" in log
+        killed = '"signal":-9' in log.replace(" ", "")
+        seen = (
+            "try 1 SIGKILLed after submit" if fired and killed else f"fault fired={fired}, signal 9={killed}"
+        )
+        self.check("try 1 SIGKILLed after submit", seen, fired and killed)
+
+    def trigger_logs(self, ref: RunRef) -> str:
+        """The trigger logs of the request task (every try and trigger), as Airflow wrote them."""
+        base = self.deployment.home / "logs" / f"dag_id={ref.dag_id}" / f"run_id={ref.run_id}"
+        files = sorted((base / f"task_id={ref.request_task}").glob("attempt=*.log.trigger.*.log"))
+        return "".join(f.read_text(errors="replace") for f in files)
+
+    def wait_polled(self, ref: RunRef, starts: int = 1, timeout: float = 120.0) -> None:
+        """Until the trigger logged a status of its request ``starts`` times (once per trigger start).
+
+        Only then is the request "waiting" as a user sees it: the trigger runs and has read it.
+        """
+
+        def polled() -> bool:
+            names = [r["name"] for r in self.requests(ref)]
+            lines = [line for line in self.trigger_logs(ref).splitlines() if any(n in line for n in names)]
+            # "Waiting on NAME" opens every trigger start; the first status line follows it.
+            opened = [i for i, line in enumerate(lines) if "Waiting on " in line]
+            return len(opened) >= starts and len(lines) > opened[starts - 1] + 1
+
+        wait_for(polled, timeout, f"the trigger of {ref.run_id} to read its request", 1.0)
+
+    def wait_trigger_running(self, refs: Sequence[RunRef], job_ids: set[int], timeout: float = 120.0) -> None:
+        """Until every deferred request task's trigger is assigned to one of ``job_ids``."""
+
+        def assigned() -> bool:
+            for ref in refs:
+                owners = self.deployment.trigger_assignments(ref.dag_id, ref.run_id)
+                if owners.get(ref.request_task) not in job_ids:
+                    return False
+            return True
+
+        wait_for(assigned, timeout, f"the triggers to run on triggerer job(s) {sorted(job_ids)}", 0.5)
+
+    def wait_finished(self, timeout: float, refs: Sequence[RunRef] | None = None) -> bool:
+        """Until every run (or ``refs``) ended; False when ``timeout`` passed first."""
+        refs = list(refs or self.runs)
+
+        def done() -> bool:
+            return all(self.api.dag_run(r.dag_id, r.run_id)["state"] in TERMINAL_RUN_STATES for r in refs)
+
+        try:
+            wait_for(done, timeout, "the runs to end", 1.0)
+        except HarnessError:
+            self.log(f"runs still not finished after {timeout:.0f}s")
+            return False
+        return True

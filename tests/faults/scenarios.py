@@ -1,0 +1,499 @@
+"""The fault-matrix scenarios: one injected fault each, the runs it triggers and what it expects.
+
+Scenarios marked ``shared`` change something every run would feel (the triggerers, the
+emulator's faults or availability, a whole Celery worker) and run one at a time; the others ask
+in a region of their own and run side by side. ``executors`` says which executors a scenario
+runs on (most run on both).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from tests.faults.context import (
+    H100,
+    SETTLE_SECONDS,
+    TPU_DAG,
+    TPU_FULL,
+    TPU_POOL,
+    VERTEX_DAG,
+    VERTEX_FULL,
+    VERTEX_POOL,
+    WAITING_STATES,
+    RunRef,
+    Scenario,
+    ScenarioContext,
+    parse_time,
+    utcnow,
+)
+from tests.faults.harness import TASK_HEARTBEAT_TIMEOUT, TRIGGERER_HEALTH_THRESHOLD, HarnessError, wait_for
+
+# -- scenarios --------------------------------------------------------------------------------------
+
+EXPECT_VERTEX_OK = "1 SUCCEEDED run=success"
+EXPECT_TPU_OK = "1 RELEASED run=success"
+
+
+def _both_examples(ctx: ScenarioContext) -> tuple[RunRef, RunRef]:
+    ctx.emulator.set_capacity({VERTEX_POOL: 0, TPU_POOL: 0})
+    vertex = ctx.trigger(VERTEX_DAG, "vx", "fine_tune", EXPECT_VERTEX_OK, {"run_seconds": 3})
+    tpu = ctx.trigger(TPU_DAG, "tpu", "request_tpu_slice", EXPECT_TPU_OK)
+    for ref in (vertex, tpu):
+        ctx.wait_waiting(ref)
+        ctx.wait_polled(ref)
+    return vertex, tpu
+
+
+def _capacity_arrives(ctx: ScenarioContext) -> None:
+    ctx.emulator.set_capacity({VERTEX_POOL: VERTEX_FULL, TPU_POOL: TPU_FULL})
+    ctx.log("capacity arrives")
+
+
+def triggerer_sigkill(ctx: ScenarioContext) -> None:
+    """SIGKILL the only triggerer while both examples wait; a new one must pick their waits up."""
+    dep = ctx.deployment
+    while len(dep.triggerers) > 1:  # one triggerer only, so the waits can only go to the new one
+        dep.stop_triggerer(dep.triggerers[0])
+    [old] = dep.triggerers
+    refs = _both_examples(ctx)
+    ctx.wait_trigger_running(refs, {old.job_id})
+    killed_at = time.monotonic()
+    dep.kill_triggerer(old)
+    ctx.log(f"SIGKILLed {old.name} (job {old.job_id}); starting a new triggerer")
+    new = dep.start_triggerer()
+    ctx.wait_trigger_running(refs, {new.job_id})
+    for ref in refs:  # the new triggerer has read both requests again
+        ctx.wait_polled(ref, starts=2)
+    moved = time.monotonic() - killed_at
+    ctx.check("waits moved to new triggerer", f"moved to {new.name} in {moved:.0f}s", True)
+    ctx.log(f"{new.name} (job {new.job_id}) polls both requests, {moved:.0f}s after the kill")
+    _capacity_arrives(ctx)
+    ctx.wait_finished(240)
+
+
+def two_triggerers_takeover(ctx: ScenarioContext) -> None:
+    """Two triggerers; SIGKILL the one running the waits; the other must take them over."""
+    dep = ctx.deployment
+    while len(dep.triggerers) < 2:
+        dep.start_triggerer()
+    refs = _both_examples(ctx)
+    jobs = {t.job_id: t for t in dep.triggerers if t.job_id is not None}
+    ctx.wait_trigger_running(refs, set(jobs))
+    owners = [dep.trigger_assignments(r.dag_id, r.run_id)[r.request_task] for r in refs]
+    victim = jobs[max(set(owners), key=owners.count)]
+    survivors = {job for job in jobs if job != victim.job_id}
+    killed_at = time.monotonic()
+    dep.kill_triggerer(victim)
+    ctx.log(f"SIGKILLed {victim.name} (job {victim.job_id}), which ran {owners.count(victim.job_id)} wait(s)")
+    ctx.wait_trigger_running(refs, survivors, timeout=TRIGGERER_HEALTH_THRESHOLD + 90)
+    for ref, owner in zip(refs, owners, strict=True):
+        if owner == victim.job_id:
+            ctx.wait_polled(ref, starts=2)
+    moved = time.monotonic() - killed_at
+    ctx.check(
+        f"survivor takes over (threshold {TRIGGERER_HEALTH_THRESHOLD}s)", f"taken over in {moved:.0f}s", True
+    )
+    _capacity_arrives(ctx)
+    ctx.wait_finished(240)
+
+
+def triggerer_paused_redistribution(ctx: ScenarioContext) -> None:
+    """SIGSTOP the triggerer running the wait past its health threshold: Airflow moves the wait to
+    the other one. SIGCONT it: it drops the trigger through Airflow's user-action path, so
+    ``on_kill`` runs there, and must leave alone the request the other triggerer now waits on."""
+    dep = ctx.deployment
+    while len(dep.triggerers) < 2:
+        dep.start_triggerer()
+    ctx.emulator.set_capacity({VERTEX_POOL: 0})
+    ref = ctx.trigger(VERTEX_DAG, "vx", "fine_tune", "1 SUCCEEDED run=success", {"run_seconds": 3})
+    ctx.wait_waiting(ref)
+    ctx.wait_polled(ref)
+    jobs = {t.job_id: t for t in dep.triggerers if t.job_id is not None}
+    ctx.wait_trigger_running([ref], set(jobs))
+    owner = dep.trigger_assignments(ref.dag_id, ref.run_id)[ref.request_task]
+    paused = jobs[owner]
+    others = set(jobs) - {owner}
+    os.killpg(paused.pid, signal.SIGSTOP)
+    ctx.log(f"SIGSTOPped {paused.name} (job {owner}), which runs the wait")
+    try:
+        ctx.wait_trigger_running([ref], others, timeout=TRIGGERER_HEALTH_THRESHOLD + 90)
+        ctx.wait_polled(ref, starts=2)
+        ctx.log("the other triggerer took the wait over")
+    finally:
+        os.killpg(paused.pid, signal.SIGCONT)
+    ctx.log(f"SIGCONTinued {paused.name}; it must drop its copy without cancelling the request")
+
+    def dropped() -> str | None:
+        logs = ctx.trigger_logs(ref)
+        for marker in ("still deferred", "Task killed by a user"):
+            if marker in logs:
+                return marker
+        return None
+
+    try:
+        seen = wait_for(dropped, 60, "the resumed triggerer to drop its copy of the trigger", 1.0)
+    except HarnessError:
+        seen = None
+    states = [r["state"] for r in ctx.requests(ref)]
+    kept = bool(states) and all(state in WAITING_STATES for state in states)
+    ctx.check(
+        "old copy's on_kill leaves the request",
+        f"on_kill: {'skipped (task still deferred)' if seen == 'still deferred' else seen or 'not seen'}; "
+        f"request {','.join(states) or '-'}",
+        seen == "still deferred" and kept,
+    )
+    _capacity_arrives(ctx)
+    ctx.wait_finished(240)
+
+
+def worker_sigkill_after_submit(ctx: ScenarioContext) -> None:
+    """The task process is SIGKILLed right after its submit returned; the retry must reattach."""
+    ctx.emulator.set_capacity({ctx.pool: 0})
+    # The job runs 10 s once capacity comes: its event must not fire within seconds of try 2's
+    # deferral, or Airflow 3.3's stale defer-exit race (apache/airflow#72716) can fail the resumed
+    # try (seen once in a full run with the default 3 s).
+    ref = ctx.trigger(
+        "dws_fault_kill_after_submit", "vx", "fine_tune", "1+0 SUCCEEDED run=success", {"run_seconds": 10}
+    )
+    ctx.wait_waiting(ref, timeout=180, try_number=2)
+    _give(ctx, ctx.pool)
+    ctx.wait_finished(180)
+    ctx.check_killed_after_submit(ref)
+
+
+def celery_worker_sigkill(ctx: ScenarioContext) -> None:
+    """SIGKILL the whole Celery worker running try 1 (main process, pool, task process) after its
+    submit: no process of that worker reports anything. The scheduler fails the try once its
+    heartbeat is :data:`TASK_HEARTBEAT_TIMEOUT` old, another worker runs the retry, which must
+    reattach to the request try 1 made."""
+    dep = ctx.deployment
+    ctx.emulator.set_capacity({VERTEX_POOL: 0})
+    ref = ctx.trigger(
+        "dws_fault_hold_after_submit", "vx", "fine_tune", "1+0 SUCCEEDED run=success", {"run_seconds": 10}
+    )
+    wait_for(lambda: "FAULT: holding" in ctx.task_log(ref, 1), 180, "try 1 to submit and hold", 1.0)
+    pid = dep.task_pid(ref.dag_id, ref.run_id, ref.request_task)
+    worker = dep.worker_running(pid) if pid else None
+    if worker is None:
+        ctx.check("a Celery worker runs try 1", f"task pid {pid} under no worker", False)
+        return
+    dep.kill_worker(worker)
+    ctx.log(f"SIGKILLed {worker.name} and every process under it (try 1's task process {pid})")
+    replacement = dep.start_worker()
+    ctx.log(f"started {replacement.name}")
+    ctx.wait_waiting(ref, timeout=TASK_HEARTBEAT_TIMEOUT + 240, try_number=2)
+    _give(ctx, VERTEX_POOL, VERTEX_FULL)
+    ctx.wait_finished(240)
+    tries = ctx.api.tries(ref.dag_id, ref.run_id, ref.request_task)
+    first = tries[0].get("state") if tries else None
+    # The workers that ran a try of this run, from their own logs (the killed one is gone).
+    others = [w.name for w in dep.workers if ref.run_id in w.log_path.read_text(errors="replace")]
+    ctx.check(
+        "worker of try 1 SIGKILLed; try 1 failed, try 2 on another worker",
+        f"SIGKILLed {worker.name}; try 1 {first}, try 2 on {','.join(others) or 'no worker'}",
+        first in ("failed", "up_for_retry") and bool(others),
+    )
+
+
+def workload_fails_once(ctx: ScenarioContext) -> None:
+    """The workload exits 3 on try 1: the retry must submit a new job, the failed one stays ended."""
+    ctx.emulator.set_capacity({ctx.pool: 8})
+    # The workload runs 10 s, not 2: an event a few seconds after a deferral meets Airflow 3.3's
+    # stale defer-exit race (apache/airflow#72716), which fails the resumed try whatever it returns.
+    ctx.trigger(
+        "dws_fault_fail_once", "vx", "fine_tune", "1+1 FAILED,SUCCEEDED run=success", {"run_seconds": 10}
+    )
+    ctx.wait_finished(240)
+
+
+def success_while_worker_dead(ctx: ScenarioContext) -> None:
+    """The worker dies after submitting; the job succeeds before the retry, which takes the result."""
+    ctx.emulator.set_capacity({ctx.pool: 8})
+    ref = ctx.trigger(
+        "dws_fault_success_while_dead", "vx", "fine_tune", "1+0 SUCCEEDED run=success", {"run_seconds": 2}
+    )
+    ctx.wait_finished(240)
+    ctx.check_killed_after_submit(ref)
+    tries = ctx.api.tries(ref.dag_id, ref.run_id, ref.request_task)
+    jobs = ctx.requests(ref)
+    second = parse_time(tries[1]["start_date"]) if len(tries) > 1 else None
+    ended = parse_time(jobs[0]["end_time"]) if jobs else None
+    if second is None or ended is None:
+        ctx.check("job ended before try 2", "no try 2 or no job end", False)
+    else:
+        lead = (second - ended).total_seconds()
+        ctx.check("job ended before try 2", f"ended {lead:.1f}s before try 2", lead > 0)
+
+
+def user_marks_failed(ctx: ScenarioContext) -> None:
+    """A user marks the waiting task failed through the REST API: its request must be cancelled."""
+    ctx.emulator.set_capacity({ctx.pool: 0})
+    ref = ctx.trigger("dws_fault_user_action", "vx", "fine_tune", "1 CANCELLED run=failed")
+    ctx.wait_waiting(ref)
+    ctx.wait_polled(ref)
+    marked = utcnow()
+    ctx.api.set_task_state(ref.dag_id, ref.run_id, ref.request_task, "failed")
+    ctx.log("marked fine_tune failed through the REST API")
+    ctx.wait_finished(120)
+    ctx.after_settle.append(lambda: _cancelled_within(ctx, ref, marked, SETTLE_SECONDS))
+
+
+def mark_failed_cancel_unavailable(ctx: ScenarioContext) -> None:
+    """As ``user_marks_failed``, but the cancel call meets one UNAVAILABLE (retried after ~1-2 s)."""
+    ctx.emulator.set_capacity({VERTEX_POOL: 0})
+    ref = ctx.trigger(VERTEX_DAG, "vx", "fine_tune", "1 CANCELLED run=failed", {"run_seconds": 3})
+    ctx.wait_waiting(ref)
+    ctx.wait_polled(ref)
+    ctx.emulator.set_faults(["CancelCustomJob=UNAVAILABLEx1"])
+
+    def fired() -> int:
+        return sum(rule["fired"] for rule in ctx.emulator.faults()["rules"])
+
+    try:
+        marked = utcnow()
+        ctx.api.set_task_state(ref.dag_id, ref.run_id, ref.request_task, "failed")
+        ctx.log("marked fine_tune failed; the first cancel call will answer UNAVAILABLE")
+        with contextlib.suppress(HarnessError):  # no cancel call at all is a finding, not an error
+            wait_for(fired, SETTLE_SECONDS, "a cancel call", 0.5)
+        times = fired()
+    finally:
+        ctx.emulator.clear_faults()
+    ctx.check("cancel met UNAVAILABLE", f"UNAVAILABLE fired {times}x", times == 1)
+    ctx.wait_finished(120)
+    ctx.after_settle.append(lambda: _cancelled_within(ctx, ref, marked, SETTLE_SECONDS))
+
+
+def mark_failed_slow_poll(ctx: ScenarioContext) -> None:
+    """As ``user_marks_failed``, but every status read takes 3 s, so the kill lands during one."""
+    ctx.emulator.set_capacity({VERTEX_POOL: 0})
+    ref = ctx.trigger(VERTEX_DAG, "vx", "fine_tune", "1 CANCELLED run=failed", {"run_seconds": 3})
+    ctx.wait_waiting(ref)
+    ctx.wait_polled(ref)
+    ctx.emulator.set_faults(["GetCustomJob=latency:3"])
+    try:
+        time.sleep(5)  # the trigger is now inside a 3 s read most of the time
+        marked = utcnow()
+        ctx.api.set_task_state(ref.dag_id, ref.run_id, ref.request_task, "failed")
+        ctx.log("marked fine_tune failed while its status reads take 3 s")
+        ctx.wait_finished(120)
+    finally:
+        ctx.emulator.clear_faults()
+    ctx.after_settle.append(lambda: _cancelled_within(ctx, ref, marked, SETTLE_SECONDS))
+
+
+def user_clears_task(ctx: ScenarioContext) -> None:
+    """A user clears the waiting task: the old request must be cancelled and exactly one new one made."""
+    ctx.emulator.set_capacity({ctx.pool: 0})
+    ref = ctx.trigger("dws_fault_user_action", "vx", "fine_tune", "1+1 CANCELLED,SUCCEEDED run=success")
+    ctx.wait_waiting(ref)
+    ctx.wait_polled(ref)
+    cleared = utcnow()
+    ctx.api.clear_task(ref.dag_id, ref.run_id, ref.request_task)
+    ctx.log("cleared fine_tune through the REST API")
+
+    def next_try_settled() -> bool:
+        ti = ctx.task(ref)
+        return ti.get("try_number", 0) >= 2 and ti.get("state") in ("deferred", "failed", "success")
+
+    try:
+        wait_for(next_try_settled, 180, "try 2 to defer or end", 1.0)
+    except HarnessError as err:
+        ctx.problems.append(str(err))
+    time.sleep(3)  # a late second submit would show up before the capacity arrives
+    _give(ctx, ctx.pool)
+    ctx.wait_finished(180)
+    ctx.after_settle.append(lambda: _cancelled_within(ctx, ref, cleared, SETTLE_SECONDS, first_only=True))
+
+
+def execution_timeout_while_waiting(ctx: ScenarioContext) -> None:
+    """``execution_timeout`` (20 s) passes while the job waits: request cancelled, task failed.
+
+    The bound is on the cancel, counted from the deadline (the try's start + 20 s), not on the
+    whole task: on a loaded machine a worker may take half a minute just to start.
+    """
+    ctx.emulator.set_capacity({ctx.pool: 0})
+    ref = ctx.trigger("dws_fault_execution_timeout", "vx", "fine_tune", "1 CANCELLED run=failed")
+    ti = ctx.wait_waiting(ref)
+    started = parse_time(ti.get("start_date")) or utcnow()
+    deadline = started + timedelta(seconds=EXECUTION_TIMEOUT_SECONDS)
+    ctx.wait_finished(120)
+    cancelled = [
+        parse_time(step["time"])
+        for record in ctx.requests(ref)
+        for step in record["history"]
+        if step["state"] in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
+    ]
+    first = min((c for c in cancelled if c is not None), default=None)
+    late = (first - deadline).total_seconds() if first else None
+    ctx.check(
+        "cancelled <= 60s after the deadline",
+        f"cancelled {late:.0f}s after the deadline" if late is not None else "not cancelled",
+        late is not None and late <= SETTLE_SECONDS,
+    )
+
+
+#: The execution_timeout of the dws_fault_execution_timeout DAG (tests/faults/dags/fault_scenarios.py).
+EXECUTION_TIMEOUT_SECONDS = 20
+
+
+def flaky_api(ctx: ScenarioContext) -> None:
+    """20% UNAVAILABLE on every method for the whole run, plus 4-second bursts of 429 every 20 s."""
+    ctx.emulator.set_capacity({VERTEX_POOL: VERTEX_FULL})
+    rules = ["*=UNAVAILABLE@0.2"] + [f"*=RESOURCE_EXHAUSTED+{s}..{s + 4}" for s in range(5, 300, 20)]
+    before = _injected(ctx.emulator.faults())
+    ctx.emulator.set_faults(rules, seed=7)
+    try:
+        ctx.trigger(VERTEX_DAG, "vx", "fine_tune", EXPECT_VERTEX_OK, {"run_seconds": 8})
+        ctx.wait_finished(300)
+    finally:
+        after = _injected(ctx.emulator.clear_faults())
+    counts = {code: n - before.get(code, 0) for code, n in after.items() if n > before.get(code, 0)}
+    detail = ", ".join(f"{n} {code}" for code, n in sorted(counts.items()))
+    ctx.check("faults injected", f"injected {detail or 'none'}", bool(counts))
+
+
+def _injected(report: dict[str, Any]) -> dict[str, int]:
+    """Injected errors by code, over every method (delays left out)."""
+    counts: dict[str, int] = {}
+    for codes in report["injected"].values():
+        for code, n in codes.items():
+            if code != "LATENCY":
+                counts[code] = counts.get(code, 0) + n
+    return counts
+
+
+def emulator_outage(ctx: ScenarioContext) -> None:
+    """The emulator refuses connections for 30 s while the job waits; the wait must survive it."""
+    ctx.emulator.set_capacity({VERTEX_POOL: 0})
+    ref = ctx.trigger(VERTEX_DAG, "vx", "fine_tune", EXPECT_VERTEX_OK, {"run_seconds": 3})
+    ctx.wait_waiting(ref)
+    ctx.wait_polled(ref)
+    ctx.emulator.outage(30)
+    ctx.log("emulator down for 30s")
+    time.sleep(32)
+    state = ctx.task(ref).get("state")
+    ctx.check("still deferred after outage", f"{state} after outage", state == "deferred")
+    _give(ctx, VERTEX_POOL, VERTEX_FULL)
+    ctx.wait_finished(180)
+
+
+def _give(ctx: ScenarioContext, pool: str, count: int = 8) -> None:
+    ctx.emulator.set_capacity({pool: count})
+    ctx.log(f"capacity arrives in {pool}")
+
+
+def _cancelled_within(
+    ctx: ScenarioContext, ref: RunRef, since: datetime, limit: float, first_only: bool = False
+) -> None:
+    """Check that the run's requests (only the first, with ``first_only``) were cancelled in time."""
+    records = ctx.requests(ref)[:1] if first_only else ctx.requests(ref)
+    stamps = [_cancel_time(r) for r in records]
+    if not records or None in stamps:
+        ctx.check(f"cancelled <= {limit:.0f}s", "not cancelled", False)
+        return
+    latency = max((s - since).total_seconds() for s in stamps if s is not None)
+    ctx.check(f"cancelled <= {limit:.0f}s", f"cancelled after {latency:.1f}s", latency <= limit)
+
+
+def _cancel_time(record: dict[str, Any]) -> datetime | None:
+    for step in record["history"]:
+        if step["state"] in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"):
+            return parse_time(step["time"])
+    return None
+
+
+SCENARIOS: list[Scenario] = [
+    Scenario(
+        "triggerer_sigkill",
+        "SIGKILL the triggerer while requests wait",
+        triggerer_sigkill,
+        shared=True,
+        ci=True,
+    ),
+    Scenario(
+        "worker_sigkill_after_submit", "SIGKILL the worker after submit", worker_sigkill_after_submit, ci=True
+    ),
+    Scenario(
+        "celery_worker_sigkill",
+        "SIGKILL the whole Celery worker after submit",
+        celery_worker_sigkill,
+        shared=True,
+        executors=("celery",),
+    ),
+    Scenario("workload_fails_once", "workload fails once, the task retries", workload_fails_once),
+    Scenario("success_while_worker_dead", "job succeeds while the worker is dead", success_while_worker_dead),
+    Scenario("user_marks_failed", "user marks the waiting task failed", user_marks_failed, ci=True),
+    Scenario("user_clears_task", "user clears the waiting task", user_clears_task),
+    Scenario(
+        "mark_failed_cancel_unavailable",
+        "user marks failed; the cancel call meets one UNAVAILABLE",
+        mark_failed_cancel_unavailable,
+        shared=True,
+    ),
+    Scenario(
+        "mark_failed_slow_poll",
+        "user marks failed while status reads take 3 s",
+        mark_failed_slow_poll,
+        shared=True,
+    ),
+    Scenario("flaky_api", "20% UNAVAILABLE + 429 bursts on every method", flaky_api, shared=True),
+    Scenario("emulator_outage", "emulator down 30 s during the wait", emulator_outage, shared=True),
+    Scenario(
+        "execution_timeout",
+        "execution_timeout passes while waiting",
+        execution_timeout_while_waiting,
+        ci=True,
+    ),
+    Scenario(
+        "two_triggerers_takeover", "two triggerers, one SIGKILLed", two_triggerers_takeover, shared=True
+    ),
+    Scenario(
+        "triggerer_paused",
+        "triggerer paused past its heartbeat: the wait moves, the old copy must not cancel",
+        triggerer_paused_redistribution,
+        shared=True,
+    ),
+]
+BY_NAME = {s.name: s for s in SCENARIOS}
+#: One region (an emulator pool of its own) per scenario that runs side by side with others.
+REGIONS = dict(
+    zip(
+        [s.name for s in SCENARIOS if not s.shared],
+        ["us-east1", "us-west1", "us-west2", "us-east5", "us-south1", "europe-west4", "asia-east1"],
+        strict=False,
+    )
+)
+DAG_IDS = [
+    VERTEX_DAG,
+    TPU_DAG,
+    "dws_fault_kill_after_submit",
+    "dws_fault_success_while_dead",
+    "dws_fault_fail_once",
+    "dws_fault_user_action",
+    "dws_fault_execution_timeout",
+    "dws_fault_hold_after_submit",
+]
+
+
+def emulator_pools() -> dict[str, int]:
+    """Every pool the matrix uses, empty: each scenario decides when capacity arrives."""
+    return {VERTEX_POOL: 0, TPU_POOL: 0, **{f"{region}/{H100}": 0 for region in REGIONS.values()}}
+
+
+def select(names: Iterable[str] | None = None, ci: bool = False, executor: str = "local") -> list[Scenario]:
+    """Scenarios by name (in matrix order), the CI subset, or all; only those ``executor`` runs."""
+    if names:
+        wanted = list(names)
+        unknown = [n for n in wanted if n not in BY_NAME]
+        if unknown:
+            raise ValueError(f"unknown scenario(s) {unknown}; choose from {list(BY_NAME)}")
+        chosen = [s for s in SCENARIOS if s.name in wanted]
+    else:
+        chosen = [s for s in SCENARIOS if s.ci or not ci]
+    return [s for s in chosen if executor in s.executors]

@@ -23,13 +23,33 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-## Quality gates, then every test ring (unit, emulator, Airflow end to end), on PYTEST_WORKERS processes.
+## Quality gates, then every test ring (unit, emulator, Airflow end to end), on PYTEST_WORKERS processes;
+## then the unit tests again on Python 3.10, the oldest Python the provider supports.
 PYTEST_WORKERS ?= 2
 test: lint
 	$(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS)
+	@$(MAKE) --no-print-directory test-py310
+
+## Python 3.10 in a virtualenv of its own. The interpreter: python3.10 on PATH if it runs (a pyenv shim
+## there may not), else the newest 3.10 among pyenv's versions. Without one, one line says so.
+PY310_VENV ?= .venv310
+FIND_PY310 = for py in "$$(command -v python3.10)" $$(ls -d "$$(pyenv root 2>/dev/null || echo "$$HOME/.pyenv")"/versions/3.10*/bin/python3.10 2>/dev/null | sort -rV); do \
+	  [ -n "$$py" ] && "$$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' 2>/dev/null && { echo "$$py"; break; }; \
+	done; true
+
+.PHONY: test-py310
+test-py310: venv
+	@py="$$($(FIND_PY310))"; \
+	if [ -z "$$py" ]; then echo "Python 3.10: no interpreter found (python3.10 on PATH, pyenv versions); unit tests not run on 3.10"; exit 0; fi; \
+	if [ ! -f $(PY310_VENV)/.installed ] || [ pyproject.toml -nt $(PY310_VENV)/.installed ] || [ constraints.txt -nt $(PY310_VENV)/.installed ]; then \
+	  echo "Python 3.10: $$py -> $(PY310_VENV)"; \
+	  $(BIN)/uv venv -q --allow-existing --python "$$py" $(PY310_VENV) && \
+	  VIRTUAL_ENV=$(PY310_VENV) $(BIN)/uv pip install -q -e '.[test]' -c constraints.txt && touch $(PY310_VENV)/.installed || exit 1; \
+	fi; \
+	$(PY310_VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) tests/unit
 
 clean:
-	rm -rf $(VENV) .airflow .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PY310_VENV) .airflow .pytest_cache .mypy_cache .ruff_cache
 
 ## The whole fault matrix: real Airflow processes (PostgreSQL; LocalExecutor, then CeleryExecutor with
 ## the local Redis as broker) against dws-emulator, one row per scenario; non-zero exit on any FAIL.
@@ -50,3 +70,10 @@ bench-airflow: venv
 .PHONY: bench
 bench: venv
 	$(BIN)/python benchmarks/triggerer_scale.py $(BENCH_ARGS)
+
+## CPU per DAG-file parse in the dag-processor's model (forked child of a parent that imported only
+## airflow.*), with and without compiled bytecode; every DWS row at most 1.5x the BashOperator DAG.
+## BENCH_PARSE_ARGS="--repeat 3" for a shorter run.
+.PHONY: bench-parse
+bench-parse: venv
+	$(BIN)/python benchmarks/parse_cost.py $(BENCH_PARSE_ARGS)

@@ -147,11 +147,15 @@ class DwsBaseOperator(BaseOperator):
         """The identity of this task instance (or of ``task_id`` in the same run and map index)."""
         ti = context["ti"]
         map_index = getattr(ti, "map_index", -1)
+        try_number = getattr(ti, "try_number", 1)
         return RequestIdentity(
             dag_id=ti.dag_id,
             task_id=task_id or ti.task_id,
             run_id=ti.run_id,
             map_index=map_index if isinstance(map_index, int) and map_index >= 0 else -1,
+            try_number=try_number
+            if isinstance(try_number, int) and not isinstance(try_number, bool) and try_number >= 1
+            else 1,
         )
 
     def resolve_project(self) -> str:

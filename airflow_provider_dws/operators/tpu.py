@@ -33,10 +33,15 @@ from airflow_provider_dws.exceptions import (
     RequestCancelledError,
 )
 from airflow_provider_dws.links.tpu import TPUQueuedResourceLink
-from airflow_provider_dws.operators.base import DwsBaseOperator
+from airflow_provider_dws.operators.base import DwsBaseOperator, has_template
 from airflow_provider_dws.operators.request import DwsRequestOperator
 from airflow_provider_dws.scheduling.budget import DEFAULT_MAX_WAIT, MAX_WAIT_LIMIT, check_duration
-from airflow_provider_dws.scheduling.identity import QUEUED_RESOURCE_ID_RE, RequestIdentity
+from airflow_provider_dws.scheduling.identity import (
+    QUEUED_RESOURCE_ID_RE,
+    RequestIdentity,
+    is_attempt_of,
+    parse_attempt_name,
+)
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.scheduling.policies import (
     CapacityRetry,
@@ -70,6 +75,28 @@ def _timestamp(moment: datetime) -> Timestamp:
     stamp = Timestamp()
     stamp.FromDatetime(moment)
     return stamp
+
+
+def _by_zone(placements: Sequence[Placement]) -> list[Placement]:
+    """The first placement of each zone, in order (one list per zone finds every attempt there)."""
+    zones: dict[str, Placement] = {}
+    for placement in placements:
+        zones.setdefault(placement.location, placement)
+    return list(zones.values())
+
+
+def submissions_of(backend: TpuQueuedResourceBackend, base: str) -> list[QueuedResource]:
+    """Every queued resource of the backend's zone whose id is a submission of ``base`` (one list)."""
+    return [qr for qr in backend.list_all() if is_attempt_of(qr.name.rsplit("/", 1)[-1], base)]
+
+
+def _refused() -> tuple[type[Exception], ...]:
+    """What a refused delete raises (evaluated only when something is raised: no import at parse)."""
+    from google.api_core import exceptions as gexc
+
+    from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
+
+    return (InvalidRequestError, PermissionDeniedApiError, gexc.FailedPrecondition, gexc.PermissionDenied)
 
 
 def _check_zone(op: DwsBaseOperator, zone: Any) -> None:
@@ -346,14 +373,13 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
             self.resolve_project(), zone or self.zone, self.gcp_conn_id, self.impersonation_chain
         )
 
+    def queued_resource_base(self, identity: RequestIdentity) -> str:
+        """What every submission's id starts with: ``queued_resource_id``, or the derived base."""
+        return self.queued_resource_id or identity.queued_resource_base()
+
     def queued_resource_id_for(self, identity: RequestIdentity) -> str:
-        """This attempt's id: ``queued_resource_id`` or the derived one, with ``-a<N>`` from attempt 2."""
-        if not self.queued_resource_id:
-            return identity.queued_resource_id()
-        if identity.attempt == 1:
-            return self.queued_resource_id
-        suffix = f"-a{identity.attempt}"
-        return self.queued_resource_id[: 63 - len(suffix)].rstrip("-") + suffix
+        """This submission's id: the base plus ``-t<try>-a<attempt>`` (always, so it parses back)."""
+        return identity.queued_resource_id(self.queued_resource_base(identity))
 
     def check_placement(self, placement: Placement) -> None:
         """Failover placements must be TPU zones, with a valid accelerator type and tier."""
@@ -380,28 +406,29 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
     def find_existing(
         self, context: Context, identity: RequestIdentity
     ) -> tuple[RequestStatus, Placement, int] | None:
-        """A live or ACTIVE queued resource of any attempt; ended ones found on the way are deleted."""
-        found: tuple[RequestStatus, Placement, int] | None = None
-        seen: set[str] = set()
-        for placement in self.placements():
-            if placement.location in seen:
-                continue
-            seen.add(placement.location)
+        """The newest live or ACTIVE queued resource of any try and attempt; ended ones are deleted.
+
+        One list per zone the task may have used finds every submission of this task instance by
+        its name (:func:`~airflow_provider_dws.scheduling.identity.is_attempt_of`).
+        """
+        base = self.queued_resource_base(identity)
+        found: tuple[tuple[int, int], RequestStatus, Placement, TpuQueuedResourceBackend] | None = None
+        for placement in _by_zone(self.placements()):
             backend = self._backend(placement.location)
-            for attempt in range(1, self._max_attempts() + 1):
-                name = backend.name_of(self.queued_resource_id_for(identity.with_attempt(attempt)))
-                qr = backend.get(name)
-                if qr is None:
-                    continue
+            for qr in submissions_of(backend, base):
                 status = queued_resource_status(qr)
-                if status.phase.live:  # waiting, provisioning or ACTIVE
-                    if found is None:
-                        found = (status, placement, attempt)
-                        self._remember(context, backend, name)
-                else:
-                    self.log.warning("An earlier request %s ended %s; deleting it", name, status.state)
-                    backend.delete(name, force=True)
-        return found
+                parsed = parse_attempt_name(qr.name.rsplit("/", 1)[-1])
+                order = (parsed[1], parsed[2]) if parsed else (0, 0)
+                if not status.phase.live:
+                    self.log.warning("An earlier request %s ended %s; deleting it", qr.name, status.state)
+                    backend.delete(qr.name, force=True)
+                elif found is None or order > found[0]:
+                    found = (order, status, placement, backend)
+        if found is None:
+            return None
+        (_, attempt), status, placement, backend = found
+        self._remember(context, backend, status.name)
+        return status, placement, max(attempt, 1)
 
     def _remember(self, context: Context, backend: TpuQueuedResourceBackend, name: str) -> None:
         context["ti"].xcom_push(key="queued_resource_name", value=name)
@@ -551,24 +578,32 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
 
 
 class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
-    """Release a TPU slice: delete its queued resource (and nodes) and wait until it is gone.
+    """Release a TPU slice: delete every queued resource (and nodes) of its setup and wait until gone.
 
-    Already gone is success. Meant as the teardown of a :class:`TPUQueuedResourceOperator`::
+    Every submission of a :class:`TPUQueuedResourceOperator` is named ``<base>-t<try>-a<attempt>``,
+    so one list per zone finds all of them, whichever try and capacity attempt made them and
+    whichever failover zone they went to. Already gone is success. Meant as the setup's teardown::
 
         ask = TPUQueuedResourceOperator(task_id="ask_for_tpu", ...)
         release = DeleteTPUQueuedResourceOperator(task_id="release_tpu", zone=..., setup_task_id="ask_for_tpu")
         ask >> work >> release.as_teardown(setups=ask)
 
     :param zone: Cloud TPU zone (templated).
-    :param setup_task_id: the creating task; its deterministic queued resource id is derived for
-        the same run and map index, so no XCom is needed (works even if that task's worker died).
-    :param queued_resource_id: an explicit id instead (templated). Exactly one of the two.
+    :param setup_task_id: the creating task, in the same DAG: its base id (custom or derived for the
+        same run and map index) and its failover zones are read from it, so no XCom is needed
+        (works even if that task's worker died before pushing anything).
+    :param queued_resource_id: the setup's ``queued_resource_id`` instead (templated): every
+        submission of it is released (and a queued resource of exactly that id, if any).
+        Exactly one of the two.
+    :param failover_zones: more zones to search (with ``queued_resource_id``: the setup's failover
+        zones; with ``setup_task_id`` they are read from the setup).
     :param project_id: Google Cloud project; defaults to the connection's project (templated).
     :param force: also delete the nodes (default True; without it the API refuses while nodes exist).
-    :param max_attempts: with ``setup_task_id``, how many capacity attempts' ids to release (the
-        setup's XCom names the live one; the derived ids cover a setup whose worker died first).
     :param gcp_conn_id: Airflow connection for Google Cloud.
     :param impersonation_chain: service account (or chain) to impersonate.
+
+    The deletes run in the worker (a teardown is short): each waits until its queued resource is
+    gone, at most 10 minutes.
     """
 
     template_fields: Sequence[str] = ("project_id", "zone", "queued_resource_id", "impersonation_chain")
@@ -581,18 +616,18 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
         zone: str,
         setup_task_id: str | None = None,
         queued_resource_id: str | None = None,
+        failover_zones: Sequence[str] = (),
         project_id: str | None = None,
         force: bool = True,
-        max_attempts: int = 10,
         gcp_conn_id: str = "google_cloud_default",
         impersonation_chain: str | Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.zone = zone
-        self.max_attempts = max_attempts
         self.setup_task_id = setup_task_id
         self.queued_resource_id = queued_resource_id
+        self.failover_zones = failover_zones
         self.project_id = project_id
         self.force = force
         self.gcp_conn_id = gcp_conn_id
@@ -607,14 +642,12 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
             raise self.fail("pass exactly one of setup_task_id and queued_resource_id")
         if setup_task_id is not None and (not isinstance(setup_task_id, str) or not setup_task_id):
             raise self.fail(f"setup_task_id must be a task id, got {setup_task_id!r}")
+        if isinstance(failover_zones, str) or not isinstance(failover_zones, Sequence):
+            raise self.fail(f"failover_zones must be a list of zones, got {failover_zones!r}")
+        for other in failover_zones:
+            _check_zone(self, other)
         if not isinstance(force, bool):
             raise self.fail(f"force must be True or False, got {force!r}")
-        if (
-            isinstance(max_attempts, bool)
-            or not isinstance(max_attempts, int)
-            or not 1 <= max_attempts <= 100
-        ):
-            raise self.fail(f"max_attempts must be an integer from 1 to 100, got {max_attempts!r}")
         self._check(rendered=False)
 
     def _check(self, *, rendered: bool) -> None:
@@ -625,44 +658,80 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
         if self.queued_resource_id is not None and not skip(self.queued_resource_id):
             _check_queued_resource_id(self, self.queued_resource_id)
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        """Delete the queued resource and wait until it no longer exists."""
-        self._check(rendered=True)
-        backend = TpuQueuedResourceBackend(
-            self.resolve_project(), self.zone, self.gcp_conn_id, self.impersonation_chain
-        )
-        if self.queued_resource_id:
-            return self._release(context, backend, backend.name_of(self.queued_resource_id))
-        # The setup pushes the name of every attempt it submits (any zone); if its worker died before
-        # that, the derived ids of its attempts in this zone are the fallback.
-        pushed = context["ti"].xcom_pull(task_ids=self.setup_task_id, key="queued_resource_name")
-        identity = self.identity(context, task_id=self.setup_task_id)
-        names = [pushed] if isinstance(pushed, str) and pushed else []
-        names += [
-            backend.name_of(identity.with_attempt(a).queued_resource_id())
-            for a in range(1, self.max_attempts + 1)
-        ]
-        results = [self._release(context, backend, name) for name in dict.fromkeys(names)]
-        deleted = [r for r in results if r["deleted"]]
-        return deleted[0] if deleted else results[0]
+    def _setup(self) -> TPUQueuedResourceOperator | None:
+        dag = getattr(self, "dag", None) if self.has_dag() else None
+        if dag is None or not self.setup_task_id or not dag.has_task(self.setup_task_id):
+            return None
+        task = dag.get_task(self.setup_task_id)
+        return task if isinstance(task, TPUQueuedResourceOperator) else None
 
-    def _release(self, context: Context, backend: TpuQueuedResourceBackend, name: str) -> dict[str, Any]:
-        if not name.startswith(backend.parent + "/"):
-            _, zone, _ = parse_queued_resource_name(name)
-            backend = TpuQueuedResourceBackend(
-                backend.project_id, zone, self.gcp_conn_id, self.impersonation_chain
+    def _targets(self, context: Context) -> tuple[str, list[str], list[str]]:
+        """The base id to release, the zones to search, and names released whatever they are."""
+        zones = [self.zone, *self.failover_zones]
+        exact: list[str] = []
+        if self.queued_resource_id:
+            return self.queued_resource_id, zones, exact
+        setup = self._setup()
+        base = None
+        if setup is not None:
+            home, custom = (
+                setup.render_template(value, context) if has_template(value) else value
+                for value in (setup.zone, setup.queued_resource_id)
             )
-        qr_id = name.rsplit("/", 1)[-1]
-        TPUQueuedResourceLink.persist(context, backend.project_id, backend.zone, qr_id)
-        existing = backend.get(name)
-        if existing is None:
-            self.log.info("%s does not exist (never created, or already released): nothing to do", name)
-            return {"queued_resource": name, "deleted": False}
-        state = queued_resource_status(existing).state
+            zones += [str(home), *(p.location for p in (setup.failover.placements if setup.failover else ()))]
+            base = custom or None
+        else:
+            self.log.warning(
+                "Task %r is not a TPUQueuedResourceOperator of this DAG: releasing its derived ids in %s",
+                self.setup_task_id,
+                ", ".join(zones),
+            )
+        # The setup pushes the name of the submission it waits on; it may be in any zone.
+        pushed = context["ti"].xcom_pull(task_ids=self.setup_task_id, key="queued_resource_name")
+        if isinstance(pushed, str) and pushed:
+            exact.append(pushed)
+            zones.append(parse_queued_resource_name(pushed)[1])
+        identity = self.identity(context, task_id=self.setup_task_id)
+        return base or identity.queued_resource_base(), zones, exact
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Delete every submission of the setup, in every zone it may have used, and wait until gone."""
+        self._check(rendered=True)
+        base, zones, exact = self._targets(context)
+        project = self.resolve_project()
+        released: list[str] = []
+        for zone in dict.fromkeys(zones):
+            backend = TpuQueuedResourceBackend(project, zone, self.gcp_conn_id, self.impersonation_chain)
+            names = {qr.name: qr for qr in backend.list_all()}
+            targets = [
+                qr
+                for name, qr in names.items()
+                if name in exact
+                or name == backend.name_of(base)
+                or is_attempt_of(name.rsplit("/", 1)[-1], base)
+            ]
+            for qr in targets:
+                released.append(self._release(context, backend, qr))
+        if not released:
+            self.log.info(
+                "No queued resource of %r in %s (never created, or already released): nothing to do",
+                base,
+                ", ".join(dict.fromkeys(zones)),
+            )
+        return {
+            "queued_resource": released[0] if released else None,
+            "released": released,
+            "deleted": bool(released),
+        }
+
+    def _release(self, context: Context, backend: TpuQueuedResourceBackend, qr: QueuedResource) -> str:
+        name = qr.name
+        TPUQueuedResourceLink.persist(context, backend.project_id, backend.zone, name.rsplit("/", 1)[-1])
+        state = queued_resource_status(qr).state
         self.log.info("Releasing %s (%s)%s", name, state, " with its nodes" if self.force else "")
         try:
-            deleted = backend.delete(name, force=self.force)
-        except gexc.FailedPrecondition as err:
-            raise BadRequestError(f"Cloud TPU refused to delete {name}: {err.message}") from None
+            backend.delete(name, force=self.force)
+        except _refused() as err:
+            raise BadRequestError(f"Cloud TPU refused to delete {name}: {err}") from None
         self.log.info("%s is gone; the slice is no longer billed", name)
-        return {"queued_resource": name, "deleted": deleted, "state_before": state}
+        return name

@@ -475,24 +475,27 @@ def test_derived_queued_resource_id_per_attempt() -> None:
     first = op.queued_resource_id_for(TPU_IDENTITY)
     third = op.queued_resource_id_for(TPU_IDENTITY.with_attempt(3))
     assert first == TPU_IDENTITY.queued_resource_id()
-    assert re.fullmatch(r"dws-ask-for-tpu-[0-9a-f]{16}", first)
-    assert third == f"{first}-a3"
+    assert re.fullmatch(r"dws-ask-for-tpu-[0-9a-f]{16}-t1-a1", first)
+    assert third == first.replace("-t1-a1", "-t1-a3")
 
 
 def test_custom_queued_resource_id_per_attempt() -> None:
+    # The attempt is always in the name (Kueue's rule), so the teardown can find every attempt.
     op = tpu(queued_resource_id="nightly-slice")
-    assert op.queued_resource_id_for(TPU_IDENTITY) == "nightly-slice"
-    assert op.queued_resource_id_for(TPU_IDENTITY.with_attempt(3)) == "nightly-slice-a3"
+    assert op.queued_resource_id_for(TPU_IDENTITY) == "nightly-slice-t1-a1"
+    assert op.queued_resource_id_for(TPU_IDENTITY.with_attempt(3)) == "nightly-slice-t1-a3"
+    retried = RequestIdentity(TPU_IDENTITY.dag_id, TPU_IDENTITY.task_id, TPU_IDENTITY.run_id, try_number=2)
+    assert op.queued_resource_id_for(retried) == "nightly-slice-t2-a1"
 
 
 def test_long_custom_queued_resource_id_is_cut_to_fit_the_suffix() -> None:
-    # 63 characters; cut to 60 for "-a2", it would end in "-", which is dropped.
-    op = tpu(queued_resource_id="ab-" + "c" * 56 + "-def")
+    # 63 characters; cut to 57 for "-t1-a2", it would end in "-", which is dropped.
+    op = tpu(queued_resource_id="ab-" + "c" * 53 + "-def")
     second = op.queued_resource_id_for(TPU_IDENTITY.with_attempt(2))
-    assert second == "ab-" + "c" * 56 + "-a2"
+    assert second == "ab-" + "c" * 53 + "-t1-a2"
     assert len(second) == 62
     twelfth = tpu(queued_resource_id="x" * 63).queued_resource_id_for(TPU_IDENTITY.with_attempt(12))
-    assert twelfth == "x" * 59 + "-a12"
+    assert twelfth == "x" * 56 + "-t1-a12"
     assert len(twelfth) == 63
 
 

@@ -210,7 +210,7 @@ BAD = [
     (
         "too-many-labels",
         {"labels": {f"k{i}": "v" for i in range(58)}},
-        "labels can have at most 57 entries (7 of the API's 64 are used for identity), got 58",
+        "labels can have at most 56 entries (8 of the API's 64 are used for identity), got 58",
     ),
     ("poll-0", {"poll_interval": 0}, "poll_interval must be greater than 0 and at most 3600 seconds, got 0"),
     (

@@ -18,13 +18,13 @@ from google.cloud.tpu_v2 import (
 from google.protobuf.timestamp_pb2 import Timestamp
 from google.type.interval_pb2 import Interval
 
+from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.tpu import (
     TpuQueuedResourceBackend,
     node_summary,
     parse_queued_resource_name,
     queued_resource_status,
-    tpu_chips,
 )
 from airflow_provider_dws.exceptions import (
     BadRequestError,
@@ -56,18 +56,7 @@ from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigge
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-#: Smallest slice of each TPU family (the accelerator type suffix is a power of two from there).
-TPU_FAMILIES: dict[str, tuple[int, int]] = {
-    "v2": (8, 512),
-    "v3": (8, 2048),
-    "v4": (8, 8192),
-    "v5p": (8, 12288),
-    "v5litepod": (1, 256),
-    "v6e": (1, 256),
-}
-MAX_SLICES = 256
-_ZONE_RE = re.compile(r"^[a-z]+(?:-[a-z]+)+[0-9]+-[a-z]$")
-_ACCEL_RE = re.compile(r"^(?P<family>[a-z0-9]+)-(?P<size>[0-9]+)$")
+MAX_SLICES = catalog.MAX_SLICES
 _RESERVATION_RE = re.compile(r"^projects/[^/\s]+/locations/[^/\s]+/reservations/[^/\s]+$")
 
 
@@ -100,7 +89,7 @@ def _refused() -> tuple[type[Exception], ...]:
 
 
 def _check_zone(op: DwsBaseOperator, zone: Any) -> None:
-    if not isinstance(zone, str) or not _ZONE_RE.fullmatch(zone):
+    if not isinstance(zone, str) or not catalog.ZONE_RE.fullmatch(zone):
         raise op.fail(f"zone must be a Cloud TPU zone such as 'us-west4-a', got {zone!r}")
 
 
@@ -287,22 +276,17 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
                 raise self.fail(f"{field} must be a non-empty string, got {value!r}")
 
     def _check_accelerator(self, value: Any) -> None:
-        families = ", ".join(f"{f}-N" for f in TPU_FAMILIES)
-        match = _ACCEL_RE.fullmatch(value) if isinstance(value, str) else None
-        if not match or match["family"] not in TPU_FAMILIES:
+        split = catalog.split_tpu_type(value)
+        if split is None:
             raise self.fail(
-                f"accelerator_type must be one of {families} (e.g. 'v5litepod-16'), got {value!r}"
+                f"accelerator_type must be one of {catalog.tpu_type_examples()} (e.g. 'v5litepod-16'), "
+                f"got {value!r}"
             )
-        low, high = TPU_FAMILIES[match["family"]]
-        size = int(match["size"])
-        power_of_two = size & (size - 1) == 0
-        # v4 and v5p slices above one cube (64 chips = 128 TensorCores) come in whole cubes.
-        cubes = match["family"] in ("v4", "v5p") and size > 128 and size % 128 == 0
-        if size < low or size > high or not (power_of_two or cubes):
-            shape = "a power of two" + (" or a multiple of 128" if match["family"] in ("v4", "v5p") else "")
+        family, size = split
+        if not family.accepts(size):
             raise self.fail(
-                f"accelerator_type {value!r}: the size of a {match['family']} slice must be {shape} "
-                f"from {low} to {high}"
+                f"accelerator_type {value!r} is not a {family.name} slice Cloud TPU offers: "
+                f"the sizes are {family.describe_sizes()}"
             )
 
     # -- building the request ------------------------------------------------------------------
@@ -383,7 +367,7 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
 
     def check_placement(self, placement: Placement) -> None:
         """Failover placements must be TPU zones, with a valid accelerator type and tier."""
-        if not _ZONE_RE.fullmatch(placement.location):
+        if not catalog.ZONE_RE.fullmatch(placement.location):
             raise self.fail(
                 f"failover location {placement.location!r} is not a Cloud TPU zone such as 'us-east5-a'"
             )
@@ -547,7 +531,7 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
             "zone": zone,
             "accelerator_type": accelerator_type,
             "runtime_version": spec.node.runtime_version,
-            "chips": tpu_chips(accelerator_type) * slices,
+            "chips": catalog.tpu_chips(accelerator_type) * slices,
             "node_count": slices,
             "nodes": nodes,
             "ip_addresses": [ip for n in nodes for ip in n["ip_addresses"]],

@@ -16,6 +16,7 @@ from google.cloud.aiplatform_v1 import (
     WorkerPoolSpec,
 )
 
+from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend, job_status, parse_job_name
 from airflow_provider_dws.exceptions import (
@@ -51,22 +52,9 @@ from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigge
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-#: GPU types Dynamic Workload Scheduler Flex Start accepts for Vertex AI training (L4, A100, H100,
-#: H200, B200 families).
-FLEX_START_ACCELERATORS = frozenset(
-    {
-        "NVIDIA_L4",
-        "NVIDIA_TESLA_A100",
-        "NVIDIA_A100_80GB",
-        "NVIDIA_H100_80GB",
-        "NVIDIA_H100_MEGA_80GB",
-        "NVIDIA_H200_141GB",
-        "NVIDIA_B200",
-        "NVIDIA_GB200",
-    }
-)
+#: GPU types Dynamic Workload Scheduler Flex Start accepts for Vertex AI training.
+FLEX_START_ACCELERATORS = catalog.FLEX_START_GPUS
 
-_REGION_RE = re.compile(r"^[a-z]+(?:-[a-z]+)+[0-9]+$")
 _NETWORK_RE = re.compile(r"^projects/[^/\s]+/global/networks/[^/\s]+$")
 _EXIT_CODE_RE = re.compile(r"non-zero status of (-?\d+)")
 
@@ -245,7 +233,7 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         self.check_common(rendered=rendered, static=not rendered)
         skip = self.skipper(rendered)
         if not skip(self.region):
-            if not isinstance(self.region, str) or not _REGION_RE.fullmatch(self.region):
+            if not isinstance(self.region, str) or not catalog.REGION_RE.fullmatch(self.region):
                 raise self.fail(
                     f"region must be a Vertex AI region such as 'us-central1', got {self.region!r}"
                 )
@@ -298,6 +286,19 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
                 f"{where}: every worker pool must use the same machine_spec under Flex Start, got "
                 + ", ".join(str(m) for m in machines)
             )
+        if machines and not has_template(machines[0]):
+            self._check_machine(machines[0], f"{where}[0].machine_spec")
+
+    def _check_machine(self, machine: Mapping[str, Any], where: str) -> None:
+        """The GPUs must be the ones the machine type comes with (a3-highgpu-8g: 8 x H100 80GB)."""
+        accel = machine.get("accelerator_type")
+        if isinstance(accel, int) and not isinstance(accel, bool):
+            accel = {v: k for k, v in catalog.VERTEX_ACCELERATOR_TYPES.items()}.get(accel, accel)
+        error = catalog.gpu_machine_error(
+            str(machine.get("machine_type")), accel, machine.get("accelerator_count", 0)
+        )
+        if error:
+            raise self.fail(f"{where}: {error}")
 
     def _check_pool(self, spec: dict[str, Any], where: str, skip: Any, *, first: bool) -> None:
         if not spec:
@@ -313,9 +314,9 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         accel = machine.get("accelerator_type")
         count = machine.get("accelerator_count", 0)
         if not skip(accel):
-            names = set(AcceleratorType.__members__)
+            names = set(catalog.VERTEX_ACCELERATOR_TYPES)
             if isinstance(accel, int) and not isinstance(accel, bool):
-                by_value = {int(v): k for k, v in AcceleratorType.__members__.items()}
+                by_value = {v: k for k, v in catalog.VERTEX_ACCELERATOR_TYPES.items()}
                 accel = by_value.get(accel, accel)
             if accel is None or accel == "ACCELERATOR_TYPE_UNSPECIFIED":
                 raise self.fail(
@@ -408,9 +409,13 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         if self.base_output_directory:
             spec.base_output_directory.output_uri_prefix = self.base_output_directory
         if placement is not None:
+            machine = catalog.GPU_MACHINES.get(placement.machine_type or "")
             for pool in spec.worker_pool_specs:
                 if placement.machine_type:
                     pool.machine_spec.machine_type = placement.machine_type
+                if machine is not None and pool.machine_spec.accelerator_count:
+                    # Another machine type comes with its own number of GPUs.
+                    pool.machine_spec.accelerator_count = machine.accelerator_count
                 if placement.accelerator_type:
                     pool.machine_spec.accelerator_type = AcceleratorType.__members__[
                         placement.accelerator_type
@@ -430,7 +435,7 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
 
     def check_placement(self, placement: Placement) -> None:
         """Failover placements must be Vertex AI regions with Flex Start accelerators and no tier."""
-        if not _REGION_RE.fullmatch(placement.location):
+        if not catalog.REGION_RE.fullmatch(placement.location):
             raise self.fail(
                 f"failover location {placement.location!r} is not a Vertex AI region such as 'us-east4'"
             )
@@ -445,6 +450,20 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
             raise self.fail(
                 f"failover placement {placement}: accelerator_type must be one of {sorted(FLEX_START_ACCELERATORS)}"
             )
+        if placement.accelerator_type and not placement.machine_type:
+            raise self.fail(
+                f"failover placement {placement}: an accelerator_type needs its machine_type too (GPU "
+                f"machine types come with a fixed GPU), one of {catalog.machines_for(placement.accelerator_type)}"
+            )
+        if placement.machine_type:
+            machine = catalog.GPU_MACHINES.get(placement.machine_type)
+            error = catalog.gpu_machine_error(
+                placement.machine_type,
+                placement.accelerator_type,
+                machine.accelerator_count if machine else 0,
+            )
+            if error:
+                raise self.fail(f"failover placement {placement}: {error}")
 
     def home_placement(self) -> Placement:
         """The operator's own region."""

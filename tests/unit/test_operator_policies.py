@@ -374,8 +374,8 @@ def test_tpu_failover_with_a_bad_tier_is_refused_by_the_placement() -> None:
         ("tpu-8", f"accelerator_type must be one of {TPU_FAMILIES} (e.g. 'v5litepod-16'), got 'tpu-8'"),
         (
             "v5p-12",
-            "accelerator_type 'v5p-12': the size of a v5p slice must be a power of two or a multiple of 128 "
-            "from 8 to 12288",
+            "accelerator_type 'v5p-12' is not a v5p slice Cloud TPU offers: "
+            "the sizes are 8, 16, 32 or 64 TensorCores, or a multiple of 128 up to 12288 (whole cubes)",
         ),
     ],
 )

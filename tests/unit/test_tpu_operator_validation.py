@@ -63,23 +63,23 @@ BAD = [
     (
         "accel-not-power-of-two",
         {"accelerator_type": "v5litepod-12"},
-        "accelerator_type 'v5litepod-12': the size of a v5litepod slice must be a power of two from 1 to 256",
+        "accelerator_type 'v5litepod-12' is not a v5litepod slice Cloud TPU offers: the sizes are 1, 4, 8, 16, 32, 64, 128 or 256 chips",
     ),
     (
         "accel-too-big",
         {"accelerator_type": "v5litepod-512"},
-        "accelerator_type 'v5litepod-512': the size of a v5litepod slice must be a power of two from 1 to 256",
+        "accelerator_type 'v5litepod-512' is not a v5litepod slice Cloud TPU offers: the sizes are 1, 4, 8, 16, 32, 64, 128 or 256 chips",
     ),
     (
         "accel-too-small",
         {"accelerator_type": "v5p-4"},
-        "accelerator_type 'v5p-4': the size of a v5p slice must be a power of two or a multiple of 128 "
-        "from 8 to 12288",
+        "accelerator_type 'v5p-4' is not a v5p slice Cloud TPU offers: "
+        "the sizes are 8, 16, 32 or 64 TensorCores, or a multiple of 128 up to 12288 (whole cubes)",
     ),
     (
         "accel-zero",
         {"accelerator_type": "v6e-0"},
-        "the size of a v6e slice must be a power of two from 1 to 256",
+        "accelerator_type 'v6e-0' is not a v6e slice Cloud TPU offers: the sizes are 1, 4, 8, 16, 32, 64, 128 or 256 chips",
     ),
     ("node-count-zero", {"node_count": 0}, "node_count must be an integer from 1 to 256, got 0"),
     ("node-count-257", {"node_count": 257}, "node_count must be an integer from 1 to 256, got 257"),
@@ -308,7 +308,7 @@ def test_templated_values_are_checked_after_rendering() -> None:
     op._check_templated(rendered=False)
     op.zone = "us-west4-b"
     op.accelerator_type = "v5litepod-12"
-    with pytest.raises(ValueError, match="the size of a v5litepod slice must be a power of two"):
+    with pytest.raises(ValueError, match="is not a v5litepod slice Cloud TPU offers"):
         op._check_templated(rendered=True)
     op.accelerator_type = "v6e-8"
     op._check_templated(rendered=True)

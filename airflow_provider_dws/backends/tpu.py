@@ -21,6 +21,7 @@ from google.cloud.tpu_v2 import (
 
 from airflow_provider_dws.backends.base import RequestStatus, classify_listed
 from airflow_provider_dws.backends.retry import operation_result, retry_kwargs
+from airflow_provider_dws.catalog import tpu_chips
 from airflow_provider_dws.hooks.tpu import DwsTpuAsyncHook, DwsTpuHook
 from airflow_provider_dws.scheduling.phases import RequestTimings, classify_tpu_queued_resource
 
@@ -29,8 +30,6 @@ log = logging.getLogger(__name__)
 _QR_NAME_RE = re.compile(
     r"^projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)/queuedResources/(?P<qr_id>[^/]+)$"
 )
-#: Suffix of a TPU accelerator type: chips for v5litepod and v6e, TensorCores (2 per chip) otherwise.
-_CORES_PER_CHIP = {"v2": 2, "v3": 2, "v4": 2, "v5p": 2, "v5litepod": 1, "v6e": 1}
 _DELETE_TIMEOUT_SECONDS = 600.0
 #: Queued resources per list page (see the Vertex backend's LIST_PAGE_SIZE).
 LIST_PAGE_SIZE = 250
@@ -42,14 +41,6 @@ def parse_queued_resource_name(name: str) -> tuple[str, str, str]:
     if not match:
         raise ValueError(f"not a Cloud TPU queued resource name: {name!r}")
     return match["project"], match["zone"], match["qr_id"]
-
-
-def tpu_chips(accelerator_type: str) -> int:
-    """Chips in one slice of ``accelerator_type`` (``v5litepod-16`` -> 16, ``v5p-8`` -> 4)."""
-    family, _, size = accelerator_type.rpartition("-")
-    if family not in _CORES_PER_CHIP or not size.isdigit():
-        raise ValueError(f"not a Cloud TPU accelerator type: {accelerator_type!r}")
-    return max(1, int(size) // _CORES_PER_CHIP[family])
 
 
 def describe_queued_resource(qr: QueuedResource, zone: str) -> str:

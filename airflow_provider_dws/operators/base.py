@@ -40,6 +40,25 @@ def has_template(value: Any) -> bool:
     return False
 
 
+def api_refused_errors() -> tuple[type[Exception], ...]:
+    """What a backend raises when the API refuses a request (invalid, not allowed, wrong state).
+
+    A function, used as ``except api_refused_errors():``, so the classes are imported only when
+    something is raised, never when a DAG file is parsed.
+    """
+    from google.api_core import exceptions as gexc  # until every backend raises errors.* alone
+
+    from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
+
+    return (
+        InvalidRequestError,
+        PermissionDeniedApiError,
+        gexc.InvalidArgument,
+        gexc.FailedPrecondition,
+        gexc.PermissionDenied,
+    )
+
+
 class DwsBaseOperator(BaseOperator):
     """Base of the DWS operators: common parameters, their checks and the request identity.
 

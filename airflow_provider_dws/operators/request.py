@@ -33,7 +33,6 @@ from airflow_provider_dws.scheduling.policies import (
     WindowSet,
     parse_window,
 )
-from airflow_provider_dws.triggers.capacity_request import first_event
 from airflow_provider_dws.triggers.resume_at import ResumeAtTrigger
 
 if TYPE_CHECKING:
@@ -386,6 +385,8 @@ class DwsRequestOperator(DwsBaseOperator):
             # No defer timeout: the trigger enforces execution_timeout itself and cancels the request
             # first, whereas Airflow's trigger timeout would stop the wait without cancelling it.
             self.defer(trigger=trigger, method_name="complete_attempt", kwargs=kwargs)
+        from airflow_provider_dws.triggers.capacity_request import first_event
+
         self.log.info("deferrable=False: waiting in this worker")
         self._waiting_on = status.name
         try:

@@ -7,25 +7,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from google.api_core import exceptions as gexc
-from google.cloud.tpu_v2 import (
-    NetworkConfig,
-    Node,
-    QueuedResource,
-    SchedulingConfig,
-    ServiceAccount,
-)
-from google.protobuf.timestamp_pb2 import Timestamp
-from google.type.interval_pb2 import Interval
-
 from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.base import RequestStatus
-from airflow_provider_dws.backends.tpu import (
-    TpuQueuedResourceBackend,
-    node_summary,
-    parse_queued_resource_name,
-    queued_resource_status,
-)
 from airflow_provider_dws.exceptions import (
     BadRequestError,
     CapacityNotObtainedError,
@@ -33,7 +16,7 @@ from airflow_provider_dws.exceptions import (
     RequestCancelledError,
 )
 from airflow_provider_dws.links.tpu import TPUQueuedResourceLink
-from airflow_provider_dws.operators.base import DwsBaseOperator, has_template
+from airflow_provider_dws.operators.base import DwsBaseOperator, api_refused_errors, has_template
 from airflow_provider_dws.operators.request import DwsRequestOperator
 from airflow_provider_dws.scheduling.budget import DEFAULT_MAX_WAIT, MAX_WAIT_LIMIT, check_duration
 from airflow_provider_dws.scheduling.identity import (
@@ -51,19 +34,35 @@ from airflow_provider_dws.scheduling.policies import (
     Placement,
     WindowSet,
 )
-from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from airflow.sdk import Context
+    from google.cloud.tpu_v2 import QueuedResource
+
+    from airflow_provider_dws.backends.tpu import TpuQueuedResourceBackend
+    from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
 MAX_SLICES = catalog.MAX_SLICES
 _RESERVATION_RE = re.compile(r"^projects/[^/\s]+/locations/[^/\s]+/reservations/[^/\s]+$")
 
 
-def _timestamp(moment: datetime) -> Timestamp:
-    stamp = Timestamp()
+def _backends() -> ModuleType:
+    """The TPU backend module, imported on first use: a DAG file's parse never loads the client."""
+    from airflow_provider_dws.backends import tpu
+
+    return tpu
+
+
+def _timestamp(stamp_class: Any, moment: datetime) -> Any:
+    stamp = stamp_class()
     stamp.FromDatetime(moment)
     return stamp
+
+
+def _zone_of(name: str) -> str:
+    return str(_backends().parse_queued_resource_name(name)[1])
 
 
 def _by_zone(placements: Sequence[Placement]) -> list[Placement]:
@@ -77,15 +76,6 @@ def _by_zone(placements: Sequence[Placement]) -> list[Placement]:
 def submissions_of(backend: TpuQueuedResourceBackend, base: str) -> list[QueuedResource]:
     """Every queued resource of the backend's zone whose id is a submission of ``base`` (one list)."""
     return [qr for qr in backend.list_all() if is_attempt_of(qr.name.rsplit("/", 1)[-1], base)]
-
-
-def _refused() -> tuple[type[Exception], ...]:
-    """What a refused delete raises (evaluated only when something is raised: no import at parse)."""
-    from google.api_core import exceptions as gexc
-
-    from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
-
-    return (InvalidRequestError, PermissionDeniedApiError, gexc.FailedPrecondition, gexc.PermissionDenied)
 
 
 def _check_zone(op: DwsBaseOperator, zone: Any) -> None:
@@ -304,6 +294,10 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
         A failover ``placement`` may change the accelerator type and the tier; ``max_wait`` is the
         effective wait decided by the scheduling core (default: ``max_wait``).
         """
+        from google.cloud.tpu_v2 import NetworkConfig, Node, QueuedResource, SchedulingConfig, ServiceAccount
+        from google.protobuf.timestamp_pb2 import Timestamp
+        from google.type.interval_pb2 import Interval
+
         accelerator_type = (placement.accelerator_type if placement else None) or self.accelerator_type
         tier = placement.tier if placement and placement.tier else None
         spot = tier == "spot" if tier else self.spot
@@ -335,7 +329,9 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
         if self.valid_after:
             start = datetime.now(timezone.utc) + self.valid_after
             policy = QueuedResource.QueueingPolicy(
-                valid_interval=Interval(start_time=_timestamp(start), end_time=_timestamp(start + max_wait))
+                valid_interval=Interval(
+                    start_time=_timestamp(Timestamp, start), end_time=_timestamp(Timestamp, start + max_wait)
+                )
             )
         else:
             policy = QueuedResource.QueueingPolicy(valid_until_duration=max_wait)
@@ -353,7 +349,7 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
     # -- execution: the steps of the attempt loop ------------------------------------------------
 
     def _backend(self, zone: str | None = None) -> TpuQueuedResourceBackend:
-        return TpuQueuedResourceBackend(
+        return _backends().TpuQueuedResourceBackend(
             self.resolve_project(), zone or self.zone, self.gcp_conn_id, self.impersonation_chain
         )
 
@@ -400,7 +396,7 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
         for placement in _by_zone(self.placements()):
             backend = self._backend(placement.location)
             for qr in submissions_of(backend, base):
-                status = queued_resource_status(qr)
+                status = _backends().queued_resource_status(qr)
                 parsed = parse_attempt_name(qr.name.rsplit("/", 1)[-1])
                 order = (parsed[1], parsed[2]) if parsed else (0, 0)
                 if not status.phase.live:
@@ -429,27 +425,27 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
         qr_id = self.queued_resource_id_for(identity)
         name = backend.name_of(qr_id)
         existing = backend.get(name)
-        if existing is not None and queued_resource_status(existing).phase.terminal:
+        if existing is not None and _backends().queued_resource_status(existing).phase.terminal:
             self.log.warning("An earlier request %s ended; deleting it before asking again", name)
             backend.delete(name, force=True)
         request = self.build_queued_resource(identity.labels(), backend.parent, qr_id, placement, max_wait)
         try:
             qr, created = backend.create(qr_id, request)
-        except (gexc.InvalidArgument, gexc.FailedPrecondition, gexc.PermissionDenied) as err:
-            raise BadRequestError(f"Cloud TPU refused the queued resource {name}: {err.message}") from None
+        except api_refused_errors() as err:
+            raise BadRequestError(f"Cloud TPU refused the queued resource {name}: {err}") from None
         tier = placement.tier or ("spot" if self.spot else "guaranteed" if self.guaranteed else "on-demand")
         self.log.info(
             "%s queued resource %s (attempt %d): %s, %s tier, may wait up to %s for capacity%s",
             "Created" if created else "Adopted",
             name,
             identity.attempt,
-            queued_resource_status(qr).description,
+            _backends().queued_resource_status(qr).description,
             tier,
             max_wait,
             f" after a delay of {self.valid_after}" if self.valid_after else "",
         )
         self._remember(context, backend, name)
-        return queued_resource_status(qr)
+        return _backends().queued_resource_status(qr)
 
     def make_trigger(
         self,
@@ -460,6 +456,8 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
         task_deadline: datetime | None = None,
     ) -> CapacityRequestTrigger:
         """Wait on the queued resource until it is ACTIVE (or ends without getting there)."""
+        from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
+
         backend = self._backend(placement.location)
         created_at = status.timings.submitted or datetime.now(timezone.utc)
         return CapacityRequestTrigger(
@@ -476,8 +474,7 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
 
     def cancel_request(self, name: str) -> None:
         """Delete the queued resource (and any nodes) and wait until it is gone."""
-        _, zone, _ = parse_queued_resource_name(name)
-        self._backend(zone).delete(name, force=True, wait=True)
+        self._backend(_zone_of(name)).delete(name, force=True, wait=True)
 
     def is_done(self, status: RequestStatus) -> bool:
         """The wait ends when the slice is ACTIVE, or when the request ends without it."""
@@ -507,13 +504,13 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
 
     def finish_success(self, context: Context, status: RequestStatus) -> Any:
         """The slice's nodes, IP addresses and accelerator details (the task's XCom return value)."""
-        _, zone, qr_id = parse_queued_resource_name(status.name)
+        _, zone, qr_id = _backends().parse_queued_resource_name(status.name)
         backend = self._backend(zone)
         qr = backend.get(status.name)
         if qr is None:
             raise RequestCancelledError(f"{status.name} disappeared right after it became ACTIVE")
         wait_s = status.timings.wait_seconds
-        nodes = [node_summary(n) for n in backend.nodes(qr)]
+        nodes = [_backends().node_summary(n) for n in backend.nodes(qr)]
         self.log.info(
             "%s is ACTIVE after waiting %s: %d node(s) %s; it is billed until it is deleted",
             status.name,
@@ -541,8 +538,7 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
     def release_failed(self, status: RequestStatus, placement: Placement) -> None:
         """Ended without (or after losing) capacity: delete it, so not even a FAILED record stays."""
         self.log.info("Deleting %s (%s) so nothing is left behind", status.name, status.state)
-        _, zone, _ = parse_queued_resource_name(status.name)
-        self._backend(zone).delete(status.name, force=True)
+        self._backend(_zone_of(status.name)).delete(status.name, force=True)
 
     def error_for(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
         """The classified exception for a request that ended without success."""
@@ -674,7 +670,7 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
         pushed = context["ti"].xcom_pull(task_ids=self.setup_task_id, key="queued_resource_name")
         if isinstance(pushed, str) and pushed:
             exact.append(pushed)
-            zones.append(parse_queued_resource_name(pushed)[1])
+            zones.append(_zone_of(pushed))
         identity = self.identity(context, task_id=self.setup_task_id)
         return base or identity.queued_resource_base(), zones, exact
 
@@ -685,7 +681,9 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
         project = self.resolve_project()
         released: list[str] = []
         for zone in dict.fromkeys(zones):
-            backend = TpuQueuedResourceBackend(project, zone, self.gcp_conn_id, self.impersonation_chain)
+            backend = _backends().TpuQueuedResourceBackend(
+                project, zone, self.gcp_conn_id, self.impersonation_chain
+            )
             names = {qr.name: qr for qr in backend.list_all()}
             targets = [
                 qr
@@ -711,11 +709,11 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
     def _release(self, context: Context, backend: TpuQueuedResourceBackend, qr: QueuedResource) -> str:
         name = qr.name
         TPUQueuedResourceLink.persist(context, backend.project_id, backend.zone, name.rsplit("/", 1)[-1])
-        state = queued_resource_status(qr).state
+        state = _backends().queued_resource_status(qr).state
         self.log.info("Releasing %s (%s)%s", name, state, " with its nodes" if self.force else "")
         try:
             backend.delete(name, force=self.force)
-        except _refused() as err:
+        except api_refused_errors() as err:
             raise BadRequestError(f"Cloud TPU refused to delete {name}: {err}") from None
         self.log.info("%s is gone; the slice is no longer billed", name)
         return name

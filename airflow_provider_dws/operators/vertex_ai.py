@@ -7,18 +7,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, cast
 
-from google.api_core import exceptions as gexc
-from google.cloud.aiplatform_v1 import (
-    AcceleratorType,
-    CustomJob,
-    CustomJobSpec,
-    Scheduling,
-    WorkerPoolSpec,
-)
-
 from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.base import RequestStatus
-from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend, job_status, parse_job_name
 from airflow_provider_dws.exceptions import (
     BadRequestError,
     CapacityNotObtainedError,
@@ -26,7 +16,7 @@ from airflow_provider_dws.exceptions import (
     WorkloadFailedError,
 )
 from airflow_provider_dws.links.vertex_ai import VertexAIFlexStartJobLink
-from airflow_provider_dws.operators.base import has_template
+from airflow_provider_dws.operators.base import api_refused_errors, has_template
 from airflow_provider_dws.operators.request import DwsRequestOperator
 from airflow_provider_dws.scheduling.budget import (
     DEFAULT_MAX_RUN,
@@ -47,10 +37,36 @@ from airflow_provider_dws.scheduling.policies import (
     WindowSet,
 )
 from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
-from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from airflow.sdk import Context
+    from google.cloud.aiplatform_v1 import CustomJob, WorkerPoolSpec
+
+    from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend
+    from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
+
+#: The fields of a Vertex AI ``WorkerPoolSpec`` (a test keeps them equal to the client's).
+WORKER_POOL_FIELDS = frozenset(
+    {
+        "container_spec",
+        "disk_spec",
+        "lustre_mounts",
+        "machine_spec",
+        "nfs_mounts",
+        "python_package_spec",
+        "replica_count",
+    }
+)
+
+
+def _backends() -> ModuleType:
+    """The Vertex AI backend module, imported on first use: a DAG file's parse never loads the client."""
+    from airflow_provider_dws.backends import vertex_ai
+
+    return vertex_ai
+
 
 #: GPU types Dynamic Workload Scheduler Flex Start accepts for Vertex AI training.
 FLEX_START_ACCELERATORS = catalog.FLEX_START_GPUS
@@ -79,14 +95,13 @@ def _normalize_pool(pool: Any) -> Any:
     return pool
 
 
-def _created(job: CustomJob) -> datetime | None:
-    return cast("datetime | None", job.create_time)
-
-
 def _as_dict(value: Any, what: str) -> dict[str, Any]:
     """A worker pool spec or custom job as a plain dict (accepting dicts and proto messages)."""
     if isinstance(value, Mapping):
         return dict(value)
+    # Not a dict: a message the DAG file built, so the client is imported already.
+    from google.cloud.aiplatform_v1 import CustomJob, WorkerPoolSpec
+
     if isinstance(value, WorkerPoolSpec):
         return dict(_normalize_pool(WorkerPoolSpec.to_dict(value, use_integers_for_enums=False)))
     if isinstance(value, CustomJob):
@@ -166,6 +181,7 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
     template_fields_renderers = {"worker_pool_specs": "json", "custom_job": "json", "labels": "json"}
     operator_extra_links = (VertexAIFlexStartJobLink(),)
     ui_color = "#c5e1f5"
+    _rendered = False
 
     def __init__(
         self,
@@ -231,6 +247,7 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         """Checks of templated parameters; before rendering, values holding a template are skipped."""
 
         self.check_common(rendered=rendered, static=not rendered)
+        self._rendered = rendered
         skip = self.skipper(rendered)
         if not skip(self.region):
             if not isinstance(self.region, str) or not catalog.REGION_RE.fullmatch(self.region):
@@ -305,7 +322,7 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
             if first:
                 raise self.fail(f"{where} is empty; the first worker pool (the chief) is required")
             return  # An empty pool is how Vertex AI spells "no replicas of this kind".
-        unknown = set(spec) - set(WorkerPoolSpec.meta.fields)
+        unknown = set(spec) - WORKER_POOL_FIELDS
         if unknown:
             raise self.fail(f"{where} has unknown field(s) {sorted(unknown)}")
         machine = spec.get("machine_spec")
@@ -351,7 +368,10 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         if container is not None and not skip(container):
             if not isinstance(container, Mapping) or not container.get("image_uri"):
                 raise self.fail(f"{where}.container_spec.image_uri is required")
-        if not has_template(spec):
+        if self._rendered and not has_template(spec):
+            # The message itself is built only after rendering (in the worker), not at parse time.
+            from google.cloud.aiplatform_v1 import WorkerPoolSpec
+
             try:
                 WorkerPoolSpec(spec)
             except (TypeError, ValueError, KeyError) as err:
@@ -388,6 +408,14 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         A failover ``placement`` may swap the machine and accelerator type of every pool;
         ``max_wait`` is the effective wait decided by the scheduling core (default: ``max_wait``).
         """
+        from google.cloud.aiplatform_v1 import (
+            AcceleratorType,
+            CustomJob,
+            CustomJobSpec,
+            Scheduling,
+            WorkerPoolSpec,
+        )
+
         if self.custom_job is not None:
             job = CustomJob(_as_dict(self.custom_job, "custom_job"))
         else:
@@ -429,7 +457,7 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
     # -- execution: the steps of the attempt loop ------------------------------------------------
 
     def _backend(self, region: str | None = None) -> VertexCustomJobBackend:
-        return VertexCustomJobBackend(
+        return _backends().VertexCustomJobBackend(
             self.resolve_project(), region or self.region, self.gcp_conn_id, self.impersonation_chain
         )
 
@@ -479,19 +507,22 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         jobs: dict[str, CustomJob] = {}
         for region in regions:
             jobs.update({job.name: job for job in self._backend(region).find(identity)})
-        candidates = [Candidate(name, job_status(job).phase, _created(job)) for name, job in jobs.items()]
+        candidates = [
+            Candidate(name, _backends().job_status(job).phase, cast("datetime | None", job.create_time))
+            for name, job in jobs.items()
+        ]
         decision = choose_existing(candidates)
         self.log.info("Identity %s: %s", identity.key, decision.reason)
         if decision.name is None:
             return None
         job = jobs[decision.name]
-        region, _ = parse_job_name(job.name)
+        region, _ = _backends().parse_job_name(job.name)
         attempt = int(job.labels.get(LABEL_ATTEMPT, "1") or 1)
         self._remember(context, job)
-        return job_status(job), regions.get(region, Placement(location=region)), attempt
+        return _backends().job_status(job), regions.get(region, Placement(location=region)), attempt
 
     def _remember(self, context: Context, job: CustomJob) -> None:
-        region, job_id = parse_job_name(job.name)
+        region, job_id = _backends().parse_job_name(job.name)
         context["ti"].xcom_push(key="job_name", value=job.name)
         url = VertexAIFlexStartJobLink.persist(context, self.resolve_project(), region, job_id)
         self.log.info("Console: %s", url)
@@ -503,21 +534,19 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         backend = self._backend(placement.location)
         try:
             job, created = backend.submit(self.build_custom_job(identity, placement, max_wait), identity)
-        except gexc.InvalidArgument as err:
-            raise BadRequestError(f"Vertex AI refused the job: {err.message}") from None
-        except gexc.PermissionDenied as err:
-            raise BadRequestError(f"permission denied creating the job: {err.message}") from None
+        except api_refused_errors() as err:
+            raise BadRequestError(f"Vertex AI refused the job: {err}") from None
         self.log.info(
             "%s Flex Start job %s (attempt %d, %s); it may wait up to %s for capacity and run up to %s",
             "Submitted" if created else "Adopted",
             job.name,
             identity.attempt,
-            job_status(job).description,
+            _backends().job_status(job).description,
             max_wait,
             self.max_run,
         )
         self._remember(context, job)
-        return job_status(job)
+        return _backends().job_status(job)
 
     def make_trigger(
         self,
@@ -528,6 +557,8 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         task_deadline: datetime | None = None,
     ) -> CapacityRequestTrigger:
         """Wait on the job until it ends."""
+        from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
+
         backend = self._backend(placement.location)
         submitted = status.timings.submitted or datetime.now(timezone.utc)
         return CapacityRequestTrigger(
@@ -543,7 +574,7 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
 
     def cancel_request(self, name: str) -> None:
         """Cancel the job (it ends CANCELLED; an ended one is left as it is)."""
-        region, _ = parse_job_name(name)
+        region, _ = _backends().parse_job_name(name)
         self._backend(region).cancel(name)
 
     def execute(self, context: Context) -> Any:
@@ -579,7 +610,9 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
 
     def finish_success(self, context: Context, status: RequestStatus) -> Any:
         """The succeeded ``CustomJob`` as a dict."""
-        region, _ = parse_job_name(status.name)
+        from google.cloud.aiplatform_v1 import CustomJob
+
+        region, _ = _backends().parse_job_name(status.name)
         job = self._backend(region).get(status.name)
         return dict(CustomJob.to_dict(job, use_integers_for_enums=False, preserving_proto_field_name=True))
 

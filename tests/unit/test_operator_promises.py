@@ -274,7 +274,7 @@ def test_on_kill_while_waiting_in_the_worker_cancels(monkeypatch: pytest.MonkeyP
         op.on_kill()  # what Airflow does when it kills or times out the worker
         return status(NEW, Phase.SUCCEEDED).to_event()
 
-    monkeypatch.setattr("airflow_provider_dws.operators.request.first_event", first_event)
+    monkeypatch.setattr("airflow_provider_dws.triggers.capacity_request.first_event", first_event)
     monkeypatch.setattr(op, "finish_success", lambda ctx, st: "ok")
     assert op.run_attempts(context(1, Store())) == "ok"
     assert seen == [NEW]

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
+
+from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.base import RequestStatus
@@ -91,7 +94,7 @@ def _check_queued_resource_id(op: DwsBaseOperator, value: Any) -> None:
         )
 
 
-class TPUQueuedResourceOperator(DwsRequestOperator):
+class CreateTPUQueuedResourceOperator(DwsRequestOperator):
     """Ask Dynamic Workload Scheduler for a Cloud TPU slice; finish when it is ACTIVE.
 
     Creates a queued resource (or reattaches to this task instance's own: its id is derived from
@@ -126,7 +129,9 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
     :param gcp_conn_id: Airflow connection for Google Cloud.
     :param impersonation_chain: service account (or chain) to impersonate.
     :param poll_interval: seconds between status reads (default 30).
-    :param deferrable: wait in the triggerer (default) or in the worker.
+    :param deferrable: wait in the triggerer (default) or in the worker. The default does not follow
+        ``[operators] default_deferrable``: Airflow ships that setting as ``false`` (and writes it
+        into every generated airflow.cfg), which would make every wait hold a worker slot.
     :param cancel_on_kill: delete the request when a user kills the waiting task (default True).
     :param window: only let the slice arrive inside this off-peak window (``OffPeakWindow``,
         ``WindowSet`` or a spec string); outside it the task defers until it opens.
@@ -560,11 +565,11 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
 class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
     """Release a TPU slice: delete every queued resource (and nodes) of its setup and wait until gone.
 
-    Every submission of a :class:`TPUQueuedResourceOperator` is named ``<base>-t<try>-a<attempt>``,
+    Every submission of a :class:`CreateTPUQueuedResourceOperator` is named ``<base>-t<try>-a<attempt>``,
     so one list per zone finds all of them, whichever try and capacity attempt made them and
     whichever failover zone they went to. Already gone is success. Meant as the setup's teardown::
 
-        ask = TPUQueuedResourceOperator(task_id="ask_for_tpu", ...)
+        ask = CreateTPUQueuedResourceOperator(task_id="ask_for_tpu", ...)
         release = DeleteTPUQueuedResourceOperator(task_id="release_tpu", zone=..., setup_task_id="ask_for_tpu")
         ask >> work >> release.as_teardown(setups=ask)
 
@@ -638,12 +643,12 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
         if self.queued_resource_id is not None and not skip(self.queued_resource_id):
             _check_queued_resource_id(self, self.queued_resource_id)
 
-    def _setup(self) -> TPUQueuedResourceOperator | None:
+    def _setup(self) -> CreateTPUQueuedResourceOperator | None:
         dag = getattr(self, "dag", None) if self.has_dag() else None
         if dag is None or not self.setup_task_id or not dag.has_task(self.setup_task_id):
             return None
         task = dag.get_task(self.setup_task_id)
-        return task if isinstance(task, TPUQueuedResourceOperator) else None
+        return task if isinstance(task, CreateTPUQueuedResourceOperator) else None
 
     def _targets(self, context: Context) -> tuple[str, list[str], list[str]]:
         """The base id to release, the zones to search, and names released whatever they are."""
@@ -662,7 +667,7 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
             base = custom or None
         else:
             self.log.warning(
-                "Task %r is not a TPUQueuedResourceOperator of this DAG: releasing its derived ids in %s",
+                "Task %r is not a CreateTPUQueuedResourceOperator of this DAG: releasing its derived ids in %s",
                 self.setup_task_id,
                 ", ".join(zones),
             )
@@ -717,3 +722,15 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
             raise BadRequestError(f"Cloud TPU refused to delete {name}: {err}") from None
         self.log.info("%s is gone; the slice is no longer billed", name)
         return name
+
+
+class TPUQueuedResourceOperator(CreateTPUQueuedResourceOperator):
+    """Deprecated: the earlier name of :class:`CreateTPUQueuedResourceOperator` (same parameters)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        warnings.warn(
+            "TPUQueuedResourceOperator is renamed CreateTPUQueuedResourceOperator; the old name will be removed",
+            AirflowProviderDeprecationWarning,
+            stacklevel=2,
+        )
+        super().__init__(**kwargs)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, cast
+
+from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.base import RequestStatus
@@ -120,7 +123,7 @@ def _as_dict(value: Any, what: str) -> dict[str, Any]:
     )
 
 
-class FlexStartCustomJobOperator(DwsRequestOperator):
+class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
     """Run a Vertex AI custom job when DWS Flex Start obtains its GPUs, without holding a worker slot.
 
     The job is submitted with ``scheduling.strategy = FLEX_START``: it waits in the Dynamic
@@ -153,7 +156,10 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
     :param gcp_conn_id: Airflow connection for Google Cloud.
     :param impersonation_chain: service account (or chain) to impersonate.
     :param poll_interval: seconds between status reads while waiting (default 30).
-    :param deferrable: wait in the triggerer (default) or, with ``False``, in the worker.
+    :param deferrable: wait in the triggerer (default) or, with ``False``, in the worker. The
+        default does not follow ``[operators] default_deferrable``: Airflow ships that setting as
+        ``false`` (and writes it into every generated airflow.cfg), which would make every wait
+        hold a worker slot.
     :param cancel_on_kill: cancel the job when the task is killed by a user (default ``True``).
     :param window: only let capacity arrive inside this off-peak window (``OffPeakWindow``,
         ``WindowSet`` or a spec such as ``"Mon-Fri 22:00-06:00 Asia/Seoul"``): outside it the task
@@ -635,3 +641,15 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         return RequestCancelledError(
             f"job {status.name} was cancelled before it finished{': ' + message if message else ''}"
         )
+
+
+class FlexStartCustomJobOperator(CreateVertexAIFlexStartJobOperator):
+    """Deprecated: the earlier name of :class:`CreateVertexAIFlexStartJobOperator` (same parameters)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        warnings.warn(
+            "FlexStartCustomJobOperator is renamed CreateVertexAIFlexStartJobOperator; the old name will be removed",
+            AirflowProviderDeprecationWarning,
+            stacklevel=2,
+        )
+        super().__init__(**kwargs)

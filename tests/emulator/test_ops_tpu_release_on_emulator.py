@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 from airflow.sdk import DAG
 
-from airflow_provider_dws.operators.tpu import DeleteTPUQueuedResourceOperator, TPUQueuedResourceOperator
+from airflow_provider_dws.operators.tpu import (
+    CreateTPUQueuedResourceOperator,
+    DeleteTPUQueuedResourceOperator,
+)
 from airflow_provider_dws.scheduling.policies import CapacityRetry
 
 pytestmark = pytest.mark.emulator
@@ -56,7 +59,7 @@ def test_release_finds_the_failover_attempt_of_a_custom_id(
     monkeypatch.setenv("DWS_EMULATOR_HOST", emu.address)
     run_id = f"manual__{next(_ids)}_{time.monotonic_ns()}"
     with DAG("release_on_emulator", schedule=None):
-        setup = TPUQueuedResourceOperator(
+        setup = CreateTPUQueuedResourceOperator(
             task_id="ask",
             project_id=PROJECT,
             zone=HOME,

@@ -12,8 +12,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from google.cloud.aiplatform_v1 import AcceleratorType
 
-from airflow_provider_dws.operators.tpu import TPUQueuedResourceOperator
-from airflow_provider_dws.operators.vertex_ai import FlexStartCustomJobOperator
+from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
+from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, RequestIdentity
 from airflow_provider_dws.scheduling.policies import (
     CapacityRetry,
@@ -41,7 +41,7 @@ FLEX_ACCELERATORS = (
 TPU_FAMILIES = "v2-N, v3-N, v4-N, v5p-N, v5litepod-N, v6e-N"
 
 
-def vertex(**kwargs: Any) -> FlexStartCustomJobOperator:
+def vertex(**kwargs: Any) -> CreateVertexAIFlexStartJobOperator:
     args: dict[str, Any] = {
         "task_id": "t",
         "region": "us-central1",
@@ -50,10 +50,10 @@ def vertex(**kwargs: Any) -> FlexStartCustomJobOperator:
     args.update(kwargs)
     if "failover" in kwargs and "capacity_retry" not in kwargs:
         args["capacity_retry"] = 3  # failover happens on retries
-    return FlexStartCustomJobOperator(**args)
+    return CreateVertexAIFlexStartJobOperator(**args)
 
 
-def tpu(**kwargs: Any) -> TPUQueuedResourceOperator:
+def tpu(**kwargs: Any) -> CreateTPUQueuedResourceOperator:
     args: dict[str, Any] = {
         "task_id": "t",
         "zone": "us-west4-a",
@@ -63,10 +63,13 @@ def tpu(**kwargs: Any) -> TPUQueuedResourceOperator:
     args.update(kwargs)
     if "failover" in kwargs and "capacity_retry" not in kwargs:
         args["capacity_retry"] = 3  # failover happens on retries
-    return TPUQueuedResourceOperator(**args)
+    return CreateTPUQueuedResourceOperator(**args)
 
 
-OPERATORS = {"vertex": (vertex, "FlexStartCustomJobOperator"), "tpu": (tpu, "TPUQueuedResourceOperator")}
+OPERATORS = {
+    "vertex": (vertex, "CreateVertexAIFlexStartJobOperator"),
+    "tpu": (tpu, "CreateTPUQueuedResourceOperator"),
+}
 BOTH = pytest.mark.parametrize("which", sorted(OPERATORS))
 
 

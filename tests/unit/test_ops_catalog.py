@@ -10,8 +10,8 @@ from google.cloud.aiplatform_v1 import AcceleratorType
 from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.tpu import tpu_chips as backend_tpu_chips
 from airflow_provider_dws.emulator.tpu import parse_accelerator_type
-from airflow_provider_dws.operators.tpu import TPUQueuedResourceOperator
-from airflow_provider_dws.operators.vertex_ai import FlexStartCustomJobOperator
+from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
+from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.policies import Placement
 
@@ -31,7 +31,7 @@ DOCUMENTED_INVALID = [
 ]  # fmt: skip
 
 
-def tpu_op(**kwargs: Any) -> TPUQueuedResourceOperator:
+def tpu_op(**kwargs: Any) -> CreateTPUQueuedResourceOperator:
     args: dict[str, Any] = {
         "task_id": "t",
         "zone": "us-west4-a",
@@ -39,10 +39,10 @@ def tpu_op(**kwargs: Any) -> TPUQueuedResourceOperator:
         "runtime_version": "v2-alpha-tpuv5-lite",
     }
     args.update(kwargs)
-    return TPUQueuedResourceOperator(**args)
+    return CreateTPUQueuedResourceOperator(**args)
 
 
-def operator_accepts(op: TPUQueuedResourceOperator, accelerator_type: str) -> bool:
+def operator_accepts(op: CreateTPUQueuedResourceOperator, accelerator_type: str) -> bool:
     try:
         op._check_accelerator(accelerator_type)
     except ValueError:
@@ -110,9 +110,11 @@ def test_vertex_accelerator_names_are_the_clients_enum() -> None:
 IMAGE = {"image_uri": "us-docker.pkg.dev/p/r/train:1"}
 
 
-def vertex_op(machine_spec: dict[str, Any], **kwargs: Any) -> FlexStartCustomJobOperator:
+def vertex_op(machine_spec: dict[str, Any], **kwargs: Any) -> CreateVertexAIFlexStartJobOperator:
     pool = {"machine_spec": machine_spec, "replica_count": 1, "container_spec": IMAGE}
-    return FlexStartCustomJobOperator(task_id="t", region="us-central1", worker_pool_specs=[pool], **kwargs)
+    return CreateVertexAIFlexStartJobOperator(
+        task_id="t", region="us-central1", worker_pool_specs=[pool], **kwargs
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""TPUQueuedResourceOperator / DeleteTPUQueuedResourceOperator: parse-time checks and the request built."""
+"""CreateTPUQueuedResourceOperator / DeleteTPUQueuedResourceOperator: parse-time checks and the request built."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from airflow.sdk import DAG
 from google.cloud.tpu_v2 import QueuedResource
 
 from airflow_provider_dws.links.tpu import TPUQueuedResourceLink
-from airflow_provider_dws.operators.tpu import DeleteTPUQueuedResourceOperator, TPUQueuedResourceOperator
+from airflow_provider_dws.operators.tpu import (
+    CreateTPUQueuedResourceOperator,
+    DeleteTPUQueuedResourceOperator,
+)
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 
 IDENTITY = RequestIdentity("train_dag", "ask_for_tpu", "manual__2026-01-01", 2)
@@ -23,7 +26,7 @@ LIMIT = "must be greater than 0 and at most 7 days, 0:00:00"
 QR_ID_RULE = "queued_resource_id must start with a lowercase letter, use only lowercase letters, digits"
 
 
-def make(**kwargs: Any) -> TPUQueuedResourceOperator:
+def make(**kwargs: Any) -> CreateTPUQueuedResourceOperator:
     args: dict[str, Any] = {
         "task_id": "t",
         "zone": "us-west4-a",
@@ -31,7 +34,7 @@ def make(**kwargs: Any) -> TPUQueuedResourceOperator:
         "runtime_version": "v2-alpha-tpuv5-lite",
     }
     args.update(kwargs)
-    return TPUQueuedResourceOperator(**args)
+    return CreateTPUQueuedResourceOperator(**args)
 
 
 def make_delete(**kwargs: Any) -> DeleteTPUQueuedResourceOperator:
@@ -184,7 +187,7 @@ BAD = [
 
 @pytest.mark.parametrize(("kwargs", "message"), [pytest.param(k, m, id=i) for i, k, m in BAD])
 def test_bad_parameter_is_refused_at_parse_time(kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match="^TPUQueuedResourceOperator 't': .*" + re.escape(message)):
+    with pytest.raises(ValueError, match="^CreateTPUQueuedResourceOperator 't': .*" + re.escape(message)):
         make(**kwargs)
 
 
@@ -318,7 +321,7 @@ def test_templated_values_are_checked_after_rendering() -> None:
 
 
 def test_template_fields() -> None:
-    assert set(TPUQueuedResourceOperator.template_fields) >= {
+    assert set(CreateTPUQueuedResourceOperator.template_fields) >= {
         "project_id",
         "zone",
         "accelerator_type",
@@ -336,7 +339,7 @@ def test_template_fields() -> None:
 
 
 def test_operator_extra_links() -> None:
-    for cls in (TPUQueuedResourceOperator, DeleteTPUQueuedResourceOperator):
+    for cls in (CreateTPUQueuedResourceOperator, DeleteTPUQueuedResourceOperator):
         assert [type(link) for link in cls.operator_extra_links] == [TPUQueuedResourceLink]
 
 

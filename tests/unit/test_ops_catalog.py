@@ -194,3 +194,11 @@ def test_failover_machine_mismatch_is_refused(placement: Placement, message: str
     home = {"machine_type": "a3-highgpu-8g", "accelerator_type": "NVIDIA_H100_80GB", "accelerator_count": 8}
     with pytest.raises(ValueError, match=message):
         vertex_op(home, capacity_retry=1, failover=[placement])
+
+
+def test_worker_pool_fields_are_the_clients() -> None:
+    from google.cloud.aiplatform_v1 import WorkerPoolSpec
+
+    from airflow_provider_dws.operators.vertex_ai import WORKER_POOL_FIELDS
+
+    assert set(WorkerPoolSpec.meta.fields) == WORKER_POOL_FIELDS

@@ -21,8 +21,12 @@ class WorkloadFailedError(DwsError):
     """The capacity was obtained and the workload ran, but it failed."""
 
 
-class RequestCancelledError(DwsError):
-    """The request was cancelled (by a user, or outside Airflow) before it finished."""
+class RequestCancelledError(DwsError, AirflowFailException):
+    """The request was cancelled (by a user, or outside Airflow) before it finished.
+
+    The task fails without Airflow's own ``retries``: retrying would undo whoever cancelled it
+    (the provider's ``capacity_retry`` refuses to resubmit it for the same reason).
+    """
 
 
 class BadRequestError(DwsError, AirflowFailException):

@@ -6,9 +6,12 @@ import asyncio
 import importlib
 from collections.abc import AsyncIterable, Callable, Container, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
+
+if TYPE_CHECKING:
+    from airflow_provider_dws.scheduling.identity import RequestIdentity
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,13 @@ async def classify_listed(
 
 @runtime_checkable
 class AsyncRequestBackend(Protocol):
-    """The async surface a trigger needs: read a request's status, cancel it."""
+    """The async half of the backend contract, what a trigger and the shared poller need.
+
+    Errors are the provider's own (:mod:`airflow_provider_dws.errors`), never a client library's:
+    :class:`~airflow_provider_dws.errors.RequestNotFoundError`,
+    :class:`~airflow_provider_dws.errors.QuotaExceededError`,
+    :class:`~airflow_provider_dws.errors.TransientApiError`, ...
+    """
 
     kind: str
 
@@ -98,7 +107,7 @@ class AsyncRequestBackend(Protocol):
         ...
 
     async def aget_status(self, name: str) -> RequestStatus:
-        """Read one request with one call; every error (``NotFound`` included) propagates."""
+        """Read one request with one call (``RequestNotFoundError`` when gone); errors propagate."""
         ...
 
     async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
@@ -106,9 +115,57 @@ class AsyncRequestBackend(Protocol):
         paged list; errors propagate."""
         ...
 
-    async def acancel(self, name: str) -> None:
-        """Cancel or release one request; a request already ended or gone is not an error."""
+    async def arelease(self, name: str) -> bool:
+        """Cancel or delete one request so it holds no capacity; idempotent: one already ended,
+        gone, or being released is success. False when there was nothing left to release."""
         ...
+
+
+@runtime_checkable
+class RequestBackend(AsyncRequestBackend, Protocol):
+    """The whole backend contract: the sync half (operators, in a worker) and the async half.
+
+    Each call retries transient errors itself and raises only provider errors.
+    """
+
+    def find(self, identity: RequestIdentity) -> list[RequestStatus]:
+        """Every request (any attempt, any state) of this task instance in this location."""
+        ...
+
+    def submit(
+        self, request: Any, identity: RequestIdentity, request_id: str | None = None
+    ) -> tuple[RequestStatus, bool]:
+        """Create ``request`` (``request_id``: its id, for APIs where the caller names it), or
+        adopt the one an earlier, unanswered create made; returns it and whether this call created it."""
+        ...
+
+    def get_status(self, name: str) -> RequestStatus | None:
+        """Read one request, classified; ``None`` when it does not exist."""
+        ...
+
+    def release(self, name: str, *, wait: bool = False) -> bool:
+        """Sync :meth:`arelease`; ``wait``: until it no longer holds capacity."""
+        ...
+
+
+_B = TypeVar("_B")
+
+
+class BackendCache:
+    """The backends of one task, by class and constructor arguments: each (with its hook, its
+    connection lookup and its clients) is built once per task, not once per call."""
+
+    def __init__(self) -> None:
+        self._backends: dict[tuple[Any, ...], Any] = {}
+
+    def get(self, cls: type[_B], *args: Any, **kwargs: Any) -> _B:
+        """``cls(*args, **kwargs)``, built on first use."""
+        key = (cls, repr(args), repr(sorted(kwargs.items())))  # impersonation chains may be lists
+        try:
+            backend: _B = self._backends[key]
+        except KeyError:
+            backend = self._backends[key] = cls(*args, **kwargs)
+        return backend
 
 
 #: kind -> "module:Class". Adding a DWS API is one adapter plus one entry here.

@@ -2,34 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import re
 import time
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from datetime import datetime, timezone
-from typing import Any, cast
-
-import tenacity
-from google.api_core import exceptions as gexc
-from google.cloud.tpu_v2 import (
-    DeleteQueuedResourceRequest,
-    ListQueuedResourcesRequest,
-    Node,
-    QueuedResource,
-    QueuedResourceState,
-)
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow_provider_dws.backends.base import RequestStatus, classify_listed
-from airflow_provider_dws.backends.retry import operation_result, retry_kwargs
+from airflow_provider_dws.backends.google import GoogleBackend, translated
 from airflow_provider_dws.catalog import tpu_chips
+from airflow_provider_dws.errors import ConflictError, RequestAlreadyExistsError, RequestNotFoundError
 from airflow_provider_dws.hooks.tpu import DwsTpuAsyncHook, DwsTpuHook
-from airflow_provider_dws.scheduling.phases import RequestTimings, classify_tpu_queued_resource
+from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_KEY, RequestIdentity
+from airflow_provider_dws.scheduling.phases import TPU_QUEUED_RESOURCE_STATES, RequestTimings
+
+if TYPE_CHECKING:
+    from google.cloud.tpu_v2 import Node, QueuedResource
 
 log = logging.getLogger(__name__)
 
-_QR_NAME_RE = re.compile(
-    r"^projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)/queuedResources/(?P<qr_id>[^/]+)$"
-)
 _DELETE_TIMEOUT_SECONDS = 600.0
 #: Queued resources per list page (see the Vertex backend's LIST_PAGE_SIZE).
 LIST_PAGE_SIZE = 250
@@ -37,10 +29,12 @@ LIST_PAGE_SIZE = 250
 
 def parse_queued_resource_name(name: str) -> tuple[str, str, str]:
     """Split ``projects/P/locations/Z/queuedResources/ID`` into (project, zone, id)."""
-    match = _QR_NAME_RE.fullmatch(name)
-    if not match:
+    from google.cloud.tpu_v2 import TpuClient
+
+    parts = TpuClient.parse_queued_resource_path(name)
+    if not parts or any("/" in part for part in parts.values()):  # the parser's .+? spans slashes
         raise ValueError(f"not a Cloud TPU queued resource name: {name!r}")
-    return match["project"], match["zone"], match["qr_id"]
+    return parts["project"], parts["location"], parts["queued_resource"]
 
 
 def describe_queued_resource(qr: QueuedResource, zone: str) -> str:
@@ -61,25 +55,34 @@ def describe_queued_resource(qr: QueuedResource, zone: str) -> str:
     )
 
 
-def queued_resource_status(qr: QueuedResource) -> RequestStatus:
-    """Classify a ``QueuedResource`` into the shared vocabulary (pure: no API call).
+def _labels(qr: QueuedResource) -> Any:
+    return qr.tpu.node_spec[0].node.labels if qr.tpu.node_spec else {}
 
-    The API records no start time; ACTIVE is timed when it is first seen, so ``started`` is
-    accurate to one poll interval.
+
+def queued_resource_status(qr: QueuedResource, *, now: datetime | None = None) -> RequestStatus:
+    """Classify a ``QueuedResource`` into the shared vocabulary (no API call).
+
+    The API records no start time on the queued resource; ACTIVE is timed ``now`` (default: the
+    clock), accurate to one poll interval. :meth:`TpuQueuedResourceBackend.get_status` times it
+    by its nodes instead, which matters when a task finds a slice that has been ACTIVE for hours.
     """
+    from google.cloud.tpu_v2 import QueuedResource, QueuedResourceState
+
     _, zone, _ = parse_queued_resource_name(qr.name) if qr.name else ("", "", "")
     state = QueuedResourceState.State(qr.state.state).name
     error = qr.state.failed_data.error
-    outcome = classify_tpu_queued_resource(state, error_code=error.code, error_message=error.message)
+    outcome = TPU_QUEUED_RESOURCE_STATES.classify(state, error_code=error.code, error_message=error.message)
     submitted = cast("datetime | None", qr.create_time)
-    started = datetime.now(timezone.utc) if state == "ACTIVE" else None
-    finished = datetime.now(timezone.utc) if outcome.phase.terminal else None
+    now = now or datetime.now(timezone.utc)
+    started = now if state == "ACTIVE" else None
+    finished = now if outcome.phase.terminal else None
     policy = qr.queueing_policy
     valid_until = cast("Any", policy.valid_until_duration)
     if not valid_until and QueuedResource.QueueingPolicy.pb(policy).HasField("valid_interval"):
         # proto-plus leaves google.type.Interval as raw protobuf Timestamps.
         start, end = policy.valid_interval.start_time, policy.valid_interval.end_time
         valid_until = end.ToDatetime(timezone.utc) - start.ToDatetime(timezone.utc)
+    attempt = _labels(qr).get(LABEL_ATTEMPT, "")
     return RequestStatus(
         name=qr.name,
         state=state,
@@ -89,8 +92,19 @@ def queued_resource_status(qr: QueuedResource) -> RequestStatus:
         details={
             "zone": zone,
             "max_wait_seconds": valid_until.total_seconds() if valid_until else None,
+            "attempt": int(attempt) if attempt.isdigit() else 1,
         },
     )
+
+
+def started_by_nodes(status: RequestStatus, nodes: Sequence[Node]) -> RequestStatus:
+    """``status`` with ``started`` set to when its slice's first node was created (if known)."""
+    created = [cast("datetime | None", node.create_time) for node in nodes]
+    known = [when for when in created if when is not None]
+    if not known or status.timings.started is None:
+        return status
+    timings = dataclasses.replace(status.timings, started=min(known))
+    return dataclasses.replace(status, timings=timings)
 
 
 def node_names(qr: QueuedResource) -> list[str]:
@@ -107,6 +121,8 @@ def node_names(qr: QueuedResource) -> list[str]:
 
 def node_summary(node: Node) -> dict[str, Any]:
     """What a workload task needs of a node: name, state, type and IP addresses (JSON-friendly)."""
+    from google.cloud.tpu_v2 import Node
+
     return {
         "name": node.name,
         "node_id": node.name.rsplit("/", 1)[-1],
@@ -120,15 +136,19 @@ def node_summary(node: Node) -> dict[str, Any]:
     }
 
 
-class TpuQueuedResourceBackend:
+class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
     """Create, read, list and delete Cloud TPU queued resources through the google client library.
 
     Sync methods serve the operators (in a worker); ``a*`` methods serve the trigger. Every call
     retries transient errors; a create retried after an unknown outcome checks for the resource
-    first, and ALREADY_EXISTS means "reattach", never a second request.
+    first, and ALREADY_EXISTS means "reattach", never a second request. Releasing is deleting
+    (with the nodes): gone, or already being deleted, is success.
     """
 
     kind = "tpu_queued_resource"
+    location_key = "zone"
+    sync_hook_class = DwsTpuHook
+    async_hook_class = DwsTpuAsyncHook
 
     def __init__(
         self,
@@ -136,107 +156,131 @@ class TpuQueuedResourceBackend:
         zone: str,
         gcp_conn_id: str = "google_cloud_default",
         impersonation_chain: str | Sequence[str] | None = None,
+        rpc_timeout: float | None = None,
     ) -> None:
-        self.project_id = project_id
-        self.zone = zone
-        self.gcp_conn_id = gcp_conn_id
-        self.impersonation_chain = impersonation_chain
-        self._hook: DwsTpuHook | None = None
-        self._async_hook: DwsTpuAsyncHook | None = None
+        super().__init__(project_id, zone, gcp_conn_id, impersonation_chain, rpc_timeout)
 
     @property
-    def parent(self) -> str:
-        """``projects/P/locations/ZONE``."""
-        return f"projects/{self.project_id}/locations/{self.zone}"
+    def zone(self) -> str:
+        """The Cloud TPU zone."""
+        return self.location
 
     def name_of(self, queued_resource_id: str) -> str:
         """The full resource name of ``queued_resource_id`` in this zone."""
-        return f"{self.parent}/queuedResources/{queued_resource_id}"
+        from google.cloud.tpu_v2 import TpuClient
 
-    def spec(self) -> dict[str, Any]:
-        """Constructor arguments, to rebuild the backend in the triggerer."""
-        chain = self.impersonation_chain
-        return {
-            "project_id": self.project_id,
-            "zone": self.zone,
-            "gcp_conn_id": self.gcp_conn_id,
-            "impersonation_chain": list(chain) if isinstance(chain, (list, tuple)) else chain,
-        }
-
-    # -- sync (worker) -------------------------------------------------------------------------
-
-    @property
-    def hook(self) -> DwsTpuHook:
-        """The sync hook, created on first use."""
-        if self._hook is None:
-            self._hook = DwsTpuHook(
-                gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain
-            )
-        return self._hook
+        return TpuClient.queued_resource_path(self.project_id, self.zone, queued_resource_id)
 
     def _client(self) -> Any:
         return self.hook.get_tpu_client()
 
+    # -- sync (worker) -------------------------------------------------------------------------
+
     def get(self, name: str) -> QueuedResource | None:
         """Read one queued resource; ``None`` when it does not exist."""
-        for attempt in tenacity.Retrying(**retry_kwargs(f"get {name}")):
-            with attempt:
-                try:
-                    return self._client().get_queued_resource(name=name)
-                except gexc.NotFound:
-                    return None
-        raise AssertionError("unreachable")  # pragma: no cover
+        try:
+            return self._rpc(f"get {name}", self._client().get_queued_resource, name=name)
+        except RequestNotFoundError:
+            return None
 
-    def create(self, queued_resource_id: str, queued_resource: QueuedResource) -> tuple[QueuedResource, bool]:
-        """Create the queued resource, or adopt the existing one of the same id.
+    def get_status(self, name: str) -> RequestStatus | None:
+        """Read one queued resource, classified, an ACTIVE one timed by its nodes; ``None`` when gone."""
+        qr = self.get(name)
+        return None if qr is None else self._timed(qr)
 
-        Returns the resource and whether this call created it.
+    def _list(self, keep: Callable[[QueuedResource], bool]) -> list[RequestStatus]:
+        from google.cloud.tpu_v2 import ListQueuedResourcesRequest
+
+        request = ListQueuedResourcesRequest(parent=self.parent, page_size=LIST_PAGE_SIZE)
+
+        def list_all() -> list[QueuedResource]:
+            pager = self._client().list_queued_resources(request=request, timeout=self.rpc_timeout)
+            return [qr for qr in pager if keep(qr)]
+
+        return [self._timed(qr) for qr in self._call(f"list queued resources in {self.parent}", list_all)]
+
+    def _timed(self, qr: QueuedResource) -> RequestStatus:
+        status = queued_resource_status(qr)
+        if status.state != "ACTIVE":
+            return status
+        try:
+            return started_by_nodes(status, self.nodes(qr))
+        except RequestNotFoundError:  # a node deleted meanwhile: keep the time it was seen
+            return status
+
+    def find(self, identity: RequestIdentity) -> list[RequestStatus]:
+        """Every queued resource of this task instance in the zone (any id, any attempt: the
+        identity label on its nodes), with one zone list."""
+        return self._list(lambda qr: _labels(qr).get(LABEL_KEY) == identity.key)
+
+    def find_by_prefix(self, prefix: str) -> list[RequestStatus]:
+        """Every queued resource of the zone whose id starts with ``prefix``, with one zone list."""
+        return self._list(lambda qr: qr.name.rsplit("/", 1)[-1].startswith(prefix))
+
+    def submit(
+        self, request: QueuedResource, identity: RequestIdentity, request_id: str | None = None
+    ) -> tuple[RequestStatus, bool]:
+        """Create the queued resource ``request_id``, or adopt the existing one of that id.
+
+        Returns its status and whether this call created it.
         """
-        name = self.name_of(queued_resource_id)
-        first = True
-        for attempt in tenacity.Retrying(**retry_kwargs(f"create {name}")):
-            with attempt:
-                if not first:
-                    existing = self.get(name)
-                    if existing is not None:
-                        log.warning("An earlier create call did succeed: adopting %s", name)
-                        return existing, False
-                first = False
-                try:
-                    operation = self._client().create_queued_resource(
-                        parent=self.parent,
-                        queued_resource_id=queued_resource_id,
-                        queued_resource=queued_resource,
-                    )
-                except gexc.AlreadyExists:
-                    existing = self.get(name)
-                    if existing is None:
-                        raise
+        if not request_id:
+            raise ValueError("a Cloud TPU queued resource needs its id (request_id)")
+        name = self.name_of(request_id)
+        tries = 0
+
+        def create() -> tuple[RequestStatus, bool]:
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                existing = self.get_status(name)
+                if existing is not None:
+                    log.warning("An earlier create call did succeed: adopting %s", name)
                     return existing, False
-                operation_result(operation, f"create {name}", _DELETE_TIMEOUT_SECONDS, log)
-                created = self.get(name)
-                if created is None:
-                    raise gexc.NotFound(f"{name} vanished right after it was created")
-                return created, True
-        raise AssertionError("unreachable")  # pragma: no cover
+            operation = self._client().create_queued_resource(
+                parent=self.parent,
+                queued_resource_id=request_id,
+                queued_resource=request,
+                timeout=self.rpc_timeout,
+            )
+            return self._created(operation, name)
+
+        try:
+            return self._call(f"create {name}", create)
+        except RequestAlreadyExistsError:
+            existing = self.get_status(name)
+            if existing is None:
+                raise
+            return existing, False
+
+    def _created(self, operation: Any, name: str) -> tuple[RequestStatus, bool]:
+        self._operation_result(operation, f"create {name}", _DELETE_TIMEOUT_SECONDS)
+        created = self.get_status(name)
+        if created is None:
+            raise RequestNotFoundError(f"{name} vanished right after it was created")
+        return created, True
 
     def delete(self, name: str, *, force: bool = True, wait: bool = True) -> bool:
         """Delete a queued resource (``force`` also deletes its nodes) and, by default, wait until gone.
 
         Returns False when it was already gone. A delete refused because a delete is already in
-        progress is treated as in progress, not as an error.
+        progress (the resource is DELETING) is treated as in progress, not as an error.
         """
-        for attempt in tenacity.Retrying(**retry_kwargs(f"delete {name}")):
-            with attempt:
-                try:
-                    operation = self._client().delete_queued_resource(
-                        request=DeleteQueuedResourceRequest(name=name, force=force)
-                    )
-                except gexc.NotFound:
-                    return False
-                if wait:
-                    operation_result(operation, f"delete {name}", _DELETE_TIMEOUT_SECONDS, log)
+        from google.cloud.tpu_v2 import DeleteQueuedResourceRequest
+
+        request = DeleteQueuedResourceRequest(name=name, force=force)
+        try:
+            operation = self._rpc(f"delete {name}", self._client().delete_queued_resource, request=request)
+        except RequestNotFoundError:
+            return False
+        except ConflictError:
+            if not self._being_deleted(name):
+                raise
+            log.info("%s is already being deleted", name)
+            operation = None
         if wait:
+            if operation is not None:
+                self._operation_result(operation, f"delete {name}", _DELETE_TIMEOUT_SECONDS)
             deadline = time.monotonic() + _DELETE_TIMEOUT_SECONDS
             while self.get(name) is not None:
                 if time.monotonic() > deadline:
@@ -244,38 +288,26 @@ class TpuQueuedResourceBackend:
                 time.sleep(1.0)
         return True
 
-    def list_all(self) -> list[QueuedResource]:
-        """Every queued resource in the zone."""
-        for attempt in tenacity.Retrying(**retry_kwargs(f"list queued resources in {self.parent}")):
-            with attempt:
-                return list(self._client().list_queued_resources(parent=self.parent))
-        raise AssertionError("unreachable")  # pragma: no cover
+    def _being_deleted(self, name: str) -> bool:
+        """Whether ``name`` is DELETING, or already gone (a refused delete that raced another)."""
+        qr = self.get(name)
+        return qr is None or queued_resource_status(qr).state == "DELETING"
+
+    def release(self, name: str, *, wait: bool = False) -> bool:
+        """Give the slice back: delete the queued resource with its nodes; gone or DELETING is fine."""
+        return self.delete(name, force=True, wait=wait)
 
     def nodes(self, qr: QueuedResource) -> list[Node]:
         """The nodes of an ACTIVE queued resource."""
-        result = []
-        for node_name in node_names(qr):
-            for attempt in tenacity.Retrying(**retry_kwargs(f"get {node_name}")):
-                with attempt:
-                    result.append(self._client().get_node(name=node_name))
-        return result
+        client = self._client()
+        return [self._rpc(f"get {node}", client.get_node, name=node) for node in node_names(qr)]
 
     # -- async (triggerer) ---------------------------------------------------------------------
-
-    @property
-    def async_hook(self) -> DwsTpuAsyncHook:
-        """The async hook, created on first use."""
-        if self._async_hook is None:
-            self._async_hook = DwsTpuAsyncHook(
-                gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain
-            )
-        return self._async_hook
 
     async def aget_status(self, name: str) -> RequestStatus:
         """Read one queued resource, classified; one call, errors propagate (the poller retries)."""
         client = await self.async_hook.get_tpu_client()
-        qr = await client.get_queued_resource(name=name)
-        return queued_resource_status(qr)
+        return queued_resource_status(await self._arpc_once(client.get_queued_resource, name=name))
 
     async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
         """Every queued resource of the zone (``only``: just these names), classified; paged.
@@ -283,21 +315,51 @@ class TpuQueuedResourceBackend:
         The API offers no filter, so this is the whole zone, ended requests included until they
         are deleted. Errors propagate.
         """
-        client = await self.async_hook.get_tpu_client()
-        pager = await client.list_queued_resources(
-            request=ListQueuedResourcesRequest(parent=self.parent, page_size=LIST_PAGE_SIZE)
-        )
-        pages = (page.queued_resources async for page in pager.pages)
-        return await classify_listed(pages, only, queued_resource_status)
+        from google.cloud.tpu_v2 import ListQueuedResourcesRequest
 
-    async def acancel(self, name: str) -> None:
-        """Give the slice back: delete the queued resource and its nodes (``force``); gone is fine."""
-        async for attempt in tenacity.AsyncRetrying(**retry_kwargs(f"delete {name}")):
-            with attempt:
-                client = await self.async_hook.get_tpu_client()
-                try:
-                    await client.delete_queued_resource(
-                        request=DeleteQueuedResourceRequest(name=name, force=True)
-                    )
-                except gexc.NotFound:
-                    log.info("%s is already gone", name)
+        client = await self.async_hook.get_tpu_client()
+        request = ListQueuedResourcesRequest(parent=self.parent, page_size=LIST_PAGE_SIZE)
+        pager = await self._arpc_once(client.list_queued_resources, request=request)
+        with translated():  # later pages are fetched while iterating
+            pages = (page.queued_resources async for page in pager.pages)
+            return await classify_listed(pages, only, queued_resource_status)
+
+    async def aended(self, status: RequestStatus) -> RequestStatus:
+        """The status a trigger reports: an ACTIVE slice timed by when its nodes were created (a
+        triggerer that restarted, or a wait reattached late, first sees it ACTIVE long after)."""
+        if status.state != "ACTIVE":
+            return status
+        client = await self.async_hook.get_tpu_client()
+        try:
+            qr = await self._arpc_once(client.get_queued_resource, name=status.name)
+            nodes = [await self._arpc_once(client.get_node, name=node) for node in node_names(qr)]
+        except Exception as err:  # the time is a nicety: never lose the event over it
+            log.warning("Could not read the nodes of %s to time it (%s)", status.name, err)
+            return status
+        return started_by_nodes(status, nodes)
+
+    async def arelease(self, name: str) -> bool:
+        """Give the slice back: delete the queued resource and its nodes (``force``); gone or
+        already being deleted is fine (False when gone)."""
+        from google.cloud.tpu_v2 import DeleteQueuedResourceRequest
+
+        client = await self.async_hook.get_tpu_client()
+        request = DeleteQueuedResourceRequest(name=name, force=True)
+        try:
+            await self._acall(
+                f"delete {name}", client.delete_queued_resource, request=request, timeout=self.rpc_timeout
+            )
+        except RequestNotFoundError:
+            log.info("%s is already gone", name)
+            return False
+        except ConflictError:
+            try:
+                current = await self._acall(
+                    f"get {name}", client.get_queued_resource, name=name, timeout=self.rpc_timeout
+                )
+            except RequestNotFoundError:
+                return False
+            if queued_resource_status(current).state != "DELETING":
+                raise
+            log.info("%s is already being deleted", name)
+        return True

@@ -12,8 +12,10 @@ Life cycle (``QueuedResourceState.State``), driven by :meth:`EmulatorState.tick`
 * not ACTIVE by ``valid_until`` (including while PROVISIONING): FAILED with
   ``failed_data.error`` = RESOURCE_EXHAUSTED, capacity released.
 * delete (``force`` needed while nodes exist: ACTIVE, SUSPENDING, SUSPENDED): DELETING (USER),
-  capacity released and nodes DELETING at once; on the next tick the resource and its nodes are
-  gone and the delete operation is done.
+  capacity released and nodes DELETING at once; :attr:`TpuState.delete_seconds` later (default 0:
+  on the next tick; ``DWS_EMULATOR_TPU_DELETE_SECONDS``) the resource and its nodes are gone and
+  the delete operation is done. A second delete while DELETING is refused with
+  FAILED_PRECONDITION "already being deleted", as the real API answers.
 * preempt (control API, Spot only, ACTIVE only): SUSPENDING, nodes PREEMPTED and capacity
   released at once; SUSPENDED on the next tick.
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +56,8 @@ Initiator = cloud_tpu.QueuedResourceState.StateInitiator
 NodeState = cloud_tpu.Node.State
 
 PROVISION_SECONDS = 0.5
+#: Environment variable: how long a queued resource stays DELETING (seconds; default 0).
+DELETE_SECONDS_ENV = "DWS_EMULATOR_TPU_DELETE_SECONDS"
 FIRST_IP = ipaddress.IPv4Address("10.128.0.2")
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -85,6 +90,7 @@ class QueuedResourceRecord:
     provisioned_at: float | None = None  # when PROVISIONING ends
     nodes: list[str] = field(default_factory=list)  # node names, once ACTIVE
     deleted: bool = False
+    deleting_until: float | None = None  # when DELETING ends
 
     @property
     def state(self) -> int:
@@ -111,6 +117,8 @@ class TpuState:
         self._next_host = 0
         self._next_node_id = 1000
         self._pending: list[_TpuOperation] = []
+        #: How long DELETING lasts, in seconds of the emulator's clock (0: until the next tick).
+        self.delete_seconds = float(os.environ.get(DELETE_SECONDS_ENV, "0") or 0)
 
     # -- helpers ---------------------------------------------------------------------------
     def _set_state(
@@ -250,6 +258,8 @@ class TpuState:
                 elif until is not None and now >= until:
                     self._fail(rec, now, self._expiry_message(rec))
             elif state == QrState.DELETING:
+                if rec.deleting_until is not None and now < rec.deleting_until:
+                    continue
                 rec.deleted = True
                 for name in rec.nodes:
                     self.nodes.pop(name, None)
@@ -441,6 +451,7 @@ class TpuState:
             rec.enqueued = False
             rec.provisioned_at = None
             self._set_node_states(rec, NodeState.DELETING)
+            rec.deleting_until = now + self.delete_seconds
             self._set_state(rec, QrState.DELETING, now, Initiator.USER)
             return self._new_operation("delete", rec, now)
 

@@ -1,29 +1,37 @@
-"""Credentials and channels for Google Cloud APIs, with the local emulator switch.
+"""Credentials and clients for Google Cloud APIs, with the local emulator switch.
 
 Credentials come from the standard ``google_cloud_default`` connection through
-apache-airflow-providers-google's :class:`GoogleBaseHook` (key file, ADC, impersonation chain).
+apache-airflow-providers-google's :class:`GoogleBaseHook` (key file, ADC, impersonation chain),
+which :class:`DwsBaseHook` composes, lazily, only when it talks to Google Cloud.
 
 Emulator switch, following Google's ``*_EMULATOR_HOST`` convention: when the environment variable
 ``DWS_EMULATOR_HOST`` (``host:port``) or the connection extra ``dws_emulator_host`` is set, clients
 talk to that address over an insecure local channel with anonymous credentials. It is never
 implied: it has to be set explicitly, and every hook that uses it says so loudly in the task log.
+The decision is made before anything Google is built, and one factory,
+:func:`emulator_client`, makes the emulator's clients for every API, over gRPC or REST.
+
+Nothing here imports a Google library or ``airflow.providers.google`` at module level.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
-import logging
 import os
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
+from airflow.sdk import BaseHook
+
+if TYPE_CHECKING:
+    from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
 
 EMULATOR_HOST_ENV = "DWS_EMULATOR_HOST"
 EMULATOR_HOST_EXTRA = "dws_emulator_host"
-
-log = logging.getLogger(__name__)
+#: How a client library speaks to its API: gRPC (Vertex AI, Cloud TPU, Batch) or REST (Compute).
+Transport = Literal["grpc", "rest"]
+_ClientT = TypeVar("_ClientT")
 
 
 def check_emulator_host(value: str) -> str:
@@ -46,8 +54,29 @@ def check_emulator_host(value: str) -> str:
     return value.strip()
 
 
-class DwsBaseHook(GoogleBaseHook):
+def emulator_client(
+    client_class: type[_ClientT], host: str, *, transport: Transport = "grpc", asynchronous: bool = False
+) -> _ClientT:
+    """A generated Google client (``JobServiceClient``, ``TpuAsyncClient``, ...) that talks to the
+    emulator at ``host``: an insecure channel (gRPC) or plain HTTP (REST), anonymous credentials."""
+    transport_class: Any = client_class.get_transport_class(  # type: ignore[attr-defined]
+        "grpc_asyncio" if asynchronous and transport == "grpc" else transport
+    )
+    if transport == "grpc":
+        import grpc
+
+        channel = grpc.aio.insecure_channel(host) if asynchronous else grpc.insecure_channel(host)
+        return client_class(transport=transport_class(channel=channel))  # type: ignore[call-arg]
+    from google.auth.credentials import AnonymousCredentials
+
+    rest = transport_class(host=host, credentials=AnonymousCredentials(), url_scheme="http")
+    return client_class(transport=rest)  # type: ignore[call-arg]
+
+
+class DwsBaseHook(BaseHook):
     """Google Cloud credentials for DWS clients, or the local emulator when it is switched on.
+
+    With the environment variable set, no connection is needed at all (a missing one is fine).
 
     :param gcp_conn_id: the Airflow connection with Google Cloud credentials.
     :param impersonation_chain: a service account (or chain) to impersonate.
@@ -61,42 +90,83 @@ class DwsBaseHook(GoogleBaseHook):
         impersonation_chain: str | Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
+        super().__init__(**kwargs)
+        self.gcp_conn_id = gcp_conn_id
+        self.impersonation_chain = impersonation_chain
+        self._google: GoogleBaseHook | None = None
+        self._extras: dict[str, Any] | None = None
         env_host = os.environ.get(EMULATOR_HOST_ENV, "").strip()
-        try:
-            super().__init__(gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain, **kwargs)
-        except Exception:
-            # With the emulator switched on by the environment, a missing connection is fine: no
-            # credentials are needed. Without it, the missing connection is the user's error.
-            if not env_host:
-                raise
-            self.gcp_conn_id = gcp_conn_id
-            self.impersonation_chain = impersonation_chain
-            self.quota_project_id = None
-            self.extras = {}
-            self._cached_credentials = None
-            self._cached_project_id = None
-        extra_host = self._get_field(EMULATOR_HOST_EXTRA, None)
         if env_host:
             self.emulator_host: str | None = check_emulator_host(env_host)
-            self._emulator_source = f"environment variable {EMULATOR_HOST_ENV}"
-        elif extra_host:
-            self.emulator_host = check_emulator_host(str(extra_host))
-            self._emulator_source = f"extra {EMULATOR_HOST_EXTRA!r} of connection {gcp_conn_id!r}"
+            source = f"environment variable {EMULATOR_HOST_ENV}"
         else:
-            self.emulator_host = None
-            self._emulator_source = ""
+            extra = self._extra(EMULATOR_HOST_EXTRA)
+            self.emulator_host = check_emulator_host(str(extra)) if extra else None
+            source = f"extra {EMULATOR_HOST_EXTRA!r} of connection {gcp_conn_id!r}"
         if self.emulator_host:
             self.log.warning(
                 "DWS EMULATOR MODE: talking to the local dws-emulator at %s over an insecure channel "
                 "with anonymous credentials (set by %s). No request reaches Google Cloud.",
                 self.emulator_host,
-                self._emulator_source,
+                source,
             )
 
+    def _extra(self, name: str) -> Any:
+        """A connection extra, plain or with the Google provider's ``extra__google_cloud_platform__`` prefix."""
+        if self._extras is None:
+            self._extras = dict(self.get_connection(self.gcp_conn_id).extra_dejson)
+        value = self._extras.get(name)
+        return value if value not in (None, "") else self._extras.get(f"extra__google_cloud_platform__{name}")
+
     @property
-    def uses_emulator(self) -> bool:
-        """True when clients talk to the local emulator instead of Google Cloud."""
-        return self.emulator_host is not None
+    def google_hook(self) -> GoogleBaseHook:
+        """The providers-google hook behind the credentials (real Google Cloud only), built once."""
+        if self.emulator_host:
+            raise RuntimeError("the DWS emulator needs no Google credentials")
+        if self._google is None:
+            from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
+
+            self._google = GoogleBaseHook(
+                gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain
+            )
+        return self._google
+
+    @property
+    def project_id(self) -> str | None:
+        """The connection's project (emulator mode: its ``project`` extra, if there is a connection)."""
+        if not self.emulator_host:
+            return self.google_hook.project_id
+        try:
+            return self._extra("project") or None
+        except Exception:  # no connection: fine in emulator mode, the operator names the project
+            return None
+
+    def get_credentials(self) -> Any:
+        """Google credentials for a client (may block: call it in a thread from an event loop)."""
+        return self.google_hook.get_credentials()
+
+    def client(
+        self,
+        client_class: type[_ClientT],
+        *,
+        api_endpoint: str | None = None,
+        credentials: Any = None,
+        transport: Transport = "grpc",
+        asynchronous: bool = False,
+    ) -> _ClientT:
+        """A client of ``client_class`` for Google Cloud (``api_endpoint``: a regional endpoint) or,
+        in emulator mode, for the emulator. ``credentials`` default to :meth:`get_credentials`."""
+        if self.emulator_host:
+            return emulator_client(
+                client_class, self.emulator_host, transport=transport, asynchronous=asynchronous
+            )
+        from airflow.providers.google.common.consts import CLIENT_INFO
+
+        return client_class(  # type: ignore[call-arg]
+            credentials=credentials if credentials is not None else self.get_credentials(),
+            client_info=CLIENT_INFO,
+            client_options=self.google_hook.get_client_options(api_endpoint_override=api_endpoint),
+        )
 
 
 SyncHookT = TypeVar("SyncHookT", bound=DwsBaseHook)
@@ -125,7 +195,7 @@ class DwsAsyncHookBase(Generic[SyncHookT, ClientT]):
         self._lock = asyncio.Lock()
 
     async def get_sync_hook(self) -> SyncHookT:
-        """The sync hook (connection and credentials), built in a thread."""
+        """The sync hook (connection and emulator switch), built in a thread."""
         if self._sync_hook is None:
             self._sync_hook = await asyncio.to_thread(
                 self.sync_hook_class,

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-import grpc
-from airflow.providers.google.common.consts import CLIENT_INFO
-from google.cloud.tpu_v2 import TpuAsyncClient, TpuClient
-from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcAsyncIOTransport, TpuGrpcTransport
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws.hooks.base import DwsAsyncHookBase, DwsBaseHook
+
+if TYPE_CHECKING:
+    from google.cloud.tpu_v2 import TpuAsyncClient, TpuClient
 
 
 class DwsTpuHook(DwsBaseHook):
@@ -28,19 +26,13 @@ class DwsTpuHook(DwsBaseHook):
     def get_tpu_client(self) -> TpuClient:
         """A ``TpuClient`` (or one for the emulator when it is switched on), built once."""
         if self._client is None:
-            if self.emulator_host:
-                channel = grpc.insecure_channel(self.emulator_host)
-                self._client = TpuClient(transport=TpuGrpcTransport(channel=channel))
-            else:
-                self._client = TpuClient(
-                    credentials=self.get_credentials(),
-                    client_info=CLIENT_INFO,
-                    client_options=self.get_client_options(),
-                )
+            from google.cloud.tpu_v2 import TpuClient
+
+            self._client = self.client(TpuClient)
         return self._client
 
 
-class DwsTpuAsyncHook(DwsAsyncHookBase[DwsTpuHook, TpuAsyncClient]):
+class DwsTpuAsyncHook(DwsAsyncHookBase[DwsTpuHook, "TpuAsyncClient"]):
     """Asynchronous ``TpuAsyncClient`` factory for triggers (see :class:`DwsAsyncHookBase`)."""
 
     sync_hook_class = DwsTpuHook
@@ -50,9 +42,6 @@ class DwsTpuAsyncHook(DwsAsyncHookBase[DwsTpuHook, TpuAsyncClient]):
         return await self.get_client("global")
 
     def _build(self, hook: DwsTpuHook, key: str, credentials: Any) -> TpuAsyncClient:
-        if hook.emulator_host:
-            channel = grpc.aio.insecure_channel(hook.emulator_host)
-            return TpuAsyncClient(transport=TpuGrpcAsyncIOTransport(channel=channel))
-        return TpuAsyncClient(
-            credentials=credentials, client_info=CLIENT_INFO, client_options=hook.get_client_options()
-        )
+        from google.cloud.tpu_v2 import TpuAsyncClient
+
+        return hook.client(TpuAsyncClient, credentials=credentials, asynchronous=True)

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-import grpc
-from airflow.providers.google.common.consts import CLIENT_INFO
-from google.cloud.aiplatform_v1 import JobServiceAsyncClient, JobServiceClient
-from google.cloud.aiplatform_v1.services.job_service.transports import (
-    JobServiceGrpcAsyncIOTransport,
-    JobServiceGrpcTransport,
-)
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws.hooks.base import DwsAsyncHookBase, DwsBaseHook
+
+if TYPE_CHECKING:
+    from google.cloud.aiplatform_v1 import JobServiceAsyncClient, JobServiceClient
 
 
 def vertex_api_endpoint(region: str) -> str:
@@ -41,20 +36,14 @@ class DwsVertexAIHook(DwsBaseHook):
         """A ``JobServiceClient`` for ``region`` (or for the emulator when it is switched on)."""
         client = self._clients.get(region)
         if client is None:
-            if self.emulator_host:
-                transport = JobServiceGrpcTransport(channel=grpc.insecure_channel(self.emulator_host))
-                client = JobServiceClient(transport=transport)
-            else:
-                client = JobServiceClient(
-                    credentials=self.get_credentials(),
-                    client_info=CLIENT_INFO,
-                    client_options=self.get_client_options(api_endpoint_override=vertex_api_endpoint(region)),
-                )
+            from google.cloud.aiplatform_v1 import JobServiceClient
+
+            client = self.client(JobServiceClient, api_endpoint=vertex_api_endpoint(region))
             self._clients[region] = client
         return client
 
 
-class DwsVertexAIAsyncHook(DwsAsyncHookBase[DwsVertexAIHook, JobServiceAsyncClient]):
+class DwsVertexAIAsyncHook(DwsAsyncHookBase[DwsVertexAIHook, "JobServiceAsyncClient"]):
     """Asynchronous ``JobServiceAsyncClient`` factory for triggers (see :class:`DwsAsyncHookBase`)."""
 
     sync_hook_class = DwsVertexAIHook
@@ -64,11 +53,11 @@ class DwsVertexAIAsyncHook(DwsAsyncHookBase[DwsVertexAIHook, JobServiceAsyncClie
         return await self.get_client(region)
 
     def _build(self, hook: DwsVertexAIHook, key: str, credentials: Any) -> JobServiceAsyncClient:
-        if hook.emulator_host:
-            channel = grpc.aio.insecure_channel(hook.emulator_host)
-            return JobServiceAsyncClient(transport=JobServiceGrpcAsyncIOTransport(channel=channel))
-        return JobServiceAsyncClient(
+        from google.cloud.aiplatform_v1 import JobServiceAsyncClient
+
+        return hook.client(
+            JobServiceAsyncClient,
+            api_endpoint=vertex_api_endpoint(key),
             credentials=credentials,
-            client_info=CLIENT_INFO,
-            client_options=hook.get_client_options(api_endpoint_override=vertex_api_endpoint(key)),
+            asynchronous=True,
         )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.scheduling.identity import (
     RESERVED_LABEL_KEYS,
     RequestIdentity,
@@ -40,23 +41,8 @@ def has_template(value: Any) -> bool:
     return False
 
 
-def api_refused_errors() -> tuple[type[Exception], ...]:
-    """What a backend raises when the API refuses a request (invalid, not allowed, wrong state).
-
-    A function, used as ``except api_refused_errors():``, so the classes are imported only when
-    something is raised, never when a DAG file is parsed.
-    """
-    from google.api_core import exceptions as gexc  # until every backend raises errors.* alone
-
-    from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
-
-    return (
-        InvalidRequestError,
-        PermissionDeniedApiError,
-        gexc.InvalidArgument,
-        gexc.FailedPrecondition,
-        gexc.PermissionDenied,
-    )
+#: What a backend raises when the API refuses a request (invalid, not allowed, wrong state).
+API_REFUSED = (InvalidRequestError, PermissionDeniedApiError)
 
 
 class DwsBaseOperator(BaseOperator):

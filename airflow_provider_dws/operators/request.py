@@ -148,6 +148,9 @@ class DwsRequestOperator(DwsBaseOperator):
         """A live or succeeded request of any attempt of this task instance, to adopt."""
         raise NotImplementedError
 
+    def delete_ended(self) -> None:
+        """Garbage-collect what the last :meth:`find_existing` found ended (default: nothing)."""
+
     def submit_attempt(
         self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
     ) -> RequestStatus:
@@ -212,6 +215,7 @@ class DwsRequestOperator(DwsBaseOperator):
         identity = self.identity(context)
         abandoned = self.abandoned_request(context)
         found = self.find_existing(context, identity)
+        self.delete_ended()
         if found is not None and found[0].name == abandoned:
             found = None
         if found is not None:

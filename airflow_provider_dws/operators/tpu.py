@@ -19,7 +19,7 @@ from airflow_provider_dws.exceptions import (
     RequestCancelledError,
 )
 from airflow_provider_dws.links.tpu import TPUQueuedResourceLink
-from airflow_provider_dws.operators.base import DwsBaseOperator, api_refused_errors, has_template
+from airflow_provider_dws.operators.base import API_REFUSED, DwsBaseOperator, has_template
 from airflow_provider_dws.operators.request import DwsRequestOperator
 from airflow_provider_dws.scheduling.budget import DEFAULT_MAX_WAIT, MAX_WAIT_LIMIT, check_duration
 from airflow_provider_dws.scheduling.identity import (
@@ -74,11 +74,6 @@ def _by_zone(placements: Sequence[Placement]) -> list[Placement]:
     for placement in placements:
         zones.setdefault(placement.location, placement)
     return list(zones.values())
-
-
-def submissions_of(backend: TpuQueuedResourceBackend, base: str) -> list[QueuedResource]:
-    """Every queued resource of the backend's zone whose id is a submission of ``base`` (one list)."""
-    return [qr for qr in backend.list_all() if is_attempt_of(qr.name.rsplit("/", 1)[-1], base)]
 
 
 def _check_zone(op: DwsBaseOperator, zone: Any) -> None:
@@ -354,8 +349,15 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
     # -- execution: the steps of the attempt loop ------------------------------------------------
 
     def _backend(self, zone: str | None = None) -> TpuQueuedResourceBackend:
-        return _backends().TpuQueuedResourceBackend(
-            self.resolve_project(), zone or self.zone, self.gcp_conn_id, self.impersonation_chain
+        from airflow_provider_dws.backends.base import BackendCache
+
+        cache: BackendCache = self.__dict__.setdefault("_dws_backends", BackendCache())
+        return cache.get(
+            _backends().TpuQueuedResourceBackend,
+            self.resolve_project(),
+            zone or self.zone,
+            self.gcp_conn_id,
+            self.impersonation_chain,
         )
 
     def queued_resource_base(self, identity: RequestIdentity) -> str:
@@ -391,29 +393,46 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
     def find_existing(
         self, context: Context, identity: RequestIdentity
     ) -> tuple[RequestStatus, Placement, int] | None:
-        """The newest live or ACTIVE queued resource of any try and attempt; ended ones are deleted.
+        """The newest live or ACTIVE queued resource of any try and attempt of this task instance.
 
-        One list per zone the task may have used finds every submission of this task instance by
-        its name (:func:`~airflow_provider_dws.scheduling.identity.is_attempt_of`).
+        One list per zone the task may have used finds every submission (by the identity label on
+        its nodes); the ones found ended are deleted by :meth:`delete_ended`, not here.
         """
-        base = self.queued_resource_base(identity)
         found: tuple[tuple[int, int], RequestStatus, Placement, TpuQueuedResourceBackend] | None = None
-        for placement in _by_zone(self.placements()):
-            backend = self._backend(placement.location)
-            for qr in submissions_of(backend, base):
-                status = _backends().queued_resource_status(qr)
-                parsed = parse_attempt_name(qr.name.rsplit("/", 1)[-1])
-                order = (parsed[1], parsed[2]) if parsed else (0, 0)
-                if not status.phase.live:
-                    self.log.warning("An earlier request %s ended %s; deleting it", qr.name, status.state)
-                    backend.delete(qr.name, force=True)
-                elif found is None or order > found[0]:
-                    found = (order, status, placement, backend)
+        self._ended = []
+        for placement, backend, status in self._submissions(identity):
+            if not status.phase.live:
+                self._ended.append((backend, status))
+                continue
+            parsed = parse_attempt_name(status.name.rsplit("/", 1)[-1])
+            order = (parsed[1], parsed[2]) if parsed else (0, int(status.details.get("attempt") or 1))
+            if found is None or order > found[0]:
+                found = (order, status, placement, backend)
         if found is None:
             return None
         (_, attempt), status, placement, backend = found
         self._remember(context, backend, status.name)
         return status, placement, max(attempt, 1)
+
+    def _submissions(
+        self, identity: RequestIdentity
+    ) -> list[tuple[Placement, TpuQueuedResourceBackend, RequestStatus]]:
+        return [
+            (placement, backend, status)
+            for placement in _by_zone(self.placements())
+            for backend in [self._backend(placement.location)]
+            for status in backend.find(identity)
+        ]
+
+    _ended: list[tuple[TpuQueuedResourceBackend, RequestStatus]] = []
+
+    def delete_ended(self) -> None:
+        """Delete the ended queued resources the last :meth:`find_existing` saw (FAILED, SUSPENDED):
+        an ended request holds nothing, but it stays listed until deleted."""
+        for backend, status in self._ended:
+            self.log.warning("An earlier request %s ended %s; deleting it", status.name, status.state)
+            backend.release(status.name)
+        self._ended = []
 
     def _remember(self, context: Context, backend: TpuQueuedResourceBackend, name: str) -> None:
         context["ti"].xcom_push(key="queued_resource_name", value=name)
@@ -429,28 +448,28 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
         backend = self._backend(placement.location)
         qr_id = self.queued_resource_id_for(identity)
         name = backend.name_of(qr_id)
-        existing = backend.get(name)
-        if existing is not None and _backends().queued_resource_status(existing).phase.terminal:
+        existing = backend.get_status(name)
+        if existing is not None and existing.phase.terminal:
             self.log.warning("An earlier request %s ended; deleting it before asking again", name)
-            backend.delete(name, force=True)
+            backend.release(name, wait=True)
         request = self.build_queued_resource(identity.labels(), backend.parent, qr_id, placement, max_wait)
         try:
-            qr, created = backend.create(qr_id, request)
-        except api_refused_errors() as err:
-            raise BadRequestError(f"Cloud TPU refused the queued resource {name}: {err}") from None
+            status, created = backend.submit(request, identity, qr_id)
+        except API_REFUSED as err:
+            raise BadRequestError(f"Cloud TPU refused the queued resource {name}: {err.message}") from None
         tier = placement.tier or ("spot" if self.spot else "guaranteed" if self.guaranteed else "on-demand")
         self.log.info(
             "%s queued resource %s (attempt %d): %s, %s tier, may wait up to %s for capacity%s",
             "Created" if created else "Adopted",
             name,
             identity.attempt,
-            _backends().queued_resource_status(qr).description,
+            status.description,
             tier,
             max_wait,
             f" after a delay of {self.valid_after}" if self.valid_after else "",
         )
         self._remember(context, backend, name)
-        return _backends().queued_resource_status(qr)
+        return status
 
     def make_trigger(
         self,
@@ -479,7 +498,7 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
 
     def cancel_request(self, name: str) -> None:
         """Delete the queued resource (and any nodes) and wait until it is gone."""
-        self._backend(_zone_of(name)).delete(name, force=True, wait=True)
+        self._backend(_zone_of(name)).release(name, wait=True)
 
     def is_done(self, status: RequestStatus) -> bool:
         """The wait ends when the slice is ACTIVE, or when the request ends without it."""
@@ -543,7 +562,7 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
     def release_failed(self, status: RequestStatus, placement: Placement) -> None:
         """Ended without (or after losing) capacity: delete it, so not even a FAILED record stays."""
         self.log.info("Deleting %s (%s) so nothing is left behind", status.name, status.state)
-        self._backend(_zone_of(status.name)).delete(status.name, force=True)
+        self._backend(_zone_of(status.name)).release(status.name)
 
     def error_for(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
         """The classified exception for a request that ended without success."""
@@ -650,76 +669,81 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
         task = dag.get_task(self.setup_task_id)
         return task if isinstance(task, CreateTPUQueuedResourceOperator) else None
 
-    def _targets(self, context: Context) -> tuple[str, list[str], list[str]]:
-        """The base id to release, the zones to search, and names released whatever they are."""
+    def _targets(self, context: Context) -> tuple[RequestIdentity | None, str | None, list[str], list[str]]:
+        """Whose submissions to release (the setup's identity, or a base id), where, and names
+        released whatever they are."""
         zones = [self.zone, *self.failover_zones]
-        exact: list[str] = []
         if self.queued_resource_id:
-            return self.queued_resource_id, zones, exact
+            return None, self.queued_resource_id, zones, []
         setup = self._setup()
-        base = None
         if setup is not None:
-            home, custom = (
-                setup.render_template(value, context) if has_template(value) else value
-                for value in (setup.zone, setup.queued_resource_id)
-            )
+            home = setup.render_template(setup.zone, context) if has_template(setup.zone) else setup.zone
             zones += [str(home), *(p.location for p in (setup.failover.placements if setup.failover else ()))]
-            base = custom or None
         else:
             self.log.warning(
-                "Task %r is not a CreateTPUQueuedResourceOperator of this DAG: releasing its derived ids in %s",
+                "Task %r is not a CreateTPUQueuedResourceOperator of this DAG: searching %s only",
                 self.setup_task_id,
                 ", ".join(zones),
             )
+        exact: list[str] = []
         # The setup pushes the name of the submission it waits on; it may be in any zone.
         pushed = context["ti"].xcom_pull(task_ids=self.setup_task_id, key="queued_resource_name")
         if isinstance(pushed, str) and pushed:
             exact.append(pushed)
             zones.append(_zone_of(pushed))
-        identity = self.identity(context, task_id=self.setup_task_id)
-        return base or identity.queued_resource_base(), zones, exact
+        return self.identity(context, task_id=self.setup_task_id), None, zones, exact
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Delete every submission of the setup, in every zone it may have used, and wait until gone."""
         self._check(rendered=True)
-        base, zones, exact = self._targets(context)
+        identity, base, zones, exact = self._targets(context)
         project = self.resolve_project()
         released: list[str] = []
+        states: list[str] = []
         for zone in dict.fromkeys(zones):
             backend = _backends().TpuQueuedResourceBackend(
                 project, zone, self.gcp_conn_id, self.impersonation_chain
             )
-            names = {qr.name: qr for qr in backend.list_all()}
-            targets = [
-                qr
-                for name, qr in names.items()
-                if name in exact
-                or name == backend.name_of(base)
-                or is_attempt_of(name.rsplit("/", 1)[-1], base)
-            ]
-            for qr in targets:
-                released.append(self._release(context, backend, qr))
+            if identity is not None:
+                # Every submission of the setup's task instance carries its identity label.
+                found = backend.find(identity)
+            else:
+                assert base is not None
+                found = [
+                    status
+                    for status in backend.find_by_prefix(base)
+                    if status.name == backend.name_of(base)
+                    or is_attempt_of(status.name.rsplit("/", 1)[-1], base)
+                ]
+            names = {status.name for status in found}
+            for name in exact:
+                if name not in names and name.startswith(backend.parent + "/"):
+                    status = backend.get_status(name)
+                    found += [status] if status is not None else []
+            for status in found:
+                released.append(self._release(context, backend, status))
+                states.append(status.state)
         if not released:
             self.log.info(
-                "No queued resource of %r in %s (never created, or already released): nothing to do",
-                base,
+                "No queued resource of %s in %s (never created, or already released): nothing to do",
+                f"task {self.setup_task_id!r}" if identity is not None else repr(base),
                 ", ".join(dict.fromkeys(zones)),
             )
         return {
             "queued_resource": released[0] if released else None,
             "released": released,
             "deleted": bool(released),
+            "state_before": states[0] if states else None,
         }
 
-    def _release(self, context: Context, backend: TpuQueuedResourceBackend, qr: QueuedResource) -> str:
-        name = qr.name
+    def _release(self, context: Context, backend: TpuQueuedResourceBackend, status: RequestStatus) -> str:
+        name = status.name
         TPUQueuedResourceLink.persist(context, backend.project_id, backend.zone, name.rsplit("/", 1)[-1])
-        state = _backends().queued_resource_status(qr).state
-        self.log.info("Releasing %s (%s)%s", name, state, " with its nodes" if self.force else "")
+        self.log.info("Releasing %s (%s)%s", name, status.state, " with its nodes" if self.force else "")
         try:
             backend.delete(name, force=self.force)
-        except api_refused_errors() as err:
-            raise BadRequestError(f"Cloud TPU refused to delete {name}: {err}") from None
+        except API_REFUSED as err:
+            raise BadRequestError(f"Cloud TPU refused to delete {name}: {err.message}") from None
         self.log.info("%s is gone; the slice is no longer billed", name)
         return name
 

@@ -6,12 +6,13 @@ import re
 import warnings
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.base import RequestStatus
+from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
     CapacityNotObtainedError,
@@ -19,7 +20,7 @@ from airflow_provider_dws.exceptions import (
     WorkloadFailedError,
 )
 from airflow_provider_dws.links.vertex_ai import VertexAIFlexStartJobLink
-from airflow_provider_dws.operators.base import api_refused_errors, has_template
+from airflow_provider_dws.operators.base import has_template
 from airflow_provider_dws.operators.request import DwsRequestOperator
 from airflow_provider_dws.scheduling.budget import (
     DEFAULT_MAX_RUN,
@@ -27,7 +28,6 @@ from airflow_provider_dws.scheduling.budget import (
     WaitBudget,
 )
 from airflow_provider_dws.scheduling.identity import (
-    LABEL_ATTEMPT,
     RequestIdentity,
 )
 from airflow_provider_dws.scheduling.phases import FailureKind
@@ -463,8 +463,15 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
     # -- execution: the steps of the attempt loop ------------------------------------------------
 
     def _backend(self, region: str | None = None) -> VertexCustomJobBackend:
-        return _backends().VertexCustomJobBackend(
-            self.resolve_project(), region or self.region, self.gcp_conn_id, self.impersonation_chain
+        from airflow_provider_dws.backends.base import BackendCache
+
+        cache: BackendCache = self.__dict__.setdefault("_dws_backends", BackendCache())
+        return cache.get(
+            _backends().VertexCustomJobBackend,
+            self.resolve_project(),
+            region or self.region,
+            self.gcp_conn_id,
+            self.impersonation_chain,
         )
 
     def check_placement(self, placement: Placement) -> None:
@@ -510,24 +517,21 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         regions: dict[str, Placement] = {}
         for placement in self.placements():
             regions.setdefault(placement.location, placement)
-        jobs: dict[str, CustomJob] = {}
+        jobs: dict[str, RequestStatus] = {}
         for region in regions:
             jobs.update({job.name: job for job in self._backend(region).find(identity)})
-        candidates = [
-            Candidate(name, _backends().job_status(job).phase, cast("datetime | None", job.create_time))
-            for name, job in jobs.items()
-        ]
+        candidates = [Candidate(name, job.phase, job.timings.submitted) for name, job in jobs.items()]
         decision = choose_existing(candidates)
         self.log.info("Identity %s: %s", identity.key, decision.reason)
         if decision.name is None:
             return None
         job = jobs[decision.name]
         region, _ = _backends().parse_job_name(job.name)
-        attempt = int(job.labels.get(LABEL_ATTEMPT, "1") or 1)
+        attempt = int(job.details.get("attempt") or 1)
         self._remember(context, job)
-        return _backends().job_status(job), regions.get(region, Placement(location=region)), attempt
+        return job, regions.get(region, Placement(location=region)), attempt
 
-    def _remember(self, context: Context, job: CustomJob) -> None:
+    def _remember(self, context: Context, job: RequestStatus) -> None:
         region, job_id = _backends().parse_job_name(job.name)
         context["ti"].xcom_push(key="job_name", value=job.name)
         url = VertexAIFlexStartJobLink.persist(context, self.resolve_project(), region, job_id)
@@ -540,19 +544,21 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         backend = self._backend(placement.location)
         try:
             job, created = backend.submit(self.build_custom_job(identity, placement, max_wait), identity)
-        except api_refused_errors() as err:
-            raise BadRequestError(f"Vertex AI refused the job: {err}") from None
+        except PermissionDeniedApiError as err:
+            raise BadRequestError(f"permission denied creating the job: {err.message}") from None
+        except InvalidRequestError as err:
+            raise BadRequestError(f"Vertex AI refused the job: {err.message}") from None
         self.log.info(
             "%s Flex Start job %s (attempt %d, %s); it may wait up to %s for capacity and run up to %s",
             "Submitted" if created else "Adopted",
             job.name,
             identity.attempt,
-            _backends().job_status(job).description,
+            job.description,
             max_wait,
             self.max_run,
         )
         self._remember(context, job)
-        return _backends().job_status(job)
+        return job
 
     def make_trigger(
         self,
@@ -581,7 +587,7 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
     def cancel_request(self, name: str) -> None:
         """Cancel the job (it ends CANCELLED; an ended one is left as it is)."""
         region, _ = _backends().parse_job_name(name)
-        self._backend(region).cancel(name)
+        self._backend(region).release(name)
 
     def execute(self, context: Context) -> Any:
         """Find or submit the job, then wait for it (deferred by default)."""

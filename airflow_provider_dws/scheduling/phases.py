@@ -14,6 +14,7 @@ Each API contributes one table from its own state names to :class:`Phase` (below
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -184,6 +185,42 @@ def classify_tpu_queued_resource(state_name: str, *, error_code: int = 0, error_
 
 
 @dataclass(frozen=True)
+class StateTable:
+    """One API's states: their phases, and how a state (with what else is known) is classified.
+
+    Everything a backend needs about states comes from here: which states are live (listed and
+    followed by the shared poller), and the :class:`Outcome` of a state. A state missing from
+    :attr:`phases` (added to the API after this release) is :attr:`unknown`, WAITING by default, so
+    the request keeps being watched rather than abandoned while it may hold capacity.
+    """
+
+    api: str
+    phases: Mapping[str, Phase]
+    classifier: Callable[..., Outcome]
+    unknown: Phase = Phase.WAITING
+
+    def phase(self, state: str) -> Phase:
+        """The phase of ``state`` alone (before refinement by :meth:`classify`)."""
+        return self.phases.get(state, self.unknown)
+
+    def live_states(self) -> tuple[str, ...]:
+        """Every state in which a request waits for, or may hold, capacity (table order)."""
+        return tuple(state for state, phase in self.phases.items() if phase.live)
+
+    def classify(self, state: str, **facts: Any) -> Outcome:
+        """The outcome of ``state``; ``facts`` are the API's own (started, error code and message)."""
+        return self.classifier(state, **facts)
+
+
+#: Vertex AI custom jobs (``JobState``); facts: ``started``, ``error_code``, ``error_message``.
+VERTEX_JOB_STATES = StateTable("vertex_custom_job", VERTEX_JOB_STATE_PHASES, classify_vertex_job)
+#: Cloud TPU queued resources (``QueuedResourceState.State``); facts: ``error_code``, ``error_message``.
+TPU_QUEUED_RESOURCE_STATES = StateTable(
+    "tpu_queued_resource", TPU_QUEUED_RESOURCE_STATE_PHASES, classify_tpu_queued_resource
+)
+
+
+@dataclass(frozen=True)
 class RequestTimings:
     """When a request was submitted, obtained its capacity and finished (UTC, any may be unknown)."""
 
@@ -231,12 +268,15 @@ class RequestTimings:
 
 
 __all__ = [
+    "TPU_QUEUED_RESOURCE_STATES",
     "TPU_QUEUED_RESOURCE_STATE_PHASES",
+    "VERTEX_JOB_STATES",
     "VERTEX_JOB_STATE_PHASES",
     "FailureKind",
     "Outcome",
     "Phase",
     "RequestTimings",
+    "StateTable",
     "classify_tpu_queued_resource",
     "classify_vertex_job",
     "tpu_phase",

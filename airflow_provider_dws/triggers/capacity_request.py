@@ -8,9 +8,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
-from google.api_core import exceptions as gexc
 
 from airflow_provider_dws.backends.base import BACKENDS, AsyncRequestBackend, RequestStatus, backend_from_spec
+from airflow_provider_dws.errors import RequestNotFoundError
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 from airflow_provider_dws.triggers.poller import shared_backend, shared_poller
 
@@ -173,13 +173,19 @@ class CapacityRequestTrigger(BaseTrigger):
             status: RequestStatus | None = None
             last_phase: Phase | None = None
             last_log = datetime.now(timezone.utc)
+            last_note: str | None = None
             while True:
                 try:
                     fresh = await sub.next(self._wake_in(status, last_log))
-                except gexc.NotFound:
+                except RequestNotFoundError:
                     self.log.error("%s no longer exists (deleted outside this task)", self.request_name)
                     yield TriggerEvent(self._payload(self._gone()))
                     return
+                note = sub.note()
+                if note != last_note:  # once per change, in this task's log
+                    if note is not None:
+                        self.log.warning("%s: %s", self.request_name, note)
+                    last_note = note
                 now = datetime.now(timezone.utc)
                 status = fresh or status
                 if status is not None and (status.phase is not last_phase or now - last_log >= HEARTBEAT):
@@ -188,7 +194,7 @@ class CapacityRequestTrigger(BaseTrigger):
                 if status is not None and (
                     status.phase.terminal or (self.target == "running" and status.phase is Phase.RUNNING)
                 ):
-                    yield TriggerEvent(self._payload(status))
+                    yield TriggerEvent(self._payload(await self._ended(status)))
                     return
                 if (
                     status is not None
@@ -203,6 +209,11 @@ class CapacityRequestTrigger(BaseTrigger):
                     return
         finally:
             sub.close()
+
+    async def _ended(self, status: RequestStatus) -> RequestStatus:
+        """The status to report, as the backend refines it (TPU: when the slice became ACTIVE)."""
+        refine = getattr(self.backend, "aended", None)
+        return status if refine is None else await refine(status)
 
     def _gone(self) -> RequestStatus:
         return RequestStatus(
@@ -249,7 +260,7 @@ class CapacityRequestTrigger(BaseTrigger):
                 self.request_name,
                 status.phase.value,
             )
-            await self.backend.acancel(self.request_name)
+            await self.backend.arelease(self.request_name)
             note = "the task's execution_timeout passed; the provider cancelled the request"
         else:
             self.log.warning(
@@ -285,7 +296,7 @@ class CapacityRequestTrigger(BaseTrigger):
             WAIT_DEADLINE_GRACE,
             self.wait_deadline,
         )
-        await self.backend.acancel(self.request_name)
+        await self.backend.arelease(self.request_name)
         ended = RequestStatus(
             name=status.name,
             state=status.state,
@@ -336,7 +347,7 @@ class CapacityRequestTrigger(BaseTrigger):
             return
         self.log.warning("Task killed by a user; cancelling %s", self.request_name)
         try:
-            await asyncio.wait_for(self.backend.acancel(self.request_name), CANCEL_TIMEOUT_SECONDS)
+            await asyncio.wait_for(self.backend.arelease(self.request_name), CANCEL_TIMEOUT_SECONDS)
         except Exception:
             self.log.exception("Could not cancel %s; cancel it by hand", self.request_name)
         else:

@@ -11,25 +11,31 @@ subscribes to the :class:`SharedPoller` of its backend's (kind, spec), which:
 * hands each subscriber the status of its request when it changed (the first one always);
 * reads a request that is not in the list (it ended, or was deleted) with one direct GET, a few
   at a time, to learn how it ended;
-* backs off as a whole on RESOURCE_EXHAUSTED (429), instead of every trigger on its own;
+* backs off as a whole on quota errors (429), instead of every trigger on its own;
+* abandons a round that overruns (a black-holed connection) and tries again next interval;
 * shares one backend (one set of clients) among all its subscribers;
 * stops when its last subscriber leaves; a subscriber leaving never disturbs the others.
+
+It knows only the provider's API-neutral errors (:mod:`airflow_provider_dws.errors`). Its task
+runs in a fresh :class:`contextvars.Context`, not the first subscriber's: what it logs concerns
+every wait, and must not land in one task's log. What concerns one request is handed to that
+request's subscription (:meth:`Subscription.note`) and logged by its trigger.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
-import random
 import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from google.api_core import exceptions as gexc
-
 from airflow_provider_dws.backends.base import AsyncRequestBackend, RequestStatus, backend_from_spec
-from airflow_provider_dws.backends.retry import QUOTA_ERRORS, is_transient
+from airflow_provider_dws.backends.retry import is_transient
+from airflow_provider_dws.errors import QuotaExceededError, RequestNotFoundError
+from airflow_provider_dws.scheduling.backoff import backoff
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +51,13 @@ READ_CONCURRENCY = 16
 BATCH = 200
 #: How many triggers are woken between two yields to the event loop.
 WAKE_BATCH = 50
+#: A round is abandoned after this many intervals (at least :data:`MIN_ROUND_SECONDS`): every call
+#: has its own deadline, this bounds what their sum (many pages, many reads) may cost.
+ROUND_BUDGET_INTERVALS = 2.0
+MIN_ROUND_SECONDS = 120.0
+#: After a refused list, the poller reads each request directly and lists again every this many cycles
+#: (a permission may be propagating, a filter may be accepted again after a rollout).
+LIST_RETRY_CYCLES = 10
 
 
 class Subscription:
@@ -57,6 +70,7 @@ class Subscription:
         self._status: RequestStatus | None = None
         self._error: BaseException | None = None
         self._delivered: tuple[str, str] | None = None
+        self._note: str | None = None
         self._changed = asyncio.Event()
 
     def _deliver(self, status: RequestStatus) -> bool:
@@ -73,18 +87,27 @@ class Subscription:
         self._error = error
         self._changed.set()
 
+    def _set_note(self, note: str | None) -> None:
+        if note is not None and note != self._note:
+            self._changed.set()  # the trigger logs it now, in its own task's log
+        self._note = note
+
+    def note(self) -> str | None:
+        """What the poller last had to say about this request alone (a read that failed and is
+        retried), ``None`` once it has been read again; the trigger logs it when it changes."""
+        return self._note
+
     async def next(self, timeout: float | None = None) -> RequestStatus | None:
         """The request's status once it changed (first call: its first status); ``None`` on timeout.
 
-        Raises what the API answered that ends the wait (``NotFound``, permission errors).
+        Raises what the API answered that ends the wait (``RequestNotFoundError``, permission errors).
         """
         if not self._changed.is_set():
             if timeout is not None and timeout <= 0:
                 return None
             try:
-                async with asyncio.timeout(timeout):
-                    await self._changed.wait()
-            except TimeoutError:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except asyncio.TimeoutError:
                 return None
         self._changed.clear()
         if self._error is not None:
@@ -107,14 +130,18 @@ class SharedPoller:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._quota_strikes = 0
-        self._list_refused = False
-        #: Counters for logs and tests: cycles, list pages, direct reads, quota backoffs.
-        self.stats = {"cycles": 0, "lists": 0, "reads": 0, "backoffs": 0}
+        #: The cycle at which the API last refused the list (``None``: it lists).
+        self._list_refused_at: int | None = None
+        self._overrunning = False
+        self._stopped = False
+        #: Counters for logs and tests: cycles, list calls, direct reads, quota backoffs, rounds
+        #: abandoned for overrunning their budget.
+        self.stats = {"cycles": 0, "lists": 0, "reads": 0, "backoffs": 0, "overruns": 0}
 
     @property
     def closed(self) -> bool:
         """True once the last subscriber left (a new subscriber then gets a new poller)."""
-        return self._task is not None and self._task.done()
+        return self._stopped or (self._task is not None and self._task.done())
 
     def __len__(self) -> int:
         return sum(len(subs) for subs in self._subs.values())
@@ -124,7 +151,12 @@ class SharedPoller:
         sub = Subscription(self, name, interval)
         self._subs.setdefault(name, set()).add(sub)
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dws-poller {self.key}")
+            # A fresh context: the task would otherwise copy the first subscriber's (its trigger's
+            # log routing included), and every poller line would land in that one task's log.
+            loop = asyncio.get_running_loop()
+            self._task = contextvars.Context().run(
+                loop.create_task, self._run(), name=f"dws-poller {self.key}"
+            )
         self._wake.set()
         return sub
 
@@ -136,12 +168,17 @@ class SharedPoller:
             if not subs:
                 del self._subs[sub.name]
         if not self._subs and self._task is not None and not self._task.done():
+            self._stopped = True
             self._task.cancel()
             _forget(self)
 
     def interval(self) -> float:
         """The shortest interval any subscriber asked for."""
         return min((s.interval for subs in self._subs.values() for s in subs), default=30.0)
+
+    def round_budget(self) -> float:
+        """Seconds one round may take before it is abandoned."""
+        return max(MIN_ROUND_SECONDS, ROUND_BUDGET_INTERVALS * self.interval())
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -150,10 +187,23 @@ class SharedPoller:
             started = loop.time()
             delay = self.interval()
             try:
-                await self._cycle()
+                await asyncio.wait_for(self._cycle(), self.round_budget())
                 self._quota_strikes = 0
-            except QUOTA_ERRORS as err:
+                if self._overrunning:
+                    self._overrunning = False
+                    log.info("Polling %s is back to normal", self.key[1])
+            except QuotaExceededError as err:
                 delay = self._quota_backoff(err)
+            except asyncio.TimeoutError:
+                self.stats["overruns"] += 1
+                if not self._overrunning:  # once, not every interval of a long outage
+                    self._overrunning = True
+                    log.warning(
+                        "Polling %s took longer than %.0fs; abandoned, trying again every %.0fs",
+                        self.key[1],
+                        self.round_budget(),
+                        delay,
+                    )
             except Exception as err:
                 if is_transient(err):
                     # Nobody learns anything this round; try again next interval.
@@ -165,9 +215,8 @@ class SharedPoller:
                         self._fail(name, err)
             self.stats["cycles"] += 1
             try:
-                async with asyncio.timeout_at(started + delay):
-                    await self._wake.wait()
-            except TimeoutError:
+                await asyncio.wait_for(self._wake.wait(), max(0.0, started + delay - loop.time()))
+            except asyncio.TimeoutError:
                 continue
             # Woken early by a new subscriber: serve it soon, but a burst of them with one list.
             earliest = started + min(MIN_GAP_SECONDS, delay)
@@ -177,8 +226,8 @@ class SharedPoller:
     def _quota_backoff(self, err: BaseException) -> float:
         self._quota_strikes += 1
         self.stats["backoffs"] += 1
-        backoff = min(QUOTA_BACKOFF_MAX, QUOTA_BACKOFF_INITIAL * 2.0 ** (self._quota_strikes - 1))
-        delay = max(self.interval(), backoff / 2 + random.uniform(0.0, backoff / 2))
+        wait = backoff(self._quota_strikes, QUOTA_BACKOFF_INITIAL, QUOTA_BACKOFF_MAX, "equal")
+        delay = max(self.interval(), wait)
         log.warning(
             "Quota exhausted polling %s (%s); all %d waits here back off %.0fs together",
             self.key[1],
@@ -188,23 +237,34 @@ class SharedPoller:
         )
         return delay
 
+    def _lists(self) -> bool:
+        refused = self._list_refused_at
+        return refused is None or self.stats["cycles"] - refused >= LIST_RETRY_CYCLES
+
     async def _cycle(self) -> None:
         listed: dict[str, RequestStatus] = {}
-        if not self._list_refused:
+        if self._lists():
             try:
                 listed = await self.backend.alist_live(self._subs.keys())
             except Exception as err:
                 if is_transient(err):
                     raise
                 # A list the API refuses (a filter it does not take, a permission the caller
-                # lacks) must not end every wait: read each request directly from now on.
-                self._list_refused = True
-                log.warning(
-                    "Listing %s was refused (%s: %s); reading each request directly instead",
-                    self.key[1],
-                    type(err).__name__,
-                    getattr(err, "message", err),
-                )
+                # lacks) must not end every wait: read each request directly for a while.
+                if self._list_refused_at is None:
+                    log.warning(
+                        "Listing %s was refused (%s: %s); reading each request directly, and "
+                        "listing again every %d intervals",
+                        self.key[1],
+                        type(err).__name__,
+                        getattr(err, "message", err),
+                        LIST_RETRY_CYCLES,
+                    )
+                self._list_refused_at = self.stats["cycles"]
+            else:
+                if self._list_refused_at is not None:
+                    log.info("Listing %s works again", self.key[1])
+                self._list_refused_at = None
             finally:
                 self.stats["lists"] += 1
         missing: list[str] = []
@@ -237,16 +297,18 @@ class SharedPoller:
                     continue  # it left while we listed
                 try:
                     status = await self.backend.aget_status(name)
-                except gexc.NotFound as err:
+                except RequestNotFoundError as err:
                     self._fail(name, err)
-                except QUOTA_ERRORS as err:
+                except QuotaExceededError as err:
                     quota.append(err)
                 except Exception as err:
                     if is_transient(err):
-                        log.warning("Reading %s failed (%s); trying again next interval", name, err)
+                        # This request's alone: its trigger logs it, in its task's log.
+                        self._note(name, f"reading it failed ({err}); trying again next interval")
                     else:
                         self._fail(name, err)
                 else:
+                    self._note(name, None)
                     self._deliver(name, status)
                 finally:
                     self.stats["reads"] += 1
@@ -261,6 +323,10 @@ class SharedPoller:
     def _fail(self, name: str, error: BaseException) -> None:
         for sub in list(self._subs.get(name, ())):
             sub._fail(error)
+
+    def _note(self, name: str, note: str | None) -> None:
+        for sub in list(self._subs.get(name, ())):
+            sub._set_note(note)
 
 
 _BACKENDS: weakref.WeakKeyDictionary[

@@ -688,3 +688,49 @@ def test_invalid_requests(dws_emulator, qr_id, build, message) -> None:
         client.create_queued_resource(parent=parent, queued_resource_id=qr_id, queued_resource=build(parent))
     assert message in info.value.message
     assert not [r for r in dws_emulator.control.requests() if r["project"] == parent.split("/")[1]]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_deleting_lasts_delete_seconds_and_a_second_delete_is_refused_as_in_progress() -> None:
+    """D4: the real API refuses a delete while one is in progress; with DELETING lasting zero
+    ticks, no client could ever meet that answer."""
+    from airflow_provider_dws.emulator.server import EmulatorServer
+    from airflow_provider_dws.emulator.state import EmulatorState
+
+    clock = FakeClock()
+    server = EmulatorServer({"us-west4-a/v5litepod": 16})
+    server.state = EmulatorState({"us-west4-a/v5litepod": 16}, clock=clock)
+    server.state.tpu.delete_seconds = 30.0
+    server.start()
+    try:
+        client = sync_client(server.address)
+        parent = fresh_parent()
+        qr = create(client, parent, "qr", make_qr(parent, "n", accelerator="v5litepod-4"))
+        client.delete_queued_resource(name=qr.name)
+        assert client.get_queued_resource(name=qr.name).state.state == QrState.DELETING
+        with pytest.raises(exceptions.FailedPrecondition, match="is already being deleted"):
+            client.delete_queued_resource(name=qr.name)
+        clock.now += 29.0
+        assert client.get_queued_resource(name=qr.name).state.state == QrState.DELETING
+        clock.now += 1.0
+        with pytest.raises(exceptions.NotFound):
+            client.get_queued_resource(name=qr.name)
+    finally:
+        server.stop()
+
+
+def test_delete_seconds_defaults_to_the_next_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_dws.emulator.state import EmulatorState
+    from airflow_provider_dws.emulator.tpu_state import DELETE_SECONDS_ENV
+
+    monkeypatch.delenv(DELETE_SECONDS_ENV, raising=False)
+    assert EmulatorState().tpu.delete_seconds == 0.0
+    monkeypatch.setenv(DELETE_SECONDS_ENV, "2.5")
+    assert EmulatorState().tpu.delete_seconds == 2.5

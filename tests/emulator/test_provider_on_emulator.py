@@ -120,19 +120,18 @@ def test_backend_submit_find_decide_and_cancel(emulator_env: Any) -> None:
     op = operator("unused")
     job, created = backend.submit(op.build_custom_job(identity), identity)
     assert created
-    decision, jobs = backend.decide(identity)
+    decision = backend.decide(identity)
     assert decision.action == "wait" and decision.name == job.name
-    assert list(jobs) == [job.name]
+    assert [found.name for found in backend.find(identity)] == [job.name]
     other = RequestIdentity("dag", "task", "another-run")
     assert backend.find(other) == []
     status = backend.get_status(job.name)
     assert status.phase is Phase.WAITING
     assert status.description == "8 x NVIDIA_H100_80GB in us-central1"
-    backend.cancel(job.name)
-    time.sleep(0.5)
-    assert backend.get_status(job.name).phase is Phase.CANCELLED
-    backend.cancel(job.name)  # cancelling an ended job is not an error
-    decision, _ = backend.decide(identity)
+    assert backend.release(job.name) is True
+    assert backend.get_status(job.name).phase is Phase.CANCELLED  # every RPC ticks the model first
+    assert backend.release(job.name) is False  # cancelling an ended job is not an error
+    decision = backend.decide(identity)
     assert decision.action == "submit"
     assert [r["state"] for r in emulator.control.requests()] == ["JOB_STATE_CANCELLED"]
 

@@ -9,9 +9,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from google.api_core import exceptions as gexc
 
 from airflow_provider_dws.backends.tpu import TpuQueuedResourceBackend, queued_resource_status
+from airflow_provider_dws.errors import ConflictError
 from airflow_provider_dws.exceptions import CapacityNotObtainedError
 from airflow_provider_dws.operators.tpu import DeleteTPUQueuedResourceOperator, TPUQueuedResourceOperator
 from airflow_provider_dws.scheduling.identity import RequestIdentity
@@ -114,15 +114,15 @@ def test_backend_create_is_idempotent_and_delete_needs_force_while_nodes_exist(e
     identity = RequestIdentity("dag", "idem", f"run-{time.monotonic_ns()}")
     qr_id = identity.queued_resource_id()
     request = ask().build_queued_resource(identity.labels(), backend.parent, qr_id)
-    first, created = backend.create(qr_id, request)
-    second, created_again = backend.create(qr_id, request)
+    first, created = backend.submit(request, identity, qr_id)
+    second, created_again = backend.submit(request, identity, qr_id)
     assert created and not created_again
     assert first.name == second.name == backend.name_of(qr_id)
     deadline = time.monotonic() + 10
     while queued_resource_status(backend.get(first.name)).phase is not Phase.RUNNING:  # type: ignore[arg-type]
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    with pytest.raises(gexc.FailedPrecondition):
+    with pytest.raises(ConflictError, match="still has node"):
         backend.delete(first.name, force=False)
     assert backend.delete(first.name, force=True) is True
     assert backend.get(first.name) is None
@@ -134,7 +134,9 @@ def test_trigger_waits_until_active_then_on_kill_deletes(emulator: Any) -> None:
     backend = TpuQueuedResourceBackend(PROJECT, ZONE)
     identity = RequestIdentity("dag", "trig", f"run-{time.monotonic_ns()}")
     qr_id = identity.queued_resource_id()
-    qr, _ = backend.create(qr_id, ask().build_queued_resource(identity.labels(), backend.parent, qr_id))
+    qr, _ = backend.submit(
+        ask().build_queued_resource(identity.labels(), backend.parent, qr_id), identity, qr_id
+    )
     trigger = CapacityRequestTrigger(
         kind=backend.kind,
         backend_spec=backend.spec(),
@@ -174,3 +176,45 @@ def test_valid_after_delays_the_slice_and_max_wait_still_applies(emulator: Any) 
     status = queued_resource_status(backend.get(result["queued_resource"]))  # type: ignore[arg-type]
     assert status.details["max_wait_seconds"] == 30
     backend.delete(result["queued_resource"])
+
+
+@pytest.fixture
+def slow_deletes(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An in-process emulator whose queued resources stay DELETING for 2 s."""
+    from airflow_provider_dws.emulator.server import EmulatorServer
+
+    server = EmulatorServer({V5E: 16})
+    server.state.tpu.delete_seconds = 2.0
+    server.start()
+    monkeypatch.setenv("DWS_EMULATOR_HOST", server.address)
+    yield server
+    server.stop()
+
+
+def test_deleting_what_is_already_being_deleted_is_success(slow_deletes: Any) -> None:
+    """D4: a user clears a deferred task, its trigger's on_kill starts the delete, and the next try
+    (or the teardown) deletes the same resource again: that must not fail the task."""
+    backend = TpuQueuedResourceBackend(PROJECT, ZONE)
+    identity = RequestIdentity("dag", "d4", f"run-{time.monotonic_ns()}")
+    qr_id = identity.queued_resource_id()
+    qr, _ = backend.submit(
+        ask().build_queued_resource(identity.labels(), backend.parent, qr_id), identity, qr_id
+    )
+    assert backend.release(qr.name) is True  # DELETING now, for 2 s
+    assert backend.get_status(qr.name).state == "DELETING"  # type: ignore[union-attr]
+    assert backend.release(qr.name) is True  # refused by the API as in progress: success
+
+    async def twice() -> list[bool]:
+        return [await backend.arelease(qr.name), await backend.arelease(qr.name)]
+
+    assert asyncio.run(twice()) == [True, True]
+    # The teardown deletes it once more and waits until it is gone.
+    op = DeleteTPUQueuedResourceOperator(
+        task_id="release", project_id=PROJECT, zone=ZONE, queued_resource_id=qr_id
+    )
+    result = op.execute({"ti": FakeTI("release")})
+    assert result["deleted"] is True and result["state_before"] == "DELETING"
+    assert backend.get(qr.name) is None
+    assert backend.release(qr.name) is False  # gone
+    [record] = [r for r in slow_deletes.state.requests() if r["name"] == qr.name]
+    assert record["deleted"]

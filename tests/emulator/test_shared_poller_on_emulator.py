@@ -105,7 +105,7 @@ def test_many_vertex_waits_one_paged_list_mixed_outcomes(
         # One wait is given up by its task (cancelled like the triggerer does): the others go on.
         tasks[3].cancel("__airflow_user_action__")
         await asyncio.gather(tasks[3], return_exceptions=True)
-        await triggers[2].backend.acancel(cancelled)  # one job is cancelled outside the triggers
+        await triggers[2].backend.arelease(cancelled)  # one job is cancelled outside the triggers
         await asyncio.to_thread(control.set_capacity, {POOL: 8 * n})
         results = await asyncio.gather(*tasks, return_exceptions=True)
         assert 3 <= lists_waiting <= 8, lists_waiting
@@ -144,7 +144,7 @@ def test_api_errors_on_lists_and_reads_end_no_wait_early(
     # One job ends and is deleted before its trigger starts: it is in no list, and its read says
     # NOT_FOUND.
     deleted = names[7]
-    backend.cancel(deleted)
+    backend.release(deleted)
     control = EmulatorControl(emulator.address)
     seen: list[dict[str, Any]] = []
 
@@ -207,7 +207,9 @@ def test_tpu_waits_share_one_list_per_zone(
         )
         identity = RequestIdentity("shared_poller_tpu", f"slice{i}", f"run{next(_runs)}")
         qr_id = op.queued_resource_id_for(identity)
-        qr, _ = backend.create(qr_id, op.build_queued_resource(identity.labels(), backend.parent, qr_id))
+        qr, _ = backend.submit(
+            op.build_queued_resource(identity.labels(), backend.parent, qr_id), identity, qr_id
+        )
         names.append(qr.name)
     control = EmulatorControl(emulator.address)
 

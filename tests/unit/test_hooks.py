@@ -50,7 +50,6 @@ def test_emulator_from_environment_needs_no_connection(
     # logging, so caplog alone sees nothing: capture both.
     with caplog.at_level(logging.WARNING), structlog.testing.capture_logs() as captured:
         hook = DwsVertexAIHook()
-    assert hook.uses_emulator
     assert hook.emulator_host == "127.0.0.1:8470"
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     warnings += [str(e["event"]) for e in captured if e.get("log_level") in ("warning", "error")]
@@ -76,3 +75,34 @@ def test_missing_connection_without_emulator_is_an_error(
     monkeypatch.delenv(EMULATOR_HOST_ENV, raising=False)
     with pytest.raises(Exception, match="google_cloud_default"):
         DwsVertexAIHook()
+
+
+def test_emulator_mode_builds_nothing_google(monkeypatch: pytest.MonkeyPatch, no_connections: None) -> None:
+    """The switch is decided before any GoogleBaseHook exists: none is built, no credentials read."""
+    from airflow.providers.google.common.hooks import base_google
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("GoogleBaseHook built in emulator mode")
+
+    monkeypatch.setattr(base_google.GoogleBaseHook, "__init__", refuse)
+    monkeypatch.setenv(EMULATOR_HOST_ENV, "127.0.0.1:8470")
+    hook = DwsVertexAIHook()
+    assert hook.project_id is None  # no connection: the operator names the project
+    hook.get_job_service_client("us-central1")
+    with pytest.raises(RuntimeError, match="needs no Google credentials"):
+        hook.get_credentials()
+
+
+def test_one_emulator_factory_for_grpc_and_rest_clients() -> None:
+    from google.cloud.tpu_v2 import TpuAsyncClient, TpuClient
+
+    from airflow_provider_dws.hooks.base import emulator_client
+
+    grpc_client = emulator_client(TpuClient, "127.0.0.1:8470")
+    assert type(grpc_client.transport).__name__ == "TpuGrpcTransport"
+    rest_client = emulator_client(TpuClient, "127.0.0.1:8470", transport="rest")
+    assert type(rest_client.transport).__name__ == "TpuRestTransport"
+    assert rest_client.transport._host == "http://127.0.0.1:8470"
+    assert type(emulator_client(TpuAsyncClient, "127.0.0.1:8470", asynchronous=True).transport).__name__ == (
+        "TpuGrpcAsyncIOTransport"
+    )

@@ -5,12 +5,14 @@ subscriber leaving never disturbs the others."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import logging
 from collections.abc import Container
 from typing import Any
 
 import pytest
-from google.api_core import exceptions as gexc
 
+from airflow_provider_dws import errors
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 from airflow_provider_dws.triggers import capacity_request, poller
@@ -62,10 +64,10 @@ class World:
         if request in self.read_errors:
             raise self.read_errors.pop(request)
         if request not in self.states:
-            raise gexc.NotFound(f"{request} not found")
+            raise errors.RequestNotFoundError(f"{request} not found")
         return st(request, *self.states[request])
 
-    async def acancel(self, request: str) -> None:
+    async def arelease(self, request: str) -> None:
         self.cancelled.append(request)
 
 
@@ -86,7 +88,35 @@ async def first(t: CapacityRequestTrigger) -> dict[str, Any]:
 
 
 def run(coro: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, timeout=20))
+    return asyncio.run(asyncio.wait_for(coro, timeout=60))
+
+
+def current() -> poller.SharedPoller:
+    """The running loop's poller of SPEC (without creating one)."""
+    return poller._POLLERS[asyncio.get_running_loop()][poller.poller_key("vertex_custom_job", SPEC)]
+
+
+async def until(condition: Any, what: str = "condition") -> None:
+    """Wait (generously: a loaded machine is slow, never wrong) until ``condition()`` holds."""
+    for _ in range(4000):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def cycles(n: int) -> poller.SharedPoller:
+    """Wait until the poller of SPEC has run ``n`` more cycles; return it."""
+    await until(
+        lambda: (
+            poller.poller_key("vertex_custom_job", SPEC)
+            in poller._POLLERS.get(asyncio.get_running_loop(), {})
+        )
+    )
+    p = current()
+    target = p.stats["cycles"] + n
+    await until(lambda: p.stats["cycles"] >= target, f"{n} poll cycles")
+    return p
 
 
 # -- one list for many waits ------------------------------------------------------------------------
@@ -99,8 +129,8 @@ def test_many_waits_share_one_list_per_interval(world: World) -> None:
 
     async def scenario() -> list[dict[str, Any]]:
         tasks = [asyncio.ensure_future(first(trigger(name(i)))) for i in range(n)]
-        await asyncio.sleep(0.5)  # about ten intervals of waiting
-        lists_while_waiting = world.lists
+        p = await cycles(10)  # ten intervals of waiting, however long they take here
+        lists_while_waiting, cycles_while_waiting = world.lists, p.stats["cycles"]
         for i in range(n):  # capacity arrives for everyone; half succeed, a third fail, the rest cancel
             outcome = (
                 ("JOB_STATE_SUCCEEDED", Phase.SUCCEEDED, None)
@@ -111,7 +141,8 @@ def test_many_waits_share_one_list_per_interval(world: World) -> None:
             )
             world.set(name(i), *outcome)
         events = await asyncio.gather(*tasks)
-        assert 5 <= lists_while_waiting <= 20, lists_while_waiting
+        # One list per cycle for all 300 waits (not one per wait, not one per wait per cycle).
+        assert lists_while_waiting == cycles_while_waiting >= 10
         return events
 
     events = run(scenario())
@@ -225,11 +256,12 @@ def test_a_wait_ending_on_its_own_deadline_leaves_the_others(
 
 def test_transient_list_errors_do_not_end_any_wait(world: World) -> None:
     world.set(name(1), WAITING, Phase.WAITING)
-    world.list_errors = [gexc.ServiceUnavailable("down")] * 3
+    world.list_errors = [errors.TransientApiError("down")] * 3
 
     async def scenario() -> dict[str, Any]:
         task = asyncio.ensure_future(first(trigger(name(1))))
-        await asyncio.sleep(0.4)
+        await cycles(4)
+        assert not task.done()
         world.set(name(1), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
         return await task
 
@@ -241,18 +273,17 @@ def test_quota_errors_back_off_the_whole_poller(world: World, monkeypatch: pytes
     monkeypatch.setattr(poller, "QUOTA_BACKOFF_INITIAL", 0.4)
     for i in range(50):
         world.set(name(i), WAITING, Phase.WAITING)
-    world.list_errors = [gexc.ResourceExhausted("quota")]
+    world.list_errors = [errors.QuotaExceededError("quota")]
 
     async def scenario() -> None:
         tasks = [asyncio.ensure_future(first(trigger(name(i)))) for i in range(50)]
-        await asyncio.sleep(0.15)
-        p = poller.shared_poller("vertex_custom_job", SPEC)
+        p = await cycles(1)
         assert p.stats["backoffs"] == 1
-        # One call was made for all 50 waits, and none since: the poller backs off as a whole
-        # (0.2 to 0.4 s here), where 50 triggers would each have retried on their own.
+        # One call was made for all 50 waits: the poller backs off as a whole, where 50 triggers
+        # would each have retried on their own.
         assert world.lists == 1 and world.reads == []
-        await asyncio.sleep(0.6)
-        assert world.lists >= 2
+        await cycles(1)
+        assert world.lists == 2 and p.stats["backoffs"] == 1
         for i in range(50):
             world.set(name(i), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
         await asyncio.gather(*tasks)
@@ -262,13 +293,13 @@ def test_quota_errors_back_off_the_whole_poller(world: World, monkeypatch: pytes
 
 def test_a_refused_list_falls_back_to_reading_each_request(world: World) -> None:
     world.set(name(1), WAITING, Phase.WAITING)
-    world.list_errors = [gexc.InvalidArgument("unsupported filter")]
+    world.list_errors = [errors.InvalidRequestError("unsupported filter")]
 
     async def scenario() -> dict[str, Any]:
         task = asyncio.ensure_future(first(trigger(name(1))))
-        await asyncio.sleep(0.3)
-        assert world.lists == 1  # never listed again
-        assert len(world.reads) >= 3
+        p = await cycles(4)
+        assert world.lists == 1  # not listed again for LIST_RETRY_CYCLES
+        assert len(world.reads) >= p.stats["cycles"] - 1  # read directly instead
         world.set(name(1), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
         return await task
 
@@ -297,12 +328,12 @@ def test_a_request_deleted_outside_ends_only_its_own_wait(world: World) -> None:
 def test_a_permission_error_on_one_read_fails_only_that_wait(world: World) -> None:
     world.set(name(1), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)  # not listed: read directly
     world.set(name(2), WAITING, Phase.WAITING)
-    world.read_errors[name(1)] = gexc.PermissionDenied("no")
+    world.read_errors[name(1)] = errors.PermissionDeniedApiError("no")
 
     async def scenario() -> dict[str, Any]:
         denied = asyncio.ensure_future(first(trigger(name(1))))
         other = asyncio.ensure_future(first(trigger(name(2))))
-        with pytest.raises(gexc.PermissionDenied):
+        with pytest.raises(errors.PermissionDeniedApiError):
             await denied
         world.set(name(2), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
         return await other
@@ -312,7 +343,7 @@ def test_a_permission_error_on_one_read_fails_only_that_wait(world: World) -> No
 
 def test_a_transient_read_error_is_retried_next_interval(world: World) -> None:
     world.set(name(1), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
-    world.read_errors[name(1)] = gexc.ServiceUnavailable("blip")
+    world.read_errors[name(1)] = errors.TransientApiError("blip")
     event = run(first(trigger(name(1))))
     assert event["phase"] == "succeeded"
     assert world.reads == [name(1), name(1)]
@@ -344,14 +375,122 @@ def test_quota_on_direct_reads_stops_the_round_and_backs_off(
     monkeypatch.setattr(poller, "READ_CONCURRENCY", 1)
     for i in range(10):  # all ended: none listed, every one needs a direct read
         world.set(name(i), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
-    world.read_errors[name(0)] = gexc.ResourceExhausted("quota")
+    world.read_errors[name(0)] = errors.QuotaExceededError("quota")
 
     async def scenario() -> list[dict[str, Any]]:
         tasks = [asyncio.ensure_future(first(trigger(name(i)))) for i in range(10)]
-        await asyncio.sleep(0.15)
+        p = await cycles(1)
         assert len(world.reads) == 1  # the first read met the quota: the other nine waited
-        assert poller.shared_poller("vertex_custom_job", SPEC).stats["backoffs"] == 1
+        assert p.stats["backoffs"] == 1
         return await asyncio.gather(*tasks)
 
     events = run(scenario())
     assert [e["phase"] for e in events] == ["succeeded"] * 10
+
+
+# -- a refused list is tried again; a round that hangs is abandoned; logs in the right place --------
+
+
+def test_a_refused_list_is_tried_again_every_few_cycles(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One PermissionDenied during IAM propagation must not disable listing for the poller's life."""
+    monkeypatch.setattr(poller, "LIST_RETRY_CYCLES", 3)
+    world.set(name(1), WAITING, Phase.WAITING)
+    world.list_errors = [errors.PermissionDeniedApiError("not yet")]
+
+    async def scenario() -> dict[str, Any]:
+        task = asyncio.ensure_future(first(trigger(name(1))))
+        p = await cycles(1)
+        assert world.lists == 1
+        await until(lambda: world.lists == 2, "the list tried again")
+        assert p.stats["cycles"] >= 3  # not before LIST_RETRY_CYCLES
+        await cycles(3)
+        assert world.lists >= 4  # it works again: one list per cycle from then on
+        reads = len(world.reads)
+        await cycles(2)
+        assert len(world.reads) == reads
+        world.set(name(1), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+        return await task
+
+    assert run(scenario())["phase"] == "succeeded"
+
+
+def test_a_round_that_hangs_is_abandoned_and_logged_once(
+    world: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(poller, "MIN_ROUND_SECONDS", 0.0)  # budget: two intervals (0.1 s)
+    world.set(name(1), WAITING, Phase.WAITING)
+    hang = asyncio.Event()
+    original = world.alist_live
+
+    async def alist_live(only: Any = None) -> dict[str, RequestStatus]:
+        if not hang.is_set():
+            await asyncio.Event().wait()  # a black-holed call with no deadline of its own
+        return await original(only)
+
+    world.alist_live = alist_live  # type: ignore[method-assign]
+
+    async def scenario() -> dict[str, Any]:
+        task = asyncio.ensure_future(first(trigger(name(1))))
+        p = await cycles(3)
+        assert p.stats["overruns"] == 3 and not task.done()
+        hang.set()
+        world.set(name(1), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+        return await task
+
+    with caplog.at_level(logging.INFO, logger=poller.__name__):
+        assert run(scenario())["phase"] == "succeeded"
+    lines = [r.getMessage() for r in caplog.records if r.name == poller.__name__]
+    assert len([m for m in lines if "abandoned" in m]) == 1, lines
+    assert any("back to normal" in m for m in lines)
+
+
+def test_the_poller_task_runs_in_a_fresh_context(world: World) -> None:
+    """Airflow routes a trigger's log lines by its context; the poller's must not follow the first
+    subscriber's into that one task's log."""
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker")
+    seen: list[str | None] = []
+    original = world.alist_live
+
+    async def alist_live(only: Any = None) -> dict[str, RequestStatus]:
+        seen.append(marker.get(None))
+        return await original(only)
+
+    world.alist_live = alist_live  # type: ignore[method-assign]
+    world.set(name(1), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+
+    async def scenario() -> dict[str, Any]:
+        marker.set("first subscriber's task")
+        return await first(trigger(name(1)))
+
+    assert run(scenario())["phase"] == "succeeded"
+    assert seen and seen == [None] * len(seen)
+
+
+def test_a_failed_read_is_logged_by_its_own_trigger_once(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world.set(name(1), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)  # not listed: read directly
+    world.set(name(2), WAITING, Phase.WAITING)
+    world.read_errors[name(1)] = errors.TransientApiError("blip")
+    logged: dict[str, list[str]] = {name(1): [], name(2): []}
+
+    def capture(t: CapacityRequestTrigger) -> CapacityRequestTrigger:
+        class Log:
+            def __getattr__(self, level: str) -> Any:
+                return lambda msg, *args, **kw: logged[t.request_name].append(f"{level}: {msg % args}")
+
+        t._log = Log()  # type: ignore[assignment]
+        return t
+
+    async def scenario() -> dict[str, Any]:
+        other = asyncio.ensure_future(first(capture(trigger(name(2)))))
+        event = await first(capture(trigger(name(1))))
+        other.cancel()
+        return event
+
+    assert run(scenario())["phase"] == "succeeded"
+    warnings = [m for m in logged[name(1)] if m.startswith("warning") and "reading it failed" in m]
+    assert len(warnings) == 1, logged[name(1)]
+    assert not [m for m in logged[name(2)] if "reading it failed" in m]

@@ -1,4 +1,5 @@
-"""Retries of transient Google API errors."""
+"""Retries of transient API errors: the one policy, over the provider's API-neutral errors, and
+the one place Google client errors are translated into them."""
 
 from __future__ import annotations
 
@@ -9,25 +10,59 @@ import pytest
 import tenacity
 from google.api_core import exceptions as gexc
 
-from airflow_provider_dws.backends.retry import TransientWait, is_transient, retry_kwargs
+from airflow_provider_dws import errors
+from airflow_provider_dws.backends.google import GoogleBackend, translate
+from airflow_provider_dws.backends.retry import TransientWait, is_transient, retry_kwargs, retrying
 
-TRANSIENT = [
-    gexc.ServiceUnavailable,
-    gexc.DeadlineExceeded,
-    gexc.InternalServerError,
-    gexc.ResourceExhausted,
-    gexc.TooManyRequests,
-    gexc.Aborted,
+TRANSLATED = [
+    (gexc.ServiceUnavailable, errors.TransientApiError),
+    (gexc.DeadlineExceeded, errors.TransientApiError),
+    (gexc.InternalServerError, errors.TransientApiError),
+    (gexc.Aborted, errors.TransientApiError),
+    (gexc.GatewayTimeout, errors.TransientApiError),
+    (gexc.BadGateway, errors.TransientApiError),
+    (gexc.Cancelled, errors.TransientApiError),
+    (gexc.ResourceExhausted, errors.QuotaExceededError),
+    (gexc.TooManyRequests, errors.QuotaExceededError),
+    (gexc.NotFound, errors.RequestNotFoundError),
+    (gexc.AlreadyExists, errors.RequestAlreadyExistsError),
+    (errors.InvalidRequestError, errors.InvalidRequestError),
+    (gexc.OutOfRange, errors.InvalidRequestError),
+    (errors.ConflictError, errors.ConflictError),
+    (gexc.PermissionDenied, errors.PermissionDeniedApiError),
+    (gexc.Unauthenticated, errors.PermissionDeniedApiError),
+    (gexc.Unknown, errors.ApiError),
 ]
-PERMANENT = [gexc.InvalidArgument, gexc.NotFound, gexc.PermissionDenied, gexc.FailedPrecondition]
 
 
-@pytest.mark.parametrize("exc_type", TRANSIENT)
+@pytest.mark.parametrize(("google", "ours"), TRANSLATED)
+def test_google_errors_translate_to_provider_errors(google: type[Exception], ours: type[Exception]) -> None:
+    translated = translate(google("boom"))
+    assert type(translated) is ours
+    assert translated.message == "boom"  # type: ignore[attr-defined]
+
+
+def test_translation_keeps_the_grpc_code_and_leaves_other_errors_alone() -> None:
+    assert translate(gexc.NotFound("x")).code == "NOT_FOUND"  # type: ignore[attr-defined]
+    plain = ValueError("x")
+    assert translate(plain) is plain
+
+
+@pytest.mark.parametrize("exc_type", [errors.TransientApiError, errors.QuotaExceededError])
 def test_transient_errors(exc_type: type[Exception]) -> None:
     assert is_transient(exc_type("boom"))
 
 
-@pytest.mark.parametrize("exc_type", PERMANENT)
+@pytest.mark.parametrize(
+    "exc_type",
+    [
+        errors.InvalidRequestError,
+        errors.RequestNotFoundError,
+        errors.PermissionDeniedApiError,
+        errors.ConflictError,
+        errors.ApiError,
+    ],
+)
 def test_permanent_errors(exc_type: type[Exception]) -> None:
     assert not is_transient(exc_type("boom"))
 
@@ -35,6 +70,8 @@ def test_permanent_errors(exc_type: type[Exception]) -> None:
 def test_non_api_errors_are_not_transient() -> None:
     assert not is_transient(ValueError("x"))
     assert not is_transient(KeyboardInterrupt())
+    # A Google error reaches the policy only translated: untranslated, it is not retried.
+    assert not is_transient(gexc.ServiceUnavailable("x"))
 
 
 def _delays(exc: Exception, attempts: int, wait: TransientWait) -> list[float]:
@@ -59,9 +96,9 @@ def _delays(exc: Exception, attempts: int, wait: TransientWait) -> list[float]:
 def test_quota_errors_wait_longer() -> None:
     wait = TransientWait()
     for _ in range(20):  # jitter: repeat
-        normal = _delays(gexc.ServiceUnavailable("x"), 6, wait)
-        quota = _delays(gexc.ResourceExhausted("x"), 6, wait)
-        too_many = _delays(gexc.TooManyRequests("x"), 6, wait)
+        normal = _delays(errors.TransientApiError("x"), 6, wait)
+        quota = _delays(errors.QuotaExceededError("x"), 6, wait)
+        too_many = _delays(errors.QuotaExceededError("x"), 6, wait)
         assert len(normal) == len(quota) == len(too_many) == 5
         # normal, full jitter: 0 .. 1 * 2**(n-1); quota, equal jitter: half to all of 5 * 2**(n-1), cap 60
         for n, delay in enumerate(normal):
@@ -73,7 +110,7 @@ def test_quota_errors_wait_longer() -> None:
 
 
 def test_waits_grow_and_are_capped() -> None:
-    delays = [_delays(gexc.ServiceUnavailable("x"), 12, TransientWait()) for _ in range(30)]
+    delays = [_delays(errors.TransientApiError("x"), 12, TransientWait()) for _ in range(30)]
     assert all(max(run) <= 30.0 for run in delays)
     # Full jitter: the capped range is used, and not only its top.
     late = [d for run in delays for d in run[6:]]
@@ -83,7 +120,7 @@ def test_waits_grow_and_are_capped() -> None:
 
 def test_quota_waits_do_not_repeat_the_same_period() -> None:
     """A fixed 60 s or 120 s retry would meet a per-minute quota burst every time it met one."""
-    delays = [_delays(gexc.ResourceExhausted("x"), 10, TransientWait())[-1] for _ in range(30)]
+    delays = [_delays(errors.QuotaExceededError("x"), 10, TransientWait())[-1] for _ in range(30)]
     assert all(30.0 <= d <= 60.0 for d in delays)
     assert max(delays) - min(delays) > 10.0
 
@@ -92,9 +129,9 @@ def test_wait_directly_from_retry_state() -> None:
     wait = TransientWait(initial=1, maximum=30, quota_initial=5, quota_maximum=60)
     state = tenacity.RetryCallState(tenacity.Retrying(), fn=None, args=(), kwargs={})
     state.attempt_number = 1
-    state.set_exception((gexc.ResourceExhausted, gexc.ResourceExhausted("q"), None))
+    state.set_exception((errors.QuotaExceededError, errors.QuotaExceededError("q"), None))
     assert 2.5 <= wait(state) <= 5.0
-    state.set_exception((gexc.Aborted, gexc.Aborted("a"), None))
+    state.set_exception((errors.TransientApiError, errors.TransientApiError("a"), None))
     assert 0.0 <= wait(state) <= 1.0
 
 
@@ -113,7 +150,7 @@ class Flaky:
 
 def test_transient_errors_are_retried_until_success(caplog: pytest.LogCaptureFixture) -> None:
     sleeps: list[float] = []
-    fn = Flaky([gexc.ServiceUnavailable("down"), gexc.ServiceUnavailable("down")])
+    fn = Flaky([errors.TransientApiError("down"), errors.TransientApiError("down")])
     logger = logging.getLogger("test_retry")
     kwargs = retry_kwargs("get job", give_up_after=timedelta(minutes=1), logger=logger)
     with caplog.at_level(logging.WARNING, logger="test_retry"):
@@ -124,23 +161,23 @@ def test_transient_errors_are_retried_until_success(caplog: pytest.LogCaptureFix
     assert all(s > 0 for s in sleeps)
     messages = [r.getMessage() for r in caplog.records if r.name == "test_retry"]
     assert len(messages) == 2
-    assert "get job: transient error (ServiceUnavailable" in messages[0]
+    assert "get job: transient error (TransientApiError" in messages[0]
 
 
 def test_permanent_error_fails_after_one_call() -> None:
     sleeps: list[float] = []
-    fn = Flaky([gexc.InvalidArgument("bad spec")])
+    fn = Flaky([errors.InvalidRequestError("bad spec")])
     retrying = tenacity.Retrying(sleep=sleeps.append, **retry_kwargs("create job"))
-    with pytest.raises(gexc.InvalidArgument, match="bad spec"):
+    with pytest.raises(errors.InvalidRequestError, match="bad spec"):
         retrying(fn)
     assert fn.calls == 1
     assert sleeps == []
 
 
 def test_gives_up_after_the_time_limit_and_reraises_the_api_error() -> None:
-    fn = Flaky([gexc.ServiceUnavailable(f"down {i}") for i in range(100)])
+    fn = Flaky([errors.TransientApiError(f"down {i}") for i in range(100)])
     retrying = tenacity.Retrying(sleep=lambda _: None, **retry_kwargs("get", give_up_after=timedelta(0)))
-    with pytest.raises(gexc.ServiceUnavailable):
+    with pytest.raises(errors.TransientApiError):
         retrying(fn)
     assert fn.calls == 1
 
@@ -148,7 +185,7 @@ def test_gives_up_after_the_time_limit_and_reraises_the_api_error() -> None:
 def test_give_up_after_none_never_stops() -> None:
     kwargs = retry_kwargs("wait", give_up_after=None)
     assert kwargs["stop"] is tenacity.stop_never
-    fn = Flaky([gexc.DeadlineExceeded("slow")] * 20)
+    fn = Flaky([errors.TransientApiError("slow")] * 20)
     assert tenacity.Retrying(sleep=lambda _: None, **kwargs)(fn) == "ok"
     assert fn.calls == 21
 
@@ -167,21 +204,51 @@ class FakeOperation:
         return "done"
 
 
-def test_operation_result_retries_transient_status_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+class Backend(GoogleBackend):  # type: ignore[type-arg]
+    kind = "test"
+    location_key = "region"
+
+
+@pytest.fixture
+def no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_provider_dws.backends import retry
 
     monkeypatch.setattr(retry, "TransientWait", lambda: tenacity.wait_none())
+
+
+def test_operation_result_retries_transient_status_reads(no_wait: None) -> None:
     operation = FakeOperation([gexc.ServiceUnavailable("x"), gexc.DeadlineExceeded("y")])
-    assert retry.operation_result(operation, "create q", timeout=600) == "done"
+    assert Backend("p", "r")._operation_result(operation, "create q", timeout=600) == "done"
     assert len(operation.timeouts) == 3
     assert all(t <= 600 for t in operation.timeouts)
 
 
-def test_operation_result_does_not_retry_the_operation_s_own_failure(monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_provider_dws.backends import retry
-
-    monkeypatch.setattr(retry, "TransientWait", lambda: tenacity.wait_none())
+def test_operation_result_does_not_retry_the_operation_s_own_failure(no_wait: None) -> None:
     operation = FakeOperation([gexc.FailedPrecondition("the operation failed")])
-    with pytest.raises(gexc.FailedPrecondition):
-        retry.operation_result(operation, "delete q", timeout=600)
+    with pytest.raises(errors.ConflictError, match="the operation failed") as raised:
+        Backend("p", "r")._operation_result(operation, "delete q", timeout=600)
+    assert isinstance(raised.value.__cause__, gexc.FailedPrecondition)  # kept for the log
     assert len(operation.timeouts) == 1
+
+
+def test_every_rpc_passes_the_backend_deadline(no_wait: None) -> None:
+    calls: list[dict[str, object]] = []
+
+    def method(**kwargs: object) -> str:
+        calls.append(kwargs)
+        if len(calls) == 1:
+            raise gexc.ServiceUnavailable("blip")
+        return "ok"
+
+    assert Backend("p", "r", rpc_timeout=7)._rpc("get x", method, name="x") == "ok"
+    assert calls == [{"timeout": 7.0, "name": "x"}] * 2
+    assert Backend("p", "r").rpc_timeout == 60.0
+    assert "rpc_timeout" not in Backend("p", "r").spec()  # the default keeps payloads small
+    assert Backend("p", "r", rpc_timeout=7).spec()["rpc_timeout"] == 7.0
+
+
+def test_retrying_is_tenacity_s_own_object() -> None:
+    policy = retrying("get x")
+    assert isinstance(policy, tenacity.Retrying)
+    fn = Flaky([errors.TransientApiError("blip")])
+    assert policy.copy(sleep=lambda _: None)(fn) == "ok"

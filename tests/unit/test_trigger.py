@@ -7,8 +7,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from google.api_core import exceptions as gexc
+import structlog.testing
 
+from airflow_provider_dws import errors
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 from airflow_provider_dws.triggers import capacity_request, poller
@@ -52,7 +53,7 @@ class FakeBackend:
     async def alist_live(self, only: Any = None) -> dict[str, RequestStatus]:
         return {}  # nothing listed: the shared poller reads each request directly
 
-    async def acancel(self, name: str) -> None:
+    async def arelease(self, name: str) -> None:
         self.cancelled.append(name)
 
 
@@ -204,7 +205,7 @@ def test_first_event_helper(fake: Any) -> None:
 
 
 def test_request_deleted_outside_is_a_cancelled_event(fake: Any) -> None:
-    backend = fake([status("JOB_STATE_PENDING", Phase.WAITING), gexc.NotFound("gone")])
+    backend = fake([status("JOB_STATE_PENDING", Phase.WAITING), errors.RequestNotFoundError("gone")])
     (event,) = run_all(trigger())
     assert event["name"] == NAME
     assert event["state"] == "NOT_FOUND"
@@ -277,12 +278,18 @@ def test_on_kill_leaves_the_request_alone_when_not_asked(fake: Any) -> None:
 
 def test_on_kill_swallows_cancel_errors(fake: Any) -> None:
     backend = fake([status("JOB_STATE_PENDING", Phase.WAITING)])
+    attempts: list[str] = []
 
     async def broken(name: str) -> None:
-        raise gexc.ServiceUnavailable("down")
+        attempts.append(name)
+        raise errors.TransientApiError("down")
 
-    backend.acancel = broken  # type: ignore[method-assign]
-    asyncio.run(trigger().on_kill())  # must not raise
+    backend.arelease = broken  # type: ignore[method-assign]
+    with structlog.testing.capture_logs() as captured:
+        asyncio.run(trigger().on_kill())  # must not raise
+    assert attempts == [NAME]  # the cancel was tried
+    errors_logged = [str(e["event"]) for e in captured if e.get("log_level") == "error"]
+    assert errors_logged == [f"Could not cancel {NAME}; cancel it by hand"]
 
 
 # -- execution_timeout ---------------------------------------------------------------------------
@@ -423,24 +430,28 @@ def test_on_kill_survives_the_triggerer_cancelling_it_again(fake: Any) -> None:
     cancel that needs a retry must still go through."""
     backend = fake([status("JOB_STATE_PENDING", Phase.WAITING)])
     calls = 0
+    started = asyncio.Event()
+    answer = asyncio.Event()
 
     async def slow_cancel(name: str) -> None:
         nonlocal calls
         calls += 1
-        await asyncio.sleep(0.3)  # a retried UNAVAILABLE, or one slow API call
+        started.set()
+        await answer.wait()  # a retried UNAVAILABLE, or one slow API call
         backend.cancelled.append(name)
 
-    backend.acancel = slow_cancel  # type: ignore[method-assign]
+    backend.arelease = slow_cancel  # type: ignore[method-assign]
 
     async def scenario() -> None:
         t = trigger()
         killer = asyncio.ensure_future(t.on_kill())
-        await asyncio.sleep(0.05)
-        killer.cancel("__airflow_user_action__")  # the next sync's cancel
+        await started.wait()
+        killer.cancel("__airflow_user_action__")  # the next sync's cancel, mid-call
         with pytest.raises(asyncio.CancelledError):
             await killer
         assert backend.cancelled == []
-        await asyncio.sleep(0.5)
+        answer.set()  # the API answers after the interruption
+        await asyncio.gather(*capacity_request._KILL_TASKS)
 
     asyncio.run(scenario())
     assert calls == 1
@@ -475,3 +486,22 @@ def test_a_kill_during_a_status_read_keeps_airflow_s_cancel_message(fake: Any) -
         raise AssertionError("the trigger was not cancelled")
 
     assert asyncio.run(scenario()) == ("__airflow_user_action__",)
+
+
+def test_the_event_carries_the_status_as_the_backend_refines_it(fake: Any) -> None:
+    """D6: a TPU slice first seen ACTIVE long after it became ACTIVE reports the real wait."""
+    backend = fake([status("ACTIVE", Phase.RUNNING, submitted=T0, started=T0 + timedelta(hours=3))])
+
+    async def aended(seen: RequestStatus) -> RequestStatus:
+        return RequestStatus(
+            seen.name,
+            seen.state,
+            seen.outcome,
+            RequestTimings(T0, T0 + timedelta(minutes=5)),
+            seen.description,
+        )
+
+    backend.aended = aended  # type: ignore[attr-defined]
+    event = asyncio.run(first_event(trigger(target="running")))
+    assert event["phase"] == "running"
+    assert event["timings"]["wait_seconds"] == 300

@@ -90,7 +90,12 @@ def test_job_status_waiting() -> None:
     assert status.state == "JOB_STATE_PENDING"
     assert status.phase is Phase.WAITING
     assert status.timings.submitted == T0
-    assert status.details == {"display_name": "train", "region": "europe-west4", "max_wait_seconds": 7200.0}
+    assert status.details == {
+        "display_name": "train",
+        "region": "europe-west4",
+        "max_wait_seconds": 7200.0,
+        "attempt": 1,
+    }
 
 
 def test_job_status_expired_without_start_is_not_obtained() -> None:

@@ -91,7 +91,7 @@ class DwsRequestOperator(DwsBaseOperator):
                     failover = [failover]
                 failover = Failover(placements=tuple(failover))
         except (TypeError, ValueError) as err:
-            raise self.fail(str(err)) from None
+            raise self._param_error(str(err)) from None
         for name, value, types in (
             ("window", window, (OffPeakWindow, WindowSet)),
             ("deadline", deadline, (Deadline,)),
@@ -101,7 +101,9 @@ class DwsRequestOperator(DwsBaseOperator):
             if value is not None and not isinstance(value, types):
                 allowed = " or ".join(t.__name__ for t in types)
                 article = "an" if allowed[0] in "AEIOU" else "a"
-                raise self.fail(f"{name} must be {article} {allowed} (or None), got {type(value).__name__}")
+                raise self._param_error(
+                    f"{name} must be {article} {allowed} (or None), got {type(value).__name__}"
+                )
         self.window = window  # type: ignore[assignment]
         self.deadline = deadline  # type: ignore[assignment]
         self.capacity_retry = capacity_retry  # type: ignore[assignment]
@@ -111,13 +113,13 @@ class DwsRequestOperator(DwsBaseOperator):
                 self.check_placement(placement)
             if self.capacity_retry is None or self.capacity_retry.attempts < 2:
                 # Failover happens on a retry: without one the placements would never be tried.
-                raise self.fail(
+                raise self._param_error(
                     f"failover ({self.failover}) needs capacity_retry with at least 2 attempts, "
                     f"got {self.capacity_retry or 'no capacity_retry'}"
                 )
 
     def check_placement(self, placement: Placement) -> None:
-        """Subclasses refuse placements their API cannot use (raise ``self.fail(...)``)."""
+        """Subclasses refuse placements their API cannot use (raise ``self._param_error(...)``)."""
 
     def placements(self) -> list[Placement]:
         """The home placement, then the failover placements, in order."""

@@ -19,7 +19,20 @@ from airflow_provider_dws.exceptions import (
     RequestCancelledError,
 )
 from airflow_provider_dws.links.tpu import TPUQueuedResourceLink
-from airflow_provider_dws.operators.base import API_REFUSED, DwsBaseOperator, has_template
+from airflow_provider_dws.operators.base import (
+    API_REFUSED,
+    CONNECTION_CHECKS,
+    WAIT_CHECKS,
+    DwsBaseOperator,
+)
+from airflow_provider_dws.operators.checks import (
+    Check,
+    flag,
+    has_template,
+    int_in,
+    matches,
+    non_empty_str,
+)
 from airflow_provider_dws.operators.request import DwsRequestOperator
 from airflow_provider_dws.scheduling.budget import DEFAULT_MAX_WAIT, MAX_WAIT_LIMIT, check_duration
 from airflow_provider_dws.scheduling.identity import (
@@ -76,17 +89,34 @@ def _by_zone(placements: Sequence[Placement]) -> list[Placement]:
     return list(zones.values())
 
 
-def _check_zone(op: DwsBaseOperator, zone: Any) -> None:
-    if not isinstance(zone, str) or not catalog.ZONE_RE.fullmatch(zone):
-        raise op.fail(f"zone must be a Cloud TPU zone such as 'us-west4-a', got {zone!r}")
-
-
-def _check_queued_resource_id(op: DwsBaseOperator, value: Any) -> None:
-    if not isinstance(value, str) or not QUEUED_RESOURCE_ID_RE.fullmatch(value):
-        raise op.fail(
-            "queued_resource_id must start with a lowercase letter, use only lowercase letters, digits "
-            f"and '-', not end with '-', and have at most 63 characters, got {value!r}"
+def _check_accelerator(op: Any, value: Any, is_unrendered: Any = lambda _: False) -> None:
+    """A TPU type and a slice size Cloud TPU offers (the catalog's table)."""
+    if is_unrendered(value):
+        return
+    split = catalog.split_tpu_type(value)
+    if split is None:
+        raise op._param_error(
+            f"accelerator_type must be one of {catalog.tpu_type_examples()} (e.g. 'v5litepod-16'), got {value!r}"
         )
+    family, size = split
+    if not family.accepts(size):
+        raise op._param_error(
+            f"accelerator_type {value!r} is not a {family.name} slice Cloud TPU offers: "
+            f"the sizes are {family.describe_sizes()}"
+        )
+
+
+ZONE_CHECK = Check(
+    "zone", matches(catalog.ZONE_RE), "must be a Cloud TPU zone such as 'us-west4-a'", templated=True
+)
+QUEUED_RESOURCE_ID_CHECK = Check(
+    "queued_resource_id",
+    matches(QUEUED_RESOURCE_ID_RE),
+    "must start with a lowercase letter, use only lowercase letters, digits and '-', not end with "
+    "'-', and have at most 63 characters",
+    templated=True,
+    optional=True,
+)
 
 
 class CreateTPUQueuedResourceOperator(DwsRequestOperator):
@@ -152,6 +182,32 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
     template_fields_renderers = {"labels": "json"}
     operator_extra_links = (TPUQueuedResourceLink(),)
     ui_color = "#fce8b2"
+    CHECKS = (
+        *CONNECTION_CHECKS,
+        *WAIT_CHECKS,
+        ZONE_CHECK,
+        Check("accelerator_type", templated=True, validate=_check_accelerator),
+        Check(
+            "runtime_version",
+            non_empty_str,
+            "must name a TPU software version such as 'v2-alpha-tpuv5-lite'",
+            templated=True,
+        ),
+        QUEUED_RESOURCE_ID_CHECK,
+        Check(
+            "reservation_name",
+            matches(_RESERVATION_RE),
+            "must look like 'projects/<project>/locations/<zone>/reservations/<name>'",
+            templated=True,
+            optional=True,
+        ),
+        Check("network", non_empty_str, "must be a non-empty string", templated=True, optional=True),
+        Check("subnetwork", non_empty_str, "must be a non-empty string", templated=True, optional=True),
+        Check("node_count", int_in(1, MAX_SLICES), f"must be an integer from 1 to {MAX_SLICES}"),
+        flag("spot"),
+        flag("guaranteed"),
+        flag("enable_external_ips"),
+    )
 
     def __init__(
         self,
@@ -209,75 +265,29 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
                 None if valid_after is None else check_duration("valid_after", valid_after, MAX_WAIT_LIMIT)
             )
         except (TypeError, ValueError, OverflowError) as err:
-            raise self.fail(str(err)) from None
-        self._check_static()
-        self._check_templated(rendered=False)
+            raise self._param_error(str(err)) from None
+        self.check_parameters(rendered=False)
+        self._check_tier()
         self.init_policies(window, deadline, capacity_retry, failover)
         if self.valid_after and (self.window is not None or self.deadline is not None):
             # The max wait is cut from the submit time; a delayed start would let capacity arrive
             # after the window closes or the deadline. Use the window to delay instead.
-            raise self.fail(
+            raise self._param_error(
                 "valid_after cannot be combined with window or deadline; use the window to delay the start"
             )
 
     # -- validation ----------------------------------------------------------------------------
 
-    def _check_static(self) -> None:
-        if isinstance(self.node_count, bool) or not isinstance(self.node_count, int):
-            raise self.fail(f"node_count must be an integer from 1 to {MAX_SLICES}, got {self.node_count!r}")
-        if not 1 <= self.node_count <= MAX_SLICES:
-            raise self.fail(f"node_count must be an integer from 1 to {MAX_SLICES}, got {self.node_count}")
-        for flag in ("spot", "guaranteed", "enable_external_ips"):
-            if not isinstance(getattr(self, flag), bool):
-                raise self.fail(f"{flag} must be True or False, got {getattr(self, flag)!r}")
+    def _check_tier(self) -> None:
         if self.spot and self.guaranteed:
-            raise self.fail("choose at most one tier: spot=True or guaranteed=True, not both")
+            raise self._param_error("choose at most one tier: spot=True or guaranteed=True, not both")
         if self.spot and self.reservation_name:
-            raise self.fail(
+            raise self._param_error(
                 "a reservation is not spot capacity: pass reservation_name or spot=True, not both"
             )
 
-    def _check_templated(self, *, rendered: bool) -> None:
-        self.check_common(rendered=rendered, static=not rendered)
-        skip = self.skipper(rendered)
-        if not skip(self.zone):
-            _check_zone(self, self.zone)
-        if not skip(self.accelerator_type):
-            self._check_accelerator(self.accelerator_type)
-        if not skip(self.runtime_version):
-            if not isinstance(self.runtime_version, str) or not self.runtime_version.strip():
-                raise self.fail(
-                    f"runtime_version must name a TPU software version such as 'v2-alpha-tpuv5-lite', "
-                    f"got {self.runtime_version!r}"
-                )
-        if self.queued_resource_id is not None and not skip(self.queued_resource_id):
-            _check_queued_resource_id(self, self.queued_resource_id)
-        if self.reservation_name is not None and not skip(self.reservation_name):
-            if not isinstance(self.reservation_name, str) or not _RESERVATION_RE.fullmatch(
-                self.reservation_name
-            ):
-                raise self.fail(
-                    "reservation_name must look like 'projects/<project>/locations/<zone>/reservations/<name>', "
-                    f"got {self.reservation_name!r}"
-                )
-        for field in ("network", "subnetwork"):
-            value = getattr(self, field)
-            if value is not None and not skip(value) and (not isinstance(value, str) or not value):
-                raise self.fail(f"{field} must be a non-empty string, got {value!r}")
-
     def _check_accelerator(self, value: Any) -> None:
-        split = catalog.split_tpu_type(value)
-        if split is None:
-            raise self.fail(
-                f"accelerator_type must be one of {catalog.tpu_type_examples()} (e.g. 'v5litepod-16'), "
-                f"got {value!r}"
-            )
-        family, size = split
-        if not family.accepts(size):
-            raise self.fail(
-                f"accelerator_type {value!r} is not a {family.name} slice Cloud TPU offers: "
-                f"the sizes are {family.describe_sizes()}"
-            )
+        _check_accelerator(self, value)
 
     # -- building the request ------------------------------------------------------------------
 
@@ -371,17 +381,17 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
     def check_placement(self, placement: Placement) -> None:
         """Failover placements must be TPU zones, with a valid accelerator type and tier."""
         if not catalog.ZONE_RE.fullmatch(placement.location):
-            raise self.fail(
+            raise self._param_error(
                 f"failover location {placement.location!r} is not a Cloud TPU zone such as 'us-east5-a'"
             )
         if placement.accelerator_type:
             self._check_accelerator(placement.accelerator_type)
         if placement.tier not in (None, "spot", "guaranteed", "on-demand"):
-            raise self.fail(
+            raise self._param_error(
                 f"failover placement {placement}: tier must be 'spot', 'guaranteed' or 'on-demand'"
             )
         if placement.machine_type:
-            raise self.fail(f"failover placement {placement}: TPU slices have no machine_type")
+            raise self._param_error(f"failover placement {placement}: TPU slices have no machine_type")
 
     def home_placement(self) -> Placement:
         """The operator's own zone."""
@@ -510,7 +520,7 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
 
     def execute(self, context: Context) -> Any:
         """Find or create the queued resource, then wait until it is ACTIVE (deferred by default)."""
-        self._check_templated(rendered=True)
+        self.check_parameters(rendered=True)
         return self.run_attempts(context)
 
     def complete_attempt(
@@ -613,6 +623,22 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
     template_fields: Sequence[str] = ("project_id", "zone", "queued_resource_id", "impersonation_chain")
     operator_extra_links = (TPUQueuedResourceLink(),)
     ui_color = "#fce8b2"
+    CHECKS = (
+        *CONNECTION_CHECKS,
+        ZONE_CHECK,
+        QUEUED_RESOURCE_ID_CHECK,
+        Check("setup_task_id", non_empty_str, "must be a task id", optional=True),
+        Check(
+            "failover_zones",
+            lambda zones: (
+                not isinstance(zones, str)
+                and isinstance(zones, Sequence)
+                and all(isinstance(z, str) and catalog.ZONE_RE.fullmatch(z) for z in zones)
+            ),
+            "must be a list of Cloud TPU zones such as 'us-west4-a'",
+        ),
+        flag("force"),
+    )
 
     def __init__(
         self,
@@ -636,31 +662,9 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
         self.force = force
         self.gcp_conn_id = gcp_conn_id
         self.impersonation_chain = impersonation_chain
-        # Shared checks expect these; deleting is short and needs none of them.
-        self.labels = None
-        self.service_account = None
-        self.poll_interval = 1.0
-        self.deferrable = False
-        self.cancel_on_kill = False
         if (setup_task_id is None) == (queued_resource_id is None):
-            raise self.fail("pass exactly one of setup_task_id and queued_resource_id")
-        if setup_task_id is not None and (not isinstance(setup_task_id, str) or not setup_task_id):
-            raise self.fail(f"setup_task_id must be a task id, got {setup_task_id!r}")
-        if isinstance(failover_zones, str) or not isinstance(failover_zones, Sequence):
-            raise self.fail(f"failover_zones must be a list of zones, got {failover_zones!r}")
-        for other in failover_zones:
-            _check_zone(self, other)
-        if not isinstance(force, bool):
-            raise self.fail(f"force must be True or False, got {force!r}")
-        self._check(rendered=False)
-
-    def _check(self, *, rendered: bool) -> None:
-        self.check_common(rendered=rendered, static=not rendered)
-        skip = self.skipper(rendered)
-        if not skip(self.zone):
-            _check_zone(self, self.zone)
-        if self.queued_resource_id is not None and not skip(self.queued_resource_id):
-            _check_queued_resource_id(self, self.queued_resource_id)
+            raise self._param_error("pass exactly one of setup_task_id and queued_resource_id")
+        self.check_parameters(rendered=False)
 
     def _setup(self) -> CreateTPUQueuedResourceOperator | None:
         dag = getattr(self, "dag", None) if self.has_dag() else None
@@ -695,7 +699,7 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Delete every submission of the setup, in every zone it may have used, and wait until gone."""
-        self._check(rendered=True)
+        self.check_parameters(rendered=True)
         identity, base, zones, exact = self._targets(context)
         project = self.resolve_project()
         released: list[str] = []

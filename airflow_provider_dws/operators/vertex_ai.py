@@ -20,7 +20,8 @@ from airflow_provider_dws.exceptions import (
     WorkloadFailedError,
 )
 from airflow_provider_dws.links.vertex_ai import VertexAIFlexStartJobLink
-from airflow_provider_dws.operators.base import has_template
+from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS
+from airflow_provider_dws.operators.checks import Check, has_template, matches, str_len_in
 from airflow_provider_dws.operators.request import DwsRequestOperator
 from airflow_provider_dws.scheduling.budget import (
     DEFAULT_MAX_RUN,
@@ -75,6 +76,7 @@ def _backends() -> ModuleType:
 FLEX_START_ACCELERATORS = catalog.FLEX_START_GPUS
 
 _NETWORK_RE = re.compile(r"^projects/[^/\s]+/global/networks/[^/\s]+$")
+_GCS_URI_RE = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/.*)?$")
 _EXIT_CODE_RE = re.compile(r"non-zero status of (-?\d+)")
 
 
@@ -187,6 +189,49 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
     template_fields_renderers = {"worker_pool_specs": "json", "custom_job": "json", "labels": "json"}
     operator_extra_links = (VertexAIFlexStartJobLink(),)
     ui_color = "#c5e1f5"
+    CHECKS = (
+        *CONNECTION_CHECKS,
+        *WAIT_CHECKS,
+        Check(
+            "region",
+            matches(catalog.REGION_RE),
+            "must be a Vertex AI region such as 'us-central1'",
+            templated=True,
+        ),
+        Check(
+            "display_name",
+            str_len_in(1, 128),
+            "must be a string of 1 to 128 characters",
+            templated=True,
+            optional=True,
+        ),
+        Check(
+            "network",
+            matches(_NETWORK_RE),
+            "must look like 'projects/<project number>/global/networks/<name>'",
+            templated=True,
+            optional=True,
+        ),
+        Check(
+            "base_output_directory",
+            matches(_GCS_URI_RE),
+            "must be a Cloud Storage URI 'gs://bucket/path'",
+            templated=True,
+            optional=True,
+        ),
+        Check(
+            "worker_pool_specs",
+            templated=True,
+            optional=True,
+            validate=lambda op, pools, unrendered: op._check_pools(pools, "worker_pool_specs", unrendered),
+        ),
+        Check(
+            "custom_job",
+            templated=True,
+            optional=True,
+            validate=lambda op, job, unrendered: op._check_custom_job(unrendered),
+        ),
+    )
     _rendered = False
 
     def __init__(
@@ -232,8 +277,9 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         self.poll_interval = poll_interval
         self.deferrable = deferrable
         self.cancel_on_kill = cancel_on_kill
-        self._check_static()
-        self._check_templated(rendered=False)
+        if (self.worker_pool_specs is None) == (self.custom_job is None):
+            raise self._param_error("pass exactly one of worker_pool_specs and custom_job")
+        self.check_parameters(rendered=False)
         self.init_policies(window, deadline, capacity_retry, failover)
 
     # -- validation ----------------------------------------------------------------------------
@@ -242,61 +288,28 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         try:
             return WaitBudget(max_wait=max_wait, max_run=max_run)
         except (TypeError, ValueError, OverflowError) as err:
-            raise self.fail(str(err)) from None
+            raise self._param_error(str(err)) from None
 
-    def _check_static(self) -> None:
-        """Checks of the non-templated parameters."""
-        if (self.worker_pool_specs is None) == (self.custom_job is None):
-            raise self.fail("pass exactly one of worker_pool_specs and custom_job")
-
-    def _check_templated(self, *, rendered: bool) -> None:
-        """Checks of templated parameters; before rendering, values holding a template are skipped."""
-
-        self.check_common(rendered=rendered, static=not rendered)
+    def check_parameters(self, *, rendered: bool) -> None:
+        """Run :attr:`CHECKS`; after rendering, the worker pools are also built as messages."""
         self._rendered = rendered
-        skip = self.skipper(rendered)
-        if not skip(self.region):
-            if not isinstance(self.region, str) or not catalog.REGION_RE.fullmatch(self.region):
-                raise self.fail(
-                    f"region must be a Vertex AI region such as 'us-central1', got {self.region!r}"
-                )
-        if self.display_name is not None and not skip(self.display_name):
-            if not isinstance(self.display_name, str) or not 0 < len(self.display_name) <= 128:
-                raise self.fail(
-                    f"display_name must be a string of 1 to 128 characters, got {self.display_name!r}"
-                )
-        if self.network is not None and not skip(self.network):
-            if not isinstance(self.network, str) or not _NETWORK_RE.fullmatch(self.network):
-                raise self.fail(
-                    "network must look like 'projects/<project number>/global/networks/<name>', "
-                    f"got {self.network!r}"
-                )
-        if self.base_output_directory is not None and not skip(self.base_output_directory):
-            if not isinstance(self.base_output_directory, str) or not re.fullmatch(
-                r"^gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/.*)?$", self.base_output_directory
-            ):
-                raise self.fail(
-                    "base_output_directory must be a Cloud Storage URI 'gs://bucket/path', "
-                    f"got {self.base_output_directory!r}"
-                )
-        if self.worker_pool_specs is not None:
-            self._check_pools(self.worker_pool_specs, "worker_pool_specs", skip)
-        else:
-            self._check_custom_job(skip)
+        super().check_parameters(rendered=rendered)
 
     def _check_pools(self, pools: Any, where: str, skip: Any) -> None:
         if skip(pools):
             return
         if isinstance(pools, (str, bytes, Mapping)) or not isinstance(pools, Sequence):
-            raise self.fail(f"{where} must be a list of worker pool specs, got {type(pools).__name__}")
+            raise self._param_error(
+                f"{where} must be a list of worker pool specs, got {type(pools).__name__}"
+            )
         if not pools:
-            raise self.fail(f"{where} must hold at least one worker pool spec")
+            raise self._param_error(f"{where} must hold at least one worker pool spec")
         specs: list[dict[str, Any]] = []
         for index, pool in enumerate(pools):
             try:
                 spec = _as_dict(pool, f"{where}[{index}]")
             except TypeError as err:
-                raise self.fail(str(err)) from None
+                raise self._param_error(str(err)) from None
             specs.append(spec)
             self._check_pool(spec, f"{where}[{index}]", skip, first=index == 0)
         machines = [
@@ -305,7 +318,7 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
             if s
         ]
         if not any(has_template(m) for m in machines) and any(m != machines[0] for m in machines):
-            raise self.fail(
+            raise self._param_error(
                 f"{where}: every worker pool must use the same machine_spec under Flex Start, got "
                 + ", ".join(str(m) for m in machines)
             )
@@ -321,19 +334,19 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
             str(machine.get("machine_type")), accel, machine.get("accelerator_count", 0)
         )
         if error:
-            raise self.fail(f"{where}: {error}")
+            raise self._param_error(f"{where}: {error}")
 
     def _check_pool(self, spec: dict[str, Any], where: str, skip: Any, *, first: bool) -> None:
         if not spec:
             if first:
-                raise self.fail(f"{where} is empty; the first worker pool (the chief) is required")
+                raise self._param_error(f"{where} is empty; the first worker pool (the chief) is required")
             return  # An empty pool is how Vertex AI spells "no replicas of this kind".
         unknown = set(spec) - WORKER_POOL_FIELDS
         if unknown:
-            raise self.fail(f"{where} has unknown field(s) {sorted(unknown)}")
+            raise self._param_error(f"{where} has unknown field(s) {sorted(unknown)}")
         machine = spec.get("machine_spec")
         if not isinstance(machine, Mapping) or not machine.get("machine_type"):
-            raise self.fail(f"{where}.machine_spec.machine_type is required (e.g. 'a3-highgpu-8g')")
+            raise self._param_error(f"{where}.machine_spec.machine_type is required (e.g. 'a3-highgpu-8g')")
         accel = machine.get("accelerator_type")
         count = machine.get("accelerator_count", 0)
         if not skip(accel):
@@ -342,38 +355,40 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
                 by_value = {v: k for k, v in catalog.VERTEX_ACCELERATOR_TYPES.items()}
                 accel = by_value.get(accel, accel)
             if accel is None or accel == "ACCELERATOR_TYPE_UNSPECIFIED":
-                raise self.fail(
+                raise self._param_error(
                     f"{where}.machine_spec.accelerator_type is required: Flex Start schedules GPUs, one of "
                     f"{sorted(FLEX_START_ACCELERATORS)}"
                 )
             if accel not in names:
-                raise self.fail(
+                raise self._param_error(
                     f"{where}.machine_spec.accelerator_type {accel!r} is not a Vertex AI accelerator type; "
                     f"Flex Start accepts {sorted(FLEX_START_ACCELERATORS)}"
                 )
             if accel not in FLEX_START_ACCELERATORS:
-                raise self.fail(
+                raise self._param_error(
                     f"{where}.machine_spec.accelerator_type {accel!r} is not offered by Flex Start; "
                     f"use one of {sorted(FLEX_START_ACCELERATORS)}"
                 )
         if not skip(count):
             if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 16:
-                raise self.fail(
+                raise self._param_error(
                     f"{where}.machine_spec.accelerator_count must be an integer from 1 to 16, got {count!r}"
                 )
         replicas = spec.get("replica_count", 1 if first else 0)
         if not skip(replicas):
             low = 1 if first else 0
             if isinstance(replicas, bool) or not isinstance(replicas, int) or not low <= replicas <= 1000:
-                raise self.fail(
+                raise self._param_error(
                     f"{where}.replica_count must be an integer from {low} to 1000, got {replicas!r}"
                 )
         if not spec.get("container_spec") and not spec.get("python_package_spec"):
-            raise self.fail(f"{where} needs a container_spec (with image_uri) or a python_package_spec")
+            raise self._param_error(
+                f"{where} needs a container_spec (with image_uri) or a python_package_spec"
+            )
         container = spec.get("container_spec")
         if container is not None and not skip(container):
             if not isinstance(container, Mapping) or not container.get("image_uri"):
-                raise self.fail(f"{where}.container_spec.image_uri is required")
+                raise self._param_error(f"{where}.container_spec.image_uri is required")
         if self._rendered and not has_template(spec):
             # The message itself is built only after rendering (in the worker), not at parse time.
             from google.cloud.aiplatform_v1 import WorkerPoolSpec
@@ -381,7 +396,7 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
             try:
                 WorkerPoolSpec(spec)
             except (TypeError, ValueError, KeyError) as err:
-                raise self.fail(f"{where} is not a valid WorkerPoolSpec: {err}") from None
+                raise self._param_error(f"{where} is not a valid WorkerPoolSpec: {err}") from None
 
     def _check_custom_job(self, skip: Any) -> None:
         job = self.custom_job
@@ -390,15 +405,15 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         try:
             data = _as_dict(job, "custom_job")
         except TypeError as err:
-            raise self.fail(str(err)) from None
+            raise self._param_error(str(err)) from None
         spec = data.get("job_spec")
         if not isinstance(spec, Mapping):
-            raise self.fail("custom_job.job_spec is required (with worker_pool_specs)")
+            raise self._param_error("custom_job.job_spec is required (with worker_pool_specs)")
         scheduling = spec.get("scheduling") or {}
         for field in ("strategy", "max_wait_duration", "timeout"):
             value = scheduling.get(field)
             if value not in (None, "", 0, "STRATEGY_UNSPECIFIED", "FLEX_START", "0s"):
-                raise self.fail(
+                raise self._param_error(
                     f"custom_job.job_spec.scheduling.{field} is set by the operator (strategy FLEX_START, "
                     f"max_wait, max_run); remove it, got {value!r}"
                 )
@@ -477,22 +492,22 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
     def check_placement(self, placement: Placement) -> None:
         """Failover placements must be Vertex AI regions with Flex Start accelerators and no tier."""
         if not catalog.REGION_RE.fullmatch(placement.location):
-            raise self.fail(
+            raise self._param_error(
                 f"failover location {placement.location!r} is not a Vertex AI region such as 'us-east4'"
             )
         if placement.tier is not None:
-            raise self.fail(f"failover placement {placement}: Flex Start custom jobs have no tier")
+            raise self._param_error(f"failover placement {placement}: Flex Start custom jobs have no tier")
         if placement.machine_type and not placement.accelerator_type:
-            raise self.fail(
+            raise self._param_error(
                 f"failover placement {placement}: a machine_type needs its accelerator_type too "
                 "(the machine and the GPU must match)"
             )
         if placement.accelerator_type and placement.accelerator_type not in FLEX_START_ACCELERATORS:
-            raise self.fail(
+            raise self._param_error(
                 f"failover placement {placement}: accelerator_type must be one of {sorted(FLEX_START_ACCELERATORS)}"
             )
         if placement.accelerator_type and not placement.machine_type:
-            raise self.fail(
+            raise self._param_error(
                 f"failover placement {placement}: an accelerator_type needs its machine_type too (GPU "
                 f"machine types come with a fixed GPU), one of {catalog.machines_for(placement.accelerator_type)}"
             )
@@ -504,7 +519,7 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
                 machine.accelerator_count if machine else 0,
             )
             if error:
-                raise self.fail(f"failover placement {placement}: {error}")
+                raise self._param_error(f"failover placement {placement}: {error}")
 
     def home_placement(self) -> Placement:
         """The operator's own region."""
@@ -593,7 +608,7 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         """Find or submit the job, then wait for it (deferred by default)."""
         if self.worker_pool_specs is not None:
             self.worker_pool_specs = [_normalize_pool(p) for p in self.worker_pool_specs]
-        self._check_templated(rendered=True)
+        self.check_parameters(rendered=True)
         return self.run_attempts(context)
 
     def complete_attempt(

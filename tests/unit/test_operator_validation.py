@@ -321,10 +321,10 @@ def test_templated_values_are_not_rejected_at_construction() -> None:
     assert op.labels == {"team": "{{ params.team }}", "{{ params.k }}": "v"}
     # After rendering, the same checks run; a bad rendered value is refused then.
     op = make(region="{{ params.region }}")
-    op._check_templated(rendered=False)
+    op.check_parameters(rendered=False)
     op.region = "Nowhere"
     with pytest.raises(ValueError, match="region must be a Vertex AI region"):
-        op._check_templated(rendered=True)
+        op.check_parameters(rendered=True)
 
 
 def test_templated_pool_list_is_not_rejected() -> None:

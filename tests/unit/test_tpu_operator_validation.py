@@ -308,16 +308,16 @@ def test_templated_values_are_not_rejected_at_construction() -> None:
 
 def test_templated_values_are_checked_after_rendering() -> None:
     op = make(zone="{{ params.zone }}", accelerator_type="{{ params.accel }}")
-    op._check_templated(rendered=False)
+    op.check_parameters(rendered=False)
     op.zone = "us-west4-b"
     op.accelerator_type = "v5litepod-12"
     with pytest.raises(ValueError, match="is not a v5litepod slice Cloud TPU offers"):
-        op._check_templated(rendered=True)
+        op.check_parameters(rendered=True)
     op.accelerator_type = "v6e-8"
-    op._check_templated(rendered=True)
+    op.check_parameters(rendered=True)
     op.zone = "Nowhere"
     with pytest.raises(ValueError, match="zone must be a Cloud TPU zone"):
-        op._check_templated(rendered=True)
+        op.check_parameters(rendered=True)
 
 
 def test_template_fields() -> None:
@@ -501,4 +501,4 @@ def test_delete_templated_values_are_not_rejected() -> None:
     assert op.zone == "{{ params.zone }}"
     op.zone = "Nowhere"
     with pytest.raises(ValueError, match="zone must be a Cloud TPU zone"):
-        op._check(rendered=True)
+        op.check_parameters(rendered=True)

@@ -6,12 +6,10 @@ import asyncio
 import importlib
 from collections.abc import AsyncIterable, Callable, Container, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
-
-if TYPE_CHECKING:
-    from airflow_provider_dws.scheduling.identity import RequestIdentity
 
 
 @dataclass(frozen=True)
@@ -157,6 +155,11 @@ class BackendCache:
 
     def __init__(self) -> None:
         self._backends: dict[tuple[Any, ...], Any] = {}
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> BackendCache:
+        # Airflow copies operators (partial DAGs, mapped tasks): a copy starts with no clients,
+        # which hold channels that cannot be copied.
+        return BackendCache()
 
     def get(self, cls: type[_B], *args: Any, **kwargs: Any) -> _B:
         """``cls(*args, **kwargs)``, built on first use."""

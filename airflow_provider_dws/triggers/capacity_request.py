@@ -210,11 +210,6 @@ class CapacityRequestTrigger(BaseTrigger):
         finally:
             sub.close()
 
-    async def _ended(self, status: RequestStatus) -> RequestStatus:
-        """The status to report, as the backend refines it (TPU: when the slice became ACTIVE)."""
-        refine = getattr(self.backend, "aended", None)
-        return status if refine is None else await refine(status)
-
     def _gone(self) -> RequestStatus:
         return RequestStatus(
             name=self.request_name,
@@ -251,6 +246,11 @@ class CapacityRequestTrigger(BaseTrigger):
         if status is not None:
             return deadline
         return max(deadline, self._started) + FIRST_READ_GRACE
+
+    async def _ended(self, status: RequestStatus) -> RequestStatus:
+        """The status to report, as the backend refines it (TPU: when the slice became ACTIVE)."""
+        refine = getattr(self.backend, "aended", None)
+        return status if refine is None else await refine(status)
 
     async def _time_out(self, status: RequestStatus) -> RequestStatus:
         if self.cancel_on_kill:

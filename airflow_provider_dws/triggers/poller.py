@@ -71,7 +71,8 @@ class Subscription:
         self._error: BaseException | None = None
         self._delivered: tuple[str, str] | None = None
         self._note: str | None = None
-        self._changed = asyncio.Event()
+        self._changed = False
+        self._waiter: asyncio.Future[None] | None = None
 
     def _deliver(self, status: RequestStatus) -> bool:
         """Hand over ``status`` if it changed; True when that wakes the trigger."""
@@ -80,16 +81,16 @@ class Subscription:
             return False
         self._delivered = signature
         self._status = status
-        self._changed.set()
+        self._signal()
         return True
 
     def _fail(self, error: BaseException) -> None:
         self._error = error
-        self._changed.set()
+        self._signal()
 
     def _set_note(self, note: str | None) -> None:
         if note is not None and note != self._note:
-            self._changed.set()  # the trigger logs it now, in its own task's log
+            self._signal()  # the trigger logs it now, in its own task's log
         self._note = note
 
     def note(self) -> str | None:
@@ -102,22 +103,41 @@ class Subscription:
 
         Raises what the API answered that ends the wait (``RequestNotFoundError``, permission errors).
         """
-        if not self._changed.is_set():
+        if not self._changed:
             if timeout is not None and timeout <= 0:
                 return None
+            # A future and a timer, not asyncio.wait_for: that costs a task per waiting trigger
+            # (thousands here), and asyncio.timeout is Python 3.11+.
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = None if timeout is None else loop.call_later(timeout, _settle, waiter)
             try:
-                await asyncio.wait_for(self._changed.wait(), timeout)
-            except asyncio.TimeoutError:
+                await waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+            if not self._changed:
                 return None
-        self._changed.clear()
+        self._changed = False
         if self._error is not None:
             error, self._error = self._error, None
             raise error
         return self._status
 
+    def _signal(self) -> None:
+        self._changed = True
+        if self._waiter is not None:
+            _settle(self._waiter)
+
     def close(self) -> None:
         """Leave the poller."""
         self.poller.unsubscribe(self)
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class SharedPoller:
@@ -276,6 +296,7 @@ class SharedPoller:
             if status is None:
                 missing.append(name)
                 continue
+            self._note(name, None)
             woken += self._deliver(name, status)
             if woken >= WAKE_BATCH:
                 # Each woken trigger runs (and logs) in the next loop iteration: wake them a batch

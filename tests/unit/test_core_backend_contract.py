@@ -48,6 +48,9 @@ def test_a_task_builds_each_backend_once(monkeypatch: pytest.MonkeyPatch) -> Non
     assert cache.get(VertexCustomJobBackend, "p", "us-central1", "gc", ["sa@x"]) is a
     assert cache.get(VertexCustomJobBackend, "p", "us-east4", "gc", ["sa@x"]) is not a
     assert a.hook is a.hook  # and its hook (connection lookup, clients) once too
+    import copy
+
+    assert copy.deepcopy(cache).get(VertexCustomJobBackend, "p", "us-central1", "gc", ["sa@x"]) is not a
 
 
 def qr(qr_id: str, key: str, state: Any = QueuedResourceState.State.WAITING_FOR_RESOURCES) -> QueuedResource:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -103,6 +104,8 @@ def test_one_emulator_factory_for_grpc_and_rest_clients() -> None:
     rest_client = emulator_client(TpuClient, "127.0.0.1:8470", transport="rest")
     assert type(rest_client.transport).__name__ == "TpuRestTransport"
     assert rest_client.transport._host == "http://127.0.0.1:8470"
-    assert type(emulator_client(TpuAsyncClient, "127.0.0.1:8470", asynchronous=True).transport).__name__ == (
-        "TpuGrpcAsyncIOTransport"
-    )
+
+    async def in_a_loop() -> str:  # grpc.aio channels belong to the running loop
+        return type(emulator_client(TpuAsyncClient, "127.0.0.1:8470", asynchronous=True).transport).__name__
+
+    assert asyncio.run(in_a_loop()) == "TpuGrpcAsyncIOTransport"

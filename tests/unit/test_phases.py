@@ -156,3 +156,27 @@ def test_timings_round_trip_of_empty() -> None:
     }
     assert RequestTimings.from_dict(data) == RequestTimings()
     assert RequestTimings.from_dict({}) == RequestTimings()
+
+
+def test_state_tables_derive_live_states_and_classify() -> None:
+    from airflow_provider_dws.scheduling.phases import (
+        TPU_QUEUED_RESOURCE_STATES,
+        VERTEX_JOB_STATES,
+        FailureKind,
+        Phase,
+    )
+
+    assert "JOB_STATE_CANCELLING" in VERTEX_JOB_STATES.live_states()
+    assert "JOB_STATE_EXPIRED" not in VERTEX_JOB_STATES.live_states()
+    assert set(TPU_QUEUED_RESOURCE_STATES.live_states()) == {
+        "STATE_UNSPECIFIED",
+        "CREATING",
+        "ACCEPTED",
+        "WAITING_FOR_RESOURCES",
+        "PROVISIONING",
+        "ACTIVE",
+    }
+    expired = VERTEX_JOB_STATES.classify("JOB_STATE_EXPIRED", started=False, error_code=0, error_message="")
+    assert expired.failure is FailureKind.CAPACITY_NOT_OBTAINED
+    assert TPU_QUEUED_RESOURCE_STATES.classify("SUSPENDED").failure is FailureKind.PREEMPTED
+    assert TPU_QUEUED_RESOURCE_STATES.phase("NEW_STATE") is Phase.WAITING

@@ -292,6 +292,25 @@ def test_on_kill_swallows_cancel_errors(fake: Any) -> None:
     assert errors_logged == [f"Could not cancel {NAME}; cancel it by hand"]
 
 
+def test_the_event_carries_the_status_as_the_backend_refines_it(fake: Any) -> None:
+    """D6: a TPU slice first seen ACTIVE long after it became ACTIVE reports the real wait."""
+    backend = fake([status("ACTIVE", Phase.RUNNING, submitted=T0, started=T0 + timedelta(hours=3))])
+
+    async def aended(seen: RequestStatus) -> RequestStatus:
+        return RequestStatus(
+            seen.name,
+            seen.state,
+            seen.outcome,
+            RequestTimings(T0, T0 + timedelta(minutes=5)),
+            seen.description,
+        )
+
+    backend.aended = aended  # type: ignore[attr-defined]
+    event = asyncio.run(first_event(trigger(target="running")))
+    assert event["phase"] == "running"
+    assert event["timings"]["wait_seconds"] == 300
+
+
 # -- execution_timeout ---------------------------------------------------------------------------
 
 
@@ -486,22 +505,3 @@ def test_a_kill_during_a_status_read_keeps_airflow_s_cancel_message(fake: Any) -
         raise AssertionError("the trigger was not cancelled")
 
     assert asyncio.run(scenario()) == ("__airflow_user_action__",)
-
-
-def test_the_event_carries_the_status_as_the_backend_refines_it(fake: Any) -> None:
-    """D6: a TPU slice first seen ACTIVE long after it became ACTIVE reports the real wait."""
-    backend = fake([status("ACTIVE", Phase.RUNNING, submitted=T0, started=T0 + timedelta(hours=3))])
-
-    async def aended(seen: RequestStatus) -> RequestStatus:
-        return RequestStatus(
-            seen.name,
-            seen.state,
-            seen.outcome,
-            RequestTimings(T0, T0 + timedelta(minutes=5)),
-            seen.description,
-        )
-
-    backend.aended = aended  # type: ignore[attr-defined]
-    event = asyncio.run(first_event(trigger(target="running")))
-    assert event["phase"] == "running"
-    assert event["timings"]["wait_seconds"] == 300

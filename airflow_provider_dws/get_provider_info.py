@@ -31,6 +31,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_provider_dws.operators.vertex_ai",
                     "airflow_provider_dws.operators.tpu",
+                    "airflow_provider_dws.operators.tpu_release",
                 ],
             }
         ],

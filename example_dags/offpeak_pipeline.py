@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, task
 
-from airflow_provider_dws.operators.vertex_ai import FlexStartCustomJobOperator
+from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, OffPeakWindow
 from airflow_provider_dws.timetables.offpeak import OffPeakTimetable
 
@@ -50,7 +50,7 @@ with DAG(
         print(f"preparing data for the off-peak window {data_interval_start} .. {data_interval_end}")
         return "gs://my-bucket/datasets/nightly"
 
-    train = FlexStartCustomJobOperator(
+    train = CreateVertexAIFlexStartJobOperator(
         task_id="train",
         project_id=PROJECT_ID,
         region="us-central1",

@@ -16,7 +16,10 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, task
 
-from airflow_provider_dws.operators.tpu import DeleteTPUQueuedResourceOperator, TPUQueuedResourceOperator
+from airflow_provider_dws.operators.tpu import (
+    CreateTPUQueuedResourceOperator,
+    DeleteTPUQueuedResourceOperator,
+)
 
 PROJECT_ID = os.environ.get("DWS_EXAMPLE_PROJECT", "my-gcp-project")
 ZONE = os.environ.get("DWS_EXAMPLE_TPU_ZONE", "us-west4-a")
@@ -31,7 +34,7 @@ with DAG(
     tags=["dws", "tpu", "example"],
     params={"fail_workload": False},
 ) as dag:
-    request_tpu_slice = TPUQueuedResourceOperator(
+    request_tpu_slice = CreateTPUQueuedResourceOperator(
         task_id="request_tpu_slice",
         project_id=PROJECT_ID,
         zone=ZONE,

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, task
 
-from airflow_provider_dws.operators.vertex_ai import FlexStartCustomJobOperator
+from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 
 PROJECT_ID = os.environ.get("DWS_EXAMPLE_PROJECT", "my-gcp-project")
 REGION = os.environ.get("DWS_EXAMPLE_REGION", "us-central1")
@@ -35,7 +35,7 @@ with DAG(
         "exit_code": 0,
     },
 ) as dag:
-    fine_tune = FlexStartCustomJobOperator(
+    fine_tune = CreateVertexAIFlexStartJobOperator(
         task_id="fine_tune",
         project_id=PROJECT_ID,
         region=REGION,

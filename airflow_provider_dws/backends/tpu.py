@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from airflow_provider_dws.backends.base import RequestStatus, classify_listed
 from airflow_provider_dws.backends.google import GoogleBackend, translated
+from airflow_provider_dws.catalog import tpu_chips
 from airflow_provider_dws.errors import ConflictError, RequestAlreadyExistsError, RequestNotFoundError
 from airflow_provider_dws.hooks.tpu import DwsTpuAsyncHook, DwsTpuHook
 from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_KEY, RequestIdentity
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Suffix of a TPU accelerator type: chips for v5litepod and v6e, TensorCores (2 per chip) otherwise.
-_CORES_PER_CHIP = {"v2": 2, "v3": 2, "v4": 2, "v5p": 2, "v5litepod": 1, "v6e": 1}
 _DELETE_TIMEOUT_SECONDS = 600.0
 #: Queued resources per list page (see the Vertex backend's LIST_PAGE_SIZE).
 LIST_PAGE_SIZE = 250
@@ -36,14 +35,6 @@ def parse_queued_resource_name(name: str) -> tuple[str, str, str]:
     if not parts or any("/" in part for part in parts.values()):  # the parser's .+? spans slashes
         raise ValueError(f"not a Cloud TPU queued resource name: {name!r}")
     return parts["project"], parts["location"], parts["queued_resource"]
-
-
-def tpu_chips(accelerator_type: str) -> int:
-    """Chips in one slice of ``accelerator_type`` (``v5litepod-16`` -> 16, ``v5p-8`` -> 4)."""
-    family, _, size = accelerator_type.rpartition("-")
-    if family not in _CORES_PER_CHIP or not size.isdigit():
-        raise ValueError(f"not a Cloud TPU accelerator type: {accelerator_type!r}")
-    return max(1, int(size) // _CORES_PER_CHIP[family])
 
 
 def describe_queued_resource(qr: QueuedResource, zone: str) -> str:

@@ -11,7 +11,9 @@ Chip arithmetic (:func:`parse_accelerator_type`):
   (``v5litepod-16`` -> 4 hosts, ``v5p-32`` -> 16 chips -> 4 hosts);
 * a multislice request (``multislice_params.node_count = k``) needs k times the chips, at once.
 
-Only the sizes in :data:`KNOWN_SIZES` are accepted, as the real API only offers fixed shapes.
+Only the shapes of :mod:`airflow_provider_dws.catalog` are accepted (the real API offers fixed
+shapes); the operators check against the same table, so what passes their parse-time check is
+what the emulator accepts.
 """
 
 from __future__ import annotations
@@ -22,21 +24,11 @@ from typing import Any
 
 import grpc
 
+from ..catalog import TPU_FAMILIES, TpuShape, split_tpu_type, tpu_shape
 from .capacity import PoolKey
 from .validation import EmulatorError, validate_labels
 
-ACCELERATOR_TYPE_RE = re.compile(r"^(v2|v3|v4|v5litepod|v5p|v6e)-([0-9]+)$")
-_POW2_TO_256 = frozenset({1, 4, 8, 16, 32, 64, 128, 256})
-KNOWN_SIZES: dict[str, frozenset[int]] = {
-    "v2": frozenset({8, 32, 128, 256, 512}),
-    "v3": frozenset({8, 32, 64, 128, 256, 512, 1024, 2048}),
-    "v4": frozenset({8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096}),
-    "v5p": frozenset({8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6144, 8192, 12288}),
-    "v5litepod": _POW2_TO_256,
-    "v6e": _POW2_TO_256,
-}
-CHIP_COUNTED = frozenset({"v5litepod", "v6e"})  # suffix counts chips; others count TensorCores
-CHIPS_PER_HOST = 4
+ACCELERATOR_TYPE_RE = re.compile(rf"^({'|'.join(TPU_FAMILIES)})-([0-9]+)$")
 TPU_PORT = 8470
 
 _RFC1035_RE = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -44,36 +36,23 @@ _PARENT_RE = re.compile(r"projects/([^/]+)/locations/([^/]+)")
 _RESERVATION_RE = re.compile(r"projects/([^/]+)/locations/([^/]+)/reservations/([^/]+)")
 
 
-@dataclass(frozen=True)
-class TpuShape:
-    """One slice of ``accelerator_type``: its family, the suffix, chips and hosts."""
-
-    accelerator_type: str
-    family: str
-    size: int
-    chips: int
-    hosts: int
-
-
 def parse_accelerator_type(accelerator_type: str) -> TpuShape:
     """``v5litepod-16`` -> TpuShape(family="v5litepod", size=16, chips=16, hosts=4).
 
     Raises ``ValueError`` with a readable reason for unknown families or sizes.
     """
-    match = ACCELERATOR_TYPE_RE.fullmatch(accelerator_type)
-    if not match:
+    split = split_tpu_type(accelerator_type)
+    if split is None:
         raise ValueError(
             f"{accelerator_type!r} is not a TPU accelerator type; expected "
-            "^(v2|v3|v4|v5litepod|v5p|v6e)-[0-9]+$, e.g. v5litepod-16."
+            f"{ACCELERATOR_TYPE_RE.pattern}, e.g. v5litepod-16."
         )
-    family, size = match.group(1), int(match.group(2))
-    if size not in KNOWN_SIZES[family]:
-        sizes = ", ".join(str(s) for s in sorted(KNOWN_SIZES[family]))
-        raise ValueError(f"{accelerator_type!r} is not a known {family} size; known sizes: {sizes}.")
-    chips = size if family in CHIP_COUNTED else size // 2
-    single_host_max = 8 if family in CHIP_COUNTED else CHIPS_PER_HOST
-    hosts = 1 if chips <= single_host_max else chips // CHIPS_PER_HOST
-    return TpuShape(accelerator_type, family, size, chips, hosts)
+    family, size = split
+    if not family.accepts(size):
+        raise ValueError(
+            f"{accelerator_type!r} is not a known {family.name} size; known sizes: {family.describe_sizes()}."
+        )
+    return tpu_shape(accelerator_type)
 
 
 def tpu_error(

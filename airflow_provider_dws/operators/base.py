@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
+from airflow_provider_dws.operators.checks import (
+    Check,
+    flag,
+    matches,
+    non_empty_str,
+    run_checks,
+)
 from airflow_provider_dws.scheduling.identity import (
     RESERVED_LABEL_KEYS,
     RequestIdentity,
@@ -24,28 +32,98 @@ PROJECT_RE = re.compile(r"^(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-
 SERVICE_ACCOUNT_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
-def is_template(value: Any) -> bool:
-    """True for a string that still holds Jinja (checked again after rendering)."""
-    return isinstance(value, str) and ("{{" in value or "{%" in value)
+#: What a backend raises when the API refuses a request (invalid, not allowed, wrong state).
+API_REFUSED = (InvalidRequestError, PermissionDeniedApiError)
 
 
-def has_template(value: Any) -> bool:
-    """True if ``value`` or anything nested in it is a Jinja template string."""
-    if is_template(value):
-        return True
-    if isinstance(value, Mapping):
-        return any(has_template(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(has_template(v) for v in value)
-    return False
+def _check_poll_interval(op: Any, value: Any, is_unrendered: Callable[[Any], bool]) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise op._param_error(f"poll_interval must be a number of seconds, got {value!r}")
+    if not 0 < value <= POLL_INTERVAL_MAX:
+        raise op._param_error(
+            f"poll_interval must be greater than 0 and at most {POLL_INTERVAL_MAX:.0f} seconds, got {value}"
+        )
+
+
+def _is_chain(chain: Any) -> bool:
+    if isinstance(chain, str):
+        return bool(chain)
+    return isinstance(chain, (list, tuple)) and bool(chain) and all(isinstance(c, str) and c for c in chain)
+
+
+def _check_labels(op: Any, labels: Any, is_unrendered: Callable[[Any], bool]) -> None:
+    if is_unrendered(labels):
+        return
+    if not isinstance(labels, Mapping):
+        raise op._param_error(f"labels must be a dict of strings, got {type(labels).__name__}")
+    reserved = sorted(set(labels) & RESERVED_LABEL_KEYS)
+    if reserved:
+        raise op._param_error(
+            f"labels {reserved} are reserved: the provider writes the task's identity under the "
+            "'dws_' keys to find its requests again"
+        )
+    if len(labels) + len(RESERVED_LABEL_KEYS) > MAX_LABELS:
+        raise op._param_error(
+            f"labels can have at most {MAX_LABELS - len(RESERVED_LABEL_KEYS)} entries "
+            f"({len(RESERVED_LABEL_KEYS)} of the API's {MAX_LABELS} are used for identity), "
+            f"got {len(labels)}"
+        )
+    for key, value in labels.items():
+        if is_unrendered(key) or is_unrendered(value):
+            continue
+        if not isinstance(key, str) or not is_valid_label_key(key):
+            raise op._param_error(
+                f"label key {key!r} is invalid: it must start with a lowercase letter and use only "
+                "lowercase letters, digits, '_' and '-', at most 63 characters"
+            )
+        if not isinstance(value, str) or not is_valid_label_value(value):
+            raise op._param_error(
+                f"label value {value!r} (key {key!r}) is invalid: only lowercase letters, digits, '_' "
+                "and '-', at most 63 characters"
+            )
+
+
+#: Checks of what every DWS operator has (connection, project, identity to run as).
+CONNECTION_CHECKS = (
+    Check("gcp_conn_id", non_empty_str, "must be a non-empty connection id"),
+    Check(
+        "project_id",
+        matches(PROJECT_RE),
+        "must be a Google Cloud project id (6-30 lowercase letters, digits and hyphens, starting "
+        "with a letter)",
+        templated=True,
+        optional=True,
+    ),
+    Check(
+        "impersonation_chain",
+        _is_chain,
+        "must be a service account email or a list of them",
+        templated=True,
+        optional=True,
+    ),
+)
+#: Checks of what every operator that waits on a request has.
+WAIT_CHECKS = (
+    Check("poll_interval", validate=_check_poll_interval),
+    flag("deferrable"),
+    flag("cancel_on_kill"),
+    Check(
+        "service_account",
+        matches(SERVICE_ACCOUNT_RE),
+        "must be a service account email",
+        templated=True,
+        optional=True,
+    ),
+    Check("labels", templated=True, optional=True, validate=_check_labels),
+)
 
 
 class DwsBaseOperator(BaseOperator):
     """Base of the DWS operators: common parameters, their checks and the request identity.
 
-    Subclasses set the attributes ``project_id``, ``labels``, ``service_account``,
-    ``impersonation_chain``, ``gcp_conn_id``, ``poll_interval``, ``deferrable`` and
-    ``cancel_on_kill`` before calling :meth:`check_common`.
+    Subclasses set their parameters as attributes, list their checks in :attr:`CHECKS` and call
+    :meth:`check_parameters` (``rendered=False`` at the end of ``__init__``, ``rendered=True`` at
+    the start of ``execute``).
     """
 
     project_id: str | None
@@ -57,101 +135,30 @@ class DwsBaseOperator(BaseOperator):
     deferrable: bool
     cancel_on_kill: bool
 
-    def fail(self, message: str) -> ValueError:
-        """A parse-time error naming the operator and the task."""
+    #: The parameter checks of the operator (see :mod:`airflow_provider_dws.operators.checks`).
+    CHECKS: tuple[Check, ...] = ()
+
+    def _param_error(self, message: str) -> ValueError:
+        """A parameter error naming the operator and the task (the caller raises it)."""
         return ValueError(f"{type(self).__name__} {self.task_id!r}: {message}")
 
-    @staticmethod
-    def skipper(rendered: bool) -> Any:
-        """Before rendering, values that hold a template are not checked yet."""
-
-        def skip(value: Any) -> bool:
-            return not rendered and has_template(value)
-
-        return skip
-
-    def check_common(self, *, rendered: bool, static: bool = True) -> None:
-        """Checks of the parameters every DWS operator has."""
-        skip = self.skipper(rendered)
-        if static:
-            if not isinstance(self.gcp_conn_id, str) or not self.gcp_conn_id:
-                raise self.fail(f"gcp_conn_id must be a non-empty connection id, got {self.gcp_conn_id!r}")
-            if isinstance(self.poll_interval, bool) or not isinstance(self.poll_interval, (int, float)):
-                raise self.fail(f"poll_interval must be a number of seconds, got {self.poll_interval!r}")
-            if not 0 < self.poll_interval <= POLL_INTERVAL_MAX:
-                raise self.fail(
-                    f"poll_interval must be greater than 0 and at most {POLL_INTERVAL_MAX:.0f} seconds, "
-                    f"got {self.poll_interval}"
-                )
-            if not isinstance(self.deferrable, bool):
-                raise self.fail(f"deferrable must be True or False, got {self.deferrable!r}")
-            if not isinstance(self.cancel_on_kill, bool):
-                raise self.fail(f"cancel_on_kill must be True or False, got {self.cancel_on_kill!r}")
-        if self.project_id is not None and not skip(self.project_id):
-            if not isinstance(self.project_id, str) or not PROJECT_RE.fullmatch(self.project_id):
-                raise self.fail(
-                    "project_id must be a Google Cloud project id (6-30 lowercase letters, digits and "
-                    f"hyphens, starting with a letter), got {self.project_id!r}"
-                )
-        if self.service_account is not None and not skip(self.service_account):
-            if not isinstance(self.service_account, str) or not SERVICE_ACCOUNT_RE.fullmatch(
-                self.service_account
-            ):
-                raise self.fail(
-                    f"service_account must be a service account email, got {self.service_account!r}"
-                )
-        if self.impersonation_chain is not None and not skip(self.impersonation_chain):
-            chain = self.impersonation_chain
-            ok = (isinstance(chain, str) and chain) or (
-                isinstance(chain, (list, tuple)) and chain and all(isinstance(c, str) and c for c in chain)
-            )
-            if not ok:
-                raise self.fail(
-                    f"impersonation_chain must be a service account email or a list of them, got {chain!r}"
-                )
-        self._check_labels(skip)
-
-    def _check_labels(self, skip: Any) -> None:
-        labels = self.labels
-        if labels is None or skip(labels):
-            return
-        if not isinstance(labels, Mapping):
-            raise self.fail(f"labels must be a dict of strings, got {type(labels).__name__}")
-        reserved = sorted(set(labels) & RESERVED_LABEL_KEYS)
-        if reserved:
-            raise self.fail(
-                f"labels {reserved} are reserved: the provider writes the task's identity under the "
-                "'dws_' keys to find its requests again"
-            )
-        if len(labels) + len(RESERVED_LABEL_KEYS) > MAX_LABELS:
-            raise self.fail(
-                f"labels can have at most {MAX_LABELS - len(RESERVED_LABEL_KEYS)} entries "
-                f"({len(RESERVED_LABEL_KEYS)} of the API's {MAX_LABELS} are used for identity), "
-                f"got {len(labels)}"
-            )
-        for key, value in labels.items():
-            if skip(key) or skip(value):
-                continue
-            if not isinstance(key, str) or not is_valid_label_key(key):
-                raise self.fail(
-                    f"label key {key!r} is invalid: it must start with a lowercase letter and use only "
-                    "lowercase letters, digits, '_' and '-', at most 63 characters"
-                )
-            if not isinstance(value, str) or not is_valid_label_value(value):
-                raise self.fail(
-                    f"label value {value!r} (key {key!r}) is invalid: only lowercase letters, digits, '_' "
-                    "and '-', at most 63 characters"
-                )
+    def check_parameters(self, *, rendered: bool) -> None:
+        """Run :attr:`CHECKS`: all of them at parse time, the templated ones again after rendering."""
+        run_checks(self, self.CHECKS, rendered=rendered)
 
     def identity(self, context: Context, task_id: str | None = None) -> RequestIdentity:
         """The identity of this task instance (or of ``task_id`` in the same run and map index)."""
         ti = context["ti"]
         map_index = getattr(ti, "map_index", -1)
+        try_number = getattr(ti, "try_number", 1)
         return RequestIdentity(
             dag_id=ti.dag_id,
             task_id=task_id or ti.task_id,
             run_id=ti.run_id,
             map_index=map_index if isinstance(map_index, int) and map_index >= 0 else -1,
+            try_number=try_number
+            if isinstance(try_number, int) and not isinstance(try_number, bool) and try_number >= 1
+            else 1,
         )
 
     def resolve_project(self) -> str:
@@ -162,6 +169,8 @@ class DwsBaseOperator(BaseOperator):
 
         project = DwsBaseHook(gcp_conn_id=self.gcp_conn_id).project_id or None
         if not project:
-            raise self.fail(f"project_id is not set and connection {self.gcp_conn_id!r} names no project")
+            raise self._param_error(
+                f"project_id is not set and connection {self.gcp_conn_id!r} names no project"
+            )
         self.project_id = project
         return project

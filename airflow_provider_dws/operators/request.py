@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from airflow.triggers.base import BaseTrigger
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.exceptions import CapacityNotObtainedError
 from airflow_provider_dws.operators.base import DwsBaseOperator
+from airflow_provider_dws.operators.state import AttemptState
 from airflow_provider_dws.scheduling.decisions import Attempt, next_step, next_submit
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
@@ -33,7 +34,6 @@ from airflow_provider_dws.scheduling.policies import (
     WindowSet,
     parse_window,
 )
-from airflow_provider_dws.triggers.capacity_request import first_event
 from airflow_provider_dws.triggers.resume_at import ResumeAtTrigger
 
 if TYPE_CHECKING:
@@ -44,10 +44,6 @@ _NOW_SLACK = timedelta(seconds=1)
 _RETRYABLE = (FailureKind.CAPACITY_NOT_OBTAINED, FailureKind.PREEMPTED)
 #: task_state_store key: the request a deferred try waits on, and which try that is.
 WAITING_KEY = "dws_waiting"
-
-
-def _fmt_delta(delta: timedelta) -> str:
-    return str(timedelta(seconds=round(delta.total_seconds())))
 
 
 class DwsRequestOperator(DwsBaseOperator):
@@ -92,7 +88,7 @@ class DwsRequestOperator(DwsBaseOperator):
                     failover = [failover]
                 failover = Failover(placements=tuple(failover))
         except (TypeError, ValueError) as err:
-            raise self.fail(str(err)) from None
+            raise self._param_error(str(err)) from None
         for name, value, types in (
             ("window", window, (OffPeakWindow, WindowSet)),
             ("deadline", deadline, (Deadline,)),
@@ -102,7 +98,9 @@ class DwsRequestOperator(DwsBaseOperator):
             if value is not None and not isinstance(value, types):
                 allowed = " or ".join(t.__name__ for t in types)
                 article = "an" if allowed[0] in "AEIOU" else "a"
-                raise self.fail(f"{name} must be {article} {allowed} (or None), got {type(value).__name__}")
+                raise self._param_error(
+                    f"{name} must be {article} {allowed} (or None), got {type(value).__name__}"
+                )
         self.window = window  # type: ignore[assignment]
         self.deadline = deadline  # type: ignore[assignment]
         self.capacity_retry = capacity_retry  # type: ignore[assignment]
@@ -112,13 +110,13 @@ class DwsRequestOperator(DwsBaseOperator):
                 self.check_placement(placement)
             if self.capacity_retry is None or self.capacity_retry.attempts < 2:
                 # Failover happens on a retry: without one the placements would never be tried.
-                raise self.fail(
+                raise self._param_error(
                     f"failover ({self.failover}) needs capacity_retry with at least 2 attempts, "
                     f"got {self.capacity_retry or 'no capacity_retry'}"
                 )
 
     def check_placement(self, placement: Placement) -> None:
-        """Subclasses refuse placements their API cannot use (raise ``self.fail(...)``)."""
+        """Subclasses refuse placements their API cannot use (raise ``self._param_error(...)``)."""
 
     def placements(self) -> list[Placement]:
         """The home placement, then the failover placements, in order."""
@@ -149,6 +147,9 @@ class DwsRequestOperator(DwsBaseOperator):
         """A live or succeeded request of any attempt of this task instance, to adopt."""
         raise NotImplementedError
 
+    def delete_ended(self) -> None:
+        """Garbage-collect what the last :meth:`find_existing` found ended (default: nothing)."""
+
     def submit_attempt(
         self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
     ) -> RequestStatus:
@@ -163,8 +164,9 @@ class DwsRequestOperator(DwsBaseOperator):
         echo: dict[str, Any],
         task_deadline: datetime | None = None,
     ) -> BaseTrigger:
-        """The trigger that waits on the request; it must hand ``echo`` back in its event and give
-        up at ``task_deadline`` (the end of the task's ``execution_timeout``)."""
+        """The trigger that waits on the request; it must hand ``echo`` (the :class:`AttemptState`
+        as a dict) back in its event and give up at ``task_deadline`` (the end of the task's
+        ``execution_timeout``)."""
         raise NotImplementedError
 
     def cancel_request(self, name: str) -> None:
@@ -211,30 +213,30 @@ class DwsRequestOperator(DwsBaseOperator):
         instance (a worker died before deferring, a triggerer died) is adopted.
         """
         identity = self.identity(context)
-        abandoned = self.abandoned_request(context)
+        abandoned = self.cancel_abandoned_request(context)
         found = self.find_existing(context, identity)
+        self.delete_ended()
         if found is not None and found[0].name == abandoned:
             found = None
         if found is not None:
             status, placement, number = found
+            state = AttemptState(placement=placement, attempt=number)
             if self.is_done(status) and self.is_success(status):
                 self.log.info(
                     "%s (attempt %d) already succeeded: taking it as the result", status.name, number
                 )
-                return self.complete_attempt(
-                    context, status.to_event(), [], number, placement_dict(placement), None
-                )
+                return self.complete_attempt(context, status.to_event(), **state.to_dict())
             if status.phase.live:
                 self.log.info(
                     "Reattaching to live request %s (attempt %d in %s)", status.name, number, placement
                 )
                 max_wait_s = status.details.get("max_wait_seconds")
                 max_wait = timedelta(seconds=max_wait_s) if max_wait_s else self.max_wait
-                return self._wait(context, status, [], number, placement, max_wait)
-        return self.plan_attempt(context, [], 1, placement_dict(self.home_placement()), None)
+                return self._wait(context, status, state.submitted(placement, max_wait))
+        return self.plan_attempt(context, AttemptState(placement=self.home_placement()))
 
-    def abandoned_request(self, context: Context) -> str | None:
-        """The request an earlier try was still deferred on when it ended (cancelled here), if any."""
+    def cancel_abandoned_request(self, context: Context) -> str | None:
+        """Cancel the request an earlier try was still deferred on when it ended, and name it."""
         store = context.get("task_state_store")
         if store is None:
             return None
@@ -301,81 +303,45 @@ class DwsRequestOperator(DwsBaseOperator):
             start = start.replace(tzinfo=timezone.utc)
         return start + self.execution_timeout
 
-    def plan_attempt(
-        self,
-        context: Context,
-        history: list[dict[str, Any]],
-        attempt: int,
-        placement: dict[str, Any],
-        not_before: str | None,
-    ) -> Any:
+    def plan_attempt(self, context: Context, state: AttemptState) -> Any:
         """Submit now if the window and deadline allow, or wait (deferred) until they do."""
         now = datetime.now(timezone.utc)
-        deadline_at = self._deadline_at(context)
-        earliest = datetime.fromisoformat(not_before) if not_before else None
-        decision = next_submit(now, self.max_wait, self.window, deadline_at, earliest)
+        decision = next_submit(now, self.max_wait, self.window, self._deadline_at(context), state.earliest())
         if decision.at is None or decision.max_wait is None:
-            raise self.give_up(history, decision.reason)
-        state: dict[str, Any] = {"history": history, "attempt": attempt, "placement": placement}
+            raise self._gave_up_error(state.history, decision.reason)
         if decision.at > now + _NOW_SLACK:
             self.log.info("%s", decision.reason)
+            waiting = state.waiting_until(decision.at)
             if self.deferrable:
-                echo = {**state, "not_before": decision.at.isoformat()}
                 timeout_at = self.timeout_at(context)
                 self.defer(
-                    trigger=ResumeAtTrigger(decision.at.isoformat(), echo=echo, reason=decision.reason),
+                    trigger=ResumeAtTrigger(
+                        decision.at.isoformat(), echo=waiting.to_dict(), reason=decision.reason
+                    ),
                     method_name="resume_attempt",
-                    kwargs=echo,
+                    kwargs=waiting.to_dict(),
                     # No request exists while waiting for the window, so Airflow's own trigger
                     # timeout (which cancels nothing) is the right way to honour execution_timeout.
                     timeout=timeout_at - datetime.now(timezone.utc) if timeout_at else None,
                 )
             time.sleep(max(0.0, (decision.at - datetime.now(timezone.utc)).total_seconds()))
-            return self.plan_attempt(context, history, attempt, placement, decision.at.isoformat())
+            return self.plan_attempt(context, waiting)
         if decision.max_wait < self.max_wait:
             self.log.info("%s", decision.reason)
-        where = Placement(**placement)
-        identity = self.identity(context).with_attempt(attempt)
-        status = self.submit_attempt(context, identity, where, decision.max_wait)
-        return self._wait(context, status, history, attempt, where, decision.max_wait)
+        identity = self.identity(context).with_attempt(state.attempt)
+        status = self.submit_attempt(context, identity, state.placement, decision.max_wait)
+        return self._wait(context, status, state.submitted(state.placement, decision.max_wait))
 
-    def resume_attempt(
-        self,
-        context: Context,
-        event: Any = None,
-        history: list[dict[str, Any]] | None = None,
-        attempt: int = 1,
-        placement: dict[str, Any] | None = None,
-        not_before: str | None = None,
-    ) -> Any:
+    def resume_attempt(self, context: Context, event: Any = None, **kwargs: Any) -> Any:
         """Back from a wait for the window (or a backoff): plan the attempt again."""
-        echo = event.get("echo") if isinstance(event, dict) else None
-        if echo:
-            history, attempt = echo.get("history"), echo.get("attempt", attempt)
-            placement, not_before = echo.get("placement"), echo.get("not_before")
-        return self.plan_attempt(
-            context, history or [], attempt, placement or placement_dict(self.home_placement()), not_before
-        )
+        return self.plan_attempt(context, AttemptState.from_resume(event, kwargs, self.home_placement()))
 
-    def _wait(
-        self,
-        context: Context,
-        status: RequestStatus,
-        history: list[dict[str, Any]],
-        attempt: int,
-        placement: Placement,
-        max_wait: timedelta,
-    ) -> Any:
-        kwargs: dict[str, Any] = {
-            "history": history,
-            "attempt": attempt,
-            "placement": placement_dict(placement),
-            "max_wait_seconds": max_wait.total_seconds(),
-        }
+    def _wait(self, context: Context, status: RequestStatus, state: AttemptState) -> Any:
         if self.is_done(status):
-            return self.complete_attempt(context, status.to_event(), **kwargs)
+            return self.complete_attempt(context, status.to_event(), **state.to_dict())
+        max_wait = state.max_wait(self.max_wait)
         deadline = self.timeout_at(context)
-        trigger = self.make_trigger(status, placement, max_wait, kwargs, deadline)
+        trigger = self.make_trigger(status, state.placement, max_wait, state.to_dict(), deadline)
         if deadline is not None:
             self.log.info(
                 "execution_timeout ends at %s; the wait will be cancelled then", deadline.isoformat()
@@ -385,14 +351,16 @@ class DwsRequestOperator(DwsBaseOperator):
             self.log.info("Deferring: the request waits in the DWS queue without holding a worker slot")
             # No defer timeout: the trigger enforces execution_timeout itself and cancels the request
             # first, whereas Airflow's trigger timeout would stop the wait without cancelling it.
-            self.defer(trigger=trigger, method_name="complete_attempt", kwargs=kwargs)
+            self.defer(trigger=trigger, method_name="complete_attempt", kwargs=state.to_dict())
+        from airflow_provider_dws.triggers.capacity_request import first_event
+
         self.log.info("deferrable=False: waiting in this worker")
         self._waiting_on = status.name
         try:
             event = asyncio.run(first_event(trigger))
         finally:
             self._waiting_on = None
-        return self.complete_attempt(context, event, **kwargs)
+        return self.complete_attempt(context, event, **state.to_dict())
 
     _waiting_on: str | None = None
 
@@ -406,15 +374,7 @@ class DwsRequestOperator(DwsBaseOperator):
             except Exception:
                 self.log.exception("Could not cancel %s; cancel it by hand", name)
 
-    def complete_attempt(
-        self,
-        context: Context,
-        event: dict[str, Any] | None = None,
-        history: list[dict[str, Any]] | None = None,
-        attempt: int = 1,
-        placement: dict[str, Any] | None = None,
-        max_wait_seconds: float | None = None,
-    ) -> Any:
+    def complete_attempt(self, context: Context, event: dict[str, Any] | None = None, **kwargs: Any) -> Any:
         """An attempt ended (or reached its target): succeed, or decide the next step."""
         if not event:
             # Resumed without a trigger event (e.g. a deferred task run again by hand): look the
@@ -422,19 +382,17 @@ class DwsRequestOperator(DwsBaseOperator):
             self.log.warning("Resumed without a trigger event; looking for this task's request again")
             return self.run_attempts(context)
         self._forget_waiting(context)
-        echo = event.get("echo")
-        if echo:
-            # The state the attempt left behind comes back in the event (see make_trigger).
-            history, attempt = echo.get("history"), echo.get("attempt", attempt)
-            placement, max_wait_seconds = echo.get("placement"), echo.get("max_wait_seconds")
-        history = list(history or [])
+        return self._attempt_ended(
+            context, event, AttemptState.from_resume(event, kwargs, self.home_placement())
+        )
+
+    def _attempt_ended(self, context: Context, event: dict[str, Any], state: AttemptState) -> Any:
         status = RequestStatus.from_event(event)
-        where = Placement(**placement) if placement else self.home_placement()
-        max_wait = timedelta(seconds=max_wait_seconds) if max_wait_seconds else self.max_wait
+        max_wait = state.max_wait(self.max_wait)
         now = datetime.now(timezone.utc)
         record = Attempt(
-            number=attempt,
-            placement=where,
+            number=state.attempt,
+            placement=state.placement,
             submitted=status.timings.submitted or now,
             ended=status.timings.finished or status.timings.started or now,
             max_wait=max_wait,
@@ -442,13 +400,14 @@ class DwsRequestOperator(DwsBaseOperator):
             failure=status.outcome.failure,
             request_name=status.name,
         )
-        history.append(record.to_dict())
+        state = state.ended(record.to_dict())
+        history = [dict(h) for h in state.history]
         ti = context["ti"]
         ti.xcom_push(key="dws_attempts", value=history)
         ti.xcom_push(key="dws_request", value=event)
         if self.is_success(status):
             return self.finish_success(context, status)
-        self.release_failed(status, where)
+        self.release_failed(status, state.placement)
         failure = status.outcome.failure
         if failure is FailureKind.TIMED_OUT:
             raise AirflowTaskTimeout(
@@ -456,7 +415,7 @@ class DwsRequestOperator(DwsBaseOperator):
             )
         if failure in _RETRYABLE and self.capacity_retry is not None:
             attempts = [Attempt.from_dict(a) for a in history]
-            rng = random.Random(f"{self.identity(context).key}:{attempt}")
+            rng = random.Random(f"{self.identity(context).key}:{state.attempt}")
             step = next_step(
                 attempts,
                 now,
@@ -470,29 +429,13 @@ class DwsRequestOperator(DwsBaseOperator):
             )
             self.log.info("%s", step.reason)
             if step.action == "submit" and step.attempt and step.placement:
-                return self.plan_attempt(
-                    context,
-                    history,
-                    step.attempt,
-                    placement_dict(step.placement),
-                    step.at.isoformat() if step.at else None,
-                )
-            raise self.failure_error(status, where, max_wait, f"{step.reason}\n{step.summary}")
+                return self.plan_attempt(context, state.next(step.attempt, step.placement, step.at))
+            raise self.failure_error(status, state.placement, max_wait, f"{step.reason}\n{step.summary}")
         summary = "\n".join(Attempt.from_dict(a).describe() for a in history)
-        raise self.failure_error(status, where, max_wait, summary if len(history) > 1 else "")
+        raise self.failure_error(status, state.placement, max_wait, summary if len(history) > 1 else "")
 
-    def give_up(self, history: list[dict[str, Any]], reason: str) -> Exception:
-        """Nothing more can be tried (the deadline passes first): fail with every attempt so far."""
-        lines = [Attempt.from_dict(a).describe() for a in history]
+    def _gave_up_error(self, history: Sequence[Mapping[str, Any]], reason: str) -> Exception:
+        """Nothing more can be tried (the deadline passes first): the error, with every attempt so far."""
+        lines = [Attempt.from_dict(dict(a)).describe() for a in history]
         summary = ("; attempts: " + "; ".join(lines)) if lines else "; no request was submitted"
         return CapacityNotObtainedError(f"giving up: {reason}{summary}")
-
-
-def placement_dict(placement: Placement) -> dict[str, Any]:
-    """A placement as trigger/next-method kwargs (JSON-friendly)."""
-    return {
-        "location": placement.location,
-        "machine_type": placement.machine_type,
-        "accelerator_type": placement.accelerator_type,
-        "tier": placement.tier,
-    }

@@ -1,31 +1,17 @@
-"""Ask DWS for a Cloud TPU slice through a queued resource, and give it back."""
+"""Ask DWS for a Cloud TPU slice through a queued resource (the release is in :mod:`.tpu_release`)."""
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from google.cloud.tpu_v2 import (
-    NetworkConfig,
-    Node,
-    QueuedResource,
-    SchedulingConfig,
-    ServiceAccount,
-)
-from google.protobuf.timestamp_pb2 import Timestamp
-from google.type.interval_pb2 import Interval
+from airflow.exceptions import AirflowProviderDeprecationWarning
 
-from airflow_provider_dws.backends.base import BackendCache, RequestStatus
-from airflow_provider_dws.backends.tpu import (
-    TpuQueuedResourceBackend,
-    node_summary,
-    parse_queued_resource_name,
-    queued_resource_status,
-    tpu_chips,
-)
-from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
+from airflow_provider_dws import catalog
+from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.exceptions import (
     BadRequestError,
     CapacityNotObtainedError,
@@ -33,10 +19,33 @@ from airflow_provider_dws.exceptions import (
     RequestCancelledError,
 )
 from airflow_provider_dws.links.tpu import TPUQueuedResourceLink
-from airflow_provider_dws.operators.base import DwsBaseOperator
+from airflow_provider_dws.operators.base import (
+    API_REFUSED,
+    CONNECTION_CHECKS,
+    WAIT_CHECKS,
+)
+
+__all__ = ["CreateTPUQueuedResourceOperator", "DeleteTPUQueuedResourceOperator", "TPUQueuedResourceOperator"]
+from airflow_provider_dws.operators.checks import (
+    Check,
+    flag,
+    int_in,
+    matches,
+    non_empty_str,
+)
 from airflow_provider_dws.operators.request import DwsRequestOperator
+from airflow_provider_dws.operators.tpu_release import (
+    QUEUED_RESOURCE_ID_CHECK,
+    ZONE_CHECK,
+    DeleteTPUQueuedResourceOperator,
+    _backends,
+    _zone_of,
+)
 from airflow_provider_dws.scheduling.budget import DEFAULT_MAX_WAIT, MAX_WAIT_LIMIT, check_duration
-from airflow_provider_dws.scheduling.identity import QUEUED_RESOURCE_ID_RE, RequestIdentity
+from airflow_provider_dws.scheduling.identity import (
+    RequestIdentity,
+    parse_attempt_name,
+)
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.scheduling.policies import (
     CapacityRetry,
@@ -46,46 +55,50 @@ from airflow_provider_dws.scheduling.policies import (
     Placement,
     WindowSet,
 )
-from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from google.cloud.tpu_v2 import QueuedResource
 
-#: Smallest slice of each TPU family (the accelerator type suffix is a power of two from there).
-TPU_FAMILIES: dict[str, tuple[int, int]] = {
-    "v2": (8, 512),
-    "v3": (8, 2048),
-    "v4": (8, 8192),
-    "v5p": (8, 12288),
-    "v5litepod": (1, 256),
-    "v6e": (1, 256),
-}
-MAX_SLICES = 256
-_ZONE_RE = re.compile(r"^[a-z]+(?:-[a-z]+)+[0-9]+-[a-z]$")
-_ACCEL_RE = re.compile(r"^(?P<family>[a-z0-9]+)-(?P<size>[0-9]+)$")
+    from airflow_provider_dws.backends.tpu import TpuQueuedResourceBackend
+    from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
+
+MAX_SLICES = catalog.MAX_SLICES
 _RESERVATION_RE = re.compile(r"^projects/[^/\s]+/locations/[^/\s]+/reservations/[^/\s]+$")
 
 
-def _timestamp(moment: datetime) -> Timestamp:
-    stamp = Timestamp()
+def _timestamp(stamp_class: Any, moment: datetime) -> Any:
+    stamp = stamp_class()
     stamp.FromDatetime(moment)
     return stamp
 
 
-def _check_zone(op: DwsBaseOperator, zone: Any) -> None:
-    if not isinstance(zone, str) or not _ZONE_RE.fullmatch(zone):
-        raise op.fail(f"zone must be a Cloud TPU zone such as 'us-west4-a', got {zone!r}")
+def _by_zone(placements: Sequence[Placement]) -> list[Placement]:
+    """The first placement of each zone, in order (one list per zone finds every attempt there)."""
+    zones: dict[str, Placement] = {}
+    for placement in placements:
+        zones.setdefault(placement.location, placement)
+    return list(zones.values())
 
 
-def _check_queued_resource_id(op: DwsBaseOperator, value: Any) -> None:
-    if not isinstance(value, str) or not QUEUED_RESOURCE_ID_RE.fullmatch(value):
-        raise op.fail(
-            "queued_resource_id must start with a lowercase letter, use only lowercase letters, digits "
-            f"and '-', not end with '-', and have at most 63 characters, got {value!r}"
+def _check_accelerator(op: Any, value: Any, is_unrendered: Any = lambda _: False) -> None:
+    """A TPU type and a slice size Cloud TPU offers (the catalog's table)."""
+    if is_unrendered(value):
+        return
+    split = catalog.split_tpu_type(value)
+    if split is None:
+        raise op._param_error(
+            f"accelerator_type must be one of {catalog.tpu_type_examples()} (e.g. 'v5litepod-16'), got {value!r}"
+        )
+    family, size = split
+    if not family.accepts(size):
+        raise op._param_error(
+            f"accelerator_type {value!r} is not a {family.name} slice Cloud TPU offers: "
+            f"the sizes are {family.describe_sizes()}"
         )
 
 
-class TPUQueuedResourceOperator(DwsRequestOperator):
+class CreateTPUQueuedResourceOperator(DwsRequestOperator):
     """Ask Dynamic Workload Scheduler for a Cloud TPU slice; finish when it is ACTIVE.
 
     Creates a queued resource (or reattaches to this task instance's own: its id is derived from
@@ -120,7 +133,9 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
     :param gcp_conn_id: Airflow connection for Google Cloud.
     :param impersonation_chain: service account (or chain) to impersonate.
     :param poll_interval: seconds between status reads (default 30).
-    :param deferrable: wait in the triggerer (default) or in the worker.
+    :param deferrable: wait in the triggerer (default) or in the worker. The default does not follow
+        ``[operators] default_deferrable``: Airflow ships that setting as ``false`` (and writes it
+        into every generated airflow.cfg), which would make every wait hold a worker slot.
     :param cancel_on_kill: delete the request when a user kills the waiting task (default True).
     :param window: only let the slice arrive inside this off-peak window (``OffPeakWindow``,
         ``WindowSet`` or a spec string); outside it the task defers until it opens.
@@ -146,6 +161,32 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
     template_fields_renderers = {"labels": "json"}
     operator_extra_links = (TPUQueuedResourceLink(),)
     ui_color = "#fce8b2"
+    CHECKS = (
+        *CONNECTION_CHECKS,
+        *WAIT_CHECKS,
+        ZONE_CHECK,
+        Check("accelerator_type", templated=True, validate=_check_accelerator),
+        Check(
+            "runtime_version",
+            non_empty_str,
+            "must name a TPU software version such as 'v2-alpha-tpuv5-lite'",
+            templated=True,
+        ),
+        QUEUED_RESOURCE_ID_CHECK,
+        Check(
+            "reservation_name",
+            matches(_RESERVATION_RE),
+            "must look like 'projects/<project>/locations/<zone>/reservations/<name>'",
+            templated=True,
+            optional=True,
+        ),
+        Check("network", non_empty_str, "must be a non-empty string", templated=True, optional=True),
+        Check("subnetwork", non_empty_str, "must be a non-empty string", templated=True, optional=True),
+        Check("node_count", int_in(1, MAX_SLICES), f"must be an integer from 1 to {MAX_SLICES}"),
+        flag("spot"),
+        flag("guaranteed"),
+        flag("enable_external_ips"),
+    )
 
     def __init__(
         self,
@@ -203,80 +244,29 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
                 None if valid_after is None else check_duration("valid_after", valid_after, MAX_WAIT_LIMIT)
             )
         except (TypeError, ValueError, OverflowError) as err:
-            raise self.fail(str(err)) from None
-        self._check_static()
-        self._check_templated(rendered=False)
+            raise self._param_error(str(err)) from None
+        self.check_parameters(rendered=False)
+        self._check_tier()
         self.init_policies(window, deadline, capacity_retry, failover)
         if self.valid_after and (self.window is not None or self.deadline is not None):
             # The max wait is cut from the submit time; a delayed start would let capacity arrive
             # after the window closes or the deadline. Use the window to delay instead.
-            raise self.fail(
+            raise self._param_error(
                 "valid_after cannot be combined with window or deadline; use the window to delay the start"
             )
 
     # -- validation ----------------------------------------------------------------------------
 
-    def _check_static(self) -> None:
-        if isinstance(self.node_count, bool) or not isinstance(self.node_count, int):
-            raise self.fail(f"node_count must be an integer from 1 to {MAX_SLICES}, got {self.node_count!r}")
-        if not 1 <= self.node_count <= MAX_SLICES:
-            raise self.fail(f"node_count must be an integer from 1 to {MAX_SLICES}, got {self.node_count}")
-        for flag in ("spot", "guaranteed", "enable_external_ips"):
-            if not isinstance(getattr(self, flag), bool):
-                raise self.fail(f"{flag} must be True or False, got {getattr(self, flag)!r}")
+    def _check_tier(self) -> None:
         if self.spot and self.guaranteed:
-            raise self.fail("choose at most one tier: spot=True or guaranteed=True, not both")
+            raise self._param_error("choose at most one tier: spot=True or guaranteed=True, not both")
         if self.spot and self.reservation_name:
-            raise self.fail(
+            raise self._param_error(
                 "a reservation is not spot capacity: pass reservation_name or spot=True, not both"
             )
 
-    def _check_templated(self, *, rendered: bool) -> None:
-        self.check_common(rendered=rendered, static=not rendered)
-        skip = self.skipper(rendered)
-        if not skip(self.zone):
-            _check_zone(self, self.zone)
-        if not skip(self.accelerator_type):
-            self._check_accelerator(self.accelerator_type)
-        if not skip(self.runtime_version):
-            if not isinstance(self.runtime_version, str) or not self.runtime_version.strip():
-                raise self.fail(
-                    f"runtime_version must name a TPU software version such as 'v2-alpha-tpuv5-lite', "
-                    f"got {self.runtime_version!r}"
-                )
-        if self.queued_resource_id is not None and not skip(self.queued_resource_id):
-            _check_queued_resource_id(self, self.queued_resource_id)
-        if self.reservation_name is not None and not skip(self.reservation_name):
-            if not isinstance(self.reservation_name, str) or not _RESERVATION_RE.fullmatch(
-                self.reservation_name
-            ):
-                raise self.fail(
-                    "reservation_name must look like 'projects/<project>/locations/<zone>/reservations/<name>', "
-                    f"got {self.reservation_name!r}"
-                )
-        for field in ("network", "subnetwork"):
-            value = getattr(self, field)
-            if value is not None and not skip(value) and (not isinstance(value, str) or not value):
-                raise self.fail(f"{field} must be a non-empty string, got {value!r}")
-
     def _check_accelerator(self, value: Any) -> None:
-        families = ", ".join(f"{f}-N" for f in TPU_FAMILIES)
-        match = _ACCEL_RE.fullmatch(value) if isinstance(value, str) else None
-        if not match or match["family"] not in TPU_FAMILIES:
-            raise self.fail(
-                f"accelerator_type must be one of {families} (e.g. 'v5litepod-16'), got {value!r}"
-            )
-        low, high = TPU_FAMILIES[match["family"]]
-        size = int(match["size"])
-        power_of_two = size & (size - 1) == 0
-        # v4 and v5p slices above one cube (64 chips = 128 TensorCores) come in whole cubes.
-        cubes = match["family"] in ("v4", "v5p") and size > 128 and size % 128 == 0
-        if size < low or size > high or not (power_of_two or cubes):
-            shape = "a power of two" + (" or a multiple of 128" if match["family"] in ("v4", "v5p") else "")
-            raise self.fail(
-                f"accelerator_type {value!r}: the size of a {match['family']} slice must be {shape} "
-                f"from {low} to {high}"
-            )
+        _check_accelerator(self, value)
 
     # -- building the request ------------------------------------------------------------------
 
@@ -293,6 +283,10 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
         A failover ``placement`` may change the accelerator type and the tier; ``max_wait`` is the
         effective wait decided by the scheduling core (default: ``max_wait``).
         """
+        from google.cloud.tpu_v2 import NetworkConfig, Node, QueuedResource, SchedulingConfig, ServiceAccount
+        from google.protobuf.timestamp_pb2 import Timestamp
+        from google.type.interval_pb2 import Interval
+
         accelerator_type = (placement.accelerator_type if placement else None) or self.accelerator_type
         tier = placement.tier if placement and placement.tier else None
         spot = tier == "spot" if tier else self.spot
@@ -324,7 +318,9 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
         if self.valid_after:
             start = datetime.now(timezone.utc) + self.valid_after
             policy = QueuedResource.QueueingPolicy(
-                valid_interval=Interval(start_time=_timestamp(start), end_time=_timestamp(start + max_wait))
+                valid_interval=Interval(
+                    start_time=_timestamp(Timestamp, start), end_time=_timestamp(Timestamp, start + max_wait)
+                )
             )
         else:
             policy = QueuedResource.QueueingPolicy(valid_until_duration=max_wait)
@@ -342,38 +338,39 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
     # -- execution: the steps of the attempt loop ------------------------------------------------
 
     def _backend(self, zone: str | None = None) -> TpuQueuedResourceBackend:
+        from airflow_provider_dws.backends.base import BackendCache
+
         cache: BackendCache = self.__dict__.setdefault("_dws_backends", BackendCache())
         return cache.get(
-            TpuQueuedResourceBackend,
+            _backends().TpuQueuedResourceBackend,
             self.resolve_project(),
             zone or self.zone,
             self.gcp_conn_id,
             self.impersonation_chain,
         )
 
+    def queued_resource_base(self, identity: RequestIdentity) -> str:
+        """What every submission's id starts with: ``queued_resource_id``, or the derived base."""
+        return self.queued_resource_id or identity.queued_resource_base()
+
     def queued_resource_id_for(self, identity: RequestIdentity) -> str:
-        """This attempt's id: ``queued_resource_id`` or the derived one, with ``-a<N>`` from attempt 2."""
-        if not self.queued_resource_id:
-            return identity.queued_resource_id()
-        if identity.attempt == 1:
-            return self.queued_resource_id
-        suffix = f"-a{identity.attempt}"
-        return self.queued_resource_id[: 63 - len(suffix)].rstrip("-") + suffix
+        """This submission's id: the base plus ``-t<try>-a<attempt>`` (always, so it parses back)."""
+        return identity.queued_resource_id(self.queued_resource_base(identity))
 
     def check_placement(self, placement: Placement) -> None:
         """Failover placements must be TPU zones, with a valid accelerator type and tier."""
-        if not _ZONE_RE.fullmatch(placement.location):
-            raise self.fail(
+        if not catalog.ZONE_RE.fullmatch(placement.location):
+            raise self._param_error(
                 f"failover location {placement.location!r} is not a Cloud TPU zone such as 'us-east5-a'"
             )
         if placement.accelerator_type:
             self._check_accelerator(placement.accelerator_type)
         if placement.tier not in (None, "spot", "guaranteed", "on-demand"):
-            raise self.fail(
+            raise self._param_error(
                 f"failover placement {placement}: tier must be 'spot', 'guaranteed' or 'on-demand'"
             )
         if placement.machine_type:
-            raise self.fail(f"failover placement {placement}: TPU slices have no machine_type")
+            raise self._param_error(f"failover placement {placement}: TPU slices have no machine_type")
 
     def home_placement(self) -> Placement:
         """The operator's own zone."""
@@ -385,27 +382,46 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
     def find_existing(
         self, context: Context, identity: RequestIdentity
     ) -> tuple[RequestStatus, Placement, int] | None:
-        """A live or ACTIVE queued resource of any attempt; ended ones found on the way are deleted."""
-        found: tuple[RequestStatus, Placement, int] | None = None
-        seen: set[str] = set()
-        for placement in self.placements():
-            if placement.location in seen:
+        """The newest live or ACTIVE queued resource of any try and attempt of this task instance.
+
+        One list per zone the task may have used finds every submission (by the identity label on
+        its nodes); the ones found ended are deleted by :meth:`delete_ended`, not here.
+        """
+        found: tuple[tuple[int, int], RequestStatus, Placement, TpuQueuedResourceBackend] | None = None
+        self._ended = []
+        for placement, backend, status in self._submissions(identity):
+            if not status.phase.live:
+                self._ended.append((backend, status))
                 continue
-            seen.add(placement.location)
-            backend = self._backend(placement.location)
-            for attempt in range(1, self._max_attempts() + 1):
-                name = backend.name_of(self.queued_resource_id_for(identity.with_attempt(attempt)))
-                status = backend.get_status(name)  # an ACTIVE one timed by its nodes
-                if status is None:
-                    continue
-                if status.phase.live:  # waiting, provisioning or ACTIVE
-                    if found is None:
-                        found = (status, placement, attempt)
-                        self._remember(context, backend, name)
-                else:
-                    self.log.warning("An earlier request %s ended %s; deleting it", name, status.state)
-                    backend.delete(name, force=True)
-        return found
+            parsed = parse_attempt_name(status.name.rsplit("/", 1)[-1])
+            order = (parsed[1], parsed[2]) if parsed else (0, int(status.details.get("attempt") or 1))
+            if found is None or order > found[0]:
+                found = (order, status, placement, backend)
+        if found is None:
+            return None
+        (_, attempt), status, placement, backend = found
+        self._remember(context, backend, status.name)
+        return status, placement, max(attempt, 1)
+
+    def _submissions(
+        self, identity: RequestIdentity
+    ) -> list[tuple[Placement, TpuQueuedResourceBackend, RequestStatus]]:
+        return [
+            (placement, backend, status)
+            for placement in _by_zone(self.placements())
+            for backend in [self._backend(placement.location)]
+            for status in backend.find(identity)
+        ]
+
+    _ended: list[tuple[TpuQueuedResourceBackend, RequestStatus]] = []
+
+    def delete_ended(self) -> None:
+        """Delete the ended queued resources the last :meth:`find_existing` saw (FAILED, SUSPENDED):
+        an ended request holds nothing, but it stays listed until deleted."""
+        for backend, status in self._ended:
+            self.log.warning("An earlier request %s ended %s; deleting it", status.name, status.state)
+            backend.release(status.name)
+        self._ended = []
 
     def _remember(self, context: Context, backend: TpuQueuedResourceBackend, name: str) -> None:
         context["ti"].xcom_push(key="queued_resource_name", value=name)
@@ -421,14 +437,14 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
         backend = self._backend(placement.location)
         qr_id = self.queued_resource_id_for(identity)
         name = backend.name_of(qr_id)
-        existing = backend.get(name)
-        if existing is not None and queued_resource_status(existing).phase.terminal:
+        existing = backend.get_status(name)
+        if existing is not None and existing.phase.terminal:
             self.log.warning("An earlier request %s ended; deleting it before asking again", name)
-            backend.delete(name, force=True)
+            backend.release(name, wait=True)
         request = self.build_queued_resource(identity.labels(), backend.parent, qr_id, placement, max_wait)
         try:
             status, created = backend.submit(request, identity, qr_id)
-        except (InvalidRequestError, PermissionDeniedApiError) as err:
+        except API_REFUSED as err:
             raise BadRequestError(f"Cloud TPU refused the queued resource {name}: {err.message}") from None
         tier = placement.tier or ("spot" if self.spot else "guaranteed" if self.guaranteed else "on-demand")
         self.log.info(
@@ -453,6 +469,8 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
         task_deadline: datetime | None = None,
     ) -> CapacityRequestTrigger:
         """Wait on the queued resource until it is ACTIVE (or ends without getting there)."""
+        from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
+
         backend = self._backend(placement.location)
         created_at = status.timings.submitted or datetime.now(timezone.utc)
         return CapacityRequestTrigger(
@@ -469,8 +487,7 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
 
     def cancel_request(self, name: str) -> None:
         """Delete the queued resource (and any nodes) and wait until it is gone."""
-        _, zone, _ = parse_queued_resource_name(name)
-        self._backend(zone).delete(name, force=True, wait=True)
+        self._backend(_zone_of(name)).release(name, wait=True)
 
     def is_done(self, status: RequestStatus) -> bool:
         """The wait ends when the slice is ACTIVE, or when the request ends without it."""
@@ -482,7 +499,7 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
 
     def execute(self, context: Context) -> Any:
         """Find or create the queued resource, then wait until it is ACTIVE (deferred by default)."""
-        self._check_templated(rendered=True)
+        self.check_parameters(rendered=True)
         return self.run_attempts(context)
 
     def complete_attempt(
@@ -500,13 +517,13 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
 
     def finish_success(self, context: Context, status: RequestStatus) -> Any:
         """The slice's nodes, IP addresses and accelerator details (the task's XCom return value)."""
-        _, zone, qr_id = parse_queued_resource_name(status.name)
+        _, zone, qr_id = _backends().parse_queued_resource_name(status.name)
         backend = self._backend(zone)
         qr = backend.get(status.name)
         if qr is None:
             raise RequestCancelledError(f"{status.name} disappeared right after it became ACTIVE")
         wait_s = status.timings.wait_seconds
-        nodes = [node_summary(n) for n in backend.nodes(qr)]
+        nodes = [_backends().node_summary(n) for n in backend.nodes(qr)]
         self.log.info(
             "%s is ACTIVE after waiting %s: %d node(s) %s; it is billed until it is deleted",
             status.name,
@@ -524,7 +541,7 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
             "zone": zone,
             "accelerator_type": accelerator_type,
             "runtime_version": spec.node.runtime_version,
-            "chips": tpu_chips(accelerator_type) * slices,
+            "chips": catalog.tpu_chips(accelerator_type) * slices,
             "node_count": slices,
             "nodes": nodes,
             "ip_addresses": [ip for n in nodes for ip in n["ip_addresses"]],
@@ -534,8 +551,7 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
     def release_failed(self, status: RequestStatus, placement: Placement) -> None:
         """Ended without (or after losing) capacity: delete it, so not even a FAILED record stays."""
         self.log.info("Deleting %s (%s) so nothing is left behind", status.name, status.state)
-        _, zone, _ = parse_queued_resource_name(status.name)
-        self._backend(zone).delete(status.name, force=True)
+        self._backend(_zone_of(status.name)).release(status.name)
 
     def error_for(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
         """The classified exception for a request that ended without success."""
@@ -554,119 +570,13 @@ class TPUQueuedResourceOperator(DwsRequestOperator):
         return RequestCancelledError(f"the queued resource was deleted before it became ACTIVE{detail}")
 
 
-class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
-    """Release a TPU slice: delete its queued resource (and nodes) and wait until it is gone.
+class TPUQueuedResourceOperator(CreateTPUQueuedResourceOperator):
+    """Deprecated: the earlier name of :class:`CreateTPUQueuedResourceOperator` (same parameters)."""
 
-    Already gone is success. Meant as the teardown of a :class:`TPUQueuedResourceOperator`::
-
-        ask = TPUQueuedResourceOperator(task_id="ask_for_tpu", ...)
-        release = DeleteTPUQueuedResourceOperator(task_id="release_tpu", zone=..., setup_task_id="ask_for_tpu")
-        ask >> work >> release.as_teardown(setups=ask)
-
-    :param zone: Cloud TPU zone (templated).
-    :param setup_task_id: the creating task; its deterministic queued resource id is derived for
-        the same run and map index, so no XCom is needed (works even if that task's worker died).
-    :param queued_resource_id: an explicit id instead (templated). Exactly one of the two.
-    :param project_id: Google Cloud project; defaults to the connection's project (templated).
-    :param force: also delete the nodes (default True; without it the API refuses while nodes exist).
-    :param max_attempts: with ``setup_task_id``, how many capacity attempts' ids to release (the
-        setup's XCom names the live one; the derived ids cover a setup whose worker died first).
-    :param gcp_conn_id: Airflow connection for Google Cloud.
-    :param impersonation_chain: service account (or chain) to impersonate.
-    """
-
-    template_fields: Sequence[str] = ("project_id", "zone", "queued_resource_id", "impersonation_chain")
-    operator_extra_links = (TPUQueuedResourceLink(),)
-    ui_color = "#fce8b2"
-
-    def __init__(
-        self,
-        *,
-        zone: str,
-        setup_task_id: str | None = None,
-        queued_resource_id: str | None = None,
-        project_id: str | None = None,
-        force: bool = True,
-        max_attempts: int = 10,
-        gcp_conn_id: str = "google_cloud_default",
-        impersonation_chain: str | Sequence[str] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.zone = zone
-        self.max_attempts = max_attempts
-        self.setup_task_id = setup_task_id
-        self.queued_resource_id = queued_resource_id
-        self.project_id = project_id
-        self.force = force
-        self.gcp_conn_id = gcp_conn_id
-        self.impersonation_chain = impersonation_chain
-        # Shared checks expect these; deleting is short and needs none of them.
-        self.labels = None
-        self.service_account = None
-        self.poll_interval = 1.0
-        self.deferrable = False
-        self.cancel_on_kill = False
-        if (setup_task_id is None) == (queued_resource_id is None):
-            raise self.fail("pass exactly one of setup_task_id and queued_resource_id")
-        if setup_task_id is not None and (not isinstance(setup_task_id, str) or not setup_task_id):
-            raise self.fail(f"setup_task_id must be a task id, got {setup_task_id!r}")
-        if not isinstance(force, bool):
-            raise self.fail(f"force must be True or False, got {force!r}")
-        if (
-            isinstance(max_attempts, bool)
-            or not isinstance(max_attempts, int)
-            or not 1 <= max_attempts <= 100
-        ):
-            raise self.fail(f"max_attempts must be an integer from 1 to 100, got {max_attempts!r}")
-        self._check(rendered=False)
-
-    def _check(self, *, rendered: bool) -> None:
-        self.check_common(rendered=rendered, static=not rendered)
-        skip = self.skipper(rendered)
-        if not skip(self.zone):
-            _check_zone(self, self.zone)
-        if self.queued_resource_id is not None and not skip(self.queued_resource_id):
-            _check_queued_resource_id(self, self.queued_resource_id)
-
-    def execute(self, context: Context) -> dict[str, Any]:
-        """Delete the queued resource and wait until it no longer exists."""
-        self._check(rendered=True)
-        backend = TpuQueuedResourceBackend(
-            self.resolve_project(), self.zone, self.gcp_conn_id, self.impersonation_chain
+    def __init__(self, **kwargs: Any) -> None:
+        warnings.warn(
+            "TPUQueuedResourceOperator is renamed CreateTPUQueuedResourceOperator; the old name will be removed",
+            AirflowProviderDeprecationWarning,
+            stacklevel=2,
         )
-        if self.queued_resource_id:
-            return self._release(context, backend, backend.name_of(self.queued_resource_id))
-        # The setup pushes the name of every attempt it submits (any zone); if its worker died before
-        # that, the derived ids of its attempts in this zone are the fallback.
-        pushed = context["ti"].xcom_pull(task_ids=self.setup_task_id, key="queued_resource_name")
-        identity = self.identity(context, task_id=self.setup_task_id)
-        names = [pushed] if isinstance(pushed, str) and pushed else []
-        names += [
-            backend.name_of(identity.with_attempt(a).queued_resource_id())
-            for a in range(1, self.max_attempts + 1)
-        ]
-        results = [self._release(context, backend, name) for name in dict.fromkeys(names)]
-        deleted = [r for r in results if r["deleted"]]
-        return deleted[0] if deleted else results[0]
-
-    def _release(self, context: Context, backend: TpuQueuedResourceBackend, name: str) -> dict[str, Any]:
-        if not name.startswith(backend.parent + "/"):
-            _, zone, _ = parse_queued_resource_name(name)
-            backend = TpuQueuedResourceBackend(
-                backend.project_id, zone, self.gcp_conn_id, self.impersonation_chain
-            )
-        qr_id = name.rsplit("/", 1)[-1]
-        TPUQueuedResourceLink.persist(context, backend.project_id, backend.zone, qr_id)
-        existing = backend.get(name)
-        if existing is None:
-            self.log.info("%s does not exist (never created, or already released): nothing to do", name)
-            return {"queued_resource": name, "deleted": False}
-        state = queued_resource_status(existing).state
-        self.log.info("Releasing %s (%s)%s", name, state, " with its nodes" if self.force else "")
-        try:
-            deleted = backend.delete(name, force=self.force)
-        except InvalidRequestError as err:
-            raise BadRequestError(f"Cloud TPU refused to delete {name}: {err.message}") from None
-        self.log.info("%s is gone; the slice is no longer billed", name)
-        return {"queued_resource": name, "deleted": deleted, "state_before": state}
+        super().__init__(**kwargs)

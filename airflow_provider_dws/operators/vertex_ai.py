@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from google.cloud.aiplatform_v1 import (
-    AcceleratorType,
-    CustomJob,
-    CustomJobSpec,
-    Scheduling,
-    WorkerPoolSpec,
-)
+from airflow.exceptions import AirflowProviderDeprecationWarning
 
-from airflow_provider_dws.backends.base import BackendCache, RequestStatus
-from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend, parse_job_name
+from airflow_provider_dws import catalog
+from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
@@ -25,8 +20,17 @@ from airflow_provider_dws.exceptions import (
     WorkloadFailedError,
 )
 from airflow_provider_dws.links.vertex_ai import VertexAIFlexStartJobLink
-from airflow_provider_dws.operators.base import has_template
+from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS
+from airflow_provider_dws.operators.checks import Check, matches, str_len_in
 from airflow_provider_dws.operators.request import DwsRequestOperator
+from airflow_provider_dws.operators.vertex_pools import (
+    FLEX_START_ACCELERATORS,
+    WORKER_POOL_FIELDS,
+    as_dict,
+    check_custom_job,
+    check_pools,
+    normalize_pool,
+)
 from airflow_provider_dws.scheduling.budget import (
     DEFAULT_MAX_RUN,
     DEFAULT_MAX_WAIT,
@@ -45,74 +49,37 @@ from airflow_provider_dws.scheduling.policies import (
     WindowSet,
 )
 from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
-from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
+
+__all__ = [
+    "FLEX_START_ACCELERATORS",
+    "WORKER_POOL_FIELDS",
+    "CreateVertexAIFlexStartJobOperator",
+    "FlexStartCustomJobOperator",
+]
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from airflow.sdk import Context
+    from google.cloud.aiplatform_v1 import CustomJob, WorkerPoolSpec
 
-#: GPU types Dynamic Workload Scheduler Flex Start accepts for Vertex AI training (L4, A100, H100,
-#: H200, B200 families).
-FLEX_START_ACCELERATORS = frozenset(
-    {
-        "NVIDIA_L4",
-        "NVIDIA_TESLA_A100",
-        "NVIDIA_A100_80GB",
-        "NVIDIA_H100_80GB",
-        "NVIDIA_H100_MEGA_80GB",
-        "NVIDIA_H200_141GB",
-        "NVIDIA_B200",
-        "NVIDIA_GB200",
-    }
-)
+    from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend
+    from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
-_REGION_RE = re.compile(r"^[a-z]+(?:-[a-z]+)+[0-9]+$")
+
+def _backends() -> ModuleType:
+    """The Vertex AI backend module, imported on first use: a DAG file's parse never loads the client."""
+    from airflow_provider_dws.backends import vertex_ai
+
+    return vertex_ai
+
+
 _NETWORK_RE = re.compile(r"^projects/[^/\s]+/global/networks/[^/\s]+$")
+_GCS_URI_RE = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/.*)?$")
 _EXIT_CODE_RE = re.compile(r"non-zero status of (-?\d+)")
 
 
-_INT_FIELDS = ("replica_count", "accelerator_count")
-
-
-def _normalize_pool(pool: Any) -> Any:
-    """Give integer fields back their type: proto-to-dict renders int64 as a string, and Jinja
-    renders ``"{{ params.n }}"`` as one."""
-    if not isinstance(pool, Mapping):
-        return pool
-    pool = dict(pool)
-    machine = pool.get("machine_spec")
-    if isinstance(machine, Mapping):
-        machine = dict(machine)
-        if isinstance(machine.get("accelerator_count"), str) and machine["accelerator_count"].isdigit():
-            machine["accelerator_count"] = int(machine["accelerator_count"])
-        pool["machine_spec"] = machine
-    if isinstance(pool.get("replica_count"), str) and pool["replica_count"].isdigit():
-        pool["replica_count"] = int(pool["replica_count"])
-    return pool
-
-
-def _as_dict(value: Any, what: str) -> dict[str, Any]:
-    """A worker pool spec or custom job as a plain dict (accepting dicts and proto messages)."""
-    if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, WorkerPoolSpec):
-        return dict(_normalize_pool(WorkerPoolSpec.to_dict(value, use_integers_for_enums=False)))
-    if isinstance(value, CustomJob):
-        data = dict(CustomJob.to_dict(value, use_integers_for_enums=False))
-        spec = data.get("job_spec") or {}
-        if spec.get("worker_pool_specs"):
-            spec["worker_pool_specs"] = [_normalize_pool(p) for p in spec["worker_pool_specs"]]
-        return data
-    pb = getattr(value, "_pb", None) or value
-    if hasattr(pb, "DESCRIPTOR"):
-        from google.protobuf.json_format import MessageToDict
-
-        return MessageToDict(pb, preserving_proto_field_name=True)
-    raise TypeError(
-        f"{what} must be a dict or a google.cloud.aiplatform_v1 message, got {type(value).__name__}"
-    )
-
-
-class FlexStartCustomJobOperator(DwsRequestOperator):
+class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
     """Run a Vertex AI custom job when DWS Flex Start obtains its GPUs, without holding a worker slot.
 
     The job is submitted with ``scheduling.strategy = FLEX_START``: it waits in the Dynamic
@@ -145,7 +112,10 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
     :param gcp_conn_id: Airflow connection for Google Cloud.
     :param impersonation_chain: service account (or chain) to impersonate.
     :param poll_interval: seconds between status reads while waiting (default 30).
-    :param deferrable: wait in the triggerer (default) or, with ``False``, in the worker.
+    :param deferrable: wait in the triggerer (default) or, with ``False``, in the worker. The
+        default does not follow ``[operators] default_deferrable``: Airflow ships that setting as
+        ``false`` (and writes it into every generated airflow.cfg), which would make every wait
+        hold a worker slot.
     :param cancel_on_kill: cancel the job when the task is killed by a user (default ``True``).
     :param window: only let capacity arrive inside this off-peak window (``OffPeakWindow``,
         ``WindowSet`` or a spec such as ``"Mon-Fri 22:00-06:00 Asia/Seoul"``): outside it the task
@@ -173,6 +143,50 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
     template_fields_renderers = {"worker_pool_specs": "json", "custom_job": "json", "labels": "json"}
     operator_extra_links = (VertexAIFlexStartJobLink(),)
     ui_color = "#c5e1f5"
+    CHECKS = (
+        *CONNECTION_CHECKS,
+        *WAIT_CHECKS,
+        Check(
+            "region",
+            matches(catalog.REGION_RE),
+            "must be a Vertex AI region such as 'us-central1'",
+            templated=True,
+        ),
+        Check(
+            "display_name",
+            str_len_in(1, 128),
+            "must be a string of 1 to 128 characters",
+            templated=True,
+            optional=True,
+        ),
+        Check(
+            "network",
+            matches(_NETWORK_RE),
+            "must look like 'projects/<project number>/global/networks/<name>'",
+            templated=True,
+            optional=True,
+        ),
+        Check(
+            "base_output_directory",
+            matches(_GCS_URI_RE),
+            "must be a Cloud Storage URI 'gs://bucket/path'",
+            templated=True,
+            optional=True,
+        ),
+        Check(
+            "worker_pool_specs",
+            templated=True,
+            optional=True,
+            validate=lambda op, pools, unrendered: check_pools(op, pools, "worker_pool_specs", unrendered),
+        ),
+        Check(
+            "custom_job",
+            templated=True,
+            optional=True,
+            validate=check_custom_job,
+        ),
+    )
+    _rendered = False
 
     def __init__(
         self,
@@ -217,8 +231,9 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         self.poll_interval = poll_interval
         self.deferrable = deferrable
         self.cancel_on_kill = cancel_on_kill
-        self._check_static()
-        self._check_templated(rendered=False)
+        if (self.worker_pool_specs is None) == (self.custom_job is None):
+            raise self._param_error("pass exactly one of worker_pool_specs and custom_job")
+        self.check_parameters(rendered=False)
         self.init_policies(window, deadline, capacity_retry, failover)
 
     # -- validation ----------------------------------------------------------------------------
@@ -227,150 +242,12 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         try:
             return WaitBudget(max_wait=max_wait, max_run=max_run)
         except (TypeError, ValueError, OverflowError) as err:
-            raise self.fail(str(err)) from None
+            raise self._param_error(str(err)) from None
 
-    def _check_static(self) -> None:
-        """Checks of the non-templated parameters."""
-        if (self.worker_pool_specs is None) == (self.custom_job is None):
-            raise self.fail("pass exactly one of worker_pool_specs and custom_job")
-
-    def _check_templated(self, *, rendered: bool) -> None:
-        """Checks of templated parameters; before rendering, values holding a template are skipped."""
-
-        self.check_common(rendered=rendered, static=not rendered)
-        skip = self.skipper(rendered)
-        if not skip(self.region):
-            if not isinstance(self.region, str) or not _REGION_RE.fullmatch(self.region):
-                raise self.fail(
-                    f"region must be a Vertex AI region such as 'us-central1', got {self.region!r}"
-                )
-        if self.display_name is not None and not skip(self.display_name):
-            if not isinstance(self.display_name, str) or not 0 < len(self.display_name) <= 128:
-                raise self.fail(
-                    f"display_name must be a string of 1 to 128 characters, got {self.display_name!r}"
-                )
-        if self.network is not None and not skip(self.network):
-            if not isinstance(self.network, str) or not _NETWORK_RE.fullmatch(self.network):
-                raise self.fail(
-                    "network must look like 'projects/<project number>/global/networks/<name>', "
-                    f"got {self.network!r}"
-                )
-        if self.base_output_directory is not None and not skip(self.base_output_directory):
-            if not isinstance(self.base_output_directory, str) or not re.fullmatch(
-                r"^gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/.*)?$", self.base_output_directory
-            ):
-                raise self.fail(
-                    "base_output_directory must be a Cloud Storage URI 'gs://bucket/path', "
-                    f"got {self.base_output_directory!r}"
-                )
-        if self.worker_pool_specs is not None:
-            self._check_pools(self.worker_pool_specs, "worker_pool_specs", skip)
-        else:
-            self._check_custom_job(skip)
-
-    def _check_pools(self, pools: Any, where: str, skip: Any) -> None:
-        if skip(pools):
-            return
-        if isinstance(pools, (str, bytes, Mapping)) or not isinstance(pools, Sequence):
-            raise self.fail(f"{where} must be a list of worker pool specs, got {type(pools).__name__}")
-        if not pools:
-            raise self.fail(f"{where} must hold at least one worker pool spec")
-        specs: list[dict[str, Any]] = []
-        for index, pool in enumerate(pools):
-            try:
-                spec = _as_dict(pool, f"{where}[{index}]")
-            except TypeError as err:
-                raise self.fail(str(err)) from None
-            specs.append(spec)
-            self._check_pool(spec, f"{where}[{index}]", skip, first=index == 0)
-        machines = [
-            {k: v for k, v in (s.get("machine_spec") or {}).items() if k != "reservation_affinity"}
-            for s in specs
-            if s
-        ]
-        if not any(has_template(m) for m in machines) and any(m != machines[0] for m in machines):
-            raise self.fail(
-                f"{where}: every worker pool must use the same machine_spec under Flex Start, got "
-                + ", ".join(str(m) for m in machines)
-            )
-
-    def _check_pool(self, spec: dict[str, Any], where: str, skip: Any, *, first: bool) -> None:
-        if not spec:
-            if first:
-                raise self.fail(f"{where} is empty; the first worker pool (the chief) is required")
-            return  # An empty pool is how Vertex AI spells "no replicas of this kind".
-        unknown = set(spec) - set(WorkerPoolSpec.meta.fields)
-        if unknown:
-            raise self.fail(f"{where} has unknown field(s) {sorted(unknown)}")
-        machine = spec.get("machine_spec")
-        if not isinstance(machine, Mapping) or not machine.get("machine_type"):
-            raise self.fail(f"{where}.machine_spec.machine_type is required (e.g. 'a3-highgpu-8g')")
-        accel = machine.get("accelerator_type")
-        count = machine.get("accelerator_count", 0)
-        if not skip(accel):
-            names = set(AcceleratorType.__members__)
-            if isinstance(accel, int) and not isinstance(accel, bool):
-                by_value = {int(v): k for k, v in AcceleratorType.__members__.items()}
-                accel = by_value.get(accel, accel)
-            if accel is None or accel == "ACCELERATOR_TYPE_UNSPECIFIED":
-                raise self.fail(
-                    f"{where}.machine_spec.accelerator_type is required: Flex Start schedules GPUs, one of "
-                    f"{sorted(FLEX_START_ACCELERATORS)}"
-                )
-            if accel not in names:
-                raise self.fail(
-                    f"{where}.machine_spec.accelerator_type {accel!r} is not a Vertex AI accelerator type; "
-                    f"Flex Start accepts {sorted(FLEX_START_ACCELERATORS)}"
-                )
-            if accel not in FLEX_START_ACCELERATORS:
-                raise self.fail(
-                    f"{where}.machine_spec.accelerator_type {accel!r} is not offered by Flex Start; "
-                    f"use one of {sorted(FLEX_START_ACCELERATORS)}"
-                )
-        if not skip(count):
-            if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 16:
-                raise self.fail(
-                    f"{where}.machine_spec.accelerator_count must be an integer from 1 to 16, got {count!r}"
-                )
-        replicas = spec.get("replica_count", 1 if first else 0)
-        if not skip(replicas):
-            low = 1 if first else 0
-            if isinstance(replicas, bool) or not isinstance(replicas, int) or not low <= replicas <= 1000:
-                raise self.fail(
-                    f"{where}.replica_count must be an integer from {low} to 1000, got {replicas!r}"
-                )
-        if not spec.get("container_spec") and not spec.get("python_package_spec"):
-            raise self.fail(f"{where} needs a container_spec (with image_uri) or a python_package_spec")
-        container = spec.get("container_spec")
-        if container is not None and not skip(container):
-            if not isinstance(container, Mapping) or not container.get("image_uri"):
-                raise self.fail(f"{where}.container_spec.image_uri is required")
-        if not has_template(spec):
-            try:
-                WorkerPoolSpec(spec)
-            except (TypeError, ValueError, KeyError) as err:
-                raise self.fail(f"{where} is not a valid WorkerPoolSpec: {err}") from None
-
-    def _check_custom_job(self, skip: Any) -> None:
-        job = self.custom_job
-        if skip(job):
-            return
-        try:
-            data = _as_dict(job, "custom_job")
-        except TypeError as err:
-            raise self.fail(str(err)) from None
-        spec = data.get("job_spec")
-        if not isinstance(spec, Mapping):
-            raise self.fail("custom_job.job_spec is required (with worker_pool_specs)")
-        scheduling = spec.get("scheduling") or {}
-        for field in ("strategy", "max_wait_duration", "timeout"):
-            value = scheduling.get(field)
-            if value not in (None, "", 0, "STRATEGY_UNSPECIFIED", "FLEX_START", "0s"):
-                raise self.fail(
-                    f"custom_job.job_spec.scheduling.{field} is set by the operator (strategy FLEX_START, "
-                    f"max_wait, max_run); remove it, got {value!r}"
-                )
-        self._check_pools(spec.get("worker_pool_specs"), "custom_job.job_spec.worker_pool_specs", skip)
+    def check_parameters(self, *, rendered: bool) -> None:
+        """Run :attr:`CHECKS`; after rendering, the worker pools are also built as messages."""
+        self._rendered = rendered
+        super().check_parameters(rendered=rendered)
 
     # -- building the request ------------------------------------------------------------------
 
@@ -382,10 +259,18 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         A failover ``placement`` may swap the machine and accelerator type of every pool;
         ``max_wait`` is the effective wait decided by the scheduling core (default: ``max_wait``).
         """
+        from google.cloud.aiplatform_v1 import (
+            AcceleratorType,
+            CustomJob,
+            CustomJobSpec,
+            Scheduling,
+            WorkerPoolSpec,
+        )
+
         if self.custom_job is not None:
-            job = CustomJob(_as_dict(self.custom_job, "custom_job"))
+            job = CustomJob(as_dict(self.custom_job, "custom_job"))
         else:
-            pools = [WorkerPoolSpec(_as_dict(p, "worker_pool_specs")) for p in self.worker_pool_specs or []]
+            pools = [WorkerPoolSpec(as_dict(p, "worker_pool_specs")) for p in self.worker_pool_specs or []]
             job = CustomJob(job_spec=CustomJobSpec(worker_pool_specs=pools))
         job.display_name = self.display_name or job.display_name or identity.display_name()
         spec = job.job_spec
@@ -403,9 +288,13 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         if self.base_output_directory:
             spec.base_output_directory.output_uri_prefix = self.base_output_directory
         if placement is not None:
+            machine = catalog.GPU_MACHINES.get(placement.machine_type or "")
             for pool in spec.worker_pool_specs:
                 if placement.machine_type:
                     pool.machine_spec.machine_type = placement.machine_type
+                if machine is not None and pool.machine_spec.accelerator_count:
+                    # Another machine type comes with its own number of GPUs.
+                    pool.machine_spec.accelerator_count = machine.accelerator_count
                 if placement.accelerator_type:
                     pool.machine_spec.accelerator_type = AcceleratorType.__members__[
                         placement.accelerator_type
@@ -419,9 +308,11 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
     # -- execution: the steps of the attempt loop ------------------------------------------------
 
     def _backend(self, region: str | None = None) -> VertexCustomJobBackend:
+        from airflow_provider_dws.backends.base import BackendCache
+
         cache: BackendCache = self.__dict__.setdefault("_dws_backends", BackendCache())
         return cache.get(
-            VertexCustomJobBackend,
+            _backends().VertexCustomJobBackend,
             self.resolve_project(),
             region or self.region,
             self.gcp_conn_id,
@@ -430,21 +321,35 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
 
     def check_placement(self, placement: Placement) -> None:
         """Failover placements must be Vertex AI regions with Flex Start accelerators and no tier."""
-        if not _REGION_RE.fullmatch(placement.location):
-            raise self.fail(
+        if not catalog.REGION_RE.fullmatch(placement.location):
+            raise self._param_error(
                 f"failover location {placement.location!r} is not a Vertex AI region such as 'us-east4'"
             )
         if placement.tier is not None:
-            raise self.fail(f"failover placement {placement}: Flex Start custom jobs have no tier")
+            raise self._param_error(f"failover placement {placement}: Flex Start custom jobs have no tier")
         if placement.machine_type and not placement.accelerator_type:
-            raise self.fail(
+            raise self._param_error(
                 f"failover placement {placement}: a machine_type needs its accelerator_type too "
                 "(the machine and the GPU must match)"
             )
         if placement.accelerator_type and placement.accelerator_type not in FLEX_START_ACCELERATORS:
-            raise self.fail(
+            raise self._param_error(
                 f"failover placement {placement}: accelerator_type must be one of {sorted(FLEX_START_ACCELERATORS)}"
             )
+        if placement.accelerator_type and not placement.machine_type:
+            raise self._param_error(
+                f"failover placement {placement}: an accelerator_type needs its machine_type too (GPU "
+                f"machine types come with a fixed GPU), one of {catalog.machines_for(placement.accelerator_type)}"
+            )
+        if placement.machine_type:
+            machine = catalog.GPU_MACHINES.get(placement.machine_type)
+            error = catalog.gpu_machine_error(
+                placement.machine_type,
+                placement.accelerator_type,
+                machine.accelerator_count if machine else 0,
+            )
+            if error:
+                raise self._param_error(f"failover placement {placement}: {error}")
 
     def home_placement(self) -> Placement:
         """The operator's own region."""
@@ -466,13 +371,13 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         if decision.name is None:
             return None
         job = jobs[decision.name]
-        region, _ = parse_job_name(job.name)
+        region, _ = _backends().parse_job_name(job.name)
         attempt = int(job.details.get("attempt") or 1)
         self._remember(context, job)
         return job, regions.get(region, Placement(location=region)), attempt
 
     def _remember(self, context: Context, job: RequestStatus) -> None:
-        region, job_id = parse_job_name(job.name)
+        region, job_id = _backends().parse_job_name(job.name)
         context["ti"].xcom_push(key="job_name", value=job.name)
         url = VertexAIFlexStartJobLink.persist(context, self.resolve_project(), region, job_id)
         self.log.info("Console: %s", url)
@@ -509,6 +414,8 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         task_deadline: datetime | None = None,
     ) -> CapacityRequestTrigger:
         """Wait on the job until it ends."""
+        from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
+
         backend = self._backend(placement.location)
         submitted = status.timings.submitted or datetime.now(timezone.utc)
         return CapacityRequestTrigger(
@@ -524,14 +431,14 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
 
     def cancel_request(self, name: str) -> None:
         """Cancel the job (it ends CANCELLED; an ended one is left as it is)."""
-        region, _ = parse_job_name(name)
+        region, _ = _backends().parse_job_name(name)
         self._backend(region).release(name)
 
     def execute(self, context: Context) -> Any:
         """Find or submit the job, then wait for it (deferred by default)."""
         if self.worker_pool_specs is not None:
-            self.worker_pool_specs = [_normalize_pool(p) for p in self.worker_pool_specs]
-        self._check_templated(rendered=True)
+            self.worker_pool_specs = [normalize_pool(p) for p in self.worker_pool_specs]
+        self.check_parameters(rendered=True)
         return self.run_attempts(context)
 
     def complete_attempt(
@@ -560,7 +467,9 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
 
     def finish_success(self, context: Context, status: RequestStatus) -> Any:
         """The succeeded ``CustomJob`` as a dict."""
-        region, _ = parse_job_name(status.name)
+        from google.cloud.aiplatform_v1 import CustomJob
+
+        region, _ = _backends().parse_job_name(status.name)
         job = self._backend(region).get(status.name)
         return dict(CustomJob.to_dict(job, use_integers_for_enums=False, preserving_proto_field_name=True))
 
@@ -583,3 +492,15 @@ class FlexStartCustomJobOperator(DwsRequestOperator):
         return RequestCancelledError(
             f"job {status.name} was cancelled before it finished{': ' + message if message else ''}"
         )
+
+
+class FlexStartCustomJobOperator(CreateVertexAIFlexStartJobOperator):
+    """Deprecated: the earlier name of :class:`CreateVertexAIFlexStartJobOperator` (same parameters)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        warnings.warn(
+            "FlexStartCustomJobOperator is renamed CreateVertexAIFlexStartJobOperator; the old name will be removed",
+            AirflowProviderDeprecationWarning,
+            stacklevel=2,
+        )
+        super().__init__(**kwargs)

@@ -28,9 +28,12 @@ LABEL_TASK = "dws_task"
 LABEL_RUN = "dws_run"
 LABEL_MAP = "dws_map"
 LABEL_ATTEMPT = "dws_attempt"
+LABEL_TRY = "dws_try"
 RESERVED_LABEL_KEYS = frozenset(
-    {LABEL_MANAGED, LABEL_KEY, LABEL_DAG, LABEL_TASK, LABEL_RUN, LABEL_MAP, LABEL_ATTEMPT}
+    {LABEL_MANAGED, LABEL_KEY, LABEL_DAG, LABEL_TASK, LABEL_RUN, LABEL_MAP, LABEL_ATTEMPT, LABEL_TRY}
 )
+#: ``<base>-t<Airflow try>-a<capacity attempt>``: the submission is always part of the name.
+_ATTEMPT_NAME_RE = re.compile(r"^(?P<base>.+)-t(?P<try>[1-9][0-9]*)-a(?P<attempt>[1-9][0-9]*)$")
 
 
 def _digest(text: str, length: int) -> str:
@@ -61,13 +64,39 @@ def is_valid_label_value(value: str) -> bool:
     return bool(_LABEL_VALUE_RE.fullmatch(value))
 
 
+def attempt_name(base: str, try_number: int, attempt: int, max_length: int = QUEUED_RESOURCE_ID_MAX) -> str:
+    """The name of one submission: ``<base>-t<try>-a<attempt>``, ``base`` cut to fit ``max_length``.
+
+    Kueue's rule: the attempt is always in the name, so a name can be parsed back
+    (:func:`parse_attempt_name`) and every submission of one base found by listing. The Airflow try
+    is in it too, so a retried task never reuses the name of an earlier try's request.
+    """
+    suffix = f"-t{try_number}-a{attempt}"
+    return base[: max(max_length - len(suffix), 1)].rstrip("-") + suffix
+
+
+def parse_attempt_name(name: str) -> tuple[str, int, int] | None:
+    """``nightly-t2-a3`` -> ``("nightly", 2, 3)``; ``None`` for a name without the suffix."""
+    match = _ATTEMPT_NAME_RE.fullmatch(name)
+    if not match:
+        return None
+    return match["base"], int(match["try"]), int(match["attempt"])
+
+
+def is_attempt_of(name: str, base: str, max_length: int = QUEUED_RESOURCE_ID_MAX) -> bool:
+    """True if ``name`` is a submission of ``base`` (as :func:`attempt_name` makes them, cut included)."""
+    parsed = parse_attempt_name(name)
+    return parsed is not None and name == attempt_name(base, parsed[1], parsed[2], max_length)
+
+
 @dataclass(frozen=True)
 class RequestIdentity:
     """Who owns a capacity request: one Airflow task instance (and, for capacity retries, an attempt).
 
-    ``attempt`` counts submissions made for the same task instance after capacity was not
-    obtained; it is a label but not part of :attr:`key`, so every attempt of one task instance
-    can be found with one filter.
+    ``attempt`` counts submissions made within one Airflow try after capacity was not obtained,
+    and ``try_number`` is that Airflow try; both are labels (and part of a queued resource id) but
+    not part of :attr:`key`, so every submission of one task instance can be found with one filter,
+    and no two of them share a name.
     """
 
     dag_id: str
@@ -75,6 +104,7 @@ class RequestIdentity:
     run_id: str
     map_index: int = -1
     attempt: int = 1
+    try_number: int = 1
 
     def __post_init__(self) -> None:
         for name in ("dag_id", "task_id", "run_id"):
@@ -86,8 +116,10 @@ class RequestIdentity:
                 raise ValueError(f"RequestIdentity.{name} must not contain the unit separator \\x1f")
         if not isinstance(self.map_index, int) or self.map_index < -1:
             raise ValueError(f"RequestIdentity.map_index must be an int >= -1, got {self.map_index!r}")
-        if not isinstance(self.attempt, int) or self.attempt < 1:
-            raise ValueError(f"RequestIdentity.attempt must be an int >= 1, got {self.attempt!r}")
+        for name in ("attempt", "try_number"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"RequestIdentity.{name} must be an int >= 1, got {value!r}")
 
     @property
     def key(self) -> str:
@@ -105,6 +137,7 @@ class RequestIdentity:
             LABEL_RUN: to_label_value(self.run_id),
             LABEL_MAP: str(self.map_index) if self.map_index >= 0 else "none",
             LABEL_ATTEMPT: str(self.attempt),
+            LABEL_TRY: str(self.try_number),
         }
 
     def vertex_filter(self) -> str:
@@ -118,18 +151,29 @@ class RequestIdentity:
             name += f"[{self.map_index}]"
         return name if len(name) <= 128 else f"{name[:119]}-{self.key[:8]}"
 
-    def queued_resource_id(self, prefix: str = "dws") -> str:
-        """A Cloud TPU queued resource id for this task instance and attempt (RFC 1035, <= 63 chars).
+    def queued_resource_base(self, prefix: str = "dws") -> str:
+        """The part of the queued resource ids of this task instance every submission shares.
 
-        ``<prefix>-<task slug>-<16 hex of key>`` plus ``-a<N>`` from the second attempt on: readable
-        in the console, stable across retries and restarts, distinct between task instances.
+        ``<prefix>-<task slug>-<16 hex of key>``: readable in the console, distinct between task
+        instances, short enough to leave room for the ``-t<try>-a<attempt>`` suffix.
         """
         slug = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", self.task_id.lower())).strip("-")
-        suffix = f"-{self.key[:16]}" + (f"-a{self.attempt}" if self.attempt > 1 else "")
-        room = QUEUED_RESOURCE_ID_MAX - len(prefix) - 1 - len(suffix) - 1
+        suffix = f"-{self.key[:16]}"
+        # Room for the longest suffix a submission gets (``-t999-a999``), so the base is never cut.
+        room = QUEUED_RESOURCE_ID_MAX - len(prefix) - 1 - len(suffix) - len("-t999-a999")
         slug = slug[: max(room, 0)].rstrip("-") or "task"
         return f"{prefix}-{slug}{suffix}"
 
+    def queued_resource_id(self, base: str | None = None) -> str:
+        """This submission's Cloud TPU queued resource id (RFC 1035, at most 63 characters).
+
+        ``<base>-t<try>-a<attempt>``, the base being :meth:`queued_resource_base` unless a custom
+        one is given; :func:`parse_attempt_name` reads the try and attempt back.
+        """
+        return attempt_name(base or self.queued_resource_base(), self.try_number, self.attempt)
+
     def with_attempt(self, attempt: int) -> RequestIdentity:
-        """The same task instance's identity for another capacity attempt."""
-        return RequestIdentity(self.dag_id, self.task_id, self.run_id, self.map_index, attempt)
+        """The same task instance's identity for another capacity attempt (in the same try)."""
+        return RequestIdentity(
+            self.dag_id, self.task_id, self.run_id, self.map_index, attempt, self.try_number
+        )

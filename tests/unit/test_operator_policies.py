@@ -12,8 +12,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from google.cloud.aiplatform_v1 import AcceleratorType
 
-from airflow_provider_dws.operators.tpu import TPUQueuedResourceOperator
-from airflow_provider_dws.operators.vertex_ai import FlexStartCustomJobOperator
+from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
+from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, RequestIdentity
 from airflow_provider_dws.scheduling.policies import (
     CapacityRetry,
@@ -41,7 +41,7 @@ FLEX_ACCELERATORS = (
 TPU_FAMILIES = "v2-N, v3-N, v4-N, v5p-N, v5litepod-N, v6e-N"
 
 
-def vertex(**kwargs: Any) -> FlexStartCustomJobOperator:
+def vertex(**kwargs: Any) -> CreateVertexAIFlexStartJobOperator:
     args: dict[str, Any] = {
         "task_id": "t",
         "region": "us-central1",
@@ -50,10 +50,10 @@ def vertex(**kwargs: Any) -> FlexStartCustomJobOperator:
     args.update(kwargs)
     if "failover" in kwargs and "capacity_retry" not in kwargs:
         args["capacity_retry"] = 3  # failover happens on retries
-    return FlexStartCustomJobOperator(**args)
+    return CreateVertexAIFlexStartJobOperator(**args)
 
 
-def tpu(**kwargs: Any) -> TPUQueuedResourceOperator:
+def tpu(**kwargs: Any) -> CreateTPUQueuedResourceOperator:
     args: dict[str, Any] = {
         "task_id": "t",
         "zone": "us-west4-a",
@@ -63,10 +63,13 @@ def tpu(**kwargs: Any) -> TPUQueuedResourceOperator:
     args.update(kwargs)
     if "failover" in kwargs and "capacity_retry" not in kwargs:
         args["capacity_retry"] = 3  # failover happens on retries
-    return TPUQueuedResourceOperator(**args)
+    return CreateTPUQueuedResourceOperator(**args)
 
 
-OPERATORS = {"vertex": (vertex, "FlexStartCustomJobOperator"), "tpu": (tpu, "TPUQueuedResourceOperator")}
+OPERATORS = {
+    "vertex": (vertex, "CreateVertexAIFlexStartJobOperator"),
+    "tpu": (tpu, "CreateTPUQueuedResourceOperator"),
+}
 BOTH = pytest.mark.parametrize("which", sorted(OPERATORS))
 
 
@@ -374,8 +377,8 @@ def test_tpu_failover_with_a_bad_tier_is_refused_by_the_placement() -> None:
         ("tpu-8", f"accelerator_type must be one of {TPU_FAMILIES} (e.g. 'v5litepod-16'), got 'tpu-8'"),
         (
             "v5p-12",
-            "accelerator_type 'v5p-12': the size of a v5p slice must be a power of two or a multiple of 128 "
-            "from 8 to 12288",
+            "accelerator_type 'v5p-12' is not a v5p slice Cloud TPU offers: "
+            "the sizes are 8, 16, 32 or 64 TensorCores, or a multiple of 128 up to 12288 (whole cubes)",
         ),
     ],
 )
@@ -475,24 +478,27 @@ def test_derived_queued_resource_id_per_attempt() -> None:
     first = op.queued_resource_id_for(TPU_IDENTITY)
     third = op.queued_resource_id_for(TPU_IDENTITY.with_attempt(3))
     assert first == TPU_IDENTITY.queued_resource_id()
-    assert re.fullmatch(r"dws-ask-for-tpu-[0-9a-f]{16}", first)
-    assert third == f"{first}-a3"
+    assert re.fullmatch(r"dws-ask-for-tpu-[0-9a-f]{16}-t1-a1", first)
+    assert third == first.replace("-t1-a1", "-t1-a3")
 
 
 def test_custom_queued_resource_id_per_attempt() -> None:
+    # The attempt is always in the name (Kueue's rule), so the teardown can find every attempt.
     op = tpu(queued_resource_id="nightly-slice")
-    assert op.queued_resource_id_for(TPU_IDENTITY) == "nightly-slice"
-    assert op.queued_resource_id_for(TPU_IDENTITY.with_attempt(3)) == "nightly-slice-a3"
+    assert op.queued_resource_id_for(TPU_IDENTITY) == "nightly-slice-t1-a1"
+    assert op.queued_resource_id_for(TPU_IDENTITY.with_attempt(3)) == "nightly-slice-t1-a3"
+    retried = RequestIdentity(TPU_IDENTITY.dag_id, TPU_IDENTITY.task_id, TPU_IDENTITY.run_id, try_number=2)
+    assert op.queued_resource_id_for(retried) == "nightly-slice-t2-a1"
 
 
 def test_long_custom_queued_resource_id_is_cut_to_fit_the_suffix() -> None:
-    # 63 characters; cut to 60 for "-a2", it would end in "-", which is dropped.
-    op = tpu(queued_resource_id="ab-" + "c" * 56 + "-def")
+    # 63 characters; cut to 57 for "-t1-a2", it would end in "-", which is dropped.
+    op = tpu(queued_resource_id="ab-" + "c" * 53 + "-def")
     second = op.queued_resource_id_for(TPU_IDENTITY.with_attempt(2))
-    assert second == "ab-" + "c" * 56 + "-a2"
+    assert second == "ab-" + "c" * 53 + "-t1-a2"
     assert len(second) == 62
     twelfth = tpu(queued_resource_id="x" * 63).queued_resource_id_for(TPU_IDENTITY.with_attempt(12))
-    assert twelfth == "x" * 59 + "-a12"
+    assert twelfth == "x" * 56 + "-t1-a12"
     assert len(twelfth) == 63
 
 

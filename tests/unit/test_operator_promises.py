@@ -14,8 +14,8 @@ from airflow.sdk.exceptions import AirflowTaskTimeout
 
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.operators.request import WAITING_KEY
-from airflow_provider_dws.operators.tpu import TPUQueuedResourceOperator
-from airflow_provider_dws.operators.vertex_ai import FlexStartCustomJobOperator
+from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
+from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 from airflow_provider_dws.scheduling.policies import Placement
 
@@ -110,8 +110,8 @@ class Harness:
         monkeypatch.setattr(op, "make_trigger", make_trigger)
 
 
-def vertex(**kwargs: Any) -> FlexStartCustomJobOperator:
-    return FlexStartCustomJobOperator(
+def vertex(**kwargs: Any) -> CreateVertexAIFlexStartJobOperator:
+    return CreateVertexAIFlexStartJobOperator(
         task_id="t",
         project_id="my-project",
         region="us-central1",
@@ -234,7 +234,7 @@ def test_without_execution_timeout_the_trigger_has_no_task_deadline(monkeypatch:
 
 
 def test_tpu_trigger_gets_the_task_deadline_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    op = TPUQueuedResourceOperator(
+    op = CreateTPUQueuedResourceOperator(
         task_id="t",
         project_id="my-project",
         zone="us-west4-a",
@@ -274,7 +274,7 @@ def test_on_kill_while_waiting_in_the_worker_cancels(monkeypatch: pytest.MonkeyP
         op.on_kill()  # what Airflow does when it kills or times out the worker
         return status(NEW, Phase.SUCCEEDED).to_event()
 
-    monkeypatch.setattr("airflow_provider_dws.operators.request.first_event", first_event)
+    monkeypatch.setattr("airflow_provider_dws.triggers.capacity_request.first_event", first_event)
     monkeypatch.setattr(op, "finish_success", lambda ctx, st: "ok")
     assert op.run_attempts(context(1, Store())) == "ok"
     assert seen == [NEW]

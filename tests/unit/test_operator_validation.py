@@ -1,4 +1,4 @@
-"""FlexStartCustomJobOperator: parameters are checked at DAG-parse time, with precise messages."""
+"""CreateVertexAIFlexStartJobOperator: parameters are checked at DAG-parse time, with precise messages."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from google.cloud.aiplatform_v1 import (
     WorkerPoolSpec,
 )
 
-from airflow_provider_dws.operators.vertex_ai import FlexStartCustomJobOperator
+from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 
 H100 = {"machine_type": "a3-highgpu-8g", "accelerator_type": "NVIDIA_H100_80GB", "accelerator_count": 8}
@@ -39,12 +39,12 @@ def machine(**changes: Any) -> dict[str, Any]:
     return pool(machine_spec={**H100, **changes})
 
 
-def make(**kwargs: Any) -> FlexStartCustomJobOperator:
+def make(**kwargs: Any) -> CreateVertexAIFlexStartJobOperator:
     args: dict[str, Any] = {"task_id": "t", "region": "us-central1"}
     if "custom_job" not in kwargs:
         args["worker_pool_specs"] = [pool()]
     args.update(kwargs)
-    return FlexStartCustomJobOperator(**args)
+    return CreateVertexAIFlexStartJobOperator(**args)
 
 
 def custom_job(scheduling: dict[str, Any]) -> dict[str, Any]:
@@ -210,7 +210,7 @@ BAD = [
     (
         "too-many-labels",
         {"labels": {f"k{i}": "v" for i in range(58)}},
-        "labels can have at most 57 entries (7 of the API's 64 are used for identity), got 58",
+        "labels can have at most 56 entries (8 of the API's 64 are used for identity), got 58",
     ),
     ("poll-0", {"poll_interval": 0}, "poll_interval must be greater than 0 and at most 3600 seconds, got 0"),
     (
@@ -282,7 +282,7 @@ BAD = [
 
 @pytest.mark.parametrize(("kwargs", "message"), [pytest.param(k, m, id=i) for i, k, m in BAD])
 def test_bad_parameter_is_refused_at_parse_time(kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match="^FlexStartCustomJobOperator 't': .*" + re.escape(message)):
+    with pytest.raises(ValueError, match="^CreateVertexAIFlexStartJobOperator 't': .*" + re.escape(message)):
         make(**kwargs)
 
 
@@ -321,10 +321,10 @@ def test_templated_values_are_not_rejected_at_construction() -> None:
     assert op.labels == {"team": "{{ params.team }}", "{{ params.k }}": "v"}
     # After rendering, the same checks run; a bad rendered value is refused then.
     op = make(region="{{ params.region }}")
-    op._check_templated(rendered=False)
+    op.check_parameters(rendered=False)
     op.region = "Nowhere"
     with pytest.raises(ValueError, match="region must be a Vertex AI region"):
-        op._check_templated(rendered=True)
+        op.check_parameters(rendered=True)
 
 
 def test_templated_pool_list_is_not_rejected() -> None:
@@ -332,7 +332,7 @@ def test_templated_pool_list_is_not_rejected() -> None:
 
 
 def test_template_fields() -> None:
-    assert set(FlexStartCustomJobOperator.template_fields) >= {
+    assert set(CreateVertexAIFlexStartJobOperator.template_fields) >= {
         "project_id",
         "region",
         "display_name",
@@ -417,5 +417,7 @@ def test_bad_proto_worker_pool_spec_is_refused() -> None:
 
 @pytest.mark.parametrize("value", [float("inf"), 10**20])
 def test_absurd_max_wait_is_refused_with_the_operator_message(value: float) -> None:
-    with pytest.raises(ValueError, match=r"^FlexStartCustomJobOperator 't': max_wait must be greater than 0"):
+    with pytest.raises(
+        ValueError, match=r"^CreateVertexAIFlexStartJobOperator 't': max_wait must be greater than 0"
+    ):
         make(max_wait=value)

@@ -1,4 +1,4 @@
-"""TPUQueuedResourceOperator / DeleteTPUQueuedResourceOperator: parse-time checks and the request built."""
+"""CreateTPUQueuedResourceOperator / DeleteTPUQueuedResourceOperator: parse-time checks and the request built."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from airflow.sdk import DAG
 from google.cloud.tpu_v2 import QueuedResource
 
 from airflow_provider_dws.links.tpu import TPUQueuedResourceLink
-from airflow_provider_dws.operators.tpu import DeleteTPUQueuedResourceOperator, TPUQueuedResourceOperator
+from airflow_provider_dws.operators.tpu import (
+    CreateTPUQueuedResourceOperator,
+    DeleteTPUQueuedResourceOperator,
+)
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 
 IDENTITY = RequestIdentity("train_dag", "ask_for_tpu", "manual__2026-01-01", 2)
@@ -23,7 +26,7 @@ LIMIT = "must be greater than 0 and at most 7 days, 0:00:00"
 QR_ID_RULE = "queued_resource_id must start with a lowercase letter, use only lowercase letters, digits"
 
 
-def make(**kwargs: Any) -> TPUQueuedResourceOperator:
+def make(**kwargs: Any) -> CreateTPUQueuedResourceOperator:
     args: dict[str, Any] = {
         "task_id": "t",
         "zone": "us-west4-a",
@@ -31,7 +34,7 @@ def make(**kwargs: Any) -> TPUQueuedResourceOperator:
         "runtime_version": "v2-alpha-tpuv5-lite",
     }
     args.update(kwargs)
-    return TPUQueuedResourceOperator(**args)
+    return CreateTPUQueuedResourceOperator(**args)
 
 
 def make_delete(**kwargs: Any) -> DeleteTPUQueuedResourceOperator:
@@ -63,23 +66,23 @@ BAD = [
     (
         "accel-not-power-of-two",
         {"accelerator_type": "v5litepod-12"},
-        "accelerator_type 'v5litepod-12': the size of a v5litepod slice must be a power of two from 1 to 256",
+        "accelerator_type 'v5litepod-12' is not a v5litepod slice Cloud TPU offers: the sizes are 1, 4, 8, 16, 32, 64, 128 or 256 chips",
     ),
     (
         "accel-too-big",
         {"accelerator_type": "v5litepod-512"},
-        "accelerator_type 'v5litepod-512': the size of a v5litepod slice must be a power of two from 1 to 256",
+        "accelerator_type 'v5litepod-512' is not a v5litepod slice Cloud TPU offers: the sizes are 1, 4, 8, 16, 32, 64, 128 or 256 chips",
     ),
     (
         "accel-too-small",
         {"accelerator_type": "v5p-4"},
-        "accelerator_type 'v5p-4': the size of a v5p slice must be a power of two or a multiple of 128 "
-        "from 8 to 12288",
+        "accelerator_type 'v5p-4' is not a v5p slice Cloud TPU offers: "
+        "the sizes are 8, 16, 32 or 64 TensorCores, or a multiple of 128 up to 12288 (whole cubes)",
     ),
     (
         "accel-zero",
         {"accelerator_type": "v6e-0"},
-        "the size of a v6e slice must be a power of two from 1 to 256",
+        "accelerator_type 'v6e-0' is not a v6e slice Cloud TPU offers: the sizes are 1, 4, 8, 16, 32, 64, 128 or 256 chips",
     ),
     ("node-count-zero", {"node_count": 0}, "node_count must be an integer from 1 to 256, got 0"),
     ("node-count-257", {"node_count": 257}, "node_count must be an integer from 1 to 256, got 257"),
@@ -184,7 +187,7 @@ BAD = [
 
 @pytest.mark.parametrize(("kwargs", "message"), [pytest.param(k, m, id=i) for i, k, m in BAD])
 def test_bad_parameter_is_refused_at_parse_time(kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match="^TPUQueuedResourceOperator 't': .*" + re.escape(message)):
+    with pytest.raises(ValueError, match="^CreateTPUQueuedResourceOperator 't': .*" + re.escape(message)):
         make(**kwargs)
 
 
@@ -305,20 +308,20 @@ def test_templated_values_are_not_rejected_at_construction() -> None:
 
 def test_templated_values_are_checked_after_rendering() -> None:
     op = make(zone="{{ params.zone }}", accelerator_type="{{ params.accel }}")
-    op._check_templated(rendered=False)
+    op.check_parameters(rendered=False)
     op.zone = "us-west4-b"
     op.accelerator_type = "v5litepod-12"
-    with pytest.raises(ValueError, match="the size of a v5litepod slice must be a power of two"):
-        op._check_templated(rendered=True)
+    with pytest.raises(ValueError, match="is not a v5litepod slice Cloud TPU offers"):
+        op.check_parameters(rendered=True)
     op.accelerator_type = "v6e-8"
-    op._check_templated(rendered=True)
+    op.check_parameters(rendered=True)
     op.zone = "Nowhere"
     with pytest.raises(ValueError, match="zone must be a Cloud TPU zone"):
-        op._check_templated(rendered=True)
+        op.check_parameters(rendered=True)
 
 
 def test_template_fields() -> None:
-    assert set(TPUQueuedResourceOperator.template_fields) >= {
+    assert set(CreateTPUQueuedResourceOperator.template_fields) >= {
         "project_id",
         "zone",
         "accelerator_type",
@@ -336,7 +339,7 @@ def test_template_fields() -> None:
 
 
 def test_operator_extra_links() -> None:
-    for cls in (TPUQueuedResourceOperator, DeleteTPUQueuedResourceOperator):
+    for cls in (CreateTPUQueuedResourceOperator, DeleteTPUQueuedResourceOperator):
         assert [type(link) for link in cls.operator_extra_links] == [TPUQueuedResourceLink]
 
 
@@ -498,4 +501,4 @@ def test_delete_templated_values_are_not_rejected() -> None:
     assert op.zone == "{{ params.zone }}"
     op.zone = "Nowhere"
     with pytest.raises(ValueError, match="zone must be a Cloud TPU zone"):
-        op._check(rendered=True)
+        op.check_parameters(rendered=True)

@@ -1,0 +1,260 @@
+"""Accelerator facts, once: Cloud TPU slice shapes and GPU machine types (pure Python, stdlib only).
+
+The operators' parse-time checks, the TPU backend's chip arithmetic and the emulator's validation
+all read this table, so a shape the operator accepts is one the emulator accepts. The values are
+the ones the public Cloud TPU and Compute Engine documents list (checked 2026-12):
+
+* TPU (cloud.google.com/tpu/docs/v2 ... /v6e): ``v5litepod-N`` and ``v6e-N`` count chips (one
+  TensorCore each) and come in the 2D shapes 1x1 to 16x16 (1, 4, 8, ... 256 chips: no 2-chip
+  slice); ``v2``/``v3``/``v4``/``v5p`` count TensorCores, two per chip. v4 and v5p slices above
+  one 4x4x4 cube (64 chips, 128 cores) come in whole cubes, up to the largest slice (v4: the pod,
+  4,096 chips; v5p: 16x16x24, 6,144 chips).
+* GPU (cloud.google.com/compute/docs/accelerator-optimized-machines): every accelerator-optimized
+  machine type has a fixed GPU model and count; Vertex AI spells the model as its
+  ``AcceleratorType`` enum name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# -- Cloud TPU ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TpuFamily:
+    """One TPU generation as the accelerator type names it (``v5litepod`` in ``v5litepod-16``)."""
+
+    name: str
+    cores_per_chip: int  # 1: the suffix counts chips; 2: it counts TensorCores
+    sizes: frozenset[int]  # the suffixes listed, below whole cubes
+    cube_cores: int = 0  # above the listed sizes, any multiple of this (0: none) ...
+    max_size: int = 0  # ... up to this suffix
+    single_host_chips: int = 4  # the largest slice that is one TPU VM
+
+    def accepts(self, size: int) -> bool:
+        """True if ``<family>-<size>`` is a slice the API offers."""
+        if size in self.sizes:
+            return True
+        return bool(self.cube_cores) and size % self.cube_cores == 0 and 0 < size <= self.max_size
+
+    def describe_sizes(self) -> str:
+        """The valid suffixes in words (for error messages)."""
+        *head, last = (str(s) for s in sorted(self.sizes))
+        unit = "chips" if self.cores_per_chip == 1 else "TensorCores"
+        listed = f"{', '.join(head)} or {last} {unit}" if head else f"{last} {unit}"
+        if self.cube_cores:
+            return f"{listed}, or a multiple of {self.cube_cores} up to {self.max_size} (whole cubes)"
+        return listed
+
+
+_CHIPS_2D = frozenset({1, 4, 8, 16, 32, 64, 128, 256})
+
+TPU_FAMILIES: dict[str, TpuFamily] = {
+    family.name: family
+    for family in (
+        TpuFamily("v2", 2, frozenset({8, 32, 128, 256, 512})),
+        TpuFamily("v3", 2, frozenset({8, 32, 64, 128, 256, 512, 1024, 2048})),
+        TpuFamily("v4", 2, frozenset({8, 16, 32, 64}), cube_cores=128, max_size=8192),
+        TpuFamily("v5p", 2, frozenset({8, 16, 32, 64}), cube_cores=128, max_size=12288),
+        TpuFamily("v5litepod", 1, _CHIPS_2D, single_host_chips=8),
+        TpuFamily("v6e", 1, _CHIPS_2D, single_host_chips=8),
+    )
+}
+#: Chips of one TPU VM in a multi-host slice (one network endpoint each).
+CHIPS_PER_HOST = 4
+#: Slices in one multislice request.
+MAX_SLICES = 256
+TPU_TYPE_RE = re.compile(r"^(?P<family>[a-z0-9]+)-(?P<size>0|[1-9][0-9]*)$")
+
+
+@dataclass(frozen=True)
+class TpuShape:
+    """One slice of ``accelerator_type``: its family, the suffix, chips and TPU VMs (hosts)."""
+
+    accelerator_type: str
+    family: str
+    size: int
+    chips: int
+    hosts: int
+
+
+def split_tpu_type(accelerator_type: object) -> tuple[TpuFamily, int] | None:
+    """``"v5litepod-16"`` -> (the v5litepod family, 16); ``None`` unless family and syntax are known."""
+    match = TPU_TYPE_RE.fullmatch(accelerator_type) if isinstance(accelerator_type, str) else None
+    if match is None or match["family"] not in TPU_FAMILIES:
+        return None
+    return TPU_FAMILIES[match["family"]], int(match["size"])
+
+
+def tpu_type_examples() -> str:
+    """``v2-N, v3-N, ...``: the families, for messages."""
+    return ", ".join(f"{name}-N" for name in TPU_FAMILIES)
+
+
+def tpu_chips(accelerator_type: str) -> int:
+    """Chips in one slice of ``accelerator_type`` (``v5litepod-16`` -> 16, ``v5p-8`` -> 4).
+
+    Only the syntax is checked, so the shape of an existing resource is always described.
+    """
+    split = split_tpu_type(accelerator_type)
+    if split is None:
+        raise ValueError(f"not a Cloud TPU accelerator type: {accelerator_type!r}")
+    family, size = split
+    return max(1, size // family.cores_per_chip)
+
+
+def tpu_shape(accelerator_type: str) -> TpuShape:
+    """The shape of a slice the API offers, or ``ValueError`` saying what is wrong with it."""
+    split = split_tpu_type(accelerator_type)
+    if split is None:
+        raise ValueError(
+            f"{accelerator_type!r} is not a Cloud TPU accelerator type: expected one of "
+            f"{tpu_type_examples()} (e.g. 'v5litepod-16')"
+        )
+    family, size = split
+    if not family.accepts(size):
+        raise ValueError(
+            f"{accelerator_type!r} is not a {family.name} slice: the sizes are {family.describe_sizes()}"
+        )
+    chips = max(1, size // family.cores_per_chip)
+    hosts = 1 if chips <= family.single_host_chips else chips // CHIPS_PER_HOST
+    return TpuShape(accelerator_type, family.name, size, chips, hosts)
+
+
+# -- GPUs (Vertex AI / Compute Engine) ---------------------------------------------------------
+
+#: Vertex AI ``AcceleratorType`` names and numbers (google.cloud.aiplatform_v1; a test keeps
+#: them equal to the installed client's enum).
+VERTEX_ACCELERATOR_TYPES: dict[str, int] = {
+    "ACCELERATOR_TYPE_UNSPECIFIED": 0,
+    "NVIDIA_TESLA_K80": 1,
+    "NVIDIA_TESLA_P100": 2,
+    "NVIDIA_TESLA_V100": 3,
+    "NVIDIA_TESLA_P4": 4,
+    "NVIDIA_TESLA_T4": 5,
+    "TPU_V2": 6,
+    "TPU_V3": 7,
+    "NVIDIA_TESLA_A100": 8,
+    "NVIDIA_A100_80GB": 9,
+    "TPU_V4_POD": 10,
+    "NVIDIA_L4": 11,
+    "TPU_V5_LITEPOD": 12,
+    "NVIDIA_H100_80GB": 13,
+    "NVIDIA_H100_MEGA_80GB": 14,
+    "NVIDIA_H200_141GB": 15,
+    "NVIDIA_B200": 16,
+    "NVIDIA_GB200": 17,
+    "NVIDIA_RTX_PRO_6000": 18,
+}
+
+#: GPU types Dynamic Workload Scheduler Flex Start accepts for Vertex AI training.
+FLEX_START_GPUS = frozenset(
+    {
+        "NVIDIA_L4",
+        "NVIDIA_TESLA_A100",
+        "NVIDIA_A100_80GB",
+        "NVIDIA_H100_80GB",
+        "NVIDIA_H100_MEGA_80GB",
+        "NVIDIA_H200_141GB",
+        "NVIDIA_B200",
+        "NVIDIA_GB200",
+    }
+)
+
+
+@dataclass(frozen=True)
+class GpuMachine:
+    """An accelerator-optimized machine type and the GPUs it always comes with."""
+
+    machine_type: str
+    accelerator_type: str
+    accelerator_count: int
+
+    @property
+    def series(self) -> str:
+        """``a3-highgpu`` for ``a3-highgpu-8g``."""
+        return self.machine_type.rsplit("-", 1)[0]
+
+
+def _machines(accelerator: str, counts: dict[str, int]) -> list[GpuMachine]:
+    return [GpuMachine(machine, accelerator, count) for machine, count in counts.items()]
+
+
+GPU_MACHINES: dict[str, GpuMachine] = {
+    m.machine_type: m
+    for m in (
+        *_machines("NVIDIA_GB200", {"a4x-highgpu-4g": 4}),
+        *_machines("NVIDIA_B200", {"a4-highgpu-8g": 8}),
+        *_machines("NVIDIA_H200_141GB", {"a3-ultragpu-8g": 8}),
+        *_machines("NVIDIA_H100_MEGA_80GB", {"a3-megagpu-8g": 8}),
+        *_machines(
+            "NVIDIA_H100_80GB",
+            {"a3-highgpu-1g": 1, "a3-highgpu-2g": 2, "a3-highgpu-4g": 4, "a3-highgpu-8g": 8},
+        ),
+        *_machines(
+            "NVIDIA_A100_80GB",
+            {"a2-ultragpu-1g": 1, "a2-ultragpu-2g": 2, "a2-ultragpu-4g": 4, "a2-ultragpu-8g": 8},
+        ),
+        *_machines(
+            "NVIDIA_TESLA_A100",
+            {
+                "a2-highgpu-1g": 1,
+                "a2-highgpu-2g": 2,
+                "a2-highgpu-4g": 4,
+                "a2-highgpu-8g": 8,
+                "a2-megagpu-16g": 16,
+            },
+        ),
+        *_machines(
+            "NVIDIA_L4",
+            {
+                "g2-standard-4": 1,
+                "g2-standard-8": 1,
+                "g2-standard-12": 1,
+                "g2-standard-16": 1,
+                "g2-standard-24": 2,
+                "g2-standard-32": 1,
+                "g2-standard-48": 4,
+                "g2-standard-96": 8,
+            },
+        ),
+    )
+}
+_SERIES = frozenset(m.series for m in GPU_MACHINES.values())
+
+
+def gpu_machine_error(machine_type: str, accelerator_type: object, count: object) -> str | None:
+    """Why ``count`` x ``accelerator_type`` cannot run on ``machine_type`` (``None``: it can).
+
+    A machine type of a series this table does not know (a new one, or a general-purpose machine)
+    is left to the API; a misspelt member of a known series is refused.
+    """
+    machine = GPU_MACHINES.get(machine_type)
+    if machine is None:
+        series = machine_type.rsplit("-", 1)[0]
+        if series not in _SERIES:
+            return None
+        known = sorted(m for m, spec in GPU_MACHINES.items() if spec.series == series)
+        return f"machine_type {machine_type!r} is not a {series} machine type; use one of {known}"
+    if accelerator_type != machine.accelerator_type or count != machine.accelerator_count:
+        return (
+            f"machine_type {machine_type!r} comes with exactly {machine.accelerator_count} x "
+            f"{machine.accelerator_type}: set accelerator_type={machine.accelerator_type!r} and "
+            f"accelerator_count={machine.accelerator_count}, got {count!r} x {accelerator_type!r}"
+        )
+    return None
+
+
+def machines_for(accelerator_type: str) -> list[str]:
+    """The machine types that come with ``accelerator_type`` (for messages)."""
+    return sorted(m for m, spec in GPU_MACHINES.items() if spec.accelerator_type == accelerator_type)
+
+
+# -- locations ---------------------------------------------------------------------------------
+
+#: A Google Cloud region (``us-central1``, ``europe-west4``, ``northamerica-northeast1``).
+REGION_RE = re.compile(r"^[a-z]+(?:-[a-z]+)+[0-9]+$")
+#: A Google Cloud zone: a region and a zone letter (``us-west4-a``).
+ZONE_RE = re.compile(r"^[a-z]+(?:-[a-z]+)+[0-9]+-[a-z]$")

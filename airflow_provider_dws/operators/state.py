@@ -1,0 +1,85 @@
+"""The state one attempt of the attempt loop carries across a deferral, written and read in one place."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow_provider_dws.scheduling.policies import Placement
+
+
+@dataclass(frozen=True)
+class AttemptState:
+    """Where the loop is: the attempt number, its placement, the attempts before it, its max wait
+    and, while waiting for a window or a backoff, the earliest submit time.
+
+    It travels as one JSON-friendly dict (:meth:`to_dict`) both as the deferral's keyword arguments
+    and in the trigger's event (``airflow dags test`` does not hand the keyword arguments back, so
+    the event's copy is the one read first: :meth:`from_resume`).
+    """
+
+    placement: Placement
+    attempt: int = 1
+    history: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+    max_wait_seconds: float | None = None
+    not_before: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The state as deferral keyword arguments and trigger ``echo``."""
+        return {
+            "history": [dict(h) for h in self.history],
+            "attempt": self.attempt,
+            "placement": self.placement.to_dict(),
+            "max_wait_seconds": self.max_wait_seconds,
+            "not_before": self.not_before,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], home: Placement) -> AttemptState:
+        """Read :meth:`to_dict`'s form back; a missing placement is ``home``."""
+        placement = data.get("placement")
+        attempt = data.get("attempt")
+        return cls(
+            placement=Placement(**placement) if isinstance(placement, Mapping) else home,
+            attempt=attempt if isinstance(attempt, int) and attempt >= 1 else 1,
+            history=tuple(data.get("history") or ()),
+            max_wait_seconds=data.get("max_wait_seconds") or None,
+            not_before=data.get("not_before") or None,
+        )
+
+    @classmethod
+    def from_resume(cls, event: Any, kwargs: Mapping[str, Any], home: Placement) -> AttemptState:
+        """The state a resumed task continues from: the event's ``echo`` if any, else the kwargs."""
+        echo = event.get("echo") if isinstance(event, Mapping) else None
+        return cls.from_dict(echo if isinstance(echo, Mapping) and echo else kwargs, home)
+
+    def max_wait(self, default: timedelta) -> timedelta:
+        """This attempt's max wait (``default`` when none was decided yet)."""
+        return timedelta(seconds=self.max_wait_seconds) if self.max_wait_seconds else default
+
+    def earliest(self) -> datetime | None:
+        """The earliest submit time, if the loop is waiting for one."""
+        return datetime.fromisoformat(self.not_before) if self.not_before else None
+
+    def waiting_until(self, at: datetime) -> AttemptState:
+        """The same attempt, not to be submitted before ``at``."""
+        return replace(self, not_before=at.isoformat())
+
+    def submitted(self, placement: Placement, max_wait: timedelta) -> AttemptState:
+        """The same attempt once submitted in ``placement`` with ``max_wait``."""
+        return replace(self, placement=placement, max_wait_seconds=max_wait.total_seconds(), not_before=None)
+
+    def ended(self, record: Mapping[str, Any]) -> AttemptState:
+        """The state after this attempt ended, its ``record`` added to the history."""
+        return replace(self, history=(*self.history, record))
+
+    def next(self, attempt: int, placement: Placement, not_before: datetime | None) -> AttemptState:
+        """The next attempt, keeping the history."""
+        return AttemptState(
+            placement=placement,
+            attempt=attempt,
+            history=self.history,
+            not_before=not_before.isoformat() if not_before else None,
+        )

@@ -1,0 +1,83 @@
+"""Airflow conventions: the deployment's default_deferrable, verb-first names, tries in the identity."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.exceptions import AirflowProviderDeprecationWarning
+
+from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator, TPUQueuedResourceOperator
+from airflow_provider_dws.operators.vertex_ai import (
+    CreateVertexAIFlexStartJobOperator,
+    FlexStartCustomJobOperator,
+)
+from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_TRY
+
+ROOT = Path(__file__).resolve().parents[2]
+POOL = {
+    "machine_spec": {
+        "machine_type": "a3-highgpu-8g",
+        "accelerator_type": "NVIDIA_H100_80GB",
+        "accelerator_count": 8,
+    },
+    "container_spec": {"image_uri": "us-docker.pkg.dev/p/r/train:1"},
+}
+TPU = {"zone": "us-west4-a", "accelerator_type": "v5litepod-16", "runtime_version": "v2-alpha-tpuv5-lite"}
+
+_PROBE = """
+import json
+from airflow.configuration import conf
+from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
+from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
+pool = {"machine_spec": {"machine_type": "a3-highgpu-8g", "accelerator_type": "NVIDIA_H100_80GB",
+        "accelerator_count": 8}, "container_spec": {"image_uri": "i"}}
+v = CreateVertexAIFlexStartJobOperator(task_id="v", region="us-central1", worker_pool_specs=[pool])
+t = CreateTPUQueuedResourceOperator(task_id="t", zone="us-west4-a", accelerator_type="v5litepod-16",
+                                    runtime_version="v2-alpha-tpuv5-lite")
+print(json.dumps([conf.getboolean("operators", "default_deferrable", fallback=True), v.deferrable, t.deferrable]))
+"""
+
+
+def test_waits_defer_by_default_although_airflow_ships_default_deferrable_false(tmp_path: Path) -> None:
+    # Airflow's own default for [operators] default_deferrable is false, so the convention's
+    # fallback=True is never reached: the provider keeps True as its default instead.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "AIRFLOW_HOME": str(tmp_path)}
+    env.pop("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", None)
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True, env=env, timeout=300
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [False, True, True]
+
+
+def test_old_names_still_work_and_warn() -> None:
+    with pytest.warns(AirflowProviderDeprecationWarning, match="renamed CreateVertexAIFlexStartJobOperator"):
+        old = FlexStartCustomJobOperator(task_id="v", region="us-central1", worker_pool_specs=[POOL])
+    assert isinstance(old, CreateVertexAIFlexStartJobOperator)
+    with pytest.warns(AirflowProviderDeprecationWarning, match="renamed CreateTPUQueuedResourceOperator"):
+        tpu = TPUQueuedResourceOperator(task_id="t", **TPU)
+    assert isinstance(tpu, CreateTPUQueuedResourceOperator)
+
+
+class TI:
+    dag_id, task_id, run_id, map_index = "d", "t", "manual__1", -1
+
+    def __init__(self, try_number: Any) -> None:
+        self.try_number = try_number
+
+
+def test_the_identity_counts_airflow_tries_and_capacity_attempts() -> None:
+    op = CreateTPUQueuedResourceOperator(task_id="t", queued_resource_id="slice", **TPU)
+    first, retried = (op.identity({"ti": TI(n)}) for n in (1, 3))  # type: ignore[typeddict-item]
+    assert first.key == retried.key
+    assert op.queued_resource_id_for(first.with_attempt(2)) == "slice-t1-a2"
+    assert op.queued_resource_id_for(retried) == "slice-t3-a1"
+    labels = retried.with_attempt(2).labels()
+    assert (labels[LABEL_TRY], labels[LABEL_ATTEMPT]) == ("3", "2")
+    # A task instance without a usable try number counts as try 1.
+    assert op.identity({"ti": TI(None)}).try_number == 1  # type: ignore[typeddict-item]

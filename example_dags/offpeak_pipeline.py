@@ -51,6 +51,7 @@ with DAG(
         return "gs://my-bucket/datasets/nightly"
 
     train = CreateVertexAIFlexStartJobOperator(
+        deferrable=True,  # wait in the triggerer, not in a worker slot
         task_id="train",
         project_id=PROJECT_ID,
         region="us-central1",

@@ -35,6 +35,7 @@ with DAG(
     params={"fail_workload": False},
 ) as dag:
     request_tpu_slice = CreateTPUQueuedResourceOperator(
+        deferrable=True,  # wait in the triggerer, not in a worker slot
         task_id="request_tpu_slice",
         project_id=PROJECT_ID,
         zone=ZONE,

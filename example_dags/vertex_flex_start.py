@@ -36,6 +36,7 @@ with DAG(
     },
 ) as dag:
     fine_tune = CreateVertexAIFlexStartJobOperator(
+        deferrable=True,  # wait in the triggerer, not in a worker slot
         task_id="fine_tune",
         project_id=PROJECT_ID,
         region=REGION,

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from airflow.configuration import conf
 from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_provider_dws import catalog
@@ -133,9 +134,10 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
     :param gcp_conn_id: Airflow connection for Google Cloud.
     :param impersonation_chain: service account (or chain) to impersonate.
     :param poll_interval: seconds between status reads (default 30).
-    :param deferrable: wait in the triggerer (default) or in the worker. The default does not follow
-        ``[operators] default_deferrable``: Airflow ships that setting as ``false`` (and writes it
-        into every generated airflow.cfg), which would make every wait hold a worker slot.
+    :param deferrable: wait in the triggerer (``True``) or in the worker. The default is the
+        deployment's ``[operators] default_deferrable``, as for every Airflow provider; Airflow
+        ships it as ``false``, so pass ``deferrable=True`` (or set it) to keep worker slots free
+        while the request waits in the DWS queue.
     :param cancel_on_kill: delete the request when a user kills the waiting task (default True).
     :param window: only let the slice arrive inside this off-peak window (``OffPeakWindow``,
         ``WindowSet`` or a spec string); outside it the task defers until it opens.
@@ -210,7 +212,7 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
         gcp_conn_id: str = "google_cloud_default",
         impersonation_chain: str | Sequence[str] | None = None,
         poll_interval: float = 30.0,
-        deferrable: bool = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         cancel_on_kill: bool = True,
         window: OffPeakWindow | WindowSet | str | None = None,
         deadline: Deadline | timedelta | datetime | None = None,

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from airflow.configuration import conf
 from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_provider_dws import catalog
@@ -112,10 +113,10 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
     :param gcp_conn_id: Airflow connection for Google Cloud.
     :param impersonation_chain: service account (or chain) to impersonate.
     :param poll_interval: seconds between status reads while waiting (default 30).
-    :param deferrable: wait in the triggerer (default) or, with ``False``, in the worker. The
-        default does not follow ``[operators] default_deferrable``: Airflow ships that setting as
-        ``false`` (and writes it into every generated airflow.cfg), which would make every wait
-        hold a worker slot.
+    :param deferrable: wait in the triggerer (``True``) or in the worker. The default is the
+        deployment's ``[operators] default_deferrable``, as for every Airflow provider; Airflow
+        ships it as ``false``, so pass ``deferrable=True`` (or set it) to keep worker slots free
+        while the request waits in the DWS queue.
     :param cancel_on_kill: cancel the job when the task is killed by a user (default ``True``).
     :param window: only let capacity arrive inside this off-peak window (``OffPeakWindow``,
         ``WindowSet`` or a spec such as ``"Mon-Fri 22:00-06:00 Asia/Seoul"``): outside it the task
@@ -205,7 +206,7 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         gcp_conn_id: str = "google_cloud_default",
         impersonation_chain: str | Sequence[str] | None = None,
         poll_interval: float = 30.0,
-        deferrable: bool = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         cancel_on_kill: bool = True,
         window: OffPeakWindow | WindowSet | str | None = None,
         deadline: Deadline | timedelta | datetime | None = None,

@@ -116,7 +116,7 @@ def vertex(**kwargs: Any) -> CreateVertexAIFlexStartJobOperator:
         project_id="my-project",
         region="us-central1",
         worker_pool_specs=[copy.deepcopy(POOL)],
-        **kwargs,
+        **{"deferrable": True, **kwargs},
     )
 
 

@@ -40,19 +40,23 @@ pool = {"machine_spec": {"machine_type": "a3-highgpu-8g", "accelerator_type": "N
 v = CreateVertexAIFlexStartJobOperator(task_id="v", region="us-central1", worker_pool_specs=[pool])
 t = CreateTPUQueuedResourceOperator(task_id="t", zone="us-west4-a", accelerator_type="v5litepod-16",
                                     runtime_version="v2-alpha-tpuv5-lite")
-print(json.dumps([conf.getboolean("operators", "default_deferrable", fallback=True), v.deferrable, t.deferrable]))
+print(json.dumps([conf.getboolean("operators", "default_deferrable"), v.deferrable, t.deferrable]))
 """
 
 
-def test_waits_defer_by_default_although_airflow_ships_default_deferrable_false(tmp_path: Path) -> None:
-    # Airflow's own default for [operators] default_deferrable is false, so the convention's
-    # fallback=True is never reached: the provider keeps True as its default instead.
+@pytest.mark.parametrize(("setting", "expected"), [(None, False), ("True", True), ("False", False)])
+def test_deferrable_follows_the_deployment_default(
+    tmp_path: Path, setting: str | None, expected: bool
+) -> None:
+    # The Airflow convention: [operators] default_deferrable decides (Airflow ships it as false).
     env = {**os.environ, "PYTHONPATH": str(ROOT), "AIRFLOW_HOME": str(tmp_path)}
     env.pop("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", None)
+    if setting is not None:
+        env["AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE"] = setting
     out = subprocess.run(
         [sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True, env=env, timeout=300
     )
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [False, True, True]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [expected, expected, expected]
 
 
 def test_old_names_still_work_and_warn() -> None:

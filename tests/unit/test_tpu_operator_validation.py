@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from airflow.configuration import conf
 from airflow.sdk import DAG
 from google.cloud.tpu_v2 import QueuedResource
 
@@ -268,7 +269,8 @@ def test_defaults() -> None:
     assert op.valid_after is None
     assert op.node_count == 1
     assert op.spot is False and op.guaranteed is False
-    assert op.deferrable is True
+    # [operators] default_deferrable, as every provider does (Airflow ships it as false).
+    assert op.deferrable is conf.getboolean("operators", "default_deferrable")
     assert op.cancel_on_kill is True
     assert op.poll_interval == 30.0
 

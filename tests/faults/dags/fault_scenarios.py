@@ -1,6 +1,6 @@
 """Airflow DAGs for the fault matrix: the example's Flex Start task with one fault-specific twist each.
 
-Every DAG runs ``FlexStartCustomJobOperator`` with the worker pool spec, labels and limits of
+Every DAG runs ``CreateVertexAIFlexStartJobOperator`` with the worker pool spec, labels and limits of
 ``example_dags/vertex_flex_start.py``. What differs:
 
 * the region comes from ``params.region``, so each scenario asks in its own emulator pool and
@@ -23,13 +23,13 @@ from typing import Any
 
 from airflow.sdk import DAG
 
-from airflow_provider_dws.operators.vertex_ai import FlexStartCustomJobOperator
+from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 
 POLL_INTERVAL = float(os.environ.get("DWS_EXAMPLE_POLL_INTERVAL", 30))
 MAX_WAIT = timedelta(seconds=int(os.environ.get("DWS_EXAMPLE_MAX_WAIT_SECONDS", 2 * 3600)))
 
 
-class KillWorkerAfterSubmit(FlexStartCustomJobOperator):
+class KillWorkerAfterSubmit(CreateVertexAIFlexStartJobOperator):
     """On try 1, SIGKILL the task process as soon as the job exists: no defer, no cleanup, no log flush."""
 
     def submit_attempt(self, context: Any, identity: Any, placement: Any, max_wait: timedelta) -> Any:
@@ -40,7 +40,7 @@ class KillWorkerAfterSubmit(FlexStartCustomJobOperator):
         return status
 
 
-class HoldAfterSubmit(FlexStartCustomJobOperator):
+class HoldAfterSubmit(CreateVertexAIFlexStartJobOperator):
     """On try 1, hold the task process after the job exists, until the harness kills its worker."""
 
     def submit_attempt(self, context: Any, identity: Any, placement: Any, max_wait: timedelta) -> Any:
@@ -80,7 +80,7 @@ def worker_pool_specs(exit_code: str = "{{ params.exit_code }}") -> list[dict[st
 def fault_dag(
     dag_id: str,
     doc: str,
-    operator: type[FlexStartCustomJobOperator] = FlexStartCustomJobOperator,
+    operator: type[CreateVertexAIFlexStartJobOperator] = CreateVertexAIFlexStartJobOperator,
     exit_code: str = "{{ params.exit_code }}",
     **task_args: Any,
 ) -> DAG:
@@ -104,6 +104,7 @@ def fault_dag(
             max_run=timedelta(hours=6),
             labels={"team": "research", "pipeline": "fine-tune"},
             poll_interval=POLL_INTERVAL,
+            deferrable=True,
             **task_args,
         )
     return dag

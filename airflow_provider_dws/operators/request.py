@@ -489,10 +489,12 @@ class DwsRequestOperator(DwsBaseOperator):
 
 
 def placement_dict(placement: Placement) -> dict[str, Any]:
-    """A placement as trigger/next-method kwargs (JSON-friendly)."""
-    return {
+    """A placement as trigger/next-method kwargs (JSON-friendly; fields left to the operator's own
+    are left out, which keeps the trigger's events small)."""
+    fields = {
         "location": placement.location,
         "machine_type": placement.machine_type,
         "accelerator_type": placement.accelerator_type,
         "tier": placement.tier,
     }
+    return {key: value for key, value in fields.items() if value is not None}

@@ -161,7 +161,7 @@ class CapacityRequestTrigger(BaseTrigger):
         Its status comes from the event loop's shared poller (see :mod:`.poller`): one paged list
         per interval serves every waiting trigger of the same API, project and location.
         """
-        self.log.info(
+        await self._info(
             "Waiting on %s every %.0fs through the %s backend",
             self.request_name,
             self.poll_interval,
@@ -183,7 +183,7 @@ class CapacityRequestTrigger(BaseTrigger):
                 now = datetime.now(timezone.utc)
                 status = fresh or status
                 if status is not None and (status.phase is not last_phase or now - last_log >= HEARTBEAT):
-                    self.log.info("%s", self._describe(status))
+                    await self._info("%s", self._describe(status))
                     last_phase, last_log = status.phase, now
                 if status is not None and (
                     status.phase.terminal or (self.target == "running" and status.phase is Phase.RUNNING)
@@ -203,6 +203,20 @@ class CapacityRequestTrigger(BaseTrigger):
                     return
         finally:
             sub.close()
+
+    async def _info(self, message: str, *args: Any) -> None:
+        """Log a line without writing it from the event loop's thread, as Airflow's own trigger
+        lines are (``ainfo``: the write happens in a worker thread).
+
+        Hundreds of triggers log at once when capacity arrives for many, while the triggerer's
+        supervisor, which reads the log socket, is busy storing their events: a write from the
+        loop's thread then waits for it, and every trigger with it (``docs/scale.md``).
+        """
+        ainfo = getattr(self.log, "ainfo", None)
+        if ainfo is None:  # a stdlib logger (not in a triggerer or task process)
+            self.log.info(message, *args)
+        else:
+            await ainfo(message, *args)
 
     def _gone(self) -> RequestStatus:
         return RequestStatus(
@@ -272,9 +286,11 @@ class CapacityRequestTrigger(BaseTrigger):
         )
 
     def _payload(self, status: RequestStatus) -> dict[str, Any]:
+        """The event: the status (:meth:`RequestStatus.to_event`) and ``echo``, whose empty values
+        (no attempt history yet, most often) are left out to keep it small."""
         payload = status.to_event()
         if self.echo is not None:
-            payload["echo"] = self.echo
+            payload["echo"] = {key: value for key, value in self.echo.items() if value not in (None, [], {})}
         return payload
 
     async def _give_up(self, status: RequestStatus) -> RequestStatus:

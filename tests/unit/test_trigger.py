@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -193,7 +195,8 @@ def test_run_reports_failures_as_classified(fake: Any) -> None:
     final = status("JOB_STATE_FAILED", Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, submitted=T0)
     fake([status("JOB_STATE_PENDING", Phase.WAITING), final])
     (event,) = run_all(trigger())
-    assert RequestStatus.from_event(event) == final
+    # The event leaves the backend's details behind (see test_event_is_small).
+    assert RequestStatus.from_event(event) == replace(final, details={})
     assert event["failure"] == "capacity_not_obtained"
 
 
@@ -475,3 +478,80 @@ def test_a_kill_during_a_status_read_keeps_airflow_s_cancel_message(fake: Any) -
         raise AssertionError("the trigger was not cancelled")
 
     assert asyncio.run(scenario()) == ("__airflow_user_action__",)
+
+
+# -- the event's size --------------------------------------------------------------------------
+
+
+def test_event_is_small(fake: Any) -> None:
+    """Airflow logs and stores every event, hundreds at once when capacity comes for many: the
+    event carries the status without the backend's details, and the echo without empty values."""
+    final = RequestStatus(
+        name=NAME,
+        state="JOB_STATE_SUCCEEDED",
+        outcome=Outcome(Phase.SUCCEEDED, None, ""),
+        timings=RequestTimings(T0, T0 + timedelta(seconds=109.665335), T0 + timedelta(seconds=109.72)),
+        description="8 x NVIDIA_H100_80GB in us-central1",
+        details={"display_name": "llm-fine-tune-0005", "region": "us-central1", "max_wait_seconds": 7200.0},
+    )
+    fake([final])
+    echo = {"history": [], "attempt": 1, "placement": {"location": "us-central1"}, "max_wait_seconds": 7200.0}
+    (event,) = run_all(trigger(echo=echo))
+    assert "details" not in event
+    assert event["echo"] == {
+        "attempt": 1,
+        "placement": {"location": "us-central1"},
+        "max_wait_seconds": 7200.0,
+    }
+    assert len(json.dumps(event)) <= 500  # 487; with the details and the whole echo it was 677
+    again = RequestStatus.from_event(event)
+    assert (again.name, again.state, again.outcome, again.timings, again.description) == (
+        NAME,
+        final.state,
+        final.outcome,
+        final.timings,
+        final.description,
+    )
+
+
+def test_event_cuts_a_long_message(fake: Any) -> None:
+    long = "The requested resources were not available. " * 40
+    fake([RequestStatus(NAME, "JOB_STATE_FAILED", Outcome(Phase.NOT_OBTAINED, None, long), RequestTimings())])
+    (event,) = run_all(trigger())
+    assert len(event["message"]) == 500
+    assert event["message"].endswith("...") and long.startswith(event["message"][:-3])
+
+
+class RecordingLog:
+    """A logger that records which of its methods wrote each line."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def info(self, message: str, *args: Any) -> None:
+        self.lines.append(("info", message % args))
+
+    async def ainfo(self, message: str, *args: Any) -> None:
+        self.lines.append(("ainfo", message % args))
+
+    def warning(self, message: str, *args: Any, **kwargs: Any) -> None:
+        self.lines.append(("warning", message % args))
+
+    error = exception = warning
+
+
+def test_status_lines_are_not_written_from_the_loop(fake: Any) -> None:
+    """When capacity comes for hundreds at once, a write from the event loop's thread waits for
+    the triggerer's supervisor, busy storing the events: the lines go through ``ainfo``."""
+    fake(
+        [
+            status("JOB_STATE_PENDING", Phase.WAITING),
+            status("JOB_STATE_SUCCEEDED", Phase.SUCCEEDED, submitted=T0, started=T0, finished=T0),
+        ]
+    )
+    t = trigger()
+    t._log = RecordingLog()  # type: ignore[assignment]
+    run_all(t)
+    lines = t._log.lines  # type: ignore[attr-defined]
+    assert [how for how, _ in lines] == ["ainfo", "ainfo", "ainfo"]
+    assert "is waiting for capacity" in lines[1][1] and "ended succeeded" in lines[2][1]

@@ -555,3 +555,39 @@ def test_status_lines_are_not_written_from_the_loop(fake: Any) -> None:
     lines = t._log.lines  # type: ignore[attr-defined]
     assert [how for how, _ in lines] == ["ainfo", "ainfo", "ainfo"]
     assert "is waiting for capacity" in lines[1][1] and "ended succeeded" in lines[2][1]
+
+
+class GatedLog(RecordingLog):
+    """``ainfo`` of the final status line blocks until ``gate`` is set (a full log socket)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def ainfo(self, message: str, *args: Any) -> None:
+        if "ended" in message % args:
+            await self.gate.wait()
+        await super().ainfo(message, *args)
+
+
+def test_the_event_does_not_wait_for_the_last_line(fake: Any) -> None:
+    """Waiting for the final line held each event behind the log socket (500 events spread over
+    28.8 s instead of 5): it is handed to the worker thread and the event goes out at once."""
+    fake([status("JOB_STATE_SUCCEEDED", Phase.SUCCEEDED, submitted=T0, started=T0, finished=T0)])
+    t = trigger()
+    log = GatedLog()
+    t._log = log  # type: ignore[assignment]
+
+    async def scenario() -> tuple[dict[str, Any], list[str]]:
+        events = t.run()
+        event = await asyncio.wait_for(events.__anext__(), timeout=10)
+        before = [line for _, line in log.lines]
+        log.gate.set()
+        await events.aclose()
+        await asyncio.gather(*capacity_request._LOG_TASKS)
+        return event.payload, before
+
+    payload, before = asyncio.run(scenario())
+    assert payload["phase"] == "succeeded"
+    assert not any("ended" in line for line in before)
+    assert "ended succeeded" in log.lines[-1][1]

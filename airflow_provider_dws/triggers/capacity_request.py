@@ -406,4 +406,6 @@ async def first_event(trigger: BaseTrigger) -> dict[str, Any]:
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
             await aclose()
+        # In a worker the loop ends with this call: the lines not waited for are written first.
+        await asyncio.gather(*_LOG_TASKS, return_exceptions=True)
     raise RuntimeError(f"{trigger!r} ended without an event")

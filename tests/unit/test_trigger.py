@@ -591,3 +591,22 @@ def test_the_event_does_not_wait_for_the_last_line(fake: Any) -> None:
     assert payload["phase"] == "succeeded"
     assert not any("ended" in line for line in before)
     assert "ended succeeded" in log.lines[-1][1]
+
+
+class SlowLog(RecordingLog):
+    """``ainfo`` takes a few turns of the loop, as a write in a worker thread does."""
+
+    async def ainfo(self, message: str, *args: Any) -> None:
+        for _ in range(3):
+            await asyncio.sleep(0)
+        await super().ainfo(message, *args)
+
+
+def test_first_event_writes_the_last_line_before_the_loop_ends(fake: Any) -> None:
+    """``deferrable=False``: the worker's loop ends with ``first_event``, which would cancel a
+    line still being written."""
+    fake([status("JOB_STATE_SUCCEEDED", Phase.SUCCEEDED, submitted=T0, started=T0, finished=T0)])
+    t = trigger()
+    t._log = SlowLog()  # type: ignore[assignment]
+    assert asyncio.run(first_event(t))["phase"] == "succeeded"
+    assert "ended succeeded" in t._log.lines[-1][1]  # type: ignore[attr-defined]

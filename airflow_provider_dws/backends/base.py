@@ -41,21 +41,18 @@ class RequestStatus:
         (``description``) and the timings. ``details`` stay behind: the task knows its own
         region, display name and max wait, and reads the request again when it needs more.
         """
-        event: dict[str, Any] = {
+        message = self.outcome.message
+        if len(message) > EVENT_MESSAGE_LIMIT:
+            message = message[: EVENT_MESSAGE_LIMIT - 3] + "..."
+        return {
             "name": self.name,
             "state": self.state,
             "phase": self.outcome.phase.value,
+            "failure": self.outcome.failure.value if self.outcome.failure else None,
+            "message": message,
+            "description": self.description,
             "timings": self.timings.to_dict(),
         }
-        if self.outcome.failure is not None:
-            event["failure"] = self.outcome.failure.value
-        message = self.outcome.message
-        if message:
-            cut = EVENT_MESSAGE_LIMIT
-            event["message"] = message if len(message) <= cut else message[: cut - 3] + "..."
-        if self.description:
-            event["description"] = self.description
-        return event
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> RequestStatus:

@@ -164,11 +164,13 @@ class CapacityRequestTrigger(BaseTrigger):
         Its status comes from the event loop's shared poller (see :mod:`.poller`): one paged list
         per interval serves every waiting trigger of the same API, project and location.
         """
+        # Not waited for: the wait joins the shared poller at once, with the others created with it.
         await self._info(
             "Waiting on %s every %.0fs through the %s backend",
             self.request_name,
             self.poll_interval,
             self.kind,
+            wait=False,
         )
         self._started = datetime.now(timezone.utc)
         sub = shared_poller(self.kind, self.backend_spec).subscribe(self.request_name, self.poll_interval)

@@ -13,7 +13,13 @@ api-server, scheduler with LocalExecutor, dag-processor, one triggerer) against 
    CPU of the triggerer process tree, memory of the trigger runner, event-loop stalls (Airflow's
    own watchdog lines);
 5. give capacity for all N jobs at once and read, from each task's trigger log, when its trigger
-   fired: capacity-to-event latency.
+   fired: capacity-to-event latency, and the event-loop stalls of that burst of N events;
+6. unless ``--no-stock``, once those N tasks finished: the same burst with a stock trigger, N
+   tasks of ``dws_bench_stock`` deferred on ``DateTimeTrigger`` firing at one moment, and the
+   burst table (longest and total stall, provider against stock; PASS at most 1.2x each).
+
+``--profile DIR`` records the trigger runner and its supervisor with py-spy during each burst;
+``benchmarks/burst_profile.py`` says which functions the loop's busy stretches ran.
 
 The in-loop column is ``triggerer_scale.py --sizes N --modes provider`` run afterwards (or read
 from ``--in-loop-json``). Unless ``--no-preload``, the scheduler imports the provider once, so
@@ -32,13 +38,14 @@ import math
 import os
 import re
 import secrets
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +62,15 @@ GPUS_PER_JOB = 8
 WARMUP_DAG = "dws_bench_warmup"
 FANOUT_DAG = "dws_bench_fanout"
 TASK_ID = "fine_tune"
+#: The stock burst: N tasks deferred on ``DateTimeTrigger`` firing at one moment (``stock_burst.py``).
+STOCK_DAG = "dws_bench_stock"
+STOCK_TASK_ID = "wait"
+#: A burst's stalls are counted from capacity (or the moment) until this long after the last event:
+#: Airflow's handling of the events (sending them to the supervisor, closing the trigger logs)
+#: goes on after the last one fired.
+BURST_TAIL = 5.0
+#: PASS when the provider's burst stalls the loop at most this much more than the stock one.
+BURST_TARGET = 1.2
 LIST_METHOD = "google.cloud.aiplatform.v1.JobService/ListCustomJobs"
 #: Airflow's watchdog sleeps 0.1 s and logs when the sleep took longer than this threshold; a
 #: stall is the excess over the sleep, so this logs every stall above 50 ms.
@@ -153,7 +169,7 @@ class BenchDeployment(Deployment):
     def __init__(
         self, tasks: int, poll_interval: float, parallelism: int, preload: bool, workdir: Path | None
     ) -> None:
-        super().__init__({POOL: 0}, [WARMUP_DAG, FANOUT_DAG], workdir=workdir)
+        super().__init__({POOL: 0}, [WARMUP_DAG, FANOUT_DAG, STOCK_DAG], workdir=workdir)
         self.tasks = tasks
         self.poll_interval = poll_interval
         self.parallelism = parallelism
@@ -216,7 +232,9 @@ class BenchDeployment(Deployment):
         )
         return int(rows[0][0])
 
-    def trigger_log_times(self, dag_id: str, run_id: str) -> dict[int, dict[str, float]]:
+    def trigger_log_times(
+        self, dag_id: str, run_id: str, task_id: str = TASK_ID
+    ) -> dict[int, dict[str, float]]:
         """Per map index, from the trigger logs: when the first status arrived and when it fired."""
         times: dict[int, dict[str, float]] = {}
         run_dir = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
@@ -239,7 +257,7 @@ class BenchDeployment(Deployment):
         # in flight on the log socket then land in the triggerer's own log, the fired line often.
         fired = re.compile(
             rf"^(\S+) \[info\s*\] Trigger fired event .* name='{re.escape(dag_id)}/{re.escape(run_id)}/"
-            rf"{TASK_ID}/(\d+)/"
+            rf"{re.escape(task_id)}/(\d+)/"
         )
         for triggerer in self.triggerers:
             for line in triggerer.log_path.read_text(errors="replace").splitlines():
@@ -248,12 +266,19 @@ class BenchDeployment(Deployment):
         return times
 
     def stalls(self, service_log: Path, start: float, end: float) -> list[float]:
-        """Event-loop stalls above 50 ms that the triggerer's watchdog logged in [start, end]."""
+        """Event-loop stalls above 50 ms that the triggerer's watchdog logged overlapping [start, end].
+
+        The watchdog logs a stall when it ends, with its length: one that began in the window
+        counts even if it ended after it.
+        """
         found = []
         for line in service_log.read_text(errors="replace").splitlines():
             match = STALL_LINE.match(line)
-            if match and start <= _epoch(match.group(1)) <= end:
-                found.append(float(match.group(2)) - WATCHDOG_SLEEP)
+            if match is None:
+                continue
+            ended, blocked = _epoch(match.group(1)), float(match.group(2))
+            if ended >= start and ended - blocked <= end:
+                found.append(blocked - WATCHDOG_SLEEP)
         return found
 
 
@@ -405,17 +430,62 @@ def measure_waiting(
     }
 
 
-def capacity_latency(dep: BenchDeployment, run_id: str, service_log: Path, timeout: float) -> dict[str, Any]:
+@contextlib.contextmanager
+def profiled(directory: str | None, name: str, pids: Mapping[str, int]) -> Iterator[None]:
+    """With ``--profile DIR``: ``py-spy record`` each process while the block runs.
+
+    Chrome-trace output (``DIR/<name>-<process>.json``, one timestamped sample per thread every
+    10 ms, idle threads included) lets a stall the watchdog logged be matched with what the event
+    loop's thread was doing during it (``benchmarks/burst_profile.py``).
+    """
+    if not directory:
+        yield
+        return
+    spy = Path(sys.executable).with_name("py-spy")
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    spies = []
+    for process, pid in pids.items():
+        out = Path(directory) / f"{name}-{process}.json"
+        cmd = [str(spy), "record", "--pid", str(pid), "--idle", "--threads", "--format", "chrometrace"]
+        spies.append(subprocess.Popen([*cmd, "--output", str(out)], stdout=subprocess.DEVNULL))
+    time.sleep(2.0)  # py-spy attaches
+    try:
+        yield
+    finally:
+        for proc in spies:
+            proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+        for proc in spies:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        say(f"profiles written to {directory}/{name}-*.json")
+
+
+def burst_stalls(
+    dep: BenchDeployment, service_log: Path, began: float, fired: Sequence[float]
+) -> dict[str, Any]:
+    """The watchdog's stalls from ``began`` until :data:`BURST_TAIL` after the last event."""
+    end = (max(fired) if fired else time.time()) + BURST_TAIL
+    return {"stalls": dep.stalls(service_log, began, end), "window": [began, end]}
+
+
+def capacity_latency(
+    dep: BenchDeployment, run_id: str, service_log: Path, timeout: float, profile: Mapping[str, Any]
+) -> dict[str, Any]:
     """Give every job its GPUs at once; per task, how long until its trigger fired."""
     assert dep.emulator is not None
     n = dep.tasks
-    given = time.time()
-    dep.emulator.control.set_capacity({POOL: GPUS_PER_JOB * n})
+    with profiled(profile.get("dir"), "provider", profile.get("pids", {})):
+        given = time.time()
+        dep.emulator.control.set_capacity({POOL: GPUS_PER_JOB * n})
 
-    # The database says cheaply when no task is deferred any more; the trigger logs, read only
-    # then (reading N files a second would take CPU from the triggerer), say when each one fired.
-    with contextlib.suppress(HarnessError):
-        wait_for(lambda: not dep.ti_states(FANOUT_DAG, run_id).get("deferred"), timeout, "events", 0.5)
+        # The database says cheaply when no task is deferred any more; the trigger logs, read only
+        # then (reading N files a second would take CPU from the triggerer), say when each one fired.
+        with contextlib.suppress(HarnessError):
+            wait_for(lambda: not dep.ti_states(FANOUT_DAG, run_id).get("deferred"), timeout, "events", 0.5)
+        time.sleep(BURST_TAIL)
 
     def fired() -> dict[int, dict[str, float]] | None:
         times = dep.trigger_log_times(FANOUT_DAG, run_id)
@@ -426,7 +496,6 @@ def capacity_latency(dep: BenchDeployment, run_id: str, service_log: Path, timeo
     except HarnessError:
         times = dep.trigger_log_times(FANOUT_DAG, run_id)
     latencies = [t["fired"] - given for t in times.values() if "fired" in t]
-    done_wall = given + max(latencies) + 1.0 if latencies else time.time()
     # When the emulator ended each job: what is left is the provider noticing it.
     ended = {}
     for record in dep.emulator.control.requests():
@@ -439,21 +508,82 @@ def capacity_latency(dep: BenchDeployment, run_id: str, service_log: Path, timeo
         "latencies": latencies,
         "end_to_event": noticed,
         "jobs_ended_seconds": (max(ended.values()) - given) if ended else None,
-        "stalls": dep.stalls(service_log, given, done_wall),
+        **burst_stalls(dep, service_log, given, [given + x for x in latencies]),
     }
 
 
-def wait_finished(dep: BenchDeployment, run_id: str, timeout: float) -> tuple[str, float]:
-    """Wait for the fan-out run to end (every task resumed in a worker); its state and seconds."""
+def stock_burst(
+    dep: BenchDeployment, service_log: Path, lead: float, timeout: float, profile: Mapping[str, Any]
+) -> dict[str, Any]:
+    """N tasks deferred on ``DateTimeTrigger`` until one moment ``lead`` seconds away; its stalls.
+
+    The moment must come after every task deferred and its trigger runs: ``lead`` is chosen from
+    how long the provider's N tasks took to defer (the stock task, with no API call, is faster).
+    """
+    assert dep.api is not None
+    n = dep.tasks
+    run_id = f"stock-{secrets.token_hex(3)}"
+    fire_at = time.time() + lead
+    moment = datetime.fromtimestamp(fire_at, timezone.utc).isoformat()
+    say(f"triggering {STOCK_DAG} run {run_id}: {n} tasks on DateTimeTrigger({moment})")
+    dep.api.trigger(STOCK_DAG, run_id, {"fire_at": moment})
+
+    def all_deferred() -> bool:
+        states = dep.ti_states(STOCK_DAG, run_id)
+        if states.get("failed") or states.get("upstream_failed"):
+            raise HarnessError(f"stock tasks failed before deferring: {states}")
+        return states.get("deferred", 0) >= n and not dep.unassigned_triggers(STOCK_DAG, run_id)
+
+    ready = True
+    try:
+        wait_for(all_deferred, max(1.0, fire_at - time.time() - 3.0), f"all {n} stock tasks to defer", 2.0)
+    except HarnessError:
+        ready = False
+    deferred_by = dep.ti_states(STOCK_DAG, run_id).get("deferred", 0)
+    say(f"{deferred_by}/{n} stock tasks deferred {fire_at - time.time():.0f}s before the moment")
+    time.sleep(max(0.0, fire_at - time.time() - 2.0))
+    with profiled(profile.get("dir"), "stock", profile.get("pids", {})):
+        with contextlib.suppress(HarnessError):
+            wait_for(
+                lambda: time.time() > fire_at and not dep.ti_states(STOCK_DAG, run_id).get("deferred"),
+                timeout,
+                "the stock events",
+                0.5,
+            )
+        time.sleep(BURST_TAIL)
+
+    def fired() -> dict[int, dict[str, float]] | None:
+        times = dep.trigger_log_times(STOCK_DAG, run_id, STOCK_TASK_ID)
+        return times if sum(1 for t in times.values() if "fired" in t) >= n else None
+
+    try:
+        times = wait_for(fired, 30, f"all {n} stock trigger logs to say 'Trigger fired event'", 2.0)
+    except HarnessError:
+        times = dep.trigger_log_times(STOCK_DAG, run_id, STOCK_TASK_ID)
+    at = [t["fired"] for t in times.values() if "fired" in t]
+    return {
+        "run_id": run_id,
+        "ready": ready,
+        "deferred_before_moment": deferred_by,
+        "fired": len(at),
+        "latencies": [x - fire_at for x in at],
+        **burst_stalls(dep, service_log, fire_at, at),
+    }
+
+
+def wait_finished(
+    dep: BenchDeployment, run_id: str, timeout: float, dag_id: str = FANOUT_DAG
+) -> tuple[str, float]:
+    """Wait for a run to end (every task resumed in a worker); its state and seconds."""
     assert dep.api is not None
     api = dep.api
     began = time.monotonic()
 
     def ended() -> str | None:
-        state = str(api.dag_run(FANOUT_DAG, run_id)["state"])
+        state = str(api.dag_run(dag_id, run_id)["state"])
         return state if state in ("success", "failed") else None
 
-    state = wait_for(ended, timeout, "the fan-out run to end", 5.0)
+    state = wait_for(ended, timeout, f"the {dag_id} run to end", 5.0)
     return state, time.monotonic() - began
 
 
@@ -626,6 +756,70 @@ def report(result: dict[str, Any], row: dict[str, Any] | None, source: str) -> s
     return "\n".join(lines)
 
 
+#: The watchdog logs only stalls above this: a burst with none logged stalled less, and a ratio
+#: to it is taken against this floor.
+STALL_FLOOR = WATCHDOG_THRESHOLD - WATCHDOG_SLEEP
+
+
+def burst_report(result: Mapping[str, Any]) -> tuple[str, bool]:
+    """The provider's burst of N events against the stock one: stalls, ratios and PASS/FAIL."""
+    ours, stock = result["latency"], result.get("stock")
+    if not stock:
+        return "", True
+    n = result["tasks"]
+
+    def spread(burst: Mapping[str, Any]) -> str:
+        lat = burst["latencies"]
+        return f"{max(lat) - min(lat):.1f} s" if lat else "-"
+
+    def total(stalls: Sequence[float]) -> float:
+        return sum(stalls)
+
+    checks = []
+    rows = [
+        ("events fired", f"{ours['fired']}/{n}", f"{stock['fired']}/{n}", ""),
+        ("first to last event", spread(ours), spread(stock), ""),
+        ("stalls over 50 ms", str(len(ours["stalls"])), str(len(stock["stalls"])), ""),
+    ]
+    for label, pick in (("longest stall", max), ("total stall", total)):
+        mine = pick(ours["stalls"]) if ours["stalls"] else 0.0
+        theirs = pick(stock["stalls"]) if stock["stalls"] else 0.0
+        ratio = max(mine, STALL_FLOOR) / max(theirs, STALL_FLOOR)
+        checks.append((label, ratio))
+        rows.append((label, f"{mine * 1000:.0f} ms", f"{theirs * 1000:.0f} ms", f"{ratio:.2f}x"))
+    widths = [max(len(r[i]) for r in [("metric", "provider", "stock", "ratio"), *rows]) for i in range(4)]
+    header = (
+        f"{'metric':<{widths[0]}}  {'provider':>{widths[1]}}  {'stock':>{widths[2]}}  {'ratio':>{widths[3]}}"
+    )
+    lines = [
+        f"Burst of {n} events on the same triggerer: the provider's triggers when capacity came for all "
+        f"{n} jobs at once, and {n} tasks on airflow.providers.standard's DateTimeTrigger firing at one "
+        f"moment; stalls from capacity (the moment) until {BURST_TAIL:g}s after the last event",
+        "",
+        header,
+        "-" * len(header),
+    ]
+    lines += [
+        f"{a:<{widths[0]}}  {b:>{widths[1]}}  {c:>{widths[2]}}  {d:>{widths[3]}}" for a, b, c, d in rows
+    ]
+    lines.append("")
+    ok = stock["ready"] and ours["fired"] >= n and stock["fired"] >= n
+    if not stock["ready"]:
+        lines.append(
+            f"FAIL  the stock burst is not valid: only {stock['deferred_before_moment']}/{n} tasks had "
+            "deferred before the moment"
+        )
+    for label, ratio in checks:
+        verdict = "PASS" if ratio <= BURST_TARGET else "FAIL"
+        ok = ok and verdict == "PASS"
+        lines.append(f"{verdict}  {label}: provider/stock {ratio:.2f}x (target <= {BURST_TARGET:g}x)")
+    lines.append(
+        f"(the watchdog logs stalls over {STALL_FLOOR * 1000:.0f} ms only; a ratio takes "
+        f"{STALL_FLOOR * 1000:.0f} ms for a burst that logged none)"
+    )
+    return "\n".join(lines), ok
+
+
 def _opt(values: Sequence[float], pct: float) -> str:
     return "-" if not values else f"{percentile(values, pct):.1f}s"
 
@@ -684,13 +878,26 @@ def run(args: argparse.Namespace) -> int:
         )
         say(f"all {args.tasks} waiting; measuring {args.cycles} poll cycles of {args.poll_interval:g}s")
         result["waiting"] = measure_waiting(dep, triggerer.pid, runner, service_log, args.cycles)
+        profile = {"dir": args.profile, "pids": {"runner": runner, "supervisor": triggerer.pid}}
         say(f"giving capacity for all {args.tasks} jobs")
         result["latency"] = capacity_latency(
-            dep, run_id, service_log, args.poll_interval * 3 + args.step_timeout
+            dep, run_id, service_log, args.poll_interval * 3 + args.step_timeout, profile
         )
-        if args.wait_finish:
+        if args.wait_finish or args.stock:
+            # Before the stock burst: the resumed tasks would compete with it for the CPU.
             say("waiting for every task to resume and finish")
             result["finished"] = wait_finished(dep, run_id, args.defer_timeout)
+        if args.stock:
+            time.sleep(10)  # the runner settles
+            # The stock task makes no API call and defers about twice as fast as the provider's
+            # (153 s and 355 s for 500 on a loaded machine); the lead leaves room for that plus
+            # the trigger assignment.
+            lead = d["seconds"] * 0.8 + 45.0
+            result["stock"] = stock_burst(dep, service_log, lead, args.step_timeout, profile)
+            say("waiting for every stock task to resume and finish")
+            result["stock_finished"] = wait_finished(
+                dep, result["stock"]["run_id"], args.defer_timeout, STOCK_DAG
+            )
         result["loadavg"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
         result["seconds"] = time.monotonic() - began
     except HarnessError as err:
@@ -710,10 +917,13 @@ def run(args: argparse.Namespace) -> int:
         row, source = in_loop(args.tasks, args.in_loop_json, args.step_timeout * 4)
     print()
     print(report(result, row, source))
+    burst, burst_ok = burst_report(result)
+    if burst:
+        print(f"\n{burst}")
     print(f"\nAirflow part {result['seconds'] / 60:.1f} min (start-up to the last event)")
     if args.json:
         Path(args.json).write_text(json.dumps({**result, "in_loop": row}, indent=2, default=str))
-    return 0 if result["latency"]["fired"] >= args.tasks else 1
+    return 0 if result["latency"]["fired"] >= args.tasks and burst_ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -743,6 +953,18 @@ def main(argv: list[str] | None = None) -> int:
         "(and costs CPU: do not trust the CPU figures of such a run)",
     )
     parser.add_argument("--wait-finish", action="store_true", help="also wait for every task to finish")
+    parser.add_argument(
+        "--no-stock",
+        dest="stock",
+        action="store_false",
+        help="skip the stock burst (N tasks on DateTimeTrigger firing at one moment) and its comparison",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="diagnosis: py-spy record the trigger runner and its supervisor during each burst, "
+        "chrome-trace files in DIR (see benchmarks/burst_profile.py)",
+    )
     parser.add_argument("--no-in-loop", dest="in_loop", action="store_false", help="no in-loop column")
     parser.add_argument(
         "--in-loop-json", help="take the in-loop column from this triggerer_scale.py --json output"
@@ -759,7 +981,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.in_loop_json:
             row, source = in_loop(result["tasks"], args.in_loop_json, 0)
         print(report(result, row, source))
-        return 0
+        burst, burst_ok = burst_report(result)
+        if burst:
+            print(f"\n{burst}")
+        return 0 if burst_ok else 1
     if args.tasks < 1 or args.cycles < 1 or args.poll_interval <= 0:
         parser.error("--tasks, --cycles and --poll-interval must be positive")
     return run(args)

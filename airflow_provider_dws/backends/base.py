@@ -11,6 +11,10 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 
+#: Longest failure message an event carries; the API's messages are a sentence or two, and the
+#: whole one stays readable with the request itself.
+EVENT_MESSAGE_LIMIT = 500
+
 
 @dataclass(frozen=True)
 class RequestStatus:
@@ -29,30 +33,41 @@ class RequestStatus:
         return self.outcome.phase
 
     def to_event(self) -> dict[str, Any]:
-        """The JSON-friendly payload a trigger yields when the request ends."""
+        """The JSON-friendly payload a trigger yields when the request ends: a few hundred bytes.
+
+        Airflow logs every event whole and stores it with the task instance, and a triggerer
+        sends hundreds at once when capacity arrives for many requests (``docs/scale.md``), so the
+        event carries only what the resumed task cannot cheaply get: the name, state, phase,
+        failure kind, message (cut at :data:`EVENT_MESSAGE_LIMIT`), what was asked for
+        (``description``) and the timings. ``details`` stay behind: the task knows its own
+        region, display name and max wait, and reads the request again when it needs more.
+        """
+        message = self.outcome.message
+        if len(message) > EVENT_MESSAGE_LIMIT:
+            message = message[: EVENT_MESSAGE_LIMIT - 3] + "..."
         return {
             "name": self.name,
             "state": self.state,
             "phase": self.outcome.phase.value,
             "failure": self.outcome.failure.value if self.outcome.failure else None,
-            "message": self.outcome.message,
+            "message": message,
             "description": self.description,
             "timings": self.timings.to_dict(),
-            "details": self.details,
         }
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> RequestStatus:
-        """Inverse of :meth:`to_event`."""
+        """The status an event describes (:meth:`to_event`; ``details`` come back empty)."""
         failure = event.get("failure")
         return cls(
             name=event["name"],
             state=event.get("state", ""),
             outcome=Outcome(
-                Phase(event["phase"]), FailureKind(failure) if failure else None, event.get("message", "")
+                Phase(event["phase"]), FailureKind(failure) if failure else None, event.get("message") or ""
             ),
             timings=RequestTimings.from_dict(event.get("timings") or {}),
-            description=event.get("description", ""),
+            description=event.get("description") or "",
+            # Events of earlier releases carried them.
             details=event.get("details") or {},
         )
 

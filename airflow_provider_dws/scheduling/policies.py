@@ -316,13 +316,14 @@ class Placement:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly form."""
-        return {
+        """JSON-friendly form; fields left unset are left out (it travels in every trigger event)."""
+        fields = {
             "location": self.location,
             "machine_type": self.machine_type,
             "accelerator_type": self.accelerator_type,
             "tier": self.tier,
         }
+        return {key: value for key, value in fields.items() if value is not None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Placement:

@@ -26,6 +26,8 @@ CANCEL_TIMEOUT_SECONDS = 60.0
 TARGETS = frozenset({"end", "running"})
 #: Cancels started by on_kill, kept referenced until done (the event loop holds tasks weakly).
 _KILL_TASKS: set[asyncio.Task[None]] = set()
+#: Log lines handed to a worker thread and not waited for, kept referenced until written.
+_LOG_TASKS: set[asyncio.Future[Any]] = set()
 
 
 def _aware(name: str, value: str | None) -> datetime | None:
@@ -46,9 +48,10 @@ def _fmt(seconds: float | None) -> str:
 class CapacityRequestTrigger(BaseTrigger):
     """Wait, in the triggerer, until a DWS capacity request ends; then yield one event.
 
-    The event payload is :meth:`RequestStatus.to_event`: request name, API state, phase,
-    classified failure reason and message, and timings (submitted, started, finished, wait and run
-    seconds). Transient API errors are retried with backoff and never end the wait.
+    The event payload is :meth:`RequestStatus.to_event`, a few hundred bytes: request name, API
+    state, phase, classified failure reason and message, what was asked for, and timings
+    (submitted, started, finished, wait and run seconds), plus ``echo``. Transient API errors are
+    retried with backoff and never end the wait.
 
     :param kind: backend kind (see ``backends.base.BACKENDS``), e.g. ``"vertex_custom_job"``.
     :param backend_spec: the backend's constructor arguments (``backend.spec()``).
@@ -161,11 +164,13 @@ class CapacityRequestTrigger(BaseTrigger):
         Its status comes from the event loop's shared poller (see :mod:`.poller`): one paged list
         per interval serves every waiting trigger of the same API, project and location.
         """
-        self.log.info(
+        # Not waited for: the wait joins the shared poller at once, with the others created with it.
+        await self._info(
             "Waiting on %s every %.0fs through the %s backend",
             self.request_name,
             self.poll_interval,
             self.kind,
+            wait=False,
         )
         self._started = datetime.now(timezone.utc)
         sub = shared_poller(self.kind, self.backend_spec).subscribe(self.request_name, self.poll_interval)
@@ -188,12 +193,15 @@ class CapacityRequestTrigger(BaseTrigger):
                     last_note = note
                 now = datetime.now(timezone.utc)
                 status = fresh or status
-                if status is not None and (status.phase is not last_phase or now - last_log >= HEARTBEAT):
-                    self.log.info("%s", self._describe(status))
-                    last_phase, last_log = status.phase, now
-                if status is not None and (
+                done = status is not None and (
                     status.phase.terminal or (self.target == "running" and status.phase is Phase.RUNNING)
-                ):
+                )
+                if status is not None and (status.phase is not last_phase or now - last_log >= HEARTBEAT):
+                    # The last line before the event is not waited for: the event goes out at once.
+                    await self._info("%s", self._describe(status), wait=not done)
+                    last_phase, last_log = status.phase, now
+                if done:
+                    assert status is not None
                     yield TriggerEvent(self._payload(await self._ended(status)))
                     return
                 if (
@@ -209,6 +217,27 @@ class CapacityRequestTrigger(BaseTrigger):
                     return
         finally:
             sub.close()
+
+    async def _info(self, message: str, *args: Any, wait: bool = True) -> None:
+        """Log a line without writing it from the event loop's thread, as Airflow's own trigger
+        lines are (``ainfo``: the write happens in a worker thread).
+
+        Hundreds of triggers log at once when capacity arrives for many, while the triggerer's
+        supervisor, which reads the log socket, is busy storing their events: a write from the
+        loop's thread then waits for it, and every trigger with it (``docs/scale.md``). With
+        ``wait=False`` the line is handed to the worker thread (in order, before any later line)
+        and not waited for.
+        """
+        ainfo = getattr(self.log, "ainfo", None)
+        if ainfo is None:  # a stdlib logger (not in a triggerer or task process)
+            self.log.info(message, *args)
+        elif wait:
+            await ainfo(message, *args)
+        else:
+            line = asyncio.ensure_future(ainfo(message, *args))
+            _LOG_TASKS.add(line)
+            line.add_done_callback(_LOG_TASKS.discard)
+            await asyncio.sleep(0)  # it reaches the worker thread before the event's own line
 
     def _gone(self) -> RequestStatus:
         return RequestStatus(
@@ -283,9 +312,11 @@ class CapacityRequestTrigger(BaseTrigger):
         )
 
     def _payload(self, status: RequestStatus) -> dict[str, Any]:
+        """The event: the status (:meth:`RequestStatus.to_event`) and ``echo``, whose empty values
+        (no attempt history yet, most often) are left out to keep it small."""
         payload = status.to_event()
         if self.echo is not None:
-            payload["echo"] = self.echo
+            payload["echo"] = {key: value for key, value in self.echo.items() if value not in (None, [], {})}
         return payload
 
     async def _give_up(self, status: RequestStatus) -> RequestStatus:
@@ -388,4 +419,6 @@ async def first_event(trigger: BaseTrigger) -> dict[str, Any]:
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
             await aclose()
+        # In a worker the loop ends with this call: the lines not waited for are written first.
+        await asyncio.gather(*_LOG_TASKS, return_exceptions=True)
     raise RuntimeError(f"{trigger!r} ended without an event")

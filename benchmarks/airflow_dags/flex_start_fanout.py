@@ -1,6 +1,6 @@
 """DAGs for ``benchmarks/triggerer_airflow.py``: the example's Flex Start task, mapped N times.
 
-``dws_bench_fanout`` maps ``FlexStartCustomJobOperator`` over ``DWS_BENCH_TASKS`` display names,
+``dws_bench_fanout`` maps ``CreateVertexAIFlexStartJobOperator`` over ``DWS_BENCH_TASKS`` display names,
 with the worker pool spec, limits and labels of ``example_dags/vertex_flex_start.py`` (8 x H100,
 Flex Start) and a zero run time, so each job ends as soon as it gets capacity.
 ``dws_bench_warmup`` is the same task mapped once; the benchmark runs it first, so the trigger
@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG
 
-from airflow_provider_dws.operators.vertex_ai import FlexStartCustomJobOperator
+from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 
 TASKS = int(os.environ.get("DWS_BENCH_TASKS", 500))
 POLL_INTERVAL = float(os.environ.get("DWS_BENCH_POLL_INTERVAL", 30))
@@ -49,7 +49,7 @@ def fanout_dag(dag_id: str, tasks: int) -> DAG:
         catchup=False,
         tags=["dws", "benchmark"],
     ) as dag:
-        FlexStartCustomJobOperator.partial(
+        CreateVertexAIFlexStartJobOperator.partial(
             task_id="fine_tune",
             project_id="my-gcp-project",
             region=REGION,
@@ -58,6 +58,7 @@ def fanout_dag(dag_id: str, tasks: int) -> DAG:
             max_run=timedelta(hours=6),
             labels={"team": "research", "pipeline": "fine-tune"},
             poll_interval=POLL_INTERVAL,
+            deferrable=True,
         ).expand(display_name=[f"llm-fine-tune-{i:04d}" for i in range(tasks)])
     return dag
 

@@ -17,7 +17,7 @@ import pytest
 from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend
 from airflow_provider_dws.emulator.control import EmulatorControl
 from airflow_provider_dws.emulator.server import EmulatorServer
-from airflow_provider_dws.operators.vertex_ai import FlexStartCustomJobOperator
+from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.triggers import poller
 from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
@@ -103,7 +103,7 @@ def emulator() -> Any:
 
 
 def job_request(identity: RequestIdentity) -> Any:
-    op = FlexStartCustomJobOperator(
+    op = CreateVertexAIFlexStartJobOperator(
         task_id="blackhole",
         project_id="emu-project",
         region="us-central1",

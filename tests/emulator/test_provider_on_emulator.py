@@ -18,7 +18,7 @@ from google.cloud.aiplatform_v1 import CustomJob
 
 from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend
 from airflow_provider_dws.exceptions import CapacityNotObtainedError, WorkloadFailedError
-from airflow_provider_dws.operators.vertex_ai import FlexStartCustomJobOperator
+from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.triggers import poller
@@ -92,7 +92,7 @@ def recorded(emulator: InProcessEmulator, name: str) -> tuple[float, float | Non
     return rec.created_at, rec.started_at, ended
 
 
-def operator(task_id: str, **kwargs: Any) -> FlexStartCustomJobOperator:
+def operator(task_id: str, **kwargs: Any) -> CreateVertexAIFlexStartJobOperator:
     params: dict[str, Any] = {
         "project_id": "emu-project",
         "region": "us-central1",
@@ -102,7 +102,7 @@ def operator(task_id: str, **kwargs: Any) -> FlexStartCustomJobOperator:
         "deferrable": False,
     }
     params.update(kwargs)
-    return FlexStartCustomJobOperator(task_id=task_id, **params)
+    return CreateVertexAIFlexStartJobOperator(task_id=task_id, **params)
 
 
 def test_non_deferrable_operator_waits_in_worker_and_returns_the_job(emulator_env: Any) -> None:

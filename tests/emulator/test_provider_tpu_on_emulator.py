@@ -13,7 +13,10 @@ import pytest
 from airflow_provider_dws.backends.tpu import TpuQueuedResourceBackend, queued_resource_status
 from airflow_provider_dws.errors import ConflictError
 from airflow_provider_dws.exceptions import CapacityNotObtainedError
-from airflow_provider_dws.operators.tpu import DeleteTPUQueuedResourceOperator, TPUQueuedResourceOperator
+from airflow_provider_dws.operators.tpu import (
+    CreateTPUQueuedResourceOperator,
+    DeleteTPUQueuedResourceOperator,
+)
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import Phase
 from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
@@ -53,7 +56,7 @@ def emulator(monkeypatch: pytest.MonkeyPatch, dws_emulator_factory: Any) -> Any:
     return start
 
 
-def ask(task_id: str = "ask", **kwargs: Any) -> TPUQueuedResourceOperator:
+def ask(task_id: str = "ask", **kwargs: Any) -> CreateTPUQueuedResourceOperator:
     params: dict[str, Any] = {
         "project_id": PROJECT,
         "zone": ZONE,
@@ -64,7 +67,7 @@ def ask(task_id: str = "ask", **kwargs: Any) -> TPUQueuedResourceOperator:
         "deferrable": False,
     }
     params.update(kwargs)
-    return TPUQueuedResourceOperator(task_id=task_id, **params)
+    return CreateTPUQueuedResourceOperator(task_id=task_id, **params)
 
 
 def live(emu: Any) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ from airflow_provider_dws.backends import vertex_ai
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend
 from airflow_provider_dws.emulator.control import EmulatorControl
-from airflow_provider_dws.operators.vertex_ai import FlexStartCustomJobOperator
+from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.triggers import poller
 from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
@@ -61,7 +61,7 @@ async def stopped(shared: poller.SharedPoller) -> None:
 
 def job(index: int, exit_code: int = 0) -> tuple[CustomJob, RequestIdentity]:
     """An 8 x H100 Flex Start job labelled like the operator labels it."""
-    op = FlexStartCustomJobOperator(
+    op = CreateVertexAIFlexStartJobOperator(
         task_id=f"t{index}",
         project_id="emu-project",
         region=REGION,
@@ -236,7 +236,7 @@ def test_api_errors_on_lists_and_reads_end_no_wait_early(
 def test_tpu_waits_share_one_list_per_zone(
     dws_emulator_server_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_provider_dws.operators.tpu import TPUQueuedResourceOperator
+    from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
 
     zone = "us-west4-a"
     emulator = dws_emulator_server_factory({f"{zone}/v5litepod": 0})
@@ -245,7 +245,7 @@ def test_tpu_waits_share_one_list_per_zone(
     backend = tpu_backend.TpuQueuedResourceBackend("emu-project", zone)
     names = []
     for i in range(6):
-        op = TPUQueuedResourceOperator(
+        op = CreateTPUQueuedResourceOperator(
             task_id=f"slice{i}",
             project_id="emu-project",
             zone=zone,

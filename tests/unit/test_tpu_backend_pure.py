@@ -242,7 +242,7 @@ def test_status_survives_the_event_round_trip() -> None:
     event = json.loads(json.dumps(status.to_event()))
     again = RequestStatus.from_event(event)
     assert again.outcome == status.outcome
-    assert again.details == status.details
+    assert again.details == {}  # the zone and max wait: the task has them itself
     assert again.description == "2 x v5p-8 (8 chips) in us-west4-a"
     assert again.timings == status.timings
 

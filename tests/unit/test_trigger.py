@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -194,7 +196,8 @@ def test_run_reports_failures_as_classified(fake: Any) -> None:
     final = status("JOB_STATE_FAILED", Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, submitted=T0)
     fake([status("JOB_STATE_PENDING", Phase.WAITING), final])
     (event,) = run_all(trigger())
-    assert RequestStatus.from_event(event) == final
+    # The event leaves the backend's details behind (see test_event_is_small).
+    assert RequestStatus.from_event(event) == replace(final, details={})
     assert event["failure"] == "capacity_not_obtained"
 
 
@@ -505,3 +508,135 @@ def test_a_kill_during_a_status_read_keeps_airflow_s_cancel_message(fake: Any) -
         raise AssertionError("the trigger was not cancelled")
 
     assert asyncio.run(scenario()) == ("__airflow_user_action__",)
+
+
+# -- the event's size --------------------------------------------------------------------------
+
+
+def test_event_is_small(fake: Any) -> None:
+    """Airflow logs and stores every event, hundreds at once when capacity comes for many: the
+    event carries the status without the backend's details, and the echo without empty values."""
+    final = RequestStatus(
+        name=NAME,
+        state="JOB_STATE_SUCCEEDED",
+        outcome=Outcome(Phase.SUCCEEDED, None, ""),
+        timings=RequestTimings(T0, T0 + timedelta(seconds=109.665335), T0 + timedelta(seconds=109.72)),
+        description="8 x NVIDIA_H100_80GB in us-central1",
+        details={"display_name": "llm-fine-tune-0005", "region": "us-central1", "max_wait_seconds": 7200.0},
+    )
+    fake([final])
+    echo = {"history": [], "attempt": 1, "placement": {"location": "us-central1"}, "max_wait_seconds": 7200.0}
+    (event,) = run_all(trigger(echo=echo))
+    assert "details" not in event
+    assert event["echo"] == {
+        "attempt": 1,
+        "placement": {"location": "us-central1"},
+        "max_wait_seconds": 7200.0,
+    }
+    assert len(json.dumps(event)) <= 500  # 496; with the details and the whole echo it was 677
+    again = RequestStatus.from_event(event)
+    assert (again.name, again.state, again.outcome, again.timings, again.description) == (
+        NAME,
+        final.state,
+        final.outcome,
+        final.timings,
+        final.description,
+    )
+
+
+def test_event_cuts_a_long_message(fake: Any) -> None:
+    long = "The requested resources were not available. " * 40
+    fake([RequestStatus(NAME, "JOB_STATE_FAILED", Outcome(Phase.NOT_OBTAINED, None, long), RequestTimings())])
+    (event,) = run_all(trigger())
+    assert len(event["message"]) == 500
+    assert event["message"].endswith("...") and long.startswith(event["message"][:-3])
+
+
+class RecordingLog:
+    """A logger that records which of its methods wrote each line."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def info(self, message: str, *args: Any) -> None:
+        self.lines.append(("info", message % args))
+
+    async def ainfo(self, message: str, *args: Any) -> None:
+        self.lines.append(("ainfo", message % args))
+
+    def warning(self, message: str, *args: Any, **kwargs: Any) -> None:
+        self.lines.append(("warning", message % args))
+
+    error = exception = warning
+
+
+def test_status_lines_are_not_written_from_the_loop(fake: Any) -> None:
+    """When capacity comes for hundreds at once, a write from the event loop's thread waits for
+    the triggerer's supervisor, busy storing the events: the lines go through ``ainfo``."""
+    fake(
+        [
+            status("JOB_STATE_PENDING", Phase.WAITING),
+            status("JOB_STATE_SUCCEEDED", Phase.SUCCEEDED, submitted=T0, started=T0, finished=T0),
+        ]
+    )
+    t = trigger()
+    t._log = RecordingLog()  # type: ignore[assignment]
+    run_all(t)
+    lines = t._log.lines  # type: ignore[attr-defined]
+    assert [how for how, _ in lines] == ["ainfo", "ainfo", "ainfo"]
+    assert "is waiting for capacity" in lines[1][1] and "ended succeeded" in lines[2][1]
+
+
+class GatedLog(RecordingLog):
+    """``ainfo`` of the final status line blocks until ``gate`` is set (a full log socket)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def ainfo(self, message: str, *args: Any) -> None:
+        if "ended" in message % args:
+            await self.gate.wait()
+        await super().ainfo(message, *args)
+
+
+def test_the_event_does_not_wait_for_the_last_line(fake: Any) -> None:
+    """Waiting for the final line held each event behind the log socket (500 events spread over
+    28.8 s instead of 5): it is handed to the worker thread and the event goes out at once."""
+    fake([status("JOB_STATE_SUCCEEDED", Phase.SUCCEEDED, submitted=T0, started=T0, finished=T0)])
+    t = trigger()
+    log = GatedLog()
+    t._log = log  # type: ignore[assignment]
+
+    async def scenario() -> tuple[dict[str, Any], list[str]]:
+        events = t.run()
+        event = await asyncio.wait_for(events.__anext__(), timeout=10)
+        before = [line for _, line in log.lines]
+        log.gate.set()
+        await events.aclose()
+        await asyncio.gather(*capacity_request._LOG_TASKS)
+        return event.payload, before
+
+    payload, before = asyncio.run(scenario())
+    assert payload["phase"] == "succeeded"
+    assert not any("ended" in line for line in before)
+    assert "ended succeeded" in log.lines[-1][1]
+
+
+class SlowLog(RecordingLog):
+    """``ainfo`` takes a few turns of the loop, as a write in a worker thread does."""
+
+    async def ainfo(self, message: str, *args: Any) -> None:
+        for _ in range(3):
+            await asyncio.sleep(0)
+        await super().ainfo(message, *args)
+
+
+def test_first_event_writes_the_last_line_before_the_loop_ends(fake: Any) -> None:
+    """``deferrable=False``: the worker's loop ends with ``first_event``, which would cancel a
+    line still being written."""
+    fake([status("JOB_STATE_SUCCEEDED", Phase.SUCCEEDED, submitted=T0, started=T0, finished=T0)])
+    t = trigger()
+    t._log = SlowLog()  # type: ignore[assignment]
+    assert asyncio.run(first_event(t))["phase"] == "succeeded"
+    assert "ended succeeded" in t._log.lines[-1][1]  # type: ignore[attr-defined]

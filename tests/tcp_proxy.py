@@ -1,4 +1,5 @@
-"""A loopback TCP proxy whose listener can be taken down and brought back, to simulate outages."""
+"""A loopback TCP proxy whose listener can be taken down and brought back, or whose connections
+can be black-holed, to simulate outages."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import threading
 
 
 class OutageProxy:
-    """Forwards 127.0.0.1:<port> to ``upstream``; ``down()`` refuses and cuts connections, ``up()`` heals."""
+    """Forwards 127.0.0.1:<port> to ``upstream``; ``down()`` refuses and cuts connections, ``up()`` heals.
+
+    ``black_hole()``: from then on every byte is swallowed, on the open connections too (they stay
+    up, as through a dead route: the client sees nothing wrong but no answer), and new connections
+    are accepted and never answered. ``heal()`` drops every connection (as TCP eventually would)
+    and forwards again.
+    """
 
     def __init__(self, upstream: str) -> None:
         host, _, port = upstream.rpartition(":")
@@ -21,7 +28,21 @@ class OutageProxy:
         self._listener: socket.socket | None = None
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
+        self._swallowing = False
         self.up()
+
+    def black_hole(self) -> None:
+        """Swallow every byte from now on; accept new connections and never answer them."""
+        self._swallowing = True
+
+    def heal(self) -> None:
+        """Forward again, dropping the connections the black hole held."""
+        self._swallowing = False
+        self._cut()
+
+    def close(self) -> None:
+        """Stop listening and cut every connection."""
+        self.down()
 
     def up(self) -> None:
         """Start accepting connections again on the same port."""
@@ -39,6 +60,9 @@ class OutageProxy:
             with contextlib.suppress(OSError):
                 listener.shutdown(socket.SHUT_RDWR)
             listener.close()
+        self._cut()
+
+    def _cut(self) -> None:
         with self._lock:
             conns, self._conns = self._conns, []
         for conn in conns:
@@ -52,6 +76,10 @@ class OutageProxy:
                 client, _ = listener.accept()
             except OSError:
                 return
+            if self._swallowing:
+                with self._lock:
+                    self._conns.append(client)  # held open, never read, never answered
+                continue
             try:
                 server = socket.create_connection(self.upstream)
             except OSError:
@@ -62,11 +90,11 @@ class OutageProxy:
             for src, dst in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
-                dst.sendall(data)
+                if not self._swallowing:
+                    dst.sendall(data)
         except OSError:
             pass
         finally:

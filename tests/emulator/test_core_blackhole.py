@@ -6,9 +6,6 @@ the network heals."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-import threading
 import time
 from typing import Any
 
@@ -21,78 +18,11 @@ from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobO
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.triggers import poller
 from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
+from tests.tcp_proxy import OutageProxy
 
 pytestmark = pytest.mark.emulator
 
 H100 = "us-central1/NVIDIA_H100_80GB"
-
-
-class BlackHoleProxy:
-    """Forwards 127.0.0.1:<port> to ``upstream``. ``black_hole()``: from then on every byte is
-    swallowed, on the open connections too (they stay up, as through a dead route: the client
-    sees nothing wrong but no answer), and new connections are accepted and never answered.
-    ``heal()`` drops every connection (as TCP eventually would) and forwards again."""
-
-    def __init__(self, upstream: str) -> None:
-        host, _, port = upstream.rpartition(":")
-        self.upstream = (host, int(port))
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
-        self._swallowing = False
-        self._conns: list[socket.socket] = []
-        self._lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def black_hole(self) -> None:
-        self._swallowing = True
-
-    def heal(self) -> None:
-        self._swallowing = False
-        self._drop()
-
-    def close(self) -> None:
-        self.listener.close()
-        self._drop()
-
-    def _drop(self) -> None:
-        with self._lock:
-            conns, self._conns = self._conns, []
-        for conn in conns:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-            conn.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if self._swallowing:
-                with self._lock:
-                    self._conns.append(client)  # held open, never read, never answered
-                continue
-            try:
-                server = socket.create_connection(self.upstream)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._conns += [client, server]
-            for src, dst in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                if not self._swallowing:
-                    dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (src, dst):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
 
 
 @pytest.fixture
@@ -140,7 +70,7 @@ def test_a_black_holed_connection_does_not_stall_the_poller(
     submitted, _ = VertexCustomJobBackend("emu-project", "us-central1").submit(
         job_request(identity), identity
     )
-    proxy = BlackHoleProxy(emulator.address)
+    proxy = OutageProxy(emulator.address)
     monkeypatch.setenv("DWS_EMULATOR_HOST", proxy.address)  # the triggerer's side goes through it
     waiting = VertexCustomJobBackend("emu-project", "us-central1", rpc_timeout=0.5)
     trigger = CapacityRequestTrigger(waiting.kind, waiting.spec(), submitted.name, poll_interval=0.2)

@@ -12,7 +12,6 @@ from airflow.configuration import conf
 from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_provider_dws import catalog
-from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.exceptions import (
     BadRequestError,
     CapacityNotObtainedError,
@@ -52,16 +51,16 @@ from airflow_provider_dws.scheduling.policies import (
     CapacityRetry,
     Deadline,
     Failover,
-    OffPeakWindow,
     Placement,
-    WindowSet,
 )
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from google.cloud.tpu_v2 import QueuedResource
 
+    from airflow_provider_dws.backends.base import RequestStatus
     from airflow_provider_dws.backends.tpu import TpuQueuedResourceBackend
+    from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
     from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
 MAX_SLICES = catalog.MAX_SLICES
@@ -510,6 +509,8 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
         """Record how long the request waited, then let the attempt loop decide."""
         if not event:
             return super().complete_attempt(context, event, *args, **kwargs)
+        from airflow_provider_dws.backends.base import RequestStatus
+
         status = RequestStatus.from_event(event)
         context["ti"].xcom_push(key="wait_seconds", value=status.timings.wait_seconds)
         return super().complete_attempt(context, event, *args, **kwargs)

@@ -12,7 +12,6 @@ from airflow.configuration import conf
 from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_provider_dws import catalog
-from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
@@ -45,11 +44,8 @@ from airflow_provider_dws.scheduling.policies import (
     CapacityRetry,
     Deadline,
     Failover,
-    OffPeakWindow,
     Placement,
-    WindowSet,
 )
-from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
 
 __all__ = [
     "FLEX_START_ACCELERATORS",
@@ -64,7 +60,9 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from google.cloud.aiplatform_v1 import CustomJob, WorkerPoolSpec
 
+    from airflow_provider_dws.backends.base import RequestStatus
     from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend
+    from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
     from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
 
@@ -366,6 +364,8 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         jobs: dict[str, RequestStatus] = {}
         for region in regions:
             jobs.update({job.name: job for job in self._backend(region).find(identity)})
+        from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
+
         candidates = [Candidate(name, job.phase, job.timings.submitted) for name, job in jobs.items()]
         decision = choose_existing(candidates)
         self.log.info("Identity %s: %s", identity.key, decision.reason)
@@ -448,6 +448,8 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         """Record the job's wait and run times, then let the attempt loop decide."""
         if not event:
             return super().complete_attempt(context, event, *args, **kwargs)
+        from airflow_provider_dws.backends.base import RequestStatus
+
         status = RequestStatus.from_event(event)
         wait_s, run_s = status.timings.wait_seconds, status.timings.run_seconds
         ti = context["ti"]

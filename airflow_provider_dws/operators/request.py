@@ -16,7 +16,6 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws.operators.base import DwsBaseOperator
-from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -25,6 +24,7 @@ if TYPE_CHECKING:
     from airflow_provider_dws.backends.base import RequestStatus
     from airflow_provider_dws.operators.state import AttemptState
     from airflow_provider_dws.scheduling.identity import RequestIdentity
+    from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
     from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
 
 #: A submit time this close to now is "now" (no point deferring for it).
@@ -59,6 +59,12 @@ class DwsRequestOperator(DwsBaseOperator):
         failover: Failover | Sequence[str | Placement] | None,
     ) -> None:
         """Accept the policies (or their short forms) and check them at DAG-parse time."""
+        self.window = self.deadline = self.capacity_retry = self.failover = None
+        if window is None and deadline is None and capacity_retry is None and failover is None:
+            return
+        # The policy classes load only for a DAG file that gives a policy.
+        from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
+
         window_types: tuple[type, ...] = ()
         if window is not None:
             # The window classes (and their cron parser) load only for a DAG that gives a window.

@@ -46,13 +46,6 @@ from airflow_provider_dws.scheduling.identity import (
     RequestIdentity,
     parse_attempt_name,
 )
-from airflow_provider_dws.scheduling.phases import FailureKind, Phase
-from airflow_provider_dws.scheduling.policies import (
-    CapacityRetry,
-    Deadline,
-    Failover,
-    Placement,
-)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -60,6 +53,7 @@ if TYPE_CHECKING:
 
     from airflow_provider_dws.backends.base import RequestStatus
     from airflow_provider_dws.backends.tpu import TpuQueuedResourceBackend
+    from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
     from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
     from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
@@ -375,6 +369,8 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
 
     def home_placement(self) -> Placement:
         """The operator's own zone."""
+        from airflow_provider_dws.scheduling.policies import Placement
+
         return Placement(location=self.zone)
 
     def _max_attempts(self) -> int:
@@ -492,10 +488,14 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
 
     def is_done(self, status: RequestStatus) -> bool:
         """The wait ends when the slice is ACTIVE, or when the request ends without it."""
+        from airflow_provider_dws.scheduling.phases import Phase
+
         return status.phase.terminal or status.phase is Phase.RUNNING
 
     def is_success(self, status: RequestStatus) -> bool:
         """An ACTIVE slice is what the task asked for."""
+        from airflow_provider_dws.scheduling.phases import Phase
+
         return status.phase is Phase.RUNNING
 
     def execute(self, context: Context) -> Any:
@@ -562,6 +562,8 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
         zone = placement.location
         detail = f" ({status.name}{': ' + message if message else ''})"
         what = status.description.rsplit(" in ", 1)[0] if status.description else self.accelerator_type
+        from airflow_provider_dws.scheduling.phases import FailureKind
+
         if status.outcome.failure is FailureKind.CAPACITY_NOT_OBTAINED:
             return CapacityNotObtainedError(
                 f"no TPU capacity within max wait {max_wait} in {zone} for {what}{detail}"

@@ -39,13 +39,6 @@ from airflow_provider_dws.scheduling.budget import (
 from airflow_provider_dws.scheduling.identity import (
     RequestIdentity,
 )
-from airflow_provider_dws.scheduling.phases import FailureKind
-from airflow_provider_dws.scheduling.policies import (
-    CapacityRetry,
-    Deadline,
-    Failover,
-    Placement,
-)
 
 __all__ = [
     "FLEX_START_ACCELERATORS",
@@ -62,6 +55,7 @@ if TYPE_CHECKING:
 
     from airflow_provider_dws.backends.base import RequestStatus
     from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend
+    from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
     from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
     from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
@@ -352,12 +346,16 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
 
     def home_placement(self) -> Placement:
         """The operator's own region."""
+        from airflow_provider_dws.scheduling.policies import Placement
+
         return Placement(location=self.region)
 
     def find_existing(
         self, context: Context, identity: RequestIdentity
     ) -> tuple[RequestStatus, Placement, int] | None:
         """Any live or succeeded job of this task instance, in any region it may have used."""
+        from airflow_provider_dws.scheduling.policies import Placement
+
         regions: dict[str, Placement] = {}
         for placement in self.placements():
             regions.setdefault(placement.location, placement)
@@ -480,6 +478,8 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         """The classified exception for a request that ended without success."""
         message = status.outcome.message
         region = status.details.get("region") or placement.location
+        from airflow_provider_dws.scheduling.phases import FailureKind
+
         if status.outcome.failure is FailureKind.CAPACITY_NOT_OBTAINED:
             what = status.description.rsplit(" in ", 1)[0] if status.description else "the requested GPUs"
             return CapacityNotObtainedError(

@@ -8,10 +8,14 @@ BIN := $(VENV)/bin
 
 venv: $(VENV)/.installed
 
+## Editable installs as a plain .pth path entry, not setuptools' import-hook finder module, which every
+## interpreter would import at startup.
+EDITABLE_COMPAT := --config-settings editable_mode=compat
+
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check uv
-	VIRTUAL_ENV=$(VENV) $(BIN)/uv pip install -q -e '.[test]' -c constraints.txt
+	VIRTUAL_ENV=$(VENV) $(BIN)/uv pip install -q -e '.[test]' -c constraints.txt $(EDITABLE_COMPAT)
 	@touch $@
 
 ## Run the example DAG against a local dws-emulator and print the job's result.
@@ -44,7 +48,7 @@ test-py310: venv
 	if [ ! -f $(PY310_VENV)/.installed ] || [ pyproject.toml -nt $(PY310_VENV)/.installed ] || [ constraints.txt -nt $(PY310_VENV)/.installed ]; then \
 	  echo "Python 3.10: $$py -> $(PY310_VENV)"; \
 	  $(BIN)/uv venv -q --allow-existing --python "$$py" $(PY310_VENV) && \
-	  VIRTUAL_ENV=$(PY310_VENV) $(BIN)/uv pip install -q -e '.[test]' -c constraints.txt && touch $(PY310_VENV)/.installed || exit 1; \
+	  VIRTUAL_ENV=$(PY310_VENV) $(BIN)/uv pip install -q -e '.[test]' -c constraints.txt $(EDITABLE_COMPAT) && touch $(PY310_VENV)/.installed || exit 1; \
 	fi; \
 	$(PY310_VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) tests/unit
 

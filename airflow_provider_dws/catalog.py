@@ -17,13 +17,12 @@ the ones the public Cloud TPU and Compute Engine documents list (checked 2026-12
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # -- Cloud TPU ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TpuFamily:
+class TpuFamily(NamedTuple):
     """One TPU generation as the accelerator type names it (``v5litepod`` in ``v5litepod-16``)."""
 
     name: str
@@ -69,8 +68,7 @@ MAX_SLICES = 256
 TPU_TYPE_RE = re.compile(r"^(?P<family>[a-z0-9]+)-(?P<size>0|[1-9][0-9]*)$")
 
 
-@dataclass(frozen=True)
-class TpuShape:
+class TpuShape(NamedTuple):
     """One slice of ``accelerator_type``: its family, the suffix, chips and TPU VMs (hosts)."""
 
     accelerator_type: str
@@ -164,8 +162,7 @@ FLEX_START_GPUS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class GpuMachine:
+class GpuMachine(NamedTuple):
     """An accelerator-optimized machine type and the GPUs it always comes with."""
 
     machine_type: str

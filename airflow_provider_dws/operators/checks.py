@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 
 class _Checked(Protocol):
@@ -40,8 +39,7 @@ def has_template(value: Any) -> bool:
 Validator = Callable[[Any, Any, Callable[[Any], bool]], None]
 
 
-@dataclass(frozen=True)
-class Check:
+class Check(NamedTuple):
     """The rule for one parameter."""
 
     name: str

@@ -15,33 +15,20 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk.exceptions import AirflowTaskTimeout
-from airflow.triggers.base import BaseTrigger
-
-from airflow_provider_dws.backends.base import RequestStatus
-from airflow_provider_dws.exceptions import CapacityNotObtainedError
 from airflow_provider_dws.operators.base import DwsBaseOperator
-from airflow_provider_dws.operators.state import AttemptState
-from airflow_provider_dws.scheduling.decisions import Attempt, next_step, next_submit
-from airflow_provider_dws.scheduling.identity import RequestIdentity
-from airflow_provider_dws.scheduling.phases import FailureKind, Phase
-from airflow_provider_dws.scheduling.policies import (
-    CapacityRetry,
-    Deadline,
-    Failover,
-    OffPeakWindow,
-    Placement,
-    WindowSet,
-    parse_window,
-)
-from airflow_provider_dws.triggers.resume_at import ResumeAtTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from airflow.triggers.base import BaseTrigger
+
+    from airflow_provider_dws.backends.base import RequestStatus
+    from airflow_provider_dws.operators.state import AttemptState
+    from airflow_provider_dws.scheduling.identity import RequestIdentity
+    from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
+    from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
 
 #: A submit time this close to now is "now" (no point deferring for it).
 _NOW_SLACK = timedelta(seconds=1)
-_RETRYABLE = (FailureKind.CAPACITY_NOT_OBTAINED, FailureKind.PREEMPTED)
 #: task_state_store key: the request a deferred try waits on, and which try that is.
 WAITING_KEY = "dws_waiting"
 
@@ -72,6 +59,18 @@ class DwsRequestOperator(DwsBaseOperator):
         failover: Failover | Sequence[str | Placement] | None,
     ) -> None:
         """Accept the policies (or their short forms) and check them at DAG-parse time."""
+        self.window = self.deadline = self.capacity_retry = self.failover = None
+        if window is None and deadline is None and capacity_retry is None and failover is None:
+            return
+        # The policy classes load only for a DAG file that gives a policy.
+        from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
+
+        window_types: tuple[type, ...] = ()
+        if window is not None:
+            # The window classes (and their cron parser) load only for a DAG that gives a window.
+            from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet, parse_window
+
+            window_types = (OffPeakWindow, WindowSet)
         try:
             if isinstance(window, str):
                 window = parse_window(window)
@@ -90,7 +89,7 @@ class DwsRequestOperator(DwsBaseOperator):
         except (TypeError, ValueError) as err:
             raise self._param_error(str(err)) from None
         for name, value, types in (
-            ("window", window, (OffPeakWindow, WindowSet)),
+            ("window", window, window_types),
             ("deadline", deadline, (Deadline,)),
             ("capacity_retry", capacity_retry, (CapacityRetry,)),
             ("failover", failover, (Failover,)),
@@ -179,6 +178,8 @@ class DwsRequestOperator(DwsBaseOperator):
 
     def is_success(self, status: RequestStatus) -> bool:
         """Whether the request gave what the task needs."""
+        from airflow_provider_dws.scheduling.phases import Phase
+
         return status.phase is Phase.SUCCEEDED
 
     def finish_success(self, context: Context, status: RequestStatus) -> Any:
@@ -212,6 +213,8 @@ class DwsRequestOperator(DwsBaseOperator):
         has not done it yet, and a new request is made. Every other live request of this task
         instance (a worker died before deferring, a triggerer died) is adopted.
         """
+        from airflow_provider_dws.operators.state import AttemptState
+
         identity = self.identity(context)
         abandoned = self.cancel_abandoned_request(context)
         found = self.find_existing(context, identity)
@@ -305,6 +308,9 @@ class DwsRequestOperator(DwsBaseOperator):
 
     def plan_attempt(self, context: Context, state: AttemptState) -> Any:
         """Submit now if the window and deadline allow, or wait (deferred) until they do."""
+        from airflow_provider_dws.scheduling.decisions import next_submit
+        from airflow_provider_dws.triggers.resume_at import ResumeAtTrigger
+
         now = datetime.now(timezone.utc)
         decision = next_submit(now, self.max_wait, self.window, self._deadline_at(context), state.earliest())
         if decision.at is None or decision.max_wait is None:
@@ -334,6 +340,8 @@ class DwsRequestOperator(DwsBaseOperator):
 
     def resume_attempt(self, context: Context, event: Any = None, **kwargs: Any) -> Any:
         """Back from a wait for the window (or a backoff): plan the attempt again."""
+        from airflow_provider_dws.operators.state import AttemptState
+
         return self.plan_attempt(context, AttemptState.from_resume(event, kwargs, self.home_placement()))
 
     def _wait(self, context: Context, status: RequestStatus, state: AttemptState) -> Any:
@@ -381,12 +389,21 @@ class DwsRequestOperator(DwsBaseOperator):
             # request up again rather than guess; the identity finds it.
             self.log.warning("Resumed without a trigger event; looking for this task's request again")
             return self.run_attempts(context)
+        from airflow_provider_dws.operators.state import AttemptState
+
         self._forget_waiting(context)
         return self._attempt_ended(
             context, event, AttemptState.from_resume(event, kwargs, self.home_placement())
         )
 
     def _attempt_ended(self, context: Context, event: dict[str, Any], state: AttemptState) -> Any:
+        # What the loop decides with loads when an attempt ends, not when a DAG file is parsed.
+        from airflow.sdk.exceptions import AirflowTaskTimeout
+
+        from airflow_provider_dws.backends.base import RequestStatus
+        from airflow_provider_dws.scheduling.decisions import Attempt, next_step
+        from airflow_provider_dws.scheduling.phases import FailureKind
+
         status = RequestStatus.from_event(event)
         max_wait = state.max_wait(self.max_wait)
         now = datetime.now(timezone.utc)
@@ -413,7 +430,10 @@ class DwsRequestOperator(DwsBaseOperator):
             raise AirflowTaskTimeout(
                 f"execution_timeout {self.execution_timeout} passed: {status.outcome.message}"
             )
-        if failure in _RETRYABLE and self.capacity_retry is not None:
+        if (
+            failure in (FailureKind.CAPACITY_NOT_OBTAINED, FailureKind.PREEMPTED)
+            and self.capacity_retry is not None
+        ):
             attempts = [Attempt.from_dict(a) for a in history]
             rng = random.Random(f"{self.identity(context).key}:{state.attempt}")
             step = next_step(
@@ -436,6 +456,9 @@ class DwsRequestOperator(DwsBaseOperator):
 
     def _gave_up_error(self, history: Sequence[Mapping[str, Any]], reason: str) -> Exception:
         """Nothing more can be tried (the deadline passes first): the error, with every attempt so far."""
+        from airflow_provider_dws.exceptions import CapacityNotObtainedError
+        from airflow_provider_dws.scheduling.decisions import Attempt
+
         lines = [Attempt.from_dict(dict(a)).describe() for a in history]
         summary = ("; attempts: " + "; ".join(lines)) if lines else "; no request was submitted"
         return CapacityNotObtainedError(f"giving up: {reason}{summary}")

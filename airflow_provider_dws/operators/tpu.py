@@ -12,7 +12,6 @@ from airflow.configuration import conf
 from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_provider_dws import catalog
-from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.exceptions import (
     BadRequestError,
     CapacityNotObtainedError,
@@ -47,21 +46,15 @@ from airflow_provider_dws.scheduling.identity import (
     RequestIdentity,
     parse_attempt_name,
 )
-from airflow_provider_dws.scheduling.phases import FailureKind, Phase
-from airflow_provider_dws.scheduling.policies import (
-    CapacityRetry,
-    Deadline,
-    Failover,
-    OffPeakWindow,
-    Placement,
-    WindowSet,
-)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from google.cloud.tpu_v2 import QueuedResource
 
+    from airflow_provider_dws.backends.base import RequestStatus
     from airflow_provider_dws.backends.tpu import TpuQueuedResourceBackend
+    from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
+    from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
     from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
 MAX_SLICES = catalog.MAX_SLICES
@@ -376,6 +369,8 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
 
     def home_placement(self) -> Placement:
         """The operator's own zone."""
+        from airflow_provider_dws.scheduling.policies import Placement
+
         return Placement(location=self.zone)
 
     def _max_attempts(self) -> int:
@@ -493,10 +488,14 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
 
     def is_done(self, status: RequestStatus) -> bool:
         """The wait ends when the slice is ACTIVE, or when the request ends without it."""
+        from airflow_provider_dws.scheduling.phases import Phase
+
         return status.phase.terminal or status.phase is Phase.RUNNING
 
     def is_success(self, status: RequestStatus) -> bool:
         """An ACTIVE slice is what the task asked for."""
+        from airflow_provider_dws.scheduling.phases import Phase
+
         return status.phase is Phase.RUNNING
 
     def execute(self, context: Context) -> Any:
@@ -510,6 +509,8 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
         """Record how long the request waited, then let the attempt loop decide."""
         if not event:
             return super().complete_attempt(context, event, *args, **kwargs)
+        from airflow_provider_dws.backends.base import RequestStatus
+
         status = RequestStatus.from_event(event)
         context["ti"].xcom_push(key="wait_seconds", value=status.timings.wait_seconds)
         return super().complete_attempt(context, event, *args, **kwargs)
@@ -561,6 +562,8 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
         zone = placement.location
         detail = f" ({status.name}{': ' + message if message else ''})"
         what = status.description.rsplit(" in ", 1)[0] if status.description else self.accelerator_type
+        from airflow_provider_dws.scheduling.phases import FailureKind
+
         if status.outcome.failure is FailureKind.CAPACITY_NOT_OBTAINED:
             return CapacityNotObtainedError(
                 f"no TPU capacity within max wait {max_wait} in {zone} for {what}{detail}"

@@ -12,7 +12,6 @@ from airflow.configuration import conf
 from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_provider_dws import catalog
-from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
@@ -40,16 +39,6 @@ from airflow_provider_dws.scheduling.budget import (
 from airflow_provider_dws.scheduling.identity import (
     RequestIdentity,
 )
-from airflow_provider_dws.scheduling.phases import FailureKind
-from airflow_provider_dws.scheduling.policies import (
-    CapacityRetry,
-    Deadline,
-    Failover,
-    OffPeakWindow,
-    Placement,
-    WindowSet,
-)
-from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
 
 __all__ = [
     "FLEX_START_ACCELERATORS",
@@ -64,7 +53,10 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from google.cloud.aiplatform_v1 import CustomJob, WorkerPoolSpec
 
+    from airflow_provider_dws.backends.base import RequestStatus
     from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend
+    from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
+    from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
     from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
 
@@ -354,18 +346,24 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
 
     def home_placement(self) -> Placement:
         """The operator's own region."""
+        from airflow_provider_dws.scheduling.policies import Placement
+
         return Placement(location=self.region)
 
     def find_existing(
         self, context: Context, identity: RequestIdentity
     ) -> tuple[RequestStatus, Placement, int] | None:
         """Any live or succeeded job of this task instance, in any region it may have used."""
+        from airflow_provider_dws.scheduling.policies import Placement
+
         regions: dict[str, Placement] = {}
         for placement in self.placements():
             regions.setdefault(placement.location, placement)
         jobs: dict[str, RequestStatus] = {}
         for region in regions:
             jobs.update({job.name: job for job in self._backend(region).find(identity)})
+        from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
+
         candidates = [Candidate(name, job.phase, job.timings.submitted) for name, job in jobs.items()]
         decision = choose_existing(candidates)
         self.log.info("Identity %s: %s", identity.key, decision.reason)
@@ -448,6 +446,8 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         """Record the job's wait and run times, then let the attempt loop decide."""
         if not event:
             return super().complete_attempt(context, event, *args, **kwargs)
+        from airflow_provider_dws.backends.base import RequestStatus
+
         status = RequestStatus.from_event(event)
         wait_s, run_s = status.timings.wait_seconds, status.timings.run_seconds
         ti = context["ti"]
@@ -478,6 +478,8 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         """The classified exception for a request that ended without success."""
         message = status.outcome.message
         region = status.details.get("region") or placement.location
+        from airflow_provider_dws.scheduling.phases import FailureKind
+
         if status.outcome.failure is FailureKind.CAPACITY_NOT_OBTAINED:
             what = status.description.rsplit(" in ", 1)[0] if status.description else "the requested GPUs"
             return CapacityNotObtainedError(

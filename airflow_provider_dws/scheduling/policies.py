@@ -22,18 +22,35 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws.scheduling._time import aware_utc, check_duration, format_duration
 from airflow_provider_dws.scheduling.phases import FailureKind
-from airflow_provider_dws.scheduling.windows import (
-    MERGE_HORIZON,
-    OffPeakWindow,
-    Window,
-    WindowSet,
-    coerce_window,
-    parse_window,
+
+if TYPE_CHECKING:
+    from airflow_provider_dws.scheduling.windows import (
+        MERGE_HORIZON,
+        OffPeakWindow,
+        Window,
+        WindowSet,
+        coerce_window,
+        parse_window,
+    )
+
+_WINDOW_NAMES = frozenset(
+    {"MERGE_HORIZON", "OffPeakWindow", "Window", "WindowSet", "coerce_window", "parse_window"}
 )
+
+
+def __getattr__(name: str) -> Any:
+    """The window names, re-exported from ``windows`` on first use: a DAG file that gives no window
+    does not load them (nor their cron parser) when it is parsed."""
+    if name in _WINDOW_NAMES:
+        from airflow_provider_dws.scheduling import windows
+
+        return getattr(windows, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "MERGE_HORIZON",

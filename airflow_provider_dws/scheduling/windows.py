@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from airflow_provider_dws.scheduling._time import (
@@ -42,7 +42,9 @@ from airflow_provider_dws.scheduling._time import (
     exact_duration,
     parse_duration,
 )
-from airflow_provider_dws.scheduling.cron import CronExpression
+
+if TYPE_CHECKING:
+    from airflow_provider_dws.scheduling.cron import CronExpression
 
 __all__ = [
     "MAX_CRON_DURATION",
@@ -337,6 +339,9 @@ class OffPeakWindow(_WindowOps):
         zone = _zone(timezone, "OffPeakWindow")
         parsed: CronExpression | None = None
         if cron is not None:
+            # The cron parser loads only for a cron window, not with every plain window.
+            from airflow_provider_dws.scheduling.cron import CronExpression
+
             parsed = CronExpression.parse(cron)
             cron = parsed.text
             if isinstance(duration, bool) or not isinstance(duration, timedelta):

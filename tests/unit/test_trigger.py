@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -497,17 +498,26 @@ def test_a_kill_during_a_status_read_keeps_airflow_s_cancel_message(fake: Any) -
 
     backend.aget_status = in_flight_read  # type: ignore[method-assign]
 
-    async def scenario() -> tuple[Any, ...]:
-        task = asyncio.ensure_future(collect(trigger()))
+    seen: list[tuple[Any, ...]] = []
+
+    async def run_trigger() -> None:
+        # As Airflow's triggerer reads it: inside the cancelled task (Python 3.10 does not hand the
+        # message on to a task that awaits this one; 3.11+ does).
+        try:
+            await collect(trigger())
+        except asyncio.CancelledError as err:
+            seen.append(err.args)
+            raise
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(run_trigger())
         await reading.wait()
         task.cancel("__airflow_user_action__")
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await task
-        except asyncio.CancelledError as err:
-            return err.args
-        raise AssertionError("the trigger was not cancelled")
 
-    assert asyncio.run(scenario()) == ("__airflow_user_action__",)
+    asyncio.run(scenario())
+    assert seen == [("__airflow_user_action__",)]
 
 
 # -- the event's size --------------------------------------------------------------------------

@@ -138,7 +138,7 @@ user_action = fault_dag(
 execution_timeout = fault_dag(
     "dws_fault_execution_timeout",
     "execution_timeout passes while the job waits for capacity.",
-    execution_timeout=timedelta(seconds=20),
+    execution_timeout=timedelta(seconds=90),
 )
 hold_after_submit = fault_dag(
     "dws_fault_hold_after_submit",

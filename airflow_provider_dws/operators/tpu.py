@@ -373,9 +373,6 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
 
         return Placement(location=self.zone)
 
-    def _max_attempts(self) -> int:
-        return self.capacity_retry.attempts if self.capacity_retry else 1
-
     def find_existing(
         self, context: Context, identity: RequestIdentity
     ) -> tuple[RequestStatus, Placement, int] | None:

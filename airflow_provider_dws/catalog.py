@@ -255,3 +255,6 @@ def machines_for(accelerator_type: str) -> list[str]:
 REGION_RE = re.compile(r"^[a-z]+(?:-[a-z]+)+[0-9]+$")
 #: A Google Cloud zone: a region and a zone letter (``us-west4-a``).
 ZONE_RE = re.compile(r"^[a-z]+(?:-[a-z]+)+[0-9]+-[a-z]$")
+#: A Cloud TPU queued resource (and node) id: a lowercase letter, then up to 62 lowercase letters,
+#: digits and '-', not ending with '-'.
+QUEUED_RESOURCE_ID_PATTERN = r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?"

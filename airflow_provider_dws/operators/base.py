@@ -2,38 +2,23 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
-from airflow_provider_dws.operators.checks import (
-    Check,
-    flag,
-    matches,
-    non_empty_str,
-    run_checks,
-)
-from airflow_provider_dws.scheduling.identity import (
-    RESERVED_LABEL_KEYS,
-    RequestIdentity,
-    is_valid_label_key,
-    is_valid_label_value,
-)
+from airflow_provider_dws.operators.checks import Check, flag, matches, non_empty_str, run_checks
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider_dws.scheduling.identity import RequestIdentity
+
 MAX_LABELS = 64
 POLL_INTERVAL_MAX = 3600.0
-PROJECT_RE = re.compile(r"^(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-SERVICE_ACCOUNT_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-
-
-#: What a backend raises when the API refuses a request (invalid, not allowed, wrong state).
-API_REFUSED = (InvalidRequestError, PermissionDeniedApiError)
+#: Patterns, compiled by ``re``'s cache on first use (only for the parameters a DAG gives).
+PROJECT_PATTERN = r"(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]"
+SERVICE_ACCOUNT_PATTERN = r"[^@\s]+@[^@\s]+\.[^@\s]+"
 
 
 def _check_poll_interval(op: Any, value: Any, is_unrendered: Callable[[Any], bool]) -> None:
@@ -56,6 +41,13 @@ def _check_labels(op: Any, labels: Any, is_unrendered: Callable[[Any], bool]) ->
         return
     if not isinstance(labels, Mapping):
         raise op._param_error(f"labels must be a dict of strings, got {type(labels).__name__}")
+    # The identity module (label rules) loads only for a DAG file that gives labels.
+    from airflow_provider_dws.scheduling.identity import (
+        RESERVED_LABEL_KEYS,
+        is_valid_label_key,
+        is_valid_label_value,
+    )
+
     reserved = sorted(set(labels) & RESERVED_LABEL_KEYS)
     if reserved:
         raise op._param_error(
@@ -88,7 +80,7 @@ CONNECTION_CHECKS = (
     Check("gcp_conn_id", non_empty_str, "must be a non-empty connection id"),
     Check(
         "project_id",
-        matches(PROJECT_RE),
+        matches(PROJECT_PATTERN),
         "must be a Google Cloud project id (6-30 lowercase letters, digits and hyphens, starting "
         "with a letter)",
         templated=True,
@@ -109,7 +101,7 @@ WAIT_CHECKS = (
     flag("cancel_on_kill"),
     Check(
         "service_account",
-        matches(SERVICE_ACCOUNT_RE),
+        matches(SERVICE_ACCOUNT_PATTERN),
         "must be a service account email",
         templated=True,
         optional=True,
@@ -148,18 +140,9 @@ class DwsBaseOperator(BaseOperator):
 
     def identity(self, context: Context, task_id: str | None = None) -> RequestIdentity:
         """The identity of this task instance (or of ``task_id`` in the same run and map index)."""
-        ti = context["ti"]
-        map_index = getattr(ti, "map_index", -1)
-        try_number = getattr(ti, "try_number", 1)
-        return RequestIdentity(
-            dag_id=ti.dag_id,
-            task_id=task_id or ti.task_id,
-            run_id=ti.run_id,
-            map_index=map_index if isinstance(map_index, int) and map_index >= 0 else -1,
-            try_number=try_number
-            if isinstance(try_number, int) and not isinstance(try_number, bool) and try_number >= 1
-            else 1,
-        )
+        from airflow_provider_dws.runtime.loop import task_identity
+
+        return task_identity(context, task_id)
 
     def resolve_project(self) -> str:
         """``project_id``, or the project of the connection when it is not set."""

@@ -78,9 +78,9 @@ def run_checks(op: _Checked, checks: Sequence[Check], *, rendered: bool) -> None
 # -- predicates --------------------------------------------------------------------------------
 
 
-def matches(pattern: re.Pattern[str]) -> Callable[[Any], bool]:
-    """A string matching ``pattern`` in full."""
-    return lambda value: isinstance(value, str) and bool(pattern.fullmatch(value))
+def matches(pattern: re.Pattern[str] | str) -> Callable[[Any], bool]:
+    """A string matching ``pattern`` in full (a string pattern is compiled on first use)."""
+    return lambda value: isinstance(value, str) and bool(re.fullmatch(pattern, value))
 
 
 def is_bool(value: Any) -> bool:

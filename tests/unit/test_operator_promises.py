@@ -13,9 +13,10 @@ from airflow.exceptions import TaskDeferred
 from airflow.sdk.exceptions import AirflowTaskTimeout
 
 from airflow_provider_dws.backends.base import RequestStatus
-from airflow_provider_dws.operators.request import WAITING_KEY
 from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
 from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
+from airflow_provider_dws.runtime.adapter import Found
+from airflow_provider_dws.runtime.loop import WAITING_KEY
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 from airflow_provider_dws.scheduling.policies import Placement
 
@@ -91,23 +92,24 @@ class Harness:
         home = Placement(location="us-central1")
 
         def find_existing(context: Any, identity: Any) -> Any:
-            return (found, home, 1) if found is not None else None
+            return Found(found, home, 1) if found is not None else None
 
         def submit_attempt(context: Any, identity: Any, placement: Any, max_wait: Any) -> RequestStatus:
             self.submitted.append(identity.attempt)
             return status(NEW, Phase.WAITING)
 
-        monkeypatch.setattr(op, "find_existing", find_existing)
-        monkeypatch.setattr(op, "submit_attempt", submit_attempt)
-        monkeypatch.setattr(op, "cancel_request", self.cancelled.append)
-        original = op.make_trigger
+        adapter = op.adapter()
+        monkeypatch.setattr(adapter, "find", find_existing)
+        monkeypatch.setattr(adapter, "submit", submit_attempt)
+        monkeypatch.setattr(adapter, "cancel", self.cancelled.append)
+        original = adapter.trigger
 
         def make_trigger(*args: Any) -> Any:
             trigger = original(*args)
             self.triggers.append(trigger)
             return trigger
 
-        monkeypatch.setattr(op, "make_trigger", make_trigger)
+        monkeypatch.setattr(adapter, "trigger", make_trigger)
 
 
 def vertex(**kwargs: Any) -> CreateVertexAIFlexStartJobOperator:
@@ -182,7 +184,7 @@ def test_a_succeeded_request_is_still_taken_when_another_was_abandoned(
 ) -> None:
     op = vertex()
     h = Harness(op, status(NEW, Phase.SUCCEEDED), monkeypatch)
-    monkeypatch.setattr(op, "finish_success", lambda ctx, st: {"name": st.name})
+    monkeypatch.setattr(op.adapter(), "result", lambda ctx, st: {"name": st.name})
     result = op.run_attempts(context(3, Store({WAITING_KEY: {"request": OLD, "try": 2}})))
     assert result == {"name": NEW}
     assert h.cancelled == [OLD]
@@ -205,8 +207,8 @@ def test_trigger_event_clears_the_record(monkeypatch: pytest.MonkeyPatch) -> Non
     op = vertex()
     Harness(op, None, monkeypatch)
     store = Store({WAITING_KEY: {"request": NEW, "try": 1}})
-    monkeypatch.setattr(op, "finish_success", lambda ctx, st: "ok")
-    monkeypatch.setattr(op, "_backend", lambda region=None: pytest.fail("no API call expected"))
+    monkeypatch.setattr(op.adapter(), "result", lambda ctx, st: "ok")
+    monkeypatch.setattr(op.adapter(), "backend", lambda region=None: pytest.fail("no API call expected"))
     event = status(NEW, Phase.SUCCEEDED).to_event()
     assert op.complete_attempt(context(1, store), event) == "ok"
     assert WAITING_KEY not in store.data
@@ -242,7 +244,7 @@ def test_tpu_trigger_gets_the_task_deadline_too(monkeypatch: pytest.MonkeyPatch)
         runtime_version="v2-alpha-tpuv5-lite",
         execution_timeout=timedelta(minutes=30),
     )
-    trigger = op.make_trigger(
+    trigger = op.adapter().trigger(
         status("projects/my-project/locations/us-west4-a/queuedResources/q", Phase.WAITING),
         Placement(location="us-west4-a"),
         timedelta(hours=1),
@@ -255,7 +257,7 @@ def test_tpu_trigger_gets_the_task_deadline_too(monkeypatch: pytest.MonkeyPatch)
 def test_timed_out_event_fails_the_task_as_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     op = vertex(execution_timeout=timedelta(minutes=5), capacity_retry=3)
     Harness(op, None, monkeypatch)
-    monkeypatch.setattr(op, "_backend", lambda region=None: pytest.fail("no API call expected"))
+    monkeypatch.setattr(op.adapter(), "backend", lambda region=None: pytest.fail("no API call expected"))
     event = status(NEW, Phase.CANCELLED, FailureKind.TIMED_OUT).to_event()
     with pytest.raises(AirflowTaskTimeout, match="execution_timeout 0:05:00 passed"):
         op.complete_attempt(context(1, Store()), event)
@@ -270,16 +272,16 @@ def test_on_kill_while_waiting_in_the_worker_cancels(monkeypatch: pytest.MonkeyP
     seen: list[str | None] = []
 
     async def first_event(trigger: Any) -> dict[str, Any]:
-        seen.append(op._waiting_on)
+        seen.append(op.attempt_loop().waiting_on)
         op.on_kill()  # what Airflow does when it kills or times out the worker
         return status(NEW, Phase.SUCCEEDED).to_event()
 
     monkeypatch.setattr("airflow_provider_dws.triggers.capacity_request.first_event", first_event)
-    monkeypatch.setattr(op, "finish_success", lambda ctx, st: "ok")
+    monkeypatch.setattr(op.adapter(), "result", lambda ctx, st: "ok")
     assert op.run_attempts(context(1, Store())) == "ok"
     assert seen == [NEW]
     assert h.cancelled == [NEW]
-    assert op._waiting_on is None
+    assert op.attempt_loop().waiting_on is None
     op.on_kill()  # nothing is waited on any more: nothing to cancel
     assert h.cancelled == [NEW]
 

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_provider_dws.operators.state import AttemptState
+from airflow_provider_dws.runtime.state import AttemptState
 from airflow_provider_dws.scheduling.policies import Placement
 
 HOME = Placement("us-central1")

@@ -10,7 +10,7 @@ from google.cloud.aiplatform_v1 import AcceleratorType
 from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.tpu import tpu_chips as backend_tpu_chips
 from airflow_provider_dws.emulator.tpu import parse_accelerator_type
-from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
+from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator, check_accelerator
 from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.policies import Placement
@@ -44,7 +44,7 @@ def tpu_op(**kwargs: Any) -> CreateTPUQueuedResourceOperator:
 
 def operator_accepts(op: CreateTPUQueuedResourceOperator, accelerator_type: str) -> bool:
     try:
-        op._check_accelerator(accelerator_type)
+        check_accelerator(op, accelerator_type)
     except ValueError:
         return False
     return True

@@ -24,31 +24,40 @@ from typing import Any
 from airflow.sdk import DAG
 
 from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
+from airflow_provider_dws.runtime.vertex_ai import VertexFlexStartAdapter
 
 POLL_INTERVAL = float(os.environ.get("DWS_EXAMPLE_POLL_INTERVAL", 30))
 MAX_WAIT = timedelta(seconds=int(os.environ.get("DWS_EXAMPLE_MAX_WAIT_SECONDS", 2 * 3600)))
 
 
-class KillWorkerAfterSubmit(CreateVertexAIFlexStartJobOperator):
-    """On try 1, SIGKILL the task process as soon as the job exists: no defer, no cleanup, no log flush."""
-
-    def submit_attempt(self, context: Any, identity: Any, placement: Any, max_wait: timedelta) -> Any:
-        status = super().submit_attempt(context, identity, placement, max_wait)
+class _KillAfterSubmit(VertexFlexStartAdapter):
+    def submit(self, context: Any, identity: Any, placement: Any, max_wait: timedelta) -> Any:
+        status = super().submit(context, identity, placement, max_wait)
         if context["ti"].try_number == 1:
             self.log.warning("FAULT: SIGKILL of this task process right after submitting %s", status.name)
             os.kill(os.getpid(), signal.SIGKILL)
         return status
 
 
-class HoldAfterSubmit(CreateVertexAIFlexStartJobOperator):
-    """On try 1, hold the task process after the job exists, until the harness kills its worker."""
-
-    def submit_attempt(self, context: Any, identity: Any, placement: Any, max_wait: timedelta) -> Any:
-        status = super().submit_attempt(context, identity, placement, max_wait)
+class _HoldAfterSubmit(VertexFlexStartAdapter):
+    def submit(self, context: Any, identity: Any, placement: Any, max_wait: timedelta) -> Any:
+        status = super().submit(context, identity, placement, max_wait)
         if context["ti"].try_number == 1:
             self.log.warning("FAULT: holding after submitting %s until the worker is killed", status.name)
             time.sleep(HOLD_SECONDS)
         return status
+
+
+class KillWorkerAfterSubmit(CreateVertexAIFlexStartJobOperator):
+    """On try 1, SIGKILL the task process as soon as the job exists: no defer, no cleanup, no log flush."""
+
+    ADAPTER = _KillAfterSubmit
+
+
+class HoldAfterSubmit(CreateVertexAIFlexStartJobOperator):
+    """On try 1, hold the task process after the job exists, until the harness kills its worker."""
+
+    ADAPTER = _HoldAfterSubmit
 
 
 #: Longer than the harness ever takes to kill the worker; the try fails if nothing kills it.

@@ -1,0 +1,148 @@
+"""What one DWS API adds to the shared attempt loop: its request, its name, its result, its release."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
+
+from airflow_provider_dws.backends.base import BackendCache
+from airflow_provider_dws.scheduling.phases import Phase
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_dws.backends.base import RequestStatus
+    from airflow_provider_dws.operators.request import DwsRequestOperator
+    from airflow_provider_dws.scheduling.identity import RequestIdentity
+    from airflow_provider_dws.scheduling.policies import Placement
+    from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
+
+_Op = TypeVar("_Op", bound="DwsRequestOperator")
+_Backend = TypeVar("_Backend")
+
+
+class Found(NamedTuple):
+    """A request of this task instance found live or succeeded: adopt it instead of submitting."""
+
+    status: RequestStatus
+    placement: Placement
+    attempt: int
+
+
+class RequestAdapter(Generic[_Op, _Backend]):
+    """The per-API steps of :class:`~airflow_provider_dws.runtime.loop.AttemptLoop`.
+
+    The loop decides (window, deadline, adopt or submit, retry, fail over, give up); an adapter
+    only knows its API: how to find this task instance's requests, build and submit one, what
+    the wait waits for (:attr:`target`), what the task returns, how to release, and which
+    exception an unsuccessful end is. One adapter is built per task run, holding the operator
+    (its parameters, already rendered) and the backends it uses, one per location.
+    """
+
+    #: What the wait waits for: ``"end"`` (the workload ran and ended) or ``"running"`` (the
+    #: capacity is held and handed to later tasks, e.g. a TPU slice).
+    target: ClassVar[str] = "end"
+
+    def __init__(self, operator: _Op) -> None:
+        self.op = operator
+        self._backends = BackendCache()
+
+    @property
+    def log(self) -> Any:
+        """The task's logger (lines land in the task log)."""
+        return self.op.log
+
+    # -- provided per API ------------------------------------------------------------------------
+
+    def backend(self, location: str | None = None) -> _Backend:
+        """The backend for ``location`` (default: the operator's own), built once per task."""
+        raise NotImplementedError
+
+    def location_of(self, name: str) -> str:
+        """The region or zone a request's full name lives in."""
+        raise NotImplementedError
+
+    def find(self, context: Context, identity: RequestIdentity) -> Found | None:
+        """The live or succeeded request of any attempt of this task instance, to adopt."""
+        raise NotImplementedError
+
+    def submit(
+        self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
+    ) -> RequestStatus:
+        """Create this attempt's request (``identity`` carries the attempt) or adopt the one a lost
+        reply made."""
+        raise NotImplementedError
+
+    def result(self, context: Context, status: RequestStatus) -> Any:
+        """The task's return value once the request gave what the task needs."""
+        raise NotImplementedError
+
+    def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
+        """The classified exception for a request that ended without success."""
+        raise NotImplementedError
+
+    # -- shared defaults -------------------------------------------------------------------------
+
+    def delete_ended(self) -> None:
+        """Delete ended requests the last :meth:`find` saw, if the API keeps them listed."""
+
+    def release_failed(self, status: RequestStatus, placement: Placement) -> None:
+        """Leave nothing behind after an attempt that ended without success (default: nothing)."""
+
+    def ended(self, context: Context, status: RequestStatus) -> None:
+        """Note an attempt's end in the task log (before the loop decides what comes next)."""
+        timings = status.timings
+        self.log.info(
+            "%s ended %s [%s]: waited %s for capacity%s",
+            status.name,
+            status.phase.value.upper(),
+            status.state,
+            timedelta(seconds=round(timings.wait_seconds or 0)),
+            f", ran {timedelta(seconds=round(timings.run_seconds))}" if timings.run_seconds else "",
+        )
+
+    def cancel(self, name: str) -> None:
+        """Cancel or release one request by name, from the worker; an ended or gone one is fine."""
+        self.backend(self.location_of(name)).release(name)  # type: ignore[attr-defined]
+
+    def is_done(self, status: RequestStatus) -> bool:
+        """Whether the wait is over: the request ended, or reached :attr:`target`."""
+        return status.phase.terminal or (self.target == "running" and status.phase is Phase.RUNNING)
+
+    def is_success(self, status: RequestStatus) -> bool:
+        """Whether the request gave what the task needs."""
+        return status.phase is (Phase.RUNNING if self.target == "running" else Phase.SUCCEEDED)
+
+    def wait_deadline(self, status: RequestStatus, max_wait: timedelta) -> datetime:
+        """When a request still waiting for capacity is given up (its max wait from submission)."""
+        return (status.timings.submitted or datetime.now(timezone.utc)) + max_wait
+
+    def trigger(
+        self,
+        status: RequestStatus,
+        placement: Placement,
+        max_wait: timedelta,
+        echo: dict[str, Any],
+        task_deadline: datetime | None = None,
+    ) -> CapacityRequestTrigger:
+        """The trigger that waits on the request through the shared poller; it hands ``echo``
+        back in its event and gives up at ``task_deadline`` (the end of ``execution_timeout``)."""
+        from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
+
+        backend: Any = self.backend(placement.location)
+        return CapacityRequestTrigger(
+            kind=backend.kind,
+            backend_spec=backend.spec(),
+            request_name=status.name,
+            poll_interval=float(self.op.poll_interval),
+            wait_deadline=self.wait_deadline(status, max_wait).isoformat(),
+            cancel_on_kill=self.op.cancel_on_kill,
+            target=self.target,
+            echo=echo,
+            task_deadline=task_deadline.isoformat() if task_deadline else None,
+        )
+
+    def cached_backend(self, cls: type[_Backend], location: str) -> _Backend:
+        """``cls(project, location, connection, impersonation chain)``, built once per task."""
+        op = self.op
+        return self._backends.get(cls, op.resolve_project(), location, op.gcp_conn_id, op.impersonation_chain)

@@ -1,0 +1,361 @@
+"""The attempt loop every capacity-requesting operator shares.
+
+The loop asks ``scheduling/`` the questions and carries out the answers: may I submit now, or
+when (off-peak window, deadline)? What max wait do I request? The request came back without
+capacity: retry here, fail over elsewhere, wait for the next window, or give up? Waiting, between
+attempts as well as for capacity, happens in the triggerer. What differs per API is the
+operator's :class:`~airflow_provider_dws.runtime.adapter.RequestAdapter`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_dws.backends.base import RequestStatus
+from airflow_provider_dws.runtime.state import AttemptState
+from airflow_provider_dws.scheduling.identity import RequestIdentity
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_dws.operators.request import DwsRequestOperator
+    from airflow_provider_dws.runtime.adapter import RequestAdapter
+
+#: A submit time this close to now is "now" (no point deferring for it).
+_NOW_SLACK = timedelta(seconds=1)
+#: task_state_store key: the request a deferred try waits on, and which try that is.
+WAITING_KEY = "dws_waiting"
+
+
+def task_identity(context: Context, task_id: str | None = None) -> RequestIdentity:
+    """The identity of the running task instance (or of ``task_id`` in the same run and map index)."""
+    ti = context["ti"]
+    map_index = getattr(ti, "map_index", -1)
+    try_number = getattr(ti, "try_number", 1)
+    return RequestIdentity(
+        dag_id=ti.dag_id,
+        task_id=task_id or ti.task_id,
+        run_id=ti.run_id,
+        map_index=map_index if isinstance(map_index, int) and map_index >= 0 else -1,
+        try_number=try_number
+        if isinstance(try_number, int) and not isinstance(try_number, bool) and try_number >= 1
+        else 1,
+    )
+
+
+class AttemptLoop:
+    """One task run's attempts: adopt or submit, wait (deferred or in the worker), then decide.
+
+    Built once per task run by :meth:`DwsRequestOperator.attempt_loop`; the state that crosses a
+    deferral travels as one :class:`~airflow_provider_dws.runtime.state.AttemptState`, in the
+    trigger's event.
+    """
+
+    def __init__(self, operator: DwsRequestOperator, adapter: RequestAdapter[Any, Any]) -> None:
+        self.op = operator
+        self.adapter = adapter
+        #: The request a ``deferrable=False`` wait is on (cancelled by ``on_kill``).
+        self.waiting_on: str | None = None
+
+    @property
+    def log(self) -> Any:
+        """The task's logger."""
+        return self.op.log
+
+    # -- entry points ----------------------------------------------------------------------------
+
+    def run(self, context: Context) -> Any:
+        """Adopt this task instance's live or finished request, or plan the first attempt.
+
+        A request an earlier try was deferred on when that try ended is not adopted: a try ends
+        while deferred only when a user clears or marks the task (or Airflow times it out), which
+        means "stop waiting on that one". It is cancelled here, in case the trigger's ``on_kill``
+        has not done it yet, and a new request is made. Every other live request of this task
+        instance (a worker died before deferring, a triggerer died) is adopted.
+        """
+        identity = task_identity(context)
+        abandoned = self.cancel_abandoned_request(context)
+        found = self.adapter.find(context, identity)
+        self.adapter.delete_ended()
+        if found is not None and found.status.name == abandoned:
+            found = None
+        if found is not None:
+            status, placement, number = found
+            state = AttemptState(placement=placement, attempt=number)
+            if self.adapter.is_done(status) and self.adapter.is_success(status):
+                self.log.info(
+                    "%s (attempt %d) already succeeded: taking it as the result", status.name, number
+                )
+                return self.attempt_ended(context, status.to_event(), state)
+            if status.phase.live:
+                self.log.info(
+                    "Reattaching to live request %s (attempt %d in %s)", status.name, number, placement
+                )
+                max_wait_s = status.details.get("max_wait_seconds")
+                max_wait = timedelta(seconds=max_wait_s) if max_wait_s else self.op.max_wait
+                return self.wait(context, status, state.submitted(placement, max_wait))
+        return self.plan(context, AttemptState(placement=self.op.home_placement()))
+
+    def resume(self, context: Context, event: Any, kwargs: Mapping[str, Any]) -> Any:
+        """Back from a wait for the window (or a backoff): plan the attempt again."""
+        return self.plan(context, AttemptState.from_resume(event, kwargs, self.op.home_placement()))
+
+    def complete(self, context: Context, event: dict[str, Any] | None, kwargs: Mapping[str, Any]) -> Any:
+        """An attempt ended (or reached its target): succeed, or decide the next step."""
+        if not event:
+            # Resumed without a trigger event (e.g. a deferred task run again by hand): look the
+            # request up again rather than guess; the identity finds it.
+            self.log.warning("Resumed without a trigger event; looking for this task's request again")
+            return self.run(context)
+        self._forget_waiting(context)
+        return self.attempt_ended(
+            context, event, AttemptState.from_resume(event, kwargs, self.op.home_placement())
+        )
+
+    def on_kill(self) -> None:
+        """``deferrable=False`` only: the worker is being killed (or timed out) while it waits."""
+        name = self.waiting_on
+        if name and self.op.cancel_on_kill:
+            self.log.warning("Task killed while waiting on %s; cancelling it", name)
+            try:
+                self.adapter.cancel(name)
+            except Exception:
+                self.log.exception("Could not cancel %s; cancel it by hand", name)
+
+    # -- an earlier try's request ----------------------------------------------------------------
+
+    def cancel_abandoned_request(self, context: Context) -> str | None:
+        """Cancel the request an earlier try was still deferred on when it ended, and name it."""
+        store = context.get("task_state_store")
+        if store is None:
+            return None
+        try:
+            record = store.get(WAITING_KEY)
+        except Exception:
+            self.log.warning(
+                "task_state_store could not be read; relying on identity labels alone", exc_info=True
+            )
+            return None
+        try_number = getattr(context["ti"], "try_number", None)
+        if not isinstance(record, dict) or not isinstance(try_number, int):
+            return None
+        name, waited_try = record.get("request"), record.get("try")
+        if not isinstance(name, str) or not isinstance(waited_try, int) or waited_try >= try_number:
+            return None
+        if not self.op.cancel_on_kill:
+            self.log.info(
+                "Try %d ended while deferred on %s; cancel_on_kill=False, so it is kept and adopted",
+                waited_try,
+                name,
+            )
+            self._forget_waiting(context)
+            return None
+        self.log.warning(
+            "Try %d ended while deferred on %s (the task was cleared, marked or timed out): cancelling "
+            "that request and starting a new one",
+            waited_try,
+            name,
+        )
+        self.adapter.cancel(name)
+        self._forget_waiting(context)
+        return name
+
+    def _remember_waiting(self, context: Context, name: str) -> None:
+        store = context.get("task_state_store")
+        try_number = getattr(context["ti"], "try_number", None)
+        if store is None or not isinstance(try_number, int):
+            return
+        try:
+            store.set(WAITING_KEY, {"request": name, "try": try_number})
+        except Exception:
+            self.log.warning(
+                "task_state_store could not be written; relying on identity labels alone", exc_info=True
+            )
+
+    def _forget_waiting(self, context: Context) -> None:
+        store = context.get("task_state_store")
+        if store is None:
+            return
+        try:
+            store.delete(WAITING_KEY)
+        except Exception:
+            self.log.warning("task_state_store could not be written", exc_info=True)
+
+    # -- time limits -----------------------------------------------------------------------------
+
+    def timeout_at(self, context: Context) -> datetime | None:
+        """When the task's ``execution_timeout`` ends (Airflow keeps the start date across deferrals)."""
+        if not self.op.execution_timeout:
+            return None
+        start = getattr(context["ti"], "start_date", None)
+        if not isinstance(start, datetime):
+            start = datetime.now(timezone.utc)
+        if start.tzinfo is None:
+            start = start.replace(tzinfo=timezone.utc)
+        return start + self.op.execution_timeout
+
+    def deadline_at(self, context: Context) -> datetime | None:
+        """The operator's ``deadline`` for this run, or ``None``."""
+        deadline = self.op.deadline
+        if deadline is None:
+            return None
+        end = context.get("data_interval_end")
+        dag_run = context.get("dag_run")
+        run_after = getattr(dag_run, "run_after", None)
+        manual = str(getattr(dag_run, "run_type", "")).lower().endswith("manual")
+        if end is None or (manual and run_after is not None and run_after > end):
+            # A manual run's inferred interval is the last window, often hours ago: its deadline
+            # counts from when it was triggered instead.
+            end = run_after or getattr(dag_run, "logical_date", None)
+        return deadline.resolve(end)
+
+    # -- one attempt -----------------------------------------------------------------------------
+
+    def plan(self, context: Context, state: AttemptState) -> Any:
+        """Submit now if the window and deadline allow, or wait (deferred) until they do."""
+        from airflow_provider_dws.scheduling.decisions import next_submit
+        from airflow_provider_dws.triggers.resume_at import ResumeAtTrigger
+
+        op = self.op
+        now = datetime.now(timezone.utc)
+        decision = next_submit(now, op.max_wait, op.window, self.deadline_at(context), state.earliest())
+        if decision.at is None or decision.max_wait is None:
+            raise self.gave_up_error(state.history, decision.reason)
+        if decision.at > now + _NOW_SLACK:
+            self.log.info("%s", decision.reason)
+            waiting = state.waiting_until(decision.at)
+            if op.deferrable:
+                timeout_at = self.timeout_at(context)
+                op.defer(
+                    trigger=ResumeAtTrigger(
+                        decision.at.isoformat(), echo=waiting.to_dict(), reason=decision.reason
+                    ),
+                    method_name="resume_attempt",
+                    # No request exists while waiting for the window, so Airflow's own trigger
+                    # timeout (which cancels nothing) is the right way to honour execution_timeout.
+                    timeout=timeout_at - datetime.now(timezone.utc) if timeout_at else None,
+                )
+            time.sleep(max(0.0, (decision.at - datetime.now(timezone.utc)).total_seconds()))
+            return self.plan(context, waiting)
+        if decision.max_wait < op.max_wait:
+            self.log.info("%s", decision.reason)
+        identity = task_identity(context).with_attempt(state.attempt)
+        status = self.adapter.submit(context, identity, state.placement, decision.max_wait)
+        return self.wait(context, status, state.submitted(state.placement, decision.max_wait))
+
+    def wait(self, context: Context, status: RequestStatus, state: AttemptState) -> Any:
+        """Wait on a submitted (or adopted) request: deferred, or in this worker."""
+        if self.adapter.is_done(status):
+            return self.attempt_ended(context, status.to_event(), state)
+        deadline = self.timeout_at(context)
+        # The state travels once, in the trigger's event: Airflow's triggerer hands it back, and
+        # `airflow dags test` hands back the event alone (not the deferral's keyword arguments).
+        trigger = self.adapter.trigger(
+            status, state.placement, state.max_wait(self.op.max_wait), state.to_dict(), deadline
+        )
+        if deadline is not None:
+            self.log.info(
+                "execution_timeout ends at %s; the wait will be cancelled then", deadline.isoformat()
+            )
+        if self.op.deferrable:
+            self._remember_waiting(context, status.name)
+            self.log.info("Deferring: the request waits in the DWS queue without holding a worker slot")
+            # No defer timeout: the trigger enforces execution_timeout itself and cancels the request
+            # first, whereas Airflow's trigger timeout would stop the wait without cancelling it.
+            self.op.defer(trigger=trigger, method_name="complete_attempt")
+        from airflow_provider_dws.triggers.capacity_request import first_event
+
+        self.log.info("deferrable=False: waiting in this worker")
+        self.waiting_on = status.name
+        try:
+            event = asyncio.run(first_event(trigger))
+        finally:
+            self.waiting_on = None
+        return self.complete(context, event, {})
+
+    def attempt_ended(self, context: Context, event: dict[str, Any], state: AttemptState) -> Any:
+        """Record the attempt, then return the result, submit the next attempt, or raise."""
+        from airflow.sdk.exceptions import AirflowTaskTimeout
+
+        from airflow_provider_dws.scheduling.decisions import Attempt, next_step
+        from airflow_provider_dws.scheduling.phases import FailureKind
+
+        op, adapter = self.op, self.adapter
+        status = RequestStatus.from_event(event)
+        adapter.ended(context, status)
+        max_wait = state.max_wait(op.max_wait)
+        now = datetime.now(timezone.utc)
+        record = Attempt(
+            number=state.attempt,
+            placement=state.placement,
+            submitted=status.timings.submitted or now,
+            ended=status.timings.finished or status.timings.started or now,
+            max_wait=max_wait,
+            outcome=status.phase,
+            failure=status.outcome.failure,
+            request_name=status.name,
+        )
+        state = state.ended(record.to_dict())
+        history = [dict(h) for h in state.history]
+        ti = context["ti"]
+        ti.xcom_push(key="dws_request", value={k: v for k, v in event.items() if k != "echo"})
+        ti.xcom_push(key="dws_attempts", value=history)
+        ti.xcom_push(key="wait_seconds", value=status.timings.wait_seconds)
+        if adapter.target == "end":
+            ti.xcom_push(key="run_seconds", value=status.timings.run_seconds)
+        if adapter.is_success(status):
+            return adapter.result(context, status)
+        adapter.release_failed(status, state.placement)
+        failure = status.outcome.failure
+        if failure is FailureKind.TIMED_OUT:
+            raise AirflowTaskTimeout(
+                f"execution_timeout {op.execution_timeout} passed: {status.outcome.message}"
+            )
+        if (
+            failure in (FailureKind.CAPACITY_NOT_OBTAINED, FailureKind.PREEMPTED)
+            and op.capacity_retry is not None
+        ):
+            attempts = [Attempt.from_dict(a) for a in history]
+            rng = random.Random(f"{task_identity(context).key}:{state.attempt}")
+            step = next_step(
+                attempts,
+                now,
+                home=op.home_placement(),
+                max_wait=op.max_wait,
+                retry=op.capacity_retry,
+                failover=op.failover,
+                window=op.window,
+                deadline=self.deadline_at(context),
+                rng=rng,
+            )
+            self.log.info("%s", step.reason)
+            if step.action == "submit" and step.attempt and step.placement:
+                return self.plan(context, state.next(step.attempt, step.placement, step.at))
+            raise self.failure_error(status, state.placement, max_wait, f"{step.reason}\n{step.summary}")
+        summary = "\n".join(Attempt.from_dict(a).describe() for a in history)
+        raise self.failure_error(status, state.placement, max_wait, summary if len(history) > 1 else "")
+
+    # -- errors ----------------------------------------------------------------------------------
+
+    def failure_error(
+        self, status: RequestStatus, placement: Any, max_wait: timedelta, summary: str
+    ) -> Exception:
+        """The adapter's classified error, with every attempt when there were several."""
+        error = self.adapter.error(status, placement, max_wait)
+        if summary:
+            error.args = (f"{error.args[0]}; attempts:\n{summary}",)
+        return error
+
+    def gave_up_error(self, history: Sequence[Mapping[str, Any]], reason: str) -> Exception:
+        """Nothing more can be tried (the deadline passes first): the error, with every attempt so far."""
+        from airflow_provider_dws.exceptions import CapacityNotObtainedError
+        from airflow_provider_dws.scheduling.decisions import Attempt
+
+        lines = [Attempt.from_dict(dict(a)).describe() for a in history]
+        summary = ("; attempts: " + "; ".join(lines)) if lines else "; no request was submitted"
+        return CapacityNotObtainedError(f"giving up: {reason}{summary}")

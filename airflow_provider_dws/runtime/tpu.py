@@ -1,0 +1,375 @@
+"""Cloud TPU queued resources in the attempt loop, and the release that frees every attempt."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_dws import catalog
+from airflow_provider_dws.backends.tpu import (
+    TpuQueuedResourceBackend,
+    node_summary,
+    parse_queued_resource_name,
+)
+from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
+from airflow_provider_dws.exceptions import (
+    BadRequestError,
+    CapacityNotObtainedError,
+    CapacityPreemptedError,
+    RequestCancelledError,
+)
+from airflow_provider_dws.links.tpu import TPUQueuedResourceLink
+from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
+from airflow_provider_dws.runtime.loop import task_identity
+from airflow_provider_dws.scheduling.identity import is_attempt_of, parse_attempt_name
+from airflow_provider_dws.scheduling.phases import FailureKind
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from google.cloud.tpu_v2 import QueuedResource
+
+    from airflow_provider_dws.backends.base import RequestStatus
+    from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
+    from airflow_provider_dws.operators.tpu_release import DeleteTPUQueuedResourceOperator
+    from airflow_provider_dws.scheduling.identity import RequestIdentity
+    from airflow_provider_dws.scheduling.policies import Placement
+
+#: What the API answers when it refuses a request (invalid, not allowed, wrong state).
+_REFUSED = (InvalidRequestError, PermissionDeniedApiError)
+
+
+def zone_of(name: str) -> str:
+    """The zone of ``projects/P/locations/ZONE/queuedResources/ID``."""
+    return str(parse_queued_resource_name(name)[1])
+
+
+def _timestamp(stamp_class: Any, moment: datetime) -> Any:
+    stamp = stamp_class()
+    stamp.FromDatetime(moment)
+    return stamp
+
+
+def _by_zone(placements: Sequence[Placement]) -> list[Placement]:
+    """The first placement of each zone, in order (one list per zone finds every attempt there)."""
+    zones: dict[str, Placement] = {}
+    for placement in placements:
+        zones.setdefault(placement.location, placement)
+    return list(zones.values())
+
+
+def _persist_link(context: Context, backend: TpuQueuedResourceBackend, name: str) -> str:
+    return TPUQueuedResourceLink.persist(context, backend.project_id, backend.zone, name.rsplit("/", 1)[-1])
+
+
+class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator", TpuQueuedResourceBackend]):
+    """A queued resource per attempt, named ``<base>-t<try>-a<attempt>``; the wait ends when the
+    slice is ACTIVE, and an attempt that ends without it is deleted."""
+
+    target = "running"
+
+    def __init__(self, operator: CreateTPUQueuedResourceOperator) -> None:
+        super().__init__(operator)
+        self._ended: list[tuple[TpuQueuedResourceBackend, RequestStatus]] = []
+
+    def backend(self, location: str | None = None) -> TpuQueuedResourceBackend:
+        """The Cloud TPU backend of ``location`` (default: the operator's zone)."""
+        return self.cached_backend(TpuQueuedResourceBackend, location or self.op.zone)
+
+    def location_of(self, name: str) -> str:
+        """The zone of a queued resource."""
+        return zone_of(name)
+
+    def base_id(self, identity: RequestIdentity) -> str:
+        """What every submission's id starts with: ``queued_resource_id``, or the derived base."""
+        return self.op.queued_resource_id or identity.queued_resource_base()
+
+    def id_for(self, identity: RequestIdentity) -> str:
+        """This submission's id: the base plus ``-t<try>-a<attempt>`` (always, so it parses back)."""
+        return identity.queued_resource_id(self.base_id(identity))
+
+    def build(
+        self,
+        identity_labels: Mapping[str, str],
+        parent: str,
+        node_id: str,
+        placement: Placement | None = None,
+        max_wait: timedelta | None = None,
+    ) -> QueuedResource:
+        """The ``QueuedResource`` to create: one node spec (or multislice), tier and queueing policy.
+
+        A failover ``placement`` may change the accelerator type and the tier; ``max_wait`` is the
+        effective wait decided by the scheduling core (default: ``max_wait``).
+        """
+        from google.cloud.tpu_v2 import NetworkConfig, Node, QueuedResource, SchedulingConfig, ServiceAccount
+        from google.protobuf.timestamp_pb2 import Timestamp
+        from google.type.interval_pb2 import Interval
+
+        op = self.op
+        accelerator_type = (placement.accelerator_type if placement else None) or op.accelerator_type
+        tier = placement.tier if placement and placement.tier else None
+        spot = tier == "spot" if tier else op.spot
+        guaranteed = tier == "guaranteed" if tier else op.guaranteed
+        max_wait = max_wait or op.max_wait
+        node = Node(
+            accelerator_type=accelerator_type,
+            runtime_version=op.runtime_version,
+            labels={**(op.labels or {}), **identity_labels},
+            network_config=NetworkConfig(
+                network=op.network or "",
+                subnetwork=op.subnetwork or "",
+                enable_external_ips=op.enable_external_ips,
+            ),
+        )
+        if op.service_account:
+            node.service_account = ServiceAccount(email=op.service_account)
+        if spot:
+            node.scheduling_config = SchedulingConfig(spot=True)
+        spec = QueuedResource.Tpu.NodeSpec(parent=parent, node=node)
+        if op.node_count > 1:
+            spec.multislice_params = QueuedResource.Tpu.NodeSpec.MultisliceParams(
+                node_count=op.node_count, node_id_prefix=node_id
+            )
+        else:
+            spec.node_id = node_id
+        # valid_until_* and valid_after_* are one oneof in the API: a delayed start with a deadline
+        # has to be spelled as an interval of absolute times.
+        if op.valid_after:
+            start = datetime.now(timezone.utc) + op.valid_after
+            policy = QueuedResource.QueueingPolicy(
+                valid_interval=Interval(
+                    start_time=_timestamp(Timestamp, start), end_time=_timestamp(Timestamp, start + max_wait)
+                )
+            )
+        else:
+            policy = QueuedResource.QueueingPolicy(valid_until_duration=max_wait)
+        qr = QueuedResource(tpu=QueuedResource.Tpu(node_spec=[spec]), queueing_policy=policy)
+        if spot:
+            qr.spot = QueuedResource.Spot()
+        elif guaranteed:
+            qr.guaranteed = QueuedResource.Guaranteed()
+        home_zone = placement is None or placement.location == op.zone
+        if op.reservation_name and not spot and home_zone:
+            # A reservation lives in one zone; a failover elsewhere asks without it.
+            qr.reservation_name = op.reservation_name
+        return qr
+
+    def find(self, context: Context, identity: RequestIdentity) -> Found | None:
+        """The newest live or ACTIVE queued resource of any try and attempt of this task instance.
+
+        One list per zone the task may have used finds every submission (by the identity label on
+        its nodes); the ones found ended are deleted by :meth:`delete_ended`, not here.
+        """
+        found: tuple[tuple[int, int], RequestStatus, Placement, TpuQueuedResourceBackend] | None = None
+        self._ended = []
+        for placement in _by_zone(self.op.placements()):
+            backend = self.backend(placement.location)
+            for status in backend.find(identity):
+                if not status.phase.live:
+                    self._ended.append((backend, status))
+                    continue
+                parsed = parse_attempt_name(status.name.rsplit("/", 1)[-1])
+                order = (parsed[1], parsed[2]) if parsed else (0, int(status.details.get("attempt") or 1))
+                if found is None or order > found[0]:
+                    found = (order, status, placement, backend)
+        if found is None:
+            return None
+        (_, attempt), status, placement, backend = found
+        self._remember(context, backend, status.name)
+        return Found(status, placement, max(attempt, 1))
+
+    def delete_ended(self) -> None:
+        """Delete the ended queued resources the last :meth:`find` saw (FAILED, SUSPENDED): an
+        ended request holds nothing, but it stays listed until deleted."""
+        for backend, status in self._ended:
+            self.log.warning("An earlier request %s ended %s; deleting it", status.name, status.state)
+            backend.release(status.name)
+        self._ended = []
+
+    def _remember(self, context: Context, backend: TpuQueuedResourceBackend, name: str) -> None:
+        context["ti"].xcom_push(key="queued_resource_name", value=name)
+        self.log.info("Console: %s", _persist_link(context, backend, name))
+
+    def submit(
+        self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
+    ) -> RequestStatus:
+        """Create the queued resource of this attempt in the placement's zone (ALREADY_EXISTS: adopt)."""
+        op = self.op
+        backend = self.backend(placement.location)
+        qr_id = self.id_for(identity)
+        name = backend.name_of(qr_id)
+        existing = backend.get_status(name)
+        if existing is not None and existing.phase.terminal:
+            self.log.warning("An earlier request %s ended; deleting it before asking again", name)
+            backend.release(name, wait=True)
+        request = self.build(identity.labels(), backend.parent, qr_id, placement, max_wait)
+        try:
+            status, created = backend.submit(request, identity, qr_id)
+        except _REFUSED as err:
+            raise BadRequestError(f"Cloud TPU refused the queued resource {name}: {err.message}") from None
+        tier = placement.tier or ("spot" if op.spot else "guaranteed" if op.guaranteed else "on-demand")
+        self.log.info(
+            "%s queued resource %s (attempt %d): %s, %s tier, may wait up to %s for capacity%s",
+            "Created" if created else "Adopted",
+            name,
+            identity.attempt,
+            status.description,
+            tier,
+            max_wait,
+            f" after a delay of {op.valid_after}" if op.valid_after else "",
+        )
+        self._remember(context, backend, name)
+        return status
+
+    def wait_deadline(self, status: RequestStatus, max_wait: timedelta) -> datetime:
+        """The max wait counts from when the request becomes valid (``valid_after``)."""
+        return super().wait_deadline(status, max_wait + (self.op.valid_after or timedelta(0)))
+
+    def cancel(self, name: str) -> None:
+        """Delete the queued resource (and any nodes) and wait until it is gone."""
+        self.backend(zone_of(name)).release(name, wait=True)
+
+    def result(self, context: Context, status: RequestStatus) -> Any:
+        """The slice's nodes, IP addresses and accelerator details (the task's XCom return value)."""
+        _, zone, qr_id = parse_queued_resource_name(status.name)
+        backend = self.backend(zone)
+        qr = backend.get(status.name)
+        if qr is None:
+            raise RequestCancelledError(f"{status.name} disappeared right after it became ACTIVE")
+        wait_s = status.timings.wait_seconds
+        nodes = [node_summary(n) for n in backend.nodes(qr)]
+        self.log.info(
+            "%s is ACTIVE after waiting %s: %d node(s) %s; it is billed until it is deleted",
+            status.name,
+            timedelta(seconds=round(wait_s or 0)),
+            len(nodes),
+            ", ".join(f"{n['node_id']} {n['ip_addresses']}" for n in nodes),
+        )
+        spec = qr.tpu.node_spec[0]
+        accelerator_type = spec.node.accelerator_type
+        slices = spec.multislice_params.node_count or 1
+        return {
+            "queued_resource": status.name,
+            "queued_resource_id": qr_id,
+            "project_id": backend.project_id,
+            "zone": zone,
+            "accelerator_type": accelerator_type,
+            "runtime_version": spec.node.runtime_version,
+            "chips": catalog.tpu_chips(accelerator_type) * slices,
+            "node_count": slices,
+            "nodes": nodes,
+            "ip_addresses": [ip for n in nodes for ip in n["ip_addresses"]],
+            "wait_seconds": wait_s,
+        }
+
+    def release_failed(self, status: RequestStatus, placement: Placement) -> None:
+        """Ended without (or after losing) capacity: delete it, so not even a FAILED record stays."""
+        self.log.info("Deleting %s (%s) so nothing is left behind", status.name, status.state)
+        self.backend(zone_of(status.name)).release(status.name)
+
+    def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
+        """The classified exception for a request that ended without an ACTIVE slice."""
+        message = status.outcome.message
+        zone = placement.location
+        detail = f" ({status.name}{': ' + message if message else ''})"
+        what = status.description.rsplit(" in ", 1)[0] if status.description else self.op.accelerator_type
+        if status.outcome.failure is FailureKind.CAPACITY_NOT_OBTAINED:
+            return CapacityNotObtainedError(
+                f"no TPU capacity within max wait {max_wait} in {zone} for {what}{detail}"
+            )
+        if status.outcome.failure is FailureKind.PREEMPTED:
+            return CapacityPreemptedError(f"the TPU slice {what} in {zone} was preempted{detail}")
+        if status.outcome.failure is FailureKind.BAD_REQUEST:
+            return BadRequestError(f"Cloud TPU refused the queued resource{detail}")
+        return RequestCancelledError(f"the queued resource was deleted before it became ACTIVE{detail}")
+
+
+# -- the release (DeleteTPUQueuedResourceOperator) -------------------------------------------------
+
+
+def _setup_of(op: DeleteTPUQueuedResourceOperator) -> CreateTPUQueuedResourceOperator | None:
+    from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
+
+    dag = getattr(op, "dag", None) if op.has_dag() else None
+    if dag is None or not op.setup_task_id or not dag.has_task(op.setup_task_id):
+        return None
+    task = dag.get_task(op.setup_task_id)
+    return task if isinstance(task, CreateTPUQueuedResourceOperator) else None
+
+
+def _targets(
+    op: DeleteTPUQueuedResourceOperator, context: Context
+) -> tuple[RequestIdentity | None, str | None, list[str], list[str]]:
+    """Whose submissions to release (the setup's identity, or a base id), where, and names
+    released whatever they are."""
+    from airflow_provider_dws.operators.checks import has_template
+
+    zones = [op.zone, *op.failover_zones]
+    if op.queued_resource_id:
+        return None, op.queued_resource_id, zones, []
+    setup = _setup_of(op)
+    if setup is not None:
+        home = setup.render_template(setup.zone, context) if has_template(setup.zone) else setup.zone
+        zones += [str(home), *(p.location for p in (setup.failover.placements if setup.failover else ()))]
+    else:
+        op.log.warning(
+            "Task %r is not a CreateTPUQueuedResourceOperator of this DAG: searching %s only",
+            op.setup_task_id,
+            ", ".join(zones),
+        )
+    exact: list[str] = []
+    # The setup pushes the name of the submission it waits on; it may be in any zone.
+    pushed = context["ti"].xcom_pull(task_ids=op.setup_task_id, key="queued_resource_name")
+    if isinstance(pushed, str) and pushed:
+        exact.append(pushed)
+        zones.append(zone_of(pushed))
+    return task_identity(context, task_id=op.setup_task_id), None, zones, exact
+
+
+def release_all(op: DeleteTPUQueuedResourceOperator, context: Context) -> dict[str, Any]:
+    """Delete every submission of the setup, in every zone it may have used, and wait until gone."""
+    identity, base, zones, exact = _targets(op, context)
+    project = op.resolve_project()
+    released: list[str] = []
+    states: list[str] = []
+    for zone in dict.fromkeys(zones):
+        backend = TpuQueuedResourceBackend(project, zone, op.gcp_conn_id, op.impersonation_chain)
+        if identity is not None:
+            # Every submission of the setup's task instance carries its identity label.
+            found = backend.find(identity)
+        else:
+            assert base is not None
+            found = [
+                status
+                for status in backend.find_by_prefix(base)
+                if status.name == backend.name_of(base) or is_attempt_of(status.name.rsplit("/", 1)[-1], base)
+            ]
+        names = {status.name for status in found}
+        for name in exact:
+            if name not in names and name.startswith(backend.parent + "/"):
+                status = backend.get_status(name)
+                found += [status] if status is not None else []
+        for status in found:
+            _persist_link(context, backend, status.name)
+            op.log.info(
+                "Releasing %s (%s)%s", status.name, status.state, " with its nodes" if op.force else ""
+            )
+            try:
+                backend.delete(status.name, force=op.force)
+            except _REFUSED as err:
+                raise BadRequestError(f"Cloud TPU refused to delete {status.name}: {err.message}") from None
+            op.log.info("%s is gone; the slice is no longer billed", status.name)
+            released.append(status.name)
+            states.append(status.state)
+    if not released:
+        op.log.info(
+            "No queued resource of %s in %s (never created, or already released): nothing to do",
+            f"task {op.setup_task_id!r}" if identity is not None else repr(base),
+            ", ".join(dict.fromkeys(zones)),
+        )
+    return {
+        "queued_resource": released[0] if released else None,
+        "released": released,
+        "deleted": bool(released),
+        "state_before": states[0] if states else None,
+    }

@@ -1,0 +1,180 @@
+"""Vertex AI custom jobs in the attempt loop: build the Flex Start job, find it, classify its end."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_dws import catalog
+from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend, parse_job_name
+from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
+from airflow_provider_dws.exceptions import (
+    BadRequestError,
+    CapacityNotObtainedError,
+    RequestCancelledError,
+    WorkloadFailedError,
+)
+from airflow_provider_dws.links.vertex_ai import VertexAIFlexStartJobLink
+from airflow_provider_dws.operators.vertex_pools import as_dict
+from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
+from airflow_provider_dws.scheduling.phases import FailureKind
+from airflow_provider_dws.scheduling.policies import Placement
+from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from google.cloud.aiplatform_v1 import CustomJob
+
+    from airflow_provider_dws.backends.base import RequestStatus
+    from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
+    from airflow_provider_dws.scheduling.identity import RequestIdentity
+
+_EXIT_CODE_RE = re.compile(r"non-zero status of (-?\d+)")
+
+
+class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator", VertexCustomJobBackend]):
+    """A Flex Start ``CustomJob`` per attempt; the wait ends when the job ends."""
+
+    target = "end"
+    op: CreateVertexAIFlexStartJobOperator
+
+    def backend(self, location: str | None = None) -> VertexCustomJobBackend:
+        """The Vertex AI backend of ``location`` (default: the operator's region)."""
+        return self.cached_backend(VertexCustomJobBackend, location or self.op.region)
+
+    def location_of(self, name: str) -> str:
+        """The region of ``projects/P/locations/R/customJobs/ID``."""
+        return parse_job_name(name)[0]
+
+    def build(
+        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
+    ) -> CustomJob:
+        """The ``CustomJob`` to submit: the user's spec plus Flex Start scheduling and identity labels.
+
+        A failover ``placement`` may swap the machine and accelerator type of every pool;
+        ``max_wait`` is the effective wait decided by the scheduling core (default: ``max_wait``).
+        """
+        from google.cloud.aiplatform_v1 import (
+            AcceleratorType,
+            CustomJob,
+            CustomJobSpec,
+            Scheduling,
+            WorkerPoolSpec,
+        )
+
+        op = self.op
+        if op.custom_job is not None:
+            job = CustomJob(as_dict(op.custom_job, "custom_job"))
+        else:
+            pools = [WorkerPoolSpec(as_dict(p, "worker_pool_specs")) for p in op.worker_pool_specs or []]
+            job = CustomJob(job_spec=CustomJobSpec(worker_pool_specs=pools))
+        job.display_name = op.display_name or job.display_name or identity.display_name()
+        spec = job.job_spec
+        spec.scheduling = Scheduling(
+            strategy=Scheduling.Strategy.FLEX_START,
+            max_wait_duration=max_wait or op.max_wait,
+            timeout=op.max_run,
+            restart_job_on_worker_restart=spec.scheduling.restart_job_on_worker_restart,
+            disable_retries=spec.scheduling.disable_retries,
+        )
+        if op.service_account:
+            spec.service_account = op.service_account
+        if op.network:
+            spec.network = op.network
+        if op.base_output_directory:
+            spec.base_output_directory.output_uri_prefix = op.base_output_directory
+        if placement is not None:
+            machine = catalog.GPU_MACHINES.get(placement.machine_type or "")
+            for pool in spec.worker_pool_specs:
+                if placement.machine_type:
+                    pool.machine_spec.machine_type = placement.machine_type
+                if machine is not None and pool.machine_spec.accelerator_count:
+                    # Another machine type comes with its own number of GPUs.
+                    pool.machine_spec.accelerator_count = machine.accelerator_count
+                if placement.accelerator_type:
+                    pool.machine_spec.accelerator_type = AcceleratorType.__members__[
+                        placement.accelerator_type
+                    ]
+        labels = dict(job.labels)
+        labels.update(op.labels or {})
+        labels.update(identity.labels())
+        job.labels = labels
+        return job
+
+    def find(self, context: Context, identity: RequestIdentity) -> Found | None:
+        """Any live or succeeded job of this task instance, in any region it may have used."""
+        regions: dict[str, Placement] = {}
+        for placement in self.op.placements():
+            regions.setdefault(placement.location, placement)
+        jobs: dict[str, RequestStatus] = {}
+        for region in regions:
+            jobs.update({job.name: job for job in self.backend(region).find(identity)})
+        candidates = [Candidate(name, job.phase, job.timings.submitted) for name, job in jobs.items()]
+        decision = choose_existing(candidates)
+        self.log.info("Identity %s: %s", identity.key, decision.reason)
+        if decision.name is None:
+            return None
+        job = jobs[decision.name]
+        region = self.location_of(job.name)
+        self._remember(context, job)
+        return Found(
+            job, regions.get(region, Placement(location=region)), int(job.details.get("attempt") or 1)
+        )
+
+    def _remember(self, context: Context, job: RequestStatus) -> None:
+        region, job_id = parse_job_name(job.name)
+        context["ti"].xcom_push(key="job_name", value=job.name)
+        url = VertexAIFlexStartJobLink.persist(context, self.op.resolve_project(), region, job_id)
+        self.log.info("Console: %s", url)
+
+    def submit(
+        self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
+    ) -> RequestStatus:
+        """Create the job of this attempt in the placement's region (or adopt the one a lost reply made)."""
+        try:
+            job, created = self.backend(placement.location).submit(
+                self.build(identity, placement, max_wait), identity
+            )
+        except PermissionDeniedApiError as err:
+            raise BadRequestError(f"permission denied creating the job: {err.message}") from None
+        except InvalidRequestError as err:
+            raise BadRequestError(f"Vertex AI refused the job: {err.message}") from None
+        self.log.info(
+            "%s Flex Start job %s (attempt %d, %s); it may wait up to %s for capacity and run up to %s",
+            "Submitted" if created else "Adopted",
+            job.name,
+            identity.attempt,
+            job.description,
+            max_wait,
+            self.op.max_run,
+        )
+        self._remember(context, job)
+        return job
+
+    def result(self, context: Context, status: RequestStatus) -> Any:
+        """The succeeded ``CustomJob`` as a dict."""
+        from google.cloud.aiplatform_v1 import CustomJob
+
+        job = self.backend(self.location_of(status.name)).get(status.name)
+        return dict(CustomJob.to_dict(job, use_integers_for_enums=False, preserving_proto_field_name=True))
+
+    def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
+        """The classified exception for a job that ended without success."""
+        message = status.outcome.message
+        region = status.details.get("region") or placement.location
+        if status.outcome.failure is FailureKind.CAPACITY_NOT_OBTAINED:
+            what = status.description.rsplit(" in ", 1)[0] if status.description else "the requested GPUs"
+            return CapacityNotObtainedError(
+                f"no capacity within max wait {max_wait} in {region} for {what} "
+                f"(job {status.name}{': ' + message if message else ''})"
+            )
+        if status.outcome.failure is FailureKind.WORKLOAD_FAILED:
+            match = _EXIT_CODE_RE.search(message)
+            reason = f"exit code {match.group(1)}" if match else (message or status.state)
+            return WorkloadFailedError(f"workload failed: {reason} (job {status.name}: {message})")
+        if status.outcome.failure is FailureKind.BAD_REQUEST:
+            return BadRequestError(f"Vertex AI refused the job {status.name}: {message}")
+        return RequestCancelledError(
+            f"job {status.name} was cancelled before it finished{': ' + message if message else ''}"
+        )

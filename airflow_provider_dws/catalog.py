@@ -19,6 +19,37 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from airflow_provider_dws.facts import (
+    FLEX_START_GPUS,
+    GPU_MACHINE_ROWS,
+    MAX_SLICES,
+    QUEUED_RESOURCE_ID_PATTERN,
+    REGION_PATTERN,
+    TPU_FAMILY_ROWS,
+    ZONE_PATTERN,
+)
+
+__all__ = [
+    "CHIPS_PER_HOST",
+    "FLEX_START_GPUS",
+    "GPU_MACHINES",
+    "MAX_SLICES",
+    "QUEUED_RESOURCE_ID_PATTERN",
+    "REGION_RE",
+    "TPU_FAMILIES",
+    "VERTEX_ACCELERATOR_TYPES",
+    "ZONE_RE",
+    "GpuMachine",
+    "TpuFamily",
+    "TpuShape",
+    "gpu_machine_error",
+    "machines_for",
+    "split_tpu_type",
+    "tpu_chips",
+    "tpu_shape",
+    "tpu_type_examples",
+]
+
 # -- Cloud TPU ---------------------------------------------------------------------------------
 
 
@@ -48,23 +79,12 @@ class TpuFamily(NamedTuple):
         return listed
 
 
-_CHIPS_2D = frozenset({1, 4, 8, 16, 32, 64, 128, 256})
-
 TPU_FAMILIES: dict[str, TpuFamily] = {
-    family.name: family
-    for family in (
-        TpuFamily("v2", 2, frozenset({8, 32, 128, 256, 512})),
-        TpuFamily("v3", 2, frozenset({8, 32, 64, 128, 256, 512, 1024, 2048})),
-        TpuFamily("v4", 2, frozenset({8, 16, 32, 64}), cube_cores=128, max_size=8192),
-        TpuFamily("v5p", 2, frozenset({8, 16, 32, 64}), cube_cores=128, max_size=12288),
-        TpuFamily("v5litepod", 1, _CHIPS_2D, single_host_chips=8),
-        TpuFamily("v6e", 1, _CHIPS_2D, single_host_chips=8),
-    )
+    name: TpuFamily(name, cores, frozenset(sizes), cube, top, single)
+    for name, (cores, sizes, cube, top, single) in TPU_FAMILY_ROWS.items()
 }
 #: Chips of one TPU VM in a multi-host slice (one network endpoint each).
 CHIPS_PER_HOST = 4
-#: Slices in one multislice request.
-MAX_SLICES = 256
 TPU_TYPE_RE = re.compile(r"^(?P<family>[a-z0-9]+)-(?P<size>0|[1-9][0-9]*)$")
 
 
@@ -147,20 +167,6 @@ VERTEX_ACCELERATOR_TYPES: dict[str, int] = {
     "NVIDIA_RTX_PRO_6000": 18,
 }
 
-#: GPU types Dynamic Workload Scheduler Flex Start accepts for Vertex AI training.
-FLEX_START_GPUS = frozenset(
-    {
-        "NVIDIA_L4",
-        "NVIDIA_TESLA_A100",
-        "NVIDIA_A100_80GB",
-        "NVIDIA_H100_80GB",
-        "NVIDIA_H100_MEGA_80GB",
-        "NVIDIA_H200_141GB",
-        "NVIDIA_B200",
-        "NVIDIA_GB200",
-    }
-)
-
 
 class GpuMachine(NamedTuple):
     """An accelerator-optimized machine type and the GPUs it always comes with."""
@@ -175,49 +181,9 @@ class GpuMachine(NamedTuple):
         return self.machine_type.rsplit("-", 1)[0]
 
 
-def _machines(accelerator: str, counts: dict[str, int]) -> list[GpuMachine]:
-    return [GpuMachine(machine, accelerator, count) for machine, count in counts.items()]
-
-
 GPU_MACHINES: dict[str, GpuMachine] = {
-    m.machine_type: m
-    for m in (
-        *_machines("NVIDIA_GB200", {"a4x-highgpu-4g": 4}),
-        *_machines("NVIDIA_B200", {"a4-highgpu-8g": 8}),
-        *_machines("NVIDIA_H200_141GB", {"a3-ultragpu-8g": 8}),
-        *_machines("NVIDIA_H100_MEGA_80GB", {"a3-megagpu-8g": 8}),
-        *_machines(
-            "NVIDIA_H100_80GB",
-            {"a3-highgpu-1g": 1, "a3-highgpu-2g": 2, "a3-highgpu-4g": 4, "a3-highgpu-8g": 8},
-        ),
-        *_machines(
-            "NVIDIA_A100_80GB",
-            {"a2-ultragpu-1g": 1, "a2-ultragpu-2g": 2, "a2-ultragpu-4g": 4, "a2-ultragpu-8g": 8},
-        ),
-        *_machines(
-            "NVIDIA_TESLA_A100",
-            {
-                "a2-highgpu-1g": 1,
-                "a2-highgpu-2g": 2,
-                "a2-highgpu-4g": 4,
-                "a2-highgpu-8g": 8,
-                "a2-megagpu-16g": 16,
-            },
-        ),
-        *_machines(
-            "NVIDIA_L4",
-            {
-                "g2-standard-4": 1,
-                "g2-standard-8": 1,
-                "g2-standard-12": 1,
-                "g2-standard-16": 1,
-                "g2-standard-24": 2,
-                "g2-standard-32": 1,
-                "g2-standard-48": 4,
-                "g2-standard-96": 8,
-            },
-        ),
-    )
+    machine: GpuMachine(machine, accelerator, count)
+    for machine, (accelerator, count) in GPU_MACHINE_ROWS.items()
 }
 _SERIES = frozenset(m.series for m in GPU_MACHINES.values())
 
@@ -251,10 +217,5 @@ def machines_for(accelerator_type: str) -> list[str]:
 
 # -- locations ---------------------------------------------------------------------------------
 
-#: A Google Cloud region (``us-central1``, ``europe-west4``, ``northamerica-northeast1``).
-REGION_RE = re.compile(r"^[a-z]+(?:-[a-z]+)+[0-9]+$")
-#: A Google Cloud zone: a region and a zone letter (``us-west4-a``).
-ZONE_RE = re.compile(r"^[a-z]+(?:-[a-z]+)+[0-9]+-[a-z]$")
-#: A Cloud TPU queued resource (and node) id: a lowercase letter, then up to 62 lowercase letters,
-#: digits and '-', not ending with '-'.
-QUEUED_RESOURCE_ID_PATTERN = r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?"
+REGION_RE = re.compile(f"^{REGION_PATTERN}$")
+ZONE_RE = re.compile(f"^{ZONE_PATTERN}$")

@@ -55,7 +55,7 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "extra-links": [
-            "airflow_provider_dws.links.vertex_ai.VertexAIFlexStartJobLink",
-            "airflow_provider_dws.links.tpu.TPUQueuedResourceLink",
+            "airflow_provider_dws.links.VertexAIFlexStartJobLink",
+            "airflow_provider_dws.links.TPUQueuedResourceLink",
         ],
     }

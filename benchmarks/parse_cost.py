@@ -220,9 +220,14 @@ def parent(files: list[str], repeat: int, warmup: int) -> dict[str, list[float]]
     each file gets a forked processor that pre-imports its modules and forks the measured
     children. Rounds go over all files in turn, so load from elsewhere spreads over every row.
     """
+    import gc
+
     import airflow.dag_processing.processor
     import airflow.sdk  # noqa: F401
 
+    # What DagFileProcessorManager.before_run does before its parsing loop ("to prevent COW in
+    # forked process parsing dag file"): the children's collections skip these objects.
+    gc.freeze()
     processors = []
     for path in files:
         command_read, command_write = os.pipe()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_dws import facts
 from airflow_provider_dws.operators.checks import Check, flag, matches, non_empty_str, run_checks
 
 if TYPE_CHECKING:
@@ -14,7 +16,6 @@ if TYPE_CHECKING:
 
     from airflow_provider_dws.scheduling.identity import RequestIdentity
 
-MAX_LABELS = 64
 POLL_INTERVAL_MAX = 3600.0
 #: Patterns, compiled by ``re``'s cache on first use (only for the parameters a DAG gives).
 PROJECT_PATTERN = r"(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]"
@@ -36,43 +37,20 @@ def _is_chain(chain: Any) -> bool:
     return isinstance(chain, (list, tuple)) and bool(chain) and all(isinstance(c, str) and c for c in chain)
 
 
-def _check_labels(op: Any, labels: Any, is_unrendered: Callable[[Any], bool]) -> None:
-    if is_unrendered(labels):
-        return
-    if not isinstance(labels, Mapping):
-        raise op._param_error(f"labels must be a dict of strings, got {type(labels).__name__}")
-    # The identity module (label rules) loads only for a DAG file that gives labels.
-    from airflow_provider_dws.scheduling.identity import (
-        RESERVED_LABEL_KEYS,
-        is_valid_label_key,
-        is_valid_label_value,
+def _labels_ok(labels: Any) -> bool:
+    """Quick: a dict of valid label strings, none of the provider's ``dws_`` keys, room for identity."""
+    return (
+        type(labels) is dict
+        and len(labels) <= facts.MAX_LABELS - facts.IDENTITY_LABELS
+        and all(
+            type(key) is str
+            and type(value) is str
+            and not key.startswith("dws_")
+            and re.fullmatch(facts.LABEL_KEY_PATTERN, key) is not None
+            and re.fullmatch(facts.LABEL_VALUE_PATTERN, value) is not None
+            for key, value in labels.items()
+        )
     )
-
-    reserved = sorted(set(labels) & RESERVED_LABEL_KEYS)
-    if reserved:
-        raise op._param_error(
-            f"labels {reserved} are reserved: the provider writes the task's identity under the "
-            "'dws_' keys to find its requests again"
-        )
-    if len(labels) + len(RESERVED_LABEL_KEYS) > MAX_LABELS:
-        raise op._param_error(
-            f"labels can have at most {MAX_LABELS - len(RESERVED_LABEL_KEYS)} entries "
-            f"({len(RESERVED_LABEL_KEYS)} of the API's {MAX_LABELS} are used for identity), "
-            f"got {len(labels)}"
-        )
-    for key, value in labels.items():
-        if is_unrendered(key) or is_unrendered(value):
-            continue
-        if not isinstance(key, str) or not is_valid_label_key(key):
-            raise op._param_error(
-                f"label key {key!r} is invalid: it must start with a lowercase letter and use only "
-                "lowercase letters, digits, '_' and '-', at most 63 characters"
-            )
-        if not isinstance(value, str) or not is_valid_label_value(value):
-            raise op._param_error(
-                f"label value {value!r} (key {key!r}) is invalid: only lowercase letters, digits, '_' "
-                "and '-', at most 63 characters"
-            )
 
 
 #: Checks of what every DWS operator has (connection, project, identity to run as).
@@ -96,7 +74,11 @@ CONNECTION_CHECKS = (
 )
 #: Checks of what every operator that waits on a request has.
 WAIT_CHECKS = (
-    Check("poll_interval", validate=_check_poll_interval),
+    Check(
+        "poll_interval",
+        lambda v: type(v) in (int, float) and 0 < v <= POLL_INTERVAL_MAX,
+        explain=_check_poll_interval,
+    ),
     flag("deferrable"),
     flag("cancel_on_kill"),
     Check(
@@ -106,7 +88,13 @@ WAIT_CHECKS = (
         templated=True,
         optional=True,
     ),
-    Check("labels", templated=True, optional=True, validate=_check_labels),
+    Check(
+        "labels",
+        _labels_ok,
+        templated=True,
+        optional=True,
+        explain="airflow_provider_dws.operators.labels:check_labels",
+    ),
 )
 
 

@@ -1,21 +1,23 @@
 """Parameter checks as data: one table per operator, run by one loop at parse time and after rendering.
 
-Each :class:`Check` names a parameter, says whether it is templated, and either gives a predicate
-with the message of what the value must be, or a ``validate`` function for a structured value
-(labels, worker pools) that raises on its own. :func:`run_checks` runs a table before rendering
-(every parameter; a templated value that still holds Jinja is skipped) and after rendering (only
-the templated ones, now rendered).
+Each :class:`Check` names a parameter, says whether it is templated, and gives a predicate ``ok``
+with the message of what the value must be. A structured value (labels, worker pools) has a quick
+``ok`` that is true only for values needing no closer look, and an ``explain`` function (named as
+``"module:function"``, imported only when ``ok`` is false) that finds what is wrong and raises with
+a precise message, or accepts what the quick test could not judge (templates, unknown machine
+types). So a DAG file whose parameters are right loads only the quick tests; a test keeps the two
+in agreement. :func:`run_checks` runs a table before rendering (every parameter; a templated value
+that still holds Jinja is skipped) and after rendering (only the templated ones, now rendered, and
+always through ``explain``).
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
-
-
-class _Checked(Protocol):
-    def _param_error(self, message: str) -> ValueError: ...
+from datetime import timedelta
+from typing import Any
 
 
 def is_template(value: Any) -> bool:
@@ -39,48 +41,74 @@ def has_template(value: Any) -> bool:
 Validator = Callable[[Any, Any, Callable[[Any], bool]], None]
 
 
-class Check(NamedTuple):
-    """The rule for one parameter."""
+class Check:
+    """The rule for one parameter (see the module's docstring)."""
 
-    name: str
-    ok: Callable[[Any], bool] | None = None
-    message: str = ""  # what the value must be: "must be a Cloud TPU zone such as 'us-west4-a'"
-    templated: bool = False
-    optional: bool = False  # None is allowed (the parameter is not set)
-    validate: Validator | None = None
+    __slots__ = ("explain", "message", "name", "ok", "optional", "templated")
 
-    def run(self, op: _Checked, *, rendered: bool) -> None:
+    def __init__(
+        self,
+        name: str,
+        ok: Callable[[Any], bool] | None = None,
+        message: str = "",
+        templated: bool = False,
+        optional: bool = False,
+        explain: str | Validator | None = None,
+    ) -> None:
+        self.name = name
+        self.ok = ok
+        self.message = message  # what the value must be: "must be a Cloud TPU zone such as 'us-west4-a'"
+        self.templated = templated
+        self.optional = optional  # None is allowed (the parameter is not set)
+        self.explain = explain
+
+    def run(self, op: Any, *, rendered: bool) -> None:
         """Check the operator's value of this parameter (see :func:`run_checks`)."""
         value = getattr(op, self.name)
         if self.optional and value is None:
             return
+        if self.ok is not None and self.ok(value) and not (rendered and self.explain):
+            return
+        unrendered = self.templated and not rendered
 
         def is_unrendered(part: Any) -> bool:
-            return self.templated and not rendered and has_template(part)
+            return unrendered and has_template(part)
 
-        if self.validate is not None:
-            self.validate(op, value, is_unrendered)
-            return
-        if is_unrendered(value):
-            return
-        if self.ok is not None and not self.ok(value):
+        explain = self.explain
+        if explain is not None:
+            if isinstance(explain, str):
+                module, _, function = explain.partition(":")
+                explain = getattr(importlib.import_module(module), function)
+            explain(op, value, is_unrendered)
+        elif not is_unrendered(value):
             raise op._param_error(f"{self.name} {self.message}, got {value!r}")
 
 
-def run_checks(op: _Checked, checks: Sequence[Check], *, rendered: bool) -> None:
+def run_checks(op: Any, checks: Sequence[Check], *, rendered: bool) -> None:
     """Before rendering (``rendered=False``) every check; after it, only the templated ones."""
     for check in checks:
-        if rendered and not check.templated:
-            continue
-        check.run(op, rendered=rendered)
+        if check.templated or not rendered:
+            check.run(op, rendered=rendered)
+
+
+def duration(op: Any, name: str, value: Any, limit: timedelta) -> timedelta:
+    """``value`` (a ``timedelta`` or seconds) as a whole-second duration in (0, ``limit``]."""
+    if type(value) is timedelta and not value.microseconds and timedelta(0) < value <= limit:
+        return value
+    from airflow_provider_dws.scheduling._time import check_duration
+
+    try:
+        return check_duration(name, value, limit)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise op._param_error(str(err)) from None
 
 
 # -- predicates --------------------------------------------------------------------------------
 
 
-def matches(pattern: re.Pattern[str] | str) -> Callable[[Any], bool]:
-    """A string matching ``pattern`` in full (a string pattern is compiled on first use)."""
-    return lambda value: isinstance(value, str) and bool(re.fullmatch(pattern, value))
+def matches(pattern: str | re.Pattern[str]) -> Callable[[Any], bool]:
+    """A string matching ``pattern`` in full (``re`` compiles and caches it on first use)."""
+    return lambda value: isinstance(value, str) and re.fullmatch(pattern, value) is not None
 
 
 def is_bool(value: Any) -> bool:

@@ -56,57 +56,10 @@ class DwsRequestOperator(DwsBaseOperator):
         self.window = self.deadline = self.capacity_retry = self.failover = None
         if window is None and deadline is None and capacity_retry is None and failover is None:
             return
-        # The policy classes load only for a DAG file that gives a policy.
-        from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
+        # The policy classes (and their checks) load only for a DAG file that gives a policy.
+        from airflow_provider_dws.operators.policy_params import set_policies
 
-        window_types: tuple[type, ...] = ()
-        if window is not None:
-            # The window classes (and their cron parser) load only for a DAG that gives a window.
-            from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet, parse_window
-
-            window_types = (OffPeakWindow, WindowSet)
-        try:
-            if isinstance(window, str):
-                window = parse_window(window)
-            if isinstance(deadline, timedelta):
-                deadline = Deadline(after_data_interval_end=deadline)
-            elif isinstance(deadline, datetime):
-                deadline = Deadline(at=deadline)
-            if isinstance(capacity_retry, int) and not isinstance(capacity_retry, bool):
-                if capacity_retry < 0:
-                    raise ValueError(f"capacity_retry must be a number of retries >= 0, got {capacity_retry}")
-                capacity_retry = CapacityRetry(attempts=capacity_retry + 1)
-            if failover is not None and not isinstance(failover, Failover):
-                if isinstance(failover, (str, Placement)):
-                    failover = [failover]
-                failover = Failover(placements=tuple(failover))
-        except (TypeError, ValueError) as err:
-            raise self._param_error(str(err)) from None
-        for name, value, types in (
-            ("window", window, window_types),
-            ("deadline", deadline, (Deadline,)),
-            ("capacity_retry", capacity_retry, (CapacityRetry,)),
-            ("failover", failover, (Failover,)),
-        ):
-            if value is not None and not isinstance(value, types):
-                allowed = " or ".join(t.__name__ for t in types)
-                article = "an" if allowed[0] in "AEIOU" else "a"
-                raise self._param_error(
-                    f"{name} must be {article} {allowed} (or None), got {type(value).__name__}"
-                )
-        self.window = window  # type: ignore[assignment]
-        self.deadline = deadline  # type: ignore[assignment]
-        self.capacity_retry = capacity_retry  # type: ignore[assignment]
-        self.failover = failover  # type: ignore[assignment]
-        if self.failover is not None:
-            for placement in self.failover.placements:
-                self.check_placement(placement)
-            if self.capacity_retry is None or self.capacity_retry.attempts < 2:
-                # Failover happens on a retry: without one the placements would never be tried.
-                raise self._param_error(
-                    f"failover ({self.failover}) needs capacity_retry with at least 2 attempts, "
-                    f"got {self.capacity_retry or 'no capacity_retry'}"
-                )
+        set_policies(self, window, deadline, capacity_retry, failover)
 
     def check_placement(self, placement: Placement) -> None:
         """Subclasses refuse placements their API cannot use (raise ``self._param_error(...)``)."""

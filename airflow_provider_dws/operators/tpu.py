@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
-from airflow.exceptions import AirflowProviderDeprecationWarning
 
-from airflow_provider_dws import catalog
-from airflow_provider_dws.links.tpu import TPUQueuedResourceLink
+from airflow_provider_dws import facts
+from airflow_provider_dws.facts import DEFAULT_MAX_WAIT, MAX_WAIT_LIMIT
+from airflow_provider_dws.links import TPUQueuedResourceLink
 from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS
-from airflow_provider_dws.operators.checks import Check, flag, int_in, matches, non_empty_str
+from airflow_provider_dws.operators.checks import Check, duration, flag, int_in, matches, non_empty_str
 from airflow_provider_dws.operators.request import DwsRequestOperator
 from airflow_provider_dws.operators.tpu_release import (
     QUEUED_RESOURCE_ID_CHECK,
     ZONE_CHECK,
     DeleteTPUQueuedResourceOperator,
 )
-from airflow_provider_dws.scheduling.budget import DEFAULT_MAX_WAIT, MAX_WAIT_LIMIT, check_duration
 
-__all__ = ["CreateTPUQueuedResourceOperator", "DeleteTPUQueuedResourceOperator", "TPUQueuedResourceOperator"]
+__all__ = ["CreateTPUQueuedResourceOperator", "DeleteTPUQueuedResourceOperator"]
 
 if TYPE_CHECKING:
     from google.cloud.tpu_v2 import QueuedResource
@@ -33,14 +31,16 @@ if TYPE_CHECKING:
     from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
     from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
 
-MAX_SLICES = catalog.MAX_SLICES
+MAX_SLICES = facts.MAX_SLICES
 _RESERVATION = r"projects/[^/\s]+/locations/[^/\s]+/reservations/[^/\s]+"
 
 
 def check_accelerator(op: Any, value: Any, is_unrendered: Any = lambda _: False) -> None:
-    """A TPU type and a slice size Cloud TPU offers (the catalog's table)."""
+    """Say why ``value`` is not a TPU type and slice size Cloud TPU offers (the catalog's table)."""
     if is_unrendered(value):
         return
+    from airflow_provider_dws import catalog
+
     split = catalog.split_tpu_type(value)
     if split is None:
         raise op._param_error(
@@ -123,7 +123,7 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
         *CONNECTION_CHECKS,
         *WAIT_CHECKS,
         ZONE_CHECK,
-        Check("accelerator_type", templated=True, validate=check_accelerator),
+        Check("accelerator_type", facts.tpu_type_offered, templated=True, explain=check_accelerator),
         Check(
             "runtime_version",
             non_empty_str,
@@ -196,13 +196,10 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
         self.poll_interval = poll_interval
         self.deferrable = deferrable
         self.cancel_on_kill = cancel_on_kill
-        try:
-            self.max_wait = check_duration("max_wait", max_wait, MAX_WAIT_LIMIT)
-            self.valid_after = (
-                None if valid_after is None else check_duration("valid_after", valid_after, MAX_WAIT_LIMIT)
-            )
-        except (TypeError, ValueError, OverflowError) as err:
-            raise self._param_error(str(err)) from None
+        self.max_wait = duration(self, "max_wait", max_wait, MAX_WAIT_LIMIT)
+        self.valid_after = (
+            None if valid_after is None else duration(self, "valid_after", valid_after, MAX_WAIT_LIMIT)
+        )
         self.check_parameters(rendered=False)
         self._check_tier()
         self.init_policies(window, deadline, capacity_retry, failover)
@@ -264,13 +261,10 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
         return self.adapter().backend(zone)
 
 
-class TPUQueuedResourceOperator(CreateTPUQueuedResourceOperator):
-    """Deprecated: the earlier name of :class:`CreateTPUQueuedResourceOperator` (same parameters)."""
+def __getattr__(name: str) -> Any:
+    # The deprecated name loads (and warns) only for a DAG file that still uses it.
+    if name == "TPUQueuedResourceOperator":
+        from airflow_provider_dws.operators import deprecated
 
-    def __init__(self, **kwargs: Any) -> None:
-        warnings.warn(
-            "TPUQueuedResourceOperator is renamed CreateTPUQueuedResourceOperator; the old name will be removed",
-            AirflowProviderDeprecationWarning,
-            stacklevel=2,
-        )
-        super().__init__(**kwargs)
+        return deprecated.TPUQueuedResourceOperator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

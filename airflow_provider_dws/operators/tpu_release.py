@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dws import catalog
-from airflow_provider_dws.links.tpu import TPUQueuedResourceLink
+from airflow_provider_dws import facts
+from airflow_provider_dws.links import TPUQueuedResourceLink
 from airflow_provider_dws.operators.base import CONNECTION_CHECKS, DwsBaseOperator
 from airflow_provider_dws.operators.checks import Check, flag, matches, non_empty_str
 
@@ -15,11 +16,11 @@ if TYPE_CHECKING:
 
 
 ZONE_CHECK = Check(
-    "zone", matches(catalog.ZONE_RE), "must be a Cloud TPU zone such as 'us-west4-a'", templated=True
+    "zone", matches(facts.ZONE_PATTERN), "must be a Cloud TPU zone such as 'us-west4-a'", templated=True
 )
 QUEUED_RESOURCE_ID_CHECK = Check(
     "queued_resource_id",
-    matches(catalog.QUEUED_RESOURCE_ID_PATTERN),
+    matches(facts.QUEUED_RESOURCE_ID_PATTERN),
     "must start with a lowercase letter, use only lowercase letters, digits and '-', not end with "
     "'-', and have at most 63 characters",
     templated=True,
@@ -69,7 +70,7 @@ class DeleteTPUQueuedResourceOperator(DwsBaseOperator):
             lambda zones: (
                 not isinstance(zones, str)
                 and isinstance(zones, Sequence)
-                and all(isinstance(z, str) and catalog.ZONE_RE.fullmatch(z) for z in zones)
+                and all(isinstance(z, str) and re.fullmatch(facts.ZONE_PATTERN, z) for z in zones)
             ),
             "must be a list of Cloud TPU zones such as 'us-west4-a'",
         ),

@@ -2,34 +2,34 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
-from airflow.exceptions import AirflowProviderDeprecationWarning
 
-from airflow_provider_dws import catalog
-from airflow_provider_dws.links.vertex_ai import VertexAIFlexStartJobLink
-from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS
-from airflow_provider_dws.operators.checks import Check, matches, str_len_in
-from airflow_provider_dws.operators.request import DwsRequestOperator
-from airflow_provider_dws.operators.vertex_pools import (
-    FLEX_START_ACCELERATORS,
-    WORKER_POOL_FIELDS,
-    check_custom_job,
-    check_pools,
-    normalize_pool,
+from airflow_provider_dws import facts
+from airflow_provider_dws.facts import (
+    DEFAULT_MAX_RUN,
+    DEFAULT_MAX_WAIT,
+    MAX_RUN_LIMIT,
+    MAX_WAIT_LIMIT,
 )
-from airflow_provider_dws.scheduling.budget import DEFAULT_MAX_RUN, DEFAULT_MAX_WAIT, WaitBudget
+from airflow_provider_dws.links import VertexAIFlexStartJobLink
+from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS
+from airflow_provider_dws.operators.checks import Check, duration, matches, str_len_in
+from airflow_provider_dws.operators.request import DwsRequestOperator
 
 __all__ = [
     "FLEX_START_ACCELERATORS",
     "WORKER_POOL_FIELDS",
     "CreateVertexAIFlexStartJobOperator",
-    "FlexStartCustomJobOperator",
 ]
+
+#: GPU types Dynamic Workload Scheduler Flex Start accepts for Vertex AI training.
+FLEX_START_ACCELERATORS = facts.FLEX_START_GPUS
+#: The fields of a Vertex AI ``WorkerPoolSpec``.
+WORKER_POOL_FIELDS = facts.WORKER_POOL_FIELDS
 
 if TYPE_CHECKING:
     from google.cloud.aiplatform_v1 import CustomJob, WorkerPoolSpec
@@ -43,6 +43,41 @@ if TYPE_CHECKING:
 #: Patterns, compiled by ``re``'s cache on first use (only for the parameters a DAG gives).
 _NETWORK = r"projects/[^/\s]+/global/networks/[^/\s]+"
 _GCS_URI = r"gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/.*)?"
+_POOLS = "airflow_provider_dws.operators.vertex_pools:"
+
+
+def _pools_ok(pools: Any) -> bool:
+    """Quick: dict pools on one known GPU machine with its own GPUs, replicas in range, an image.
+
+    Anything else (messages, templates in the machine spec, an unknown machine type, an error)
+    goes to :mod:`.vertex_pools`, which says what is wrong or accepts what this cannot judge.
+    """
+    if type(pools) is not list or not pools:
+        return False
+    machine = None
+    for index, pool in enumerate(pools):
+        if type(pool) is not dict or not pool.keys() <= WORKER_POOL_FIELDS:
+            return False
+        if not pool and index:
+            continue  # an empty pool: "no replicas of this kind"
+        spec = pool.get("machine_spec")
+        if type(spec) is not dict:
+            return False
+        spec = {k: v for k, v in spec.items() if k != "reservation_affinity"}
+        if machine is not None and spec != machine:
+            return False
+        machine = spec
+        replicas = pool.get("replica_count", 0 if index else 1)
+        container = pool.get("container_spec")
+        if type(replicas) is not int or not (0 if index else 1) <= replicas <= 1000:
+            return False
+        if not (type(container) is dict and container.get("image_uri")) and not (
+            container is None and pool.get("python_package_spec")
+        ):
+            return False
+    return machine is not None and facts.gpu_machine_matches(
+        machine.get("machine_type"), machine.get("accelerator_type"), machine.get("accelerator_count")
+    )
 
 
 class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
@@ -115,7 +150,7 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         *WAIT_CHECKS,
         Check(
             "region",
-            matches(catalog.REGION_RE),
+            matches(facts.REGION_PATTERN),
             "must be a Vertex AI region such as 'us-central1'",
             templated=True,
         ),
@@ -144,13 +179,14 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
             "worker_pool_specs",
             templated=True,
             optional=True,
-            validate=lambda op, pools, unrendered: check_pools(op, pools, "worker_pool_specs", unrendered),
+            ok=_pools_ok,
+            explain=_POOLS + "check_worker_pool_specs",
         ),
         Check(
             "custom_job",
             templated=True,
             optional=True,
-            validate=check_custom_job,
+            explain=_POOLS + "check_custom_job",
         ),
     )
     _rendered = False
@@ -186,9 +222,8 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         self.display_name = display_name
         self.worker_pool_specs = worker_pool_specs
         self.custom_job = custom_job
-        self.budget = self._budget(max_wait, max_run)
-        self.max_wait = self.budget.max_wait
-        self.max_run = self.budget.max_run
+        self.max_wait = duration(self, "max_wait", max_wait, MAX_WAIT_LIMIT)
+        self.max_run = duration(self, "max_run", max_run, MAX_RUN_LIMIT)
         self.labels = labels
         self.service_account = service_account
         self.network = network
@@ -204,12 +239,6 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         self.init_policies(window, deadline, capacity_retry, failover)
 
     # -- validation ----------------------------------------------------------------------------
-
-    def _budget(self, max_wait: Any, max_run: Any) -> WaitBudget:
-        try:
-            return WaitBudget(max_wait=max_wait, max_run=max_run)
-        except (TypeError, ValueError, OverflowError) as err:
-            raise self._param_error(str(err)) from None
 
     def check_parameters(self, *, rendered: bool) -> None:
         """Run :attr:`CHECKS`; after rendering, the worker pools are also built as messages."""
@@ -230,6 +259,9 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
 
     def prepare_for_execution_checks(self) -> None:
         """Rendered worker pools get their integer fields back (Jinja renders numbers as text)."""
+
+        from airflow_provider_dws.operators.vertex_pools import normalize_pool
+
         if self.worker_pool_specs is not None:
             self.worker_pool_specs = [normalize_pool(p) for p in self.worker_pool_specs]
 
@@ -249,13 +281,10 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         return self.adapter().backend(region)
 
 
-class FlexStartCustomJobOperator(CreateVertexAIFlexStartJobOperator):
-    """Deprecated: the earlier name of :class:`CreateVertexAIFlexStartJobOperator` (same parameters)."""
+def __getattr__(name: str) -> Any:
+    # The deprecated name loads (and warns) only for a DAG file that still uses it.
+    if name == "FlexStartCustomJobOperator":
+        from airflow_provider_dws.operators import deprecated
 
-    def __init__(self, **kwargs: Any) -> None:
-        warnings.warn(
-            "FlexStartCustomJobOperator is renamed CreateVertexAIFlexStartJobOperator; the old name will be removed",
-            AirflowProviderDeprecationWarning,
-            stacklevel=2,
-        )
-        super().__init__(**kwargs)
+        return deprecated.FlexStartCustomJobOperator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

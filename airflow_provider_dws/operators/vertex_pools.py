@@ -1,6 +1,7 @@
-"""What Flex Start accepts as worker pools and custom jobs, checked without building a message.
+"""What Flex Start accepts as worker pools and custom jobs, and why a value is refused.
 
-Parse-time checks use plain dicts and the provider's tables (:mod:`airflow_provider_dws.catalog`);
+Imported at parse time only when the quick test of the operator module cannot accept a value;
+parse-time checks use plain dicts and the provider's tables (:mod:`airflow_provider_dws.catalog`);
 the messages are built (and so checked by the client) only after rendering, in the worker.
 """
 
@@ -10,24 +11,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_dws import catalog
+from airflow_provider_dws.facts import FLEX_START_GPUS as FLEX_START_ACCELERATORS
+from airflow_provider_dws.facts import WORKER_POOL_FIELDS
 from airflow_provider_dws.operators.checks import has_template
-
-#: GPU types Dynamic Workload Scheduler Flex Start accepts for Vertex AI training.
-FLEX_START_ACCELERATORS = catalog.FLEX_START_GPUS
-
-#: The fields of a Vertex AI ``WorkerPoolSpec`` (a test keeps them equal to the client's).
-WORKER_POOL_FIELDS = frozenset(
-    {
-        "container_spec",
-        "disk_spec",
-        "lustre_mounts",
-        "machine_spec",
-        "nfs_mounts",
-        "python_package_spec",
-        "replica_count",
-    }
-)
-
 
 _INT_FIELDS = ("replica_count", "accelerator_count")
 
@@ -175,6 +161,11 @@ def _check_pool(op: Any, spec: dict[str, Any], where: str, skip: Any, *, first: 
             WorkerPoolSpec(spec)
         except (TypeError, ValueError, KeyError) as err:
             raise op._param_error(f"{where} is not a valid WorkerPoolSpec: {err}") from None
+
+
+def check_worker_pool_specs(op: Any, pools: Any, skip: Any) -> None:
+    """The ``worker_pool_specs`` parameter (see :func:`check_pools`)."""
+    check_pools(op, pools, "worker_pool_specs", skip)
 
 
 def check_custom_job(op: Any, job: Any, skip: Any) -> None:

@@ -19,7 +19,7 @@ from airflow_provider_dws.exceptions import (
     CapacityPreemptedError,
     RequestCancelledError,
 )
-from airflow_provider_dws.links.tpu import TPUQueuedResourceLink
+from airflow_provider_dws.links import TPUQueuedResourceLink
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.loop import task_identity
 from airflow_provider_dws.scheduling.identity import is_attempt_of, parse_attempt_name

@@ -15,7 +15,7 @@ from airflow_provider_dws.exceptions import (
     RequestCancelledError,
     WorkloadFailedError,
 )
-from airflow_provider_dws.links.vertex_ai import VertexAIFlexStartJobLink
+from airflow_provider_dws.links import VertexAIFlexStartJobLink
 from airflow_provider_dws.operators.vertex_pools import as_dict
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.scheduling.phases import FailureKind

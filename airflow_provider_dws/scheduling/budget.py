@@ -10,6 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from airflow_provider_dws.facts import (
+    DEFAULT_MAX_RUN,
+    DEFAULT_MAX_WAIT,
+    MAX_RUN_LIMIT,
+    MAX_WAIT_LIMIT,
+)
 from airflow_provider_dws.scheduling._time import check_duration
 
 __all__ = [
@@ -22,16 +28,6 @@ __all__ = [
     "WaitBudget",
     "check_duration",
 ]
-
-#: Vertex AI's own default for ``Scheduling.max_wait_duration``.
-DEFAULT_MAX_WAIT = timedelta(hours=24)
-#: Vertex AI's own default for ``Scheduling.timeout``.
-DEFAULT_MAX_RUN = timedelta(days=7)
-#: Flex Start workloads run at most 7 days (Dynamic Workload Scheduler requirement).
-MAX_RUN_LIMIT = timedelta(days=7)
-#: The provider refuses waits longer than 7 days: a request nobody is watching any more can
-#: still grab capacity and bill for it. (The API itself accepts 0 = "wait forever"; we do not.)
-MAX_WAIT_LIMIT = timedelta(days=7)
 
 
 @dataclass(frozen=True)

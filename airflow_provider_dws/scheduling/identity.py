@@ -11,13 +11,13 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from airflow_provider_dws.catalog import QUEUED_RESOURCE_ID_PATTERN
+from airflow_provider_dws.facts import LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN, QUEUED_RESOURCE_ID_PATTERN
 
 LABEL_MAX_LENGTH = 63
 QUEUED_RESOURCE_ID_MAX = 63
 QUEUED_RESOURCE_ID_RE = re.compile(f"^{QUEUED_RESOURCE_ID_PATTERN}$")
-_LABEL_VALUE_RE = re.compile(r"^[a-z0-9_-]{0,63}$")
-_LABEL_KEY_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_LABEL_VALUE_RE = re.compile(f"^{LABEL_VALUE_PATTERN}$")
+_LABEL_KEY_RE = re.compile(f"^{LABEL_KEY_PATTERN}$")
 _INVALID_CHARS = re.compile(r"[^a-z0-9_-]")
 _HASH_CHARS = 8
 

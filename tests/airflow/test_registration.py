@@ -29,7 +29,7 @@ def test_airflow_sees_the_trigger_hooks_and_extra_link(airflow_home: AirflowHome
     hooks = airflow_home.command("providers", "hooks", "-o", "json")
     assert hooks.returncode == 0, hooks.stderr[-2000:]
     links = json.loads(airflow_home.command("providers", "links", "-o", "json").stdout)
-    assert {"extra_link_class_name": "airflow_provider_dws.links.vertex_ai.VertexAIFlexStartJobLink"} in [
+    assert {"extra_link_class_name": "airflow_provider_dws.links.VertexAIFlexStartJobLink"} in [
         {k: v for k, v in link.items() if k == "extra_link_class_name"} for link in links
     ]
 

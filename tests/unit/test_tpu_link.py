@@ -7,8 +7,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from airflow_provider_dws.links import base as link_base
-from airflow_provider_dws.links.tpu import TPUQueuedResourceLink, queued_resource_console_url
+from airflow_provider_dws import links as link_base
+from airflow_provider_dws.links import TPUQueuedResourceLink, queued_resource_console_url
 
 
 class FakeTI:

@@ -11,7 +11,7 @@ from airflow.configuration import conf
 from airflow.sdk import DAG
 from google.cloud.tpu_v2 import QueuedResource
 
-from airflow_provider_dws.links.tpu import TPUQueuedResourceLink
+from airflow_provider_dws.links import TPUQueuedResourceLink
 from airflow_provider_dws.operators.tpu import (
     CreateTPUQueuedResourceOperator,
     DeleteTPUQueuedResourceOperator,

@@ -1,0 +1,117 @@
+"""The API facts a DAG file's parse checks against, as plain literals: accelerators, names, limits.
+
+:mod:`airflow_provider_dws.catalog` builds its richer view (shapes, chips, hosts, messages) on these
+same tables, for the backends and the emulator; the operators' parse-time checks read them here, so
+a DAG file's parse loads nothing but literals. The values, and where they come from, are described
+in :mod:`airflow_provider_dws.catalog`.
+"""
+
+from datetime import timedelta
+
+#: Vertex AI's own default for ``Scheduling.max_wait_duration``.
+DEFAULT_MAX_WAIT = timedelta(hours=24)
+#: Vertex AI's own default for ``Scheduling.timeout``.
+DEFAULT_MAX_RUN = timedelta(days=7)
+#: Flex Start workloads run at most 7 days (Dynamic Workload Scheduler requirement).
+MAX_RUN_LIMIT = timedelta(days=7)
+#: The provider refuses waits longer than 7 days: a request nobody is watching any more can
+#: still grab capacity and bill for it. (The API itself accepts 0 = "wait forever"; we do not.)
+MAX_WAIT_LIMIT = timedelta(days=7)
+
+#: TPU family -> (cores per chip, the suffixes listed, whole-cube TensorCores above them (0: none),
+#: the largest suffix, the largest single-host slice in chips).
+TPU_FAMILY_ROWS = {
+    "v2": (2, (8, 32, 128, 256, 512), 0, 0, 4),
+    "v3": (2, (8, 32, 64, 128, 256, 512, 1024, 2048), 0, 0, 4),
+    "v4": (2, (8, 16, 32, 64), 128, 8192, 4),
+    "v5p": (2, (8, 16, 32, 64), 128, 12288, 4),
+    "v5litepod": (1, (1, 4, 8, 16, 32, 64, 128, 256), 0, 0, 8),
+    "v6e": (1, (1, 4, 8, 16, 32, 64, 128, 256), 0, 0, 8),
+}
+
+#: Accelerator-optimized machine type -> (the Vertex AI name of its GPU, how many it always has).
+GPU_MACHINE_ROWS = {
+    "a4x-highgpu-4g": ("NVIDIA_GB200", 4),
+    "a4-highgpu-8g": ("NVIDIA_B200", 8),
+    "a3-ultragpu-8g": ("NVIDIA_H200_141GB", 8),
+    "a3-megagpu-8g": ("NVIDIA_H100_MEGA_80GB", 8),
+    "a3-highgpu-1g": ("NVIDIA_H100_80GB", 1),
+    "a3-highgpu-2g": ("NVIDIA_H100_80GB", 2),
+    "a3-highgpu-4g": ("NVIDIA_H100_80GB", 4),
+    "a3-highgpu-8g": ("NVIDIA_H100_80GB", 8),
+    "a2-ultragpu-1g": ("NVIDIA_A100_80GB", 1),
+    "a2-ultragpu-2g": ("NVIDIA_A100_80GB", 2),
+    "a2-ultragpu-4g": ("NVIDIA_A100_80GB", 4),
+    "a2-ultragpu-8g": ("NVIDIA_A100_80GB", 8),
+    "a2-highgpu-1g": ("NVIDIA_TESLA_A100", 1),
+    "a2-highgpu-2g": ("NVIDIA_TESLA_A100", 2),
+    "a2-highgpu-4g": ("NVIDIA_TESLA_A100", 4),
+    "a2-highgpu-8g": ("NVIDIA_TESLA_A100", 8),
+    "a2-megagpu-16g": ("NVIDIA_TESLA_A100", 16),
+    "g2-standard-4": ("NVIDIA_L4", 1),
+    "g2-standard-8": ("NVIDIA_L4", 1),
+    "g2-standard-12": ("NVIDIA_L4", 1),
+    "g2-standard-16": ("NVIDIA_L4", 1),
+    "g2-standard-24": ("NVIDIA_L4", 2),
+    "g2-standard-32": ("NVIDIA_L4", 1),
+    "g2-standard-48": ("NVIDIA_L4", 4),
+    "g2-standard-96": ("NVIDIA_L4", 8),
+}
+
+#: GPU types Dynamic Workload Scheduler Flex Start accepts for Vertex AI training.
+FLEX_START_GPUS = frozenset(
+    {
+        "NVIDIA_L4",
+        "NVIDIA_TESLA_A100",
+        "NVIDIA_A100_80GB",
+        "NVIDIA_H100_80GB",
+        "NVIDIA_H100_MEGA_80GB",
+        "NVIDIA_H200_141GB",
+        "NVIDIA_B200",
+        "NVIDIA_GB200",
+    }
+)
+
+#: The fields of a Vertex AI ``WorkerPoolSpec`` (a test keeps them equal to the client's).
+WORKER_POOL_FIELDS = frozenset(
+    {
+        "container_spec",
+        "disk_spec",
+        "lustre_mounts",
+        "machine_spec",
+        "nfs_mounts",
+        "python_package_spec",
+        "replica_count",
+    }
+)
+
+#: A Google Cloud region (``us-central1``, ``europe-west4``, ``northamerica-northeast1``).
+REGION_PATTERN = r"[a-z]+(?:-[a-z]+)+[0-9]+"
+#: A Google Cloud zone: a region and a zone letter (``us-west4-a``).
+ZONE_PATTERN = r"[a-z]+(?:-[a-z]+)+[0-9]+-[a-z]"
+#: A Cloud TPU queued resource (and node) id: a lowercase letter, then up to 62 lowercase letters,
+#: digits and '-', not ending with '-'.
+QUEUED_RESOURCE_ID_PATTERN = r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?"
+#: Slices in one multislice request.
+MAX_SLICES = 256
+#: A GCP label key and value (lowercase letters, digits, '_' and '-'; a key starts with a letter).
+LABEL_KEY_PATTERN = r"[a-z][a-z0-9_-]{0,62}"
+LABEL_VALUE_PATTERN = r"[a-z0-9_-]{0,63}"
+#: Labels one resource may have, and how many of them the provider's identity uses (``dws_*``).
+MAX_LABELS = 64
+IDENTITY_LABELS = 8
+
+
+def tpu_type_offered(accelerator_type: object) -> bool:
+    """True if ``<family>-<size>`` names a slice Cloud TPU offers (``v5litepod-16``)."""
+    family, _, size = accelerator_type.rpartition("-") if isinstance(accelerator_type, str) else ("", "", "")
+    row = TPU_FAMILY_ROWS.get(family)
+    if row is None or not size.isdigit() or size[0] == "0":
+        return False
+    n, cube, top = int(size), row[2], row[3]
+    return n in row[1] or (cube > 0 and n % cube == 0 and n <= top)
+
+
+def gpu_machine_matches(machine_type: object, accelerator_type: object, count: object) -> bool:
+    """True if ``machine_type`` is a known GPU machine that comes with ``count`` x ``accelerator_type``."""
+    return GPU_MACHINE_ROWS.get(machine_type) == (accelerator_type, count)  # type: ignore[call-overload]

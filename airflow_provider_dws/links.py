@@ -1,0 +1,82 @@
+"""Extra links from a task to its request in the Google Cloud console, one class per DWS surface.
+
+Every link's whole URL is stored in XCom by the task before it defers (:class:`StoredUrlLink`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.sdk import BaseOperatorLink
+from airflow.sdk.execution_time.xcom import XCom
+
+if TYPE_CHECKING:
+    from airflow.sdk.types import TaskInstanceKey
+
+CONSOLE = "https://console.cloud.google.com"
+
+
+class StoredUrlLink(BaseOperatorLink):
+    """An extra link whose whole URL is pushed to XCom under :attr:`key` by the task.
+
+    Storing the URL (not its parts) before deferring makes the link work while the request still
+    waits in the queue, and keeps ``get_link`` free of API calls.
+    """
+
+    key: ClassVar[str]
+
+    @property
+    def xcom_key(self) -> str:
+        """The XCom key the URL is stored under."""
+        return self.key
+
+    @classmethod
+    def push_url(cls, context: Any, url: str) -> str:
+        """Store ``url`` for this task instance; returns it."""
+        context["ti"].xcom_push(key=cls.key, value=url)
+        return url
+
+    def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
+        """The stored URL, or an empty string before the request exists."""
+        value = XCom.get_value(key=self.key, ti_key=ti_key)
+        return value if isinstance(value, str) else ""
+
+
+# -- Vertex AI ------------------------------------------------------------------------------------
+
+
+def custom_job_console_url(project_id: str, region: str, job_id: str) -> str:
+    """The console page of one custom job."""
+    return f"{CONSOLE}/vertex-ai/locations/{region}/training/{job_id}/cpu?project={project_id}"
+
+
+class VertexAIFlexStartJobLink(StoredUrlLink):
+    """ "Vertex AI Flex Start Job": the job's page in the Google Cloud console (XCom key ``dws_vertex_job_link``)."""
+
+    name = "Vertex AI Flex Start Job"
+    key = "dws_vertex_job_link"
+
+    @classmethod
+    def persist(cls, context: Any, project_id: str, region: str, job_id: str) -> str:
+        """Store the console URL for this task instance; returns it."""
+        return cls.push_url(context, custom_job_console_url(project_id, region, job_id))
+
+
+# -- Cloud TPU ------------------------------------------------------------------------------------
+
+
+def queued_resource_console_url(project_id: str, zone: str, queued_resource_id: str) -> str:
+    """The console's TPU page for the project, scoped to the queued resource's zone and id."""
+    return f"{CONSOLE}/compute/tpus?project={project_id}&zone={zone}&queuedResource={queued_resource_id}"
+
+
+class TPUQueuedResourceLink(StoredUrlLink):
+    """ "TPU Queued Resource": the console's Cloud TPU page for this request (XCom key ``dws_tpu_queued_resource_link``)."""
+
+    name = "TPU Queued Resource"
+    key = "dws_tpu_queued_resource_link"
+
+    @classmethod
+    def persist(cls, context: Any, project_id: str, zone: str, queued_resource_id: str) -> str:
+        """Store the console URL for this task instance; returns it."""
+        return cls.push_url(context, queued_resource_console_url(project_id, zone, queued_resource_id))

@@ -27,12 +27,13 @@ def is_template(value: Any) -> bool:
 
 def has_template(value: Any) -> bool:
     """True if ``value`` or anything nested in it is a Jinja template string."""
-    if is_template(value):
-        return True
-    if isinstance(value, Mapping):
-        return any(has_template(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(has_template(v) for v in value)
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, (dict, list, tuple)) or (
+        # Plain values first: an ABC test of a type the process has not seen yet is slow.
+        not isinstance(value, (int, float)) and value is not None and isinstance(value, Mapping)
+    ):
+        return any(has_template(v) for v in (value.values() if isinstance(value, Mapping) else value))
     return False
 
 
@@ -95,6 +96,8 @@ def duration(op: Any, name: str, value: Any, limit: timedelta) -> timedelta:
     """``value`` (a ``timedelta`` or seconds) as a whole-second duration in (0, ``limit``]."""
     if type(value) is timedelta and not value.microseconds and timedelta(0) < value <= limit:
         return value
+    if type(value) in (int, float) and 0 < value <= limit.total_seconds() and value == int(value):
+        return timedelta(seconds=value)
     from airflow_provider_dws.scheduling._time import check_duration
 
     try:

@@ -11,9 +11,8 @@ from airflow.configuration import conf
 from airflow_provider_dws import facts
 from airflow_provider_dws.facts import DEFAULT_MAX_WAIT, MAX_WAIT_LIMIT
 from airflow_provider_dws.links import TPUQueuedResourceLink
-from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS
+from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsRequestOperator
 from airflow_provider_dws.operators.checks import Check, duration, flag, int_in, matches, non_empty_str
-from airflow_provider_dws.operators.request import DwsRequestOperator
 from airflow_provider_dws.operators.tpu_release import (
     QUEUED_RESOURCE_ID_CHECK,
     ZONE_CHECK,

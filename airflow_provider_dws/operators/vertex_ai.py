@@ -16,9 +16,8 @@ from airflow_provider_dws.facts import (
     MAX_WAIT_LIMIT,
 )
 from airflow_provider_dws.links import VertexAIFlexStartJobLink
-from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS
+from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsRequestOperator
 from airflow_provider_dws.operators.checks import Check, duration, matches, str_len_in
-from airflow_provider_dws.operators.request import DwsRequestOperator
 
 __all__ = [
     "FLEX_START_ACCELERATORS",

@@ -6,13 +6,14 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from airflow_provider_dws.backends.base import BackendCache
+from airflow_provider_dws.runtime.loop import resolve_project
 from airflow_provider_dws.scheduling.phases import Phase
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_dws.backends.base import RequestStatus
-    from airflow_provider_dws.operators.request import DwsRequestOperator
+    from airflow_provider_dws.operators.base import DwsRequestOperator
     from airflow_provider_dws.scheduling.identity import RequestIdentity
     from airflow_provider_dws.scheduling.policies import Placement
     from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
@@ -145,4 +146,4 @@ class RequestAdapter(Generic[_Op, _Backend]):
     def cached_backend(self, cls: type[_Backend], location: str) -> _Backend:
         """``cls(project, location, connection, impersonation chain)``, built once per task."""
         op = self.op
-        return self._backends.get(cls, op.resolve_project(), location, op.gcp_conn_id, op.impersonation_chain)
+        return self._backends.get(cls, resolve_project(op), location, op.gcp_conn_id, op.impersonation_chain)

@@ -10,6 +10,7 @@ operator's :class:`~airflow_provider_dws.runtime.adapter.RequestAdapter`.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -23,7 +24,7 @@ from airflow_provider_dws.scheduling.identity import RequestIdentity
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_dws.operators.request import DwsRequestOperator
+    from airflow_provider_dws.operators.base import DwsRequestOperator
     from airflow_provider_dws.runtime.adapter import RequestAdapter
 
 #: A submit time this close to now is "now" (no point deferring for it).
@@ -46,6 +47,39 @@ def task_identity(context: Context, task_id: str | None = None) -> RequestIdenti
         if isinstance(try_number, int) and not isinstance(try_number, bool) and try_number >= 1
         else 1,
     )
+
+
+def adapter_of(op: DwsRequestOperator) -> RequestAdapter[Any, Any]:
+    """The operator's adapter for this task run (its ``ADAPTER``), built on first use."""
+    adapter = op.__dict__.get("_dws_adapter")
+    if adapter is None:
+        cls = op.ADAPTER
+        if isinstance(cls, str):
+            module, _, name = cls.partition(":")
+            cls = getattr(importlib.import_module(module), name)
+        adapter = op.__dict__["_dws_adapter"] = cls(op)
+    return adapter  # type: ignore[no-any-return]
+
+
+def loop_of(op: DwsRequestOperator) -> AttemptLoop:
+    """The operator's attempt loop for this task run, built on first use."""
+    loop = op.__dict__.get("_dws_loop")
+    if loop is None:
+        loop = op.__dict__["_dws_loop"] = AttemptLoop(op, adapter_of(op))
+    return loop  # type: ignore[no-any-return]
+
+
+def resolve_project(op: Any) -> str:
+    """The operator's ``project_id``, or the project of its connection when it is not set."""
+    if op.project_id:
+        return str(op.project_id)
+    from airflow_provider_dws.hooks.base import DwsBaseHook
+
+    project = DwsBaseHook(gcp_conn_id=op.gcp_conn_id).project_id or None
+    if not project:
+        raise op._param_error(f"project_id is not set and connection {op.gcp_conn_id!r} names no project")
+    op.project_id = project
+    return str(project)
 
 
 class AttemptLoop:

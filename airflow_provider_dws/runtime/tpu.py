@@ -21,7 +21,7 @@ from airflow_provider_dws.exceptions import (
 )
 from airflow_provider_dws.links import TPUQueuedResourceLink
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
-from airflow_provider_dws.runtime.loop import task_identity
+from airflow_provider_dws.runtime.loop import resolve_project, task_identity
 from airflow_provider_dws.scheduling.identity import is_attempt_of, parse_attempt_name
 from airflow_provider_dws.scheduling.phases import FailureKind
 
@@ -329,7 +329,7 @@ def _targets(
 def release_all(op: DeleteTPUQueuedResourceOperator, context: Context) -> dict[str, Any]:
     """Delete every submission of the setup, in every zone it may have used, and wait until gone."""
     identity, base, zones, exact = _targets(op, context)
-    project = op.resolve_project()
+    project = resolve_project(op)
     released: list[str] = []
     states: list[str] = []
     for zone in dict.fromkeys(zones):

@@ -18,6 +18,7 @@ from airflow_provider_dws.exceptions import (
 from airflow_provider_dws.links import VertexAIFlexStartJobLink
 from airflow_provider_dws.operators.vertex_pools import as_dict
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
+from airflow_provider_dws.runtime.loop import resolve_project
 from airflow_provider_dws.scheduling.phases import FailureKind
 from airflow_provider_dws.scheduling.policies import Placement
 from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
@@ -125,7 +126,7 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
     def _remember(self, context: Context, job: RequestStatus) -> None:
         region, job_id = parse_job_name(job.name)
         context["ti"].xcom_push(key="job_name", value=job.name)
-        url = VertexAIFlexStartJobLink.persist(context, self.op.resolve_project(), region, job_id)
+        url = VertexAIFlexStartJobLink.persist(context, resolve_project(self.op), region, job_id)
         self.log.info("Console: %s", url)
 
     def submit(

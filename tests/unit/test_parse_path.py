@@ -1,0 +1,237 @@
+"""What a DAG file's parse loads, and the quick parse-time checks against their explanations.
+
+A DAG file with right parameters loads only the parse-time half of the provider (facts, links,
+the check engine, the base operators and the operator's own module): no runtime, scheduling,
+catalog, backend, hook or trigger module. A quick check (``Check.ok``) may only accept what its
+explanation (``Check.explain``, the detailed check with the messages) accepts, or a DAG file with a
+wrong parameter would parse clean; each is compared on many values here.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_dws import catalog, facts
+from airflow_provider_dws.operators import vertex_ai
+from airflow_provider_dws.operators.base import _labels_ok
+from airflow_provider_dws.operators.labels import check_labels
+from airflow_provider_dws.operators.vertex_pools import check_worker_pool_specs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PARSE_PATH = {
+    "airflow_provider_dws",
+    "airflow_provider_dws.facts",
+    "airflow_provider_dws.links",
+    "airflow_provider_dws.operators",
+    "airflow_provider_dws.operators.base",
+    "airflow_provider_dws.operators.checks",
+    "airflow_provider_dws.operators.tpu",
+    "airflow_provider_dws.operators.tpu_release",
+    "airflow_provider_dws.operators.vertex_ai",
+}
+
+#: Run the way the dag-processor does: its parent has imported Airflow's processor (and, with it,
+#: the providers' metadata); the DAG file's own imports are what the parse adds.
+DAG_FILE = """
+import json, sys
+import airflow.dag_processing.processor, airflow.sdk
+before = set(sys.modules)
+from datetime import datetime, timedelta
+from airflow.sdk import DAG
+from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator, DeleteTPUQueuedResourceOperator
+from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
+
+POOL = {"machine_spec": {"machine_type": "a3-highgpu-8g", "accelerator_type": "NVIDIA_H100_80GB",
+        "accelerator_count": 8}, "replica_count": 1, "container_spec": {"image_uri": "img:1"}}
+with DAG(dag_id="p", schedule=None, start_date=datetime(2026, 1, 1)):
+    CreateVertexAIFlexStartJobOperator(task_id="v", project_id="my-project", region="us-central1",
+        worker_pool_specs=[POOL, {}], max_wait=timedelta(hours=1), labels={"team": "ml"},
+        service_account="sa@my-project.iam.gserviceaccount.com")
+    ask = CreateTPUQueuedResourceOperator(task_id="t", project_id="my-project", zone="us-west4-a",
+        accelerator_type="v5litepod-16", runtime_version="v2-alpha-tpuv5-lite", max_wait=3600)
+    DeleteTPUQueuedResourceOperator(task_id="d", zone="us-west4-a", setup_task_id="t")
+print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith("airflow_provider_dws"))))
+"""
+
+
+def test_a_dag_file_with_right_parameters_loads_only_the_parse_path(tmp_path: Path) -> None:
+    dag = tmp_path / "parse_path_dag.py"
+    dag.write_text(DAG_FILE)
+    done = subprocess.run(
+        [sys.executable, str(dag)], capture_output=True, text=True, check=False, timeout=300, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert loaded - PARSE_PATH == set(), "loaded at parse beyond the parse path"
+
+
+# -- quick checks against their explanations ---------------------------------------------------------
+
+
+class Op:
+    """Stands in for an operator: what the checks call."""
+
+    _rendered = False
+
+    def _param_error(self, message: str) -> ValueError:
+        return ValueError(message)
+
+
+def explained_ok(explain: Any, value: Any) -> bool:
+    try:
+        explain(Op(), value, lambda part: False)
+    except ValueError:
+        return False
+    return True
+
+
+GOOD_POOL = {
+    "machine_spec": {
+        "machine_type": "a3-highgpu-8g",
+        "accelerator_type": "NVIDIA_H100_80GB",
+        "accelerator_count": 8,
+    },
+    "replica_count": 1,
+    "container_spec": {"image_uri": "img:1"},
+}
+
+
+def pool_variants() -> list[Any]:
+    """Right pools and many ways to get one wrong."""
+    variants: list[Any] = [[GOOD_POOL], [GOOD_POOL, {}], [GOOD_POOL, GOOD_POOL], [], GOOD_POOL, "x", None]
+    for machine, (accelerator, count) in facts.GPU_MACHINE_ROWS.items():
+        for a, c in ((accelerator, count), (accelerator, count + 1), ("NVIDIA_TESLA_T4", count)):
+            pool = copy.deepcopy(GOOD_POOL)
+            pool["machine_spec"] = {"machine_type": machine, "accelerator_type": a, "accelerator_count": c}
+            variants.append([pool])
+    for change in (
+        {"replica_count": 0},
+        {"replica_count": 1001},
+        {"replica_count": True},
+        {"replica_count": "1"},
+        {"container_spec": {}},
+        {"container_spec": None},
+        {"container_spec": None, "python_package_spec": {"executor_image_uri": "x"}},
+        {"unknown_field": 1},
+        {
+            "machine_spec": {
+                "machine_type": "a3-highgpu-9g",
+                "accelerator_type": "NVIDIA_H100_80GB",
+                "accelerator_count": 8,
+            }
+        },
+        {
+            "machine_spec": {
+                "machine_type": "n1-standard-8",
+                "accelerator_type": "NVIDIA_L4",
+                "accelerator_count": 1,
+            }
+        },
+        {"machine_spec": {"machine_type": "a3-highgpu-8g", "accelerator_type": 13, "accelerator_count": 8}},
+        {"machine_spec": {"machine_type": "a3-highgpu-8g", "accelerator_count": 8}},
+        {"machine_spec": None},
+    ):
+        pool = {**copy.deepcopy(GOOD_POOL), **change}
+        variants += [[pool], [GOOD_POOL, pool]]
+    other = copy.deepcopy(GOOD_POOL)
+    other["machine_spec"]["machine_type"] = "a3-highgpu-4g"
+    variants.append([GOOD_POOL, other])
+    return variants
+
+
+@pytest.mark.parametrize("pools", pool_variants())
+def test_the_quick_pool_check_accepts_only_what_the_full_one_accepts(pools: Any) -> None:
+    if vertex_ai._pools_ok(pools):
+        assert explained_ok(check_worker_pool_specs, pools), pools
+
+
+def test_the_quick_pool_check_takes_the_usual_pools_without_the_full_one() -> None:
+    assert vertex_ai._pools_ok([GOOD_POOL])
+    assert vertex_ai._pools_ok([GOOD_POOL, {}])
+    assert vertex_ai._pools_ok([GOOD_POOL, {**GOOD_POOL, "replica_count": 3}])
+
+
+LABELS = [
+    {},
+    {"team": "ml"},
+    {"team": "ML"},
+    {"1team": "x"},
+    {"team": "a" * 63},
+    {"team": "a" * 64},
+    {"dws_key": "x"},
+    {"dws_custom": "x"},
+    {"team": 1},
+    {f"k{i}": "v" for i in range(56)},
+    {f"k{i}": "v" for i in range(57)},
+    ["team"],
+]
+
+
+@pytest.mark.parametrize("labels", LABELS)
+def test_the_quick_label_check_accepts_only_what_the_full_one_accepts(labels: Any) -> None:
+    if _labels_ok(labels):
+        assert explained_ok(check_labels, labels), labels
+
+
+def test_the_facts_agree_with_the_catalog() -> None:
+    from airflow_provider_dws.scheduling.identity import RESERVED_LABEL_KEYS
+
+    assert len(RESERVED_LABEL_KEYS) == facts.IDENTITY_LABELS
+    for family in catalog.TPU_FAMILIES.values():
+        for size in range(max(family.max_size, *family.sizes) + 300):
+            name = f"{family.name}-{size}"
+            assert facts.tpu_type_offered(name) == (
+                catalog.split_tpu_type(name) is not None and family.accepts(size)
+            )
+    for machine, spec in catalog.GPU_MACHINES.items():
+        assert facts.gpu_machine_matches(machine, spec.accelerator_type, spec.accelerator_count)
+        assert catalog.gpu_machine_error(machine, spec.accelerator_type, spec.accelerator_count) is None
+        assert not facts.gpu_machine_matches(machine, spec.accelerator_type, spec.accelerator_count + 1)
+    for bad in ("v5litepod-016", "v5litepod-", "-16", "v9-8", 16, None, "v5p-8-1"):
+        assert not facts.tpu_type_offered(bad)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        1,
+        1.0,
+        1.5,
+        0,
+        -1,
+        604800,
+        604800.0,
+        604801,
+        True,
+        float("inf"),
+        float("nan"),
+        "60",
+        timedelta(seconds=1),
+        timedelta(days=7),
+        timedelta(days=7, seconds=1),
+        timedelta(0),
+        timedelta(milliseconds=1500),
+    ],
+)
+def test_the_quick_duration_check_agrees_with_check_duration(value: Any) -> None:
+    from airflow_provider_dws.operators.checks import duration
+    from airflow_provider_dws.scheduling._time import check_duration
+
+    try:
+        expected: Any = check_duration("max_wait", value, facts.MAX_WAIT_LIMIT)
+    except (TypeError, ValueError, OverflowError) as err:
+        expected = str(err)
+    try:
+        got: Any = duration(Op(), "max_wait", value, facts.MAX_WAIT_LIMIT)
+    except ValueError as err:
+        got = str(err)
+    assert got == expected

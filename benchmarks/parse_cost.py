@@ -14,9 +14,9 @@ One run measures, side by side:
 For each, one parent process (``--parent``) imports what the dag-processor's parent has, then
 forks a child per DAG file per repetition (round robin over the files, so load from elsewhere
 spreads over all rows) and reads the child's CPU time (user + system) from ``os.wait4``. The
-median per row and its ratio to the ``BashOperator`` DAG are printed; the target is every row of
-this provider at most ``--target`` (1.5) times the ``BashOperator`` DAG in both columns, exit 1
-if one misses it.
+median per row and its ratio to the ``BashOperator`` DAG are printed; the target is every operator
+of this provider at most ``--target`` (1.5) times the ``BashOperator`` DAG in both columns, exit 1
+if one misses it (the timetable row is reported, not gated).
 
 The DAG files are generated from ``ROWS`` below; the provider's classes are found by name pattern
 in its source (no import), so renamed operators are picked up without editing this file.
@@ -67,6 +67,9 @@ class Row:
     schedule: str = "None"
     find: tuple[str, str] | None = None
     cls: str = ""
+    #: Whether the row counts for PASS/FAIL: the target is set for the provider's operators; other
+    #: rows of ours (the timetable) are reported beside them.
+    gated: bool = True
 
 
 BASH = "from airflow.providers.standard.operators.bash import BashOperator\n"
@@ -122,6 +125,7 @@ ROWS = [
         'BashOperator(task_id="hello", bash_command="echo hello")',
         schedule='{cls}("Mon-Fri 22:00-06:00 America/Chicago")',
         find=("timetables", r"\w*Timetable"),
+        gated=False,
     ),
 ]
 
@@ -335,6 +339,11 @@ def main() -> int:
             continue
         ratios = [medians[col][i] / medians[col][0] for col in ("compiled", "source")]
         ok = max(ratios) <= args.target
+        if not row.gated:
+            print(
+                f"INFO {row.name}: {ratios[0]:.2f}x compiled, {ratios[1]:.2f}x source (not an operator: not gated)"
+            )
+            continue
         failed |= not ok
         print(
             f"{'PASS' if ok else 'FAIL'} {row.name}: {ratios[0]:.2f}x compiled, {ratios[1]:.2f}x source "

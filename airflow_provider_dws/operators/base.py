@@ -109,6 +109,20 @@ WAIT_CHECKS = (
 )
 
 
+#: Checks more than one operator has.
+ZONE_CHECK = Check(
+    "zone", matches(facts.ZONE_PATTERN), "must be a Cloud TPU zone such as 'us-west4-a'", templated=True
+)
+QUEUED_RESOURCE_ID_CHECK = Check(
+    "queued_resource_id",
+    matches(facts.QUEUED_RESOURCE_ID_PATTERN),
+    "must start with a lowercase letter, use only lowercase letters, digits and '-', not end with "
+    "'-', and have at most 63 characters",
+    templated=True,
+    optional=True,
+)
+
+
 class DwsBaseOperator(BaseOperator):
     """Base of the DWS operators: common parameters, their checks and the request identity.
 

@@ -11,15 +11,16 @@ from airflow.configuration import conf
 from airflow_provider_dws import facts
 from airflow_provider_dws.facts import DEFAULT_MAX_WAIT, MAX_WAIT_LIMIT
 from airflow_provider_dws.links import TPUQueuedResourceLink
-from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsRequestOperator
-from airflow_provider_dws.operators.checks import Check, duration, flag, int_in, matches, non_empty_str
-from airflow_provider_dws.operators.tpu_release import (
+from airflow_provider_dws.operators.base import (
+    CONNECTION_CHECKS,
     QUEUED_RESOURCE_ID_CHECK,
+    WAIT_CHECKS,
     ZONE_CHECK,
-    DeleteTPUQueuedResourceOperator,
+    DwsRequestOperator,
 )
+from airflow_provider_dws.operators.checks import Check, duration, flag, int_in, matches, non_empty_str
 
-__all__ = ["CreateTPUQueuedResourceOperator", "DeleteTPUQueuedResourceOperator"]
+__all__ = ["CreateTPUQueuedResourceOperator"]
 
 if TYPE_CHECKING:
     from google.cloud.tpu_v2 import QueuedResource
@@ -261,7 +262,11 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
 
 
 def __getattr__(name: str) -> Any:
-    # The deprecated name loads (and warns) only for a DAG file that still uses it.
+    # The release (its own module) and the deprecated name load only for a DAG file that uses them.
+    if name == "DeleteTPUQueuedResourceOperator":
+        from airflow_provider_dws.operators.tpu_release import DeleteTPUQueuedResourceOperator
+
+        return DeleteTPUQueuedResourceOperator
     if name == "TPUQueuedResourceOperator":
         from airflow_provider_dws.operators import deprecated
 

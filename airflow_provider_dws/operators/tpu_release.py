@@ -8,24 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import facts
 from airflow_provider_dws.links import TPUQueuedResourceLink
-from airflow_provider_dws.operators.base import CONNECTION_CHECKS, DwsBaseOperator
-from airflow_provider_dws.operators.checks import Check, flag, matches, non_empty_str
+from airflow_provider_dws.operators.base import (
+    CONNECTION_CHECKS,
+    QUEUED_RESOURCE_ID_CHECK,
+    ZONE_CHECK,
+    DwsBaseOperator,
+)
+from airflow_provider_dws.operators.checks import Check, flag, non_empty_str
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-
-ZONE_CHECK = Check(
-    "zone", matches(facts.ZONE_PATTERN), "must be a Cloud TPU zone such as 'us-west4-a'", templated=True
-)
-QUEUED_RESOURCE_ID_CHECK = Check(
-    "queued_resource_id",
-    matches(facts.QUEUED_RESOURCE_ID_PATTERN),
-    "must start with a lowercase letter, use only lowercase letters, digits and '-', not end with "
-    "'-', and have at most 63 characters",
-    templated=True,
-    optional=True,
-)
 
 
 class DeleteTPUQueuedResourceOperator(DwsBaseOperator):

@@ -15,9 +15,10 @@ class AttemptState:
     """Where the loop is: the attempt number, its placement, the attempts before it, its max wait
     and, while waiting for a window or a backoff, the earliest submit time.
 
-    It travels as one JSON-friendly dict (:meth:`to_dict`) both as the deferral's keyword arguments
-    and in the trigger's event (``airflow dags test`` does not hand the keyword arguments back, so
-    the event's copy is the one read first: :meth:`from_resume`).
+    It travels as one JSON-friendly dict (:meth:`to_dict`), once: as the trigger's ``echo``, which
+    the trigger hands back in its event (``airflow dags test`` hands back the event alone, not the
+    deferral's keyword arguments, so the event is the one place both paths keep). :meth:`from_resume`
+    still reads keyword arguments when an event has none (tasks deferred by earlier releases).
     """
 
     placement: Placement

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from airflow_provider_dws import errors
+from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.retry import aretrying, retrying
 from airflow_provider_dws.hooks.base import DwsAsyncHookBase, DwsBaseHook
 
@@ -160,6 +161,26 @@ class GoogleBackend(Generic[SyncHookT, AsyncHookT]):
                 return fn(*args, **kwargs)
 
         return retrying(what, logger=log)(attempt)
+
+    def _create(
+        self, what: str, create: Callable[[], RequestStatus], adopt: Callable[[], RequestStatus | None]
+    ) -> tuple[RequestStatus, bool]:
+        """``create()`` under the retry policy, as ``(status, True)``. Before every retry ``adopt()``
+        looks the request up again: a create whose reply was lost may have made it, and then it is
+        returned as ``(status, False)`` instead of a second request being made."""
+        tries = 0
+
+        def attempt() -> tuple[RequestStatus, bool]:
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                existing = adopt()
+                if existing is not None:
+                    log.warning("An earlier create call did succeed: adopting %s", existing.name)
+                    return existing, False
+            return create(), True
+
+        return self._call(what, attempt)
 
     def _rpc(self, what: str, method: Callable[..., _T], **request: Any) -> _T:
         """One client call with this backend's deadline (``timeout=``), translated and retried."""

@@ -227,16 +227,8 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
         if not request_id:
             raise ValueError("a Cloud TPU queued resource needs its id (request_id)")
         name = self.name_of(request_id)
-        tries = 0
 
-        def create() -> tuple[RequestStatus, bool]:
-            nonlocal tries
-            tries += 1
-            if tries > 1:
-                existing = self.get_status(name)
-                if existing is not None:
-                    log.warning("An earlier create call did succeed: adopting %s", name)
-                    return existing, False
+        def create() -> RequestStatus:
             operation = self._client().create_queued_resource(
                 parent=self.parent,
                 queued_resource_id=request_id,
@@ -246,19 +238,19 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
             return self._created(operation, name)
 
         try:
-            return self._call(f"create {name}", create)
+            return self._create(f"create {name}", create, lambda: self.get_status(name))
         except RequestAlreadyExistsError:
             existing = self.get_status(name)
             if existing is None:
                 raise
             return existing, False
 
-    def _created(self, operation: Any, name: str) -> tuple[RequestStatus, bool]:
+    def _created(self, operation: Any, name: str) -> RequestStatus:
         self._operation_result(operation, f"create {name}", _DELETE_TIMEOUT_SECONDS)
         created = self.get_status(name)
         if created is None:
             raise RequestNotFoundError(f"{name} vanished right after it was created")
-        return created, True
+        return created
 
     def delete(self, name: str, *, force: bool = True, wait: bool = True) -> bool:
         """Delete a queued resource (``force`` also deletes its nodes) and, by default, wait until gone.

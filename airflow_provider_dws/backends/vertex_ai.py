@@ -156,20 +156,17 @@ class VertexCustomJobBackend(GoogleBackend[DwsVertexAIHook, DwsVertexAIAsyncHook
         whether this call created it. Vertex AI names jobs itself: ``request_id`` is unused.
         """
         client = self._client()
-        tries = 0
 
-        def create() -> tuple[RequestStatus, bool]:
-            nonlocal tries
-            tries += 1
-            if tries > 1:
-                decision = self.decide(identity)
-                if decision.name is not None:
-                    log.warning("An earlier create call did succeed: %s", decision.reason)
-                    return job_status(self.get(decision.name)), False
-            job = client.create_custom_job(parent=self.parent, custom_job=request, timeout=self.rpc_timeout)
-            return job_status(job), True
+        def adopt() -> RequestStatus | None:
+            decision = self.decide(identity)
+            return None if decision.name is None else job_status(self.get(decision.name))
 
-        return self._call(f"create custom job in {self.parent}", create)
+        def create() -> RequestStatus:
+            return job_status(
+                client.create_custom_job(parent=self.parent, custom_job=request, timeout=self.rpc_timeout)
+            )
+
+        return self._create(f"create custom job in {self.parent}", create, adopt)
 
     def get(self, name: str) -> CustomJob:
         """Read one job (``RequestNotFoundError`` when it does not exist)."""

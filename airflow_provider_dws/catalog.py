@@ -27,6 +27,7 @@ from airflow_provider_dws.facts import (
     REGION_PATTERN,
     TPU_FAMILY_ROWS,
     ZONE_PATTERN,
+    tpu_size_offered,
 )
 
 __all__ = [
@@ -65,9 +66,7 @@ class TpuFamily(NamedTuple):
 
     def accepts(self, size: int) -> bool:
         """True if ``<family>-<size>`` is a slice the API offers."""
-        if size in self.sizes:
-            return True
-        return bool(self.cube_cores) and size % self.cube_cores == 0 and 0 < size <= self.max_size
+        return tpu_size_offered(self.sizes, self.cube_cores, self.max_size, size)
 
     def describe_sizes(self) -> str:
         """The valid suffixes in words (for error messages)."""

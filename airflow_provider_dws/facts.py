@@ -6,6 +6,7 @@ a DAG file's parse loads nothing but literals. The values, and where they come f
 in :mod:`airflow_provider_dws.catalog`.
 """
 
+from collections.abc import Container
 from datetime import timedelta
 
 #: Vertex AI's own default for ``Scheduling.max_wait_duration``.
@@ -102,14 +103,18 @@ MAX_LABELS = 64
 IDENTITY_LABELS = 8
 
 
+def tpu_size_offered(sizes: Container[int], cube_cores: int, max_size: int, size: int) -> bool:
+    """True if a family with these listed ``sizes`` and whole cubes offers a slice of ``size``."""
+    return size in sizes or (cube_cores > 0 and size % cube_cores == 0 and 0 < size <= max_size)
+
+
 def tpu_type_offered(accelerator_type: object) -> bool:
     """True if ``<family>-<size>`` names a slice Cloud TPU offers (``v5litepod-16``)."""
     family, _, size = accelerator_type.rpartition("-") if isinstance(accelerator_type, str) else ("", "", "")
     row = TPU_FAMILY_ROWS.get(family)
     if row is None or not size.isdigit() or size[0] == "0":
         return False
-    n, cube, top = int(size), row[2], row[3]
-    return n in row[1] or (cube > 0 and n % cube == 0 and n <= top)
+    return tpu_size_offered(row[1], row[2], row[3], int(size))
 
 
 def gpu_machine_matches(machine_type: object, accelerator_type: object, count: object) -> bool:

@@ -91,11 +91,20 @@ Python API::
         control.reset_stats()
         control.outage(30)
 
-Modules: :mod:`.capacity` (pools and FIFO queue), :mod:`.state` (job life cycle),
-:mod:`.tpu` (TPU chip arithmetic, queued-resource validation), :mod:`.tpu_state` (queued-resource
-life cycle), :mod:`.validation`, :mod:`.filters` (AIP-160 list filters), :mod:`.faults` (fault
-rules), :mod:`.server` (gRPC),
-:mod:`.stats` (call counters), :mod:`.control` (control client), :mod:`.cli`.
+Layout: one package per API over one shared core that imports none of them.
+
+* :mod:`.core`: capacity model, clock and tick agenda, long-running operations, fault injection,
+  call counters, control service, gRPC plumbing and the server (:class:`~.core.server.ServerCore`);
+  an API plugs in as a :class:`~.core.api.Api` subclass (tick hooks, capacity holders it owns,
+  gRPC handlers, control contributions).
+* :mod:`.vertex` (CustomJobs), :mod:`.tpu` (queued resources and nodes): each its
+  ``validation``, ``state`` and ``service``.
+* the bootstrap: :mod:`.defaults` (default inventory, service names), :mod:`.state`
+  (:class:`~.state.EmulatorState`, the core with every API), :mod:`.server`
+  (:class:`~.server.EmulatorServer`), :mod:`.control` (client), :mod:`.process`, :mod:`.cli`.
+
+``capacity``, ``faults``, ``stats``, ``filters``, ``validation`` and ``tpu_state`` at the top
+level are the old import paths, kept as re-exports.
 """
 
 from __future__ import annotations
@@ -103,21 +112,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .control import EmulatorControl
+from .defaults import DEFAULT_CAPACITY
 
 if TYPE_CHECKING:
     from .server import EmulatorServer
-
-DEFAULT_CAPACITY: dict[str, int] = {
-    "us-central1/NVIDIA_H100_80GB": 16,
-    "us-central1/NVIDIA_A100_80GB": 16,
-    "us-central1/NVIDIA_TESLA_A100": 16,
-    "us-central1/NVIDIA_L4": 16,
-    "us-east4/NVIDIA_H100_80GB": 8,
-    "us-west4-a/v5litepod": 64,
-    "us-central1-a/v5litepod": 32,
-    "us-east5-a/v5p": 64,
-    "us-east1-d/v6e": 64,
-}
 
 __all__ = ["DEFAULT_CAPACITY", "EmulatorControl", "EmulatorServer"]
 

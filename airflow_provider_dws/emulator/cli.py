@@ -49,13 +49,17 @@ from .process import LISTENING
 
 @contextlib.contextmanager
 def _without_aiplatform_services() -> Iterator[None]:
-    """Import only the ``types`` of ``google.cloud.aiplatform_v1`` and ``google.cloud.tpu_v2``.
+    """Import only the ``types`` of ``google.cloud.aiplatform_v1``, ``tpu_v2`` and ``batch_v1``.
 
     Each package ``__init__`` imports every service client (~5 s and ~2 s); the emulator needs only
     the message types. Placeholder parent modules are installed for the import and removed
     afterwards, so a later ``import google.cloud.aiplatform_v1`` still runs the real one.
     """
-    with _types_only("google.cloud.aiplatform_v1"), _types_only("google.cloud.tpu_v2"):
+    with (
+        _types_only("google.cloud.aiplatform_v1"),
+        _types_only("google.cloud.tpu_v2"),
+        _types_only("google.cloud.batch_v1"),
+    ):
         yield
 
 

@@ -5,6 +5,8 @@ Kept light: the CLI parses fault rules with it before any API's protobuf types a
 
 from __future__ import annotations
 
+from .batch import BATCH_SERVICE
+from .batch import METHODS as BATCH_METHODS
 from .core.faults import register_methods
 from .tpu import METHODS as TPU_METHODS
 from .tpu import TPU_SERVICE
@@ -29,6 +31,7 @@ DEFAULT_CAPACITY: dict[str, int] = {
 SERVICES: dict[str, tuple[str, ...]] = {
     JOB_SERVICE: VERTEX_METHODS,
     TPU_SERVICE: TPU_METHODS,
+    BATCH_SERVICE: BATCH_METHODS,
 }
 
 for _service, _methods in SERVICES.items():

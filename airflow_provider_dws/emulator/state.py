@@ -1,7 +1,7 @@
 """The emulator's state as served: the shared core hosting every API package.
 
-:class:`EmulatorState` is a :class:`~.core.state.CoreState` with the Vertex AI and Cloud TPU
-APIs registered (``state.vertex``, ``state.tpu``), in that order (their tick hooks run in it). The
+`EmulatorState` is a :class:`~.core.state.CoreState` with the Vertex AI, Cloud TPU and Cloud
+Batch APIs registered (``state.vertex``, ``state.tpu``, ``state.batch``), in that order (their tick hooks run in it). The
 CustomJob methods are also reachable on the state itself (``state.create_custom_job(...)``,
 ``state.jobs``), as before the split into packages.
 """
@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import defaults  # noqa: F401  (registers every API's methods for fault rules)
+from .batch.state import BatchState
 from .core.api import Api
 from .core.clock import iso
 from .core.clock import timestamp as _timestamp
@@ -21,7 +22,7 @@ from .tpu.state import TpuState
 from .vertex.state import TERMINAL_STATES, JobRecord, JobState, VertexState
 
 #: The APIs every emulator hosts, in tick order.
-APIS: tuple[type[Api], ...] = (VertexState, TpuState)
+APIS: tuple[type[Api], ...] = (VertexState, TpuState, BatchState)
 
 __all__ = [
     "APIS",
@@ -41,6 +42,7 @@ class EmulatorState(CoreState):
 
     vertex: VertexState
     tpu: TpuState
+    batch: BatchState
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""A small AIP-160 filter parser for ``ListCustomJobs(filter=...)``.
+"""A small AIP-160 filter parser for list filters (``ListCustomJobs``, Batch ``ListJobs``/``ListTasks``).
 
 Supported (the subset Vertex AI documents for jobs):
 
@@ -17,7 +17,9 @@ Precedence follows AIP-160, where ``OR`` binds *tighter* than ``AND``:
 server turns into ``INVALID_ARGUMENT``.
 
 Filters are evaluated against a plain dict record with keys ``state`` (enum name),
-``display_name``, ``labels`` (dict) and ``create_time`` (epoch seconds).
+``display_name``, ``labels`` (dict) and ``create_time`` (epoch seconds). An API whose state field
+is spelled differently (Cloud Batch's ``status.state``) passes ``state_field``; ``fields`` limits
+the fields it accepts (the others are refused as unsupported).
 """
 
 from __future__ import annotations
@@ -249,10 +251,20 @@ def _compare(op: str, left: Any, right: Any) -> bool:
 Predicate = Callable[[Mapping[str, Any]], bool]
 
 
-def _compile_compare(node: Compare, states: Collection[str]) -> Predicate:
+@dataclass(frozen=True)
+class _Spec:
+    states: Collection[str]
+    state_field: str
+    fields: Collection[str] | None
+
+
+def _compile_compare(node: Compare, spec: _Spec) -> Predicate:
     field = ".".join(node.path)
     head, op, value = node.path[0], node.op, node.value
-    if head == "state" and len(node.path) == 1:
+    if spec.fields is not None and head not in spec.fields and field != spec.state_field:
+        raise FilterError(f"unsupported filter field {field!r}")
+    states = spec.states
+    if field == spec.state_field:
         if op not in ("=", "!="):
             raise FilterError(f"state supports only = and !=, not {op!r}")
         if value not in states:
@@ -289,21 +301,31 @@ def _compile_compare(node: Compare, states: Collection[str]) -> Predicate:
     raise FilterError(f"unsupported filter field {field!r}")
 
 
-def _compile(node: Node, states: Collection[str]) -> Predicate:
+def _compile(node: Node, spec: _Spec) -> Predicate:
     if isinstance(node, Compare):
-        return _compile_compare(node, states)
+        return _compile_compare(node, spec)
     if isinstance(node, Not):
-        inner = _compile(node.operand, states)
+        inner = _compile(node.operand, spec)
         return lambda rec: not inner(rec)
-    left, right = _compile(node.left, states), _compile(node.right, states)
+    left, right = _compile(node.left, spec), _compile(node.right, spec)
     if isinstance(node, And):
         return lambda rec: left(rec) and right(rec)
     return lambda rec: left(rec) or right(rec)
 
 
-def compile_job_filter(text: str, states: Collection[str]) -> Predicate:
-    """Compile a ListCustomJobs filter into a predicate over a job record dict."""
+def compile_job_filter(
+    text: str,
+    states: Collection[str],
+    *,
+    state_field: str = "state",
+    fields: Collection[str] | None = None,
+) -> Predicate:
+    """Compile a list filter into a predicate over a record dict.
+
+    ``state_field`` is how the filter spells the state (``status.state`` for Cloud Batch), whose
+    value must be one of ``states``; ``fields`` (top-level names) limits what else may be used.
+    """
     node = parse(text)
     if node is None:
         return lambda rec: True
-    return _compile(node, states)
+    return _compile(node, _Spec(states, state_field, fields))

@@ -12,7 +12,7 @@
     dws-emulator stats --port P [--host 127.0.0.1] [--json] [--reset]
 
 Pools are ``LOCATION/ACCELERATOR=N``: a region and a Vertex accelerator for GPUs
-(``us-central1/NVIDIA_H100_80GB=8``), a zone and a TPU family counted in chips for TPUs
+(``us-central1/NVIDIA_H100_80GB=8``, used by Vertex AI and Cloud Batch jobs alike), a zone and a TPU family counted in chips for TPUs
 (``us-west4-a/v5litepod=16``), or ``ZONE/FAMILY@RESERVATION=N`` for a TPU reservation.
 
 Fault rules are ``METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL]`` (``GetCustomJob=UNAVAILABLE@0.2``,
@@ -315,8 +315,8 @@ def _seconds(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dws-emulator",
-        description="Local emulator of Vertex AI JobService and Cloud TPU queued resources "
-        "with a GPU/TPU capacity model.",
+        description="Local emulator of Vertex AI custom jobs, Cloud TPU queued resources and Cloud Batch "
+        "jobs with a GPU/TPU capacity model.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 

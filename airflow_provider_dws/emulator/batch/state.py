@@ -377,8 +377,6 @@ class BatchState(Api, BatchReads):
             elif pool is not None:
                 rec.stock_out = not core.capacity.acquire_now(name, pool, plan.gpus)
             self._set_state(rec, State.QUEUED, now)
-            if pool is None and plan.flex_start:
-                self._due.next_tick(name)  # unreachable today (FLEX_START needs GPUs); kept safe
             if request_id:
                 self._replies[("create", request_id)] = rec
             return self._copy(rec)

@@ -425,3 +425,20 @@ def test_cli_lists_batch_jobs_and_sets_their_pool(client, emulator, capsys) -> N
     assert "shown" in out and "FLEX_START" in out and "2 x NVIDIA_L4" in out and "team=ml" in out
     assert f"BatchJob {PARENT}/jobs/shown" in out
     assert emulator.control.capacity()[L4]["total"] == 4
+
+
+def test_cancel_replays_its_request_id_and_its_operation_ends_if_the_job_is_deleted(
+    client, emulator, clock
+) -> None:
+    job = create(client, "cut-short", make_job(count=2))
+    assert state_of(client, job) == State.SCHEDULED
+    token = str(uuid.uuid4())
+    cancel = client.cancel_job(request=batch_v1.CancelJobRequest(name=job.name, request_id=token))
+    again = client.cancel_job(request=batch_v1.CancelJobRequest(name=job.name, request_id=token))
+    assert again.operation.name == cancel.operation.name
+    client.delete_job(name=job.name)  # before the cancellation finished
+    clock.advance(1)
+    cancel.result(timeout=30)
+    assert emulator.server.state.operation_done(cancel.operation.name)
+    with pytest.raises(exceptions.NotFound):
+        client.get_job(name=job.name)

@@ -274,7 +274,7 @@ class BatchState(Api, BatchReads):
         still: list[_PendingOperation] = []
         for pending in self._pending:
             rec = pending.target
-            if pending.verb == "cancel" and rec.state in TERMINAL:
+            if pending.verb == "cancel" and (rec.state in TERMINAL or rec.deleted):
                 self._complete_operation(pending, CancelJobResponsePb(), now)
             elif pending.verb == "delete" and rec.deleted:
                 self._complete_operation(pending, empty_pb2.Empty(), now)
@@ -317,7 +317,11 @@ class BatchState(Api, BatchReads):
         if verb == "create":
             rec = reply
             return self._copy(rec)
-        return self.core.operations.get(reply) or operations_pb2.Operation(name=reply, done=True)
+        out = operations_pb2.Operation(name=reply, done=True)  # the client may have deleted it
+        stored = self.core.operations.get(reply)
+        if stored is not None:
+            out.CopyFrom(stored)  # a copy: it is serialised after the lock is released
+        return out
 
     # -- RPCs ------------------------------------------------------------------------------
     def _copy(self, rec: BatchJobRecord) -> Any:

@@ -1,4 +1,4 @@
-"""``dws-emulator``: a local emulator of Vertex AI's JobService and Cloud TPU queued resources.
+"""``dws-emulator``: a local emulator of Vertex AI custom jobs, Cloud TPU queued resources and Cloud Batch jobs.
 
 It serves the real gRPC protocols on one loopback port, so the unmodified google client
 libraries, sync and async, talk to it over an insecure channel:
@@ -8,14 +8,19 @@ libraries, sync and async, talk to it over an insecure channel:
   operations named ``projects/P/locations/ZONE/operations/operation-ID``),
   ``GetQueuedResource``, ``ListQueuedResources``, ``GetNode``, ``ListNodes``; every other Tpu
   method answers UNIMPLEMENTED;
-* ``google.longrunning.Operations`` for the operations of both;
+* ``google.cloud.batch.v1.BatchService``: ``CreateJob``, ``GetJob``, ``ListJobs``, ``CancelJob`` /
+  ``DeleteJob`` (long-running operations ``projects/P/locations/REGION/operations/operation-ID``),
+  ``ListTasks``, ``GetTask`` (life cycle in :mod:`.batch.state`);
+* ``google.longrunning.Operations`` for the operations of all three;
 * a JSON control service (``dws.emulator.v1.Control``: ``ListRequests``, ``GetCapacity``,
   ``SetCapacity``, ``Preempt``, ``SetFaults``, ``GetFaults``, ``ClearFaults``, ``Outage``,
   ``GetStats``, ``ResetStats``) that lets tests and users inspect every request ever created,
   resize pools while it runs, preempt Spot TPUs, inject faults and count the calls received.
 
-GPUs and TPUs share one capacity model (:mod:`.capacity`): pools keyed ``LOCATION/ACCELERATOR``
-with a strict FIFO queue each. GPU pools are a region and a Vertex accelerator type; TPU pools
+GPUs and TPUs share one capacity model (:mod:`.core.capacity`): pools keyed ``LOCATION/ACCELERATOR``
+with a strict FIFO queue each. GPU pools are a region and a Vertex accelerator type, shared by
+Vertex AI and Cloud Batch (a Batch job's ``nvidia-l4`` x N per VM draws on ``REGION/NVIDIA_L4``;
+the name table is :data:`.batch.validation.BATCH_ACCELERATORS`); TPU pools
 are a zone and a TPU family counted in **chips** (``v5litepod-16`` and ``v6e-16`` need 16 chips;
 ``v2``/``v3``/``v4``/``v5p-N`` need N/2; a multislice of k nodes needs k times that, at once;
 see :mod:`.tpu`).
@@ -45,9 +50,9 @@ Fault injection (:mod:`.faults`): ``serve --faults SPEC ...`` at start, ``dws-em
 --port P SPEC ...`` (or ``EmulatorControl.set_faults``) at run time. A rule is
 ``METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL]``:
 
-* ``METHOD``: ``*`` (every JobService, Tpu and Operations method), ``SERVICE/*``
+* ``METHOD``: ``*`` (every JobService, Tpu, BatchService and Operations method), ``SERVICE/*``
   (``google.cloud.tpu.v2.Tpu/*``), a full name (``google.cloud.aiplatform.v1.JobService/GetCustomJob``)
-  or a short one (``GetCustomJob``). The control service is never faulted.
+  or a short one (``GetCustomJob``, ``GetJob``). The control service is never faulted.
 * ``EFFECT``: ``UNAVAILABLE``, ``INTERNAL``, ``RESOURCE_EXHAUSTED``, ``DEADLINE_EXCEEDED``,
   ``latency:SECONDS``, or a code and a latency joined by a comma (``UNAVAILABLE,latency:2``).
   ``DEADLINE_EXCEEDED`` is answered *after* the request was applied (the job IS created): the
@@ -70,7 +75,7 @@ Outage: ``dws-emulator outage --port P SECONDS`` (``EmulatorControl.outage``) re
 then stops the gRPC server, so clients see "connection refused" (UNAVAILABLE), and after SECONDS
 serves the same state on the same port again; the control service is down during it as well.
 
-Call counters (:mod:`.stats`): every call to JobService, Tpu and Operations is counted by full
+Call counters (:mod:`.stats`): every call to JobService, Tpu, BatchService and Operations is counted by full
 method name when it arrives, before fault injection (so faulted calls count) and even for
 methods the emulator does not implement; control calls are not counted.
 ``EmulatorControl.stats()`` / ``dws-emulator stats --port P [--json]`` return ``{"calls":
@@ -91,11 +96,20 @@ Python API::
         control.reset_stats()
         control.outage(30)
 
-Modules: :mod:`.capacity` (pools and FIFO queue), :mod:`.state` (job life cycle),
-:mod:`.tpu` (TPU chip arithmetic, queued-resource validation), :mod:`.tpu_state` (queued-resource
-life cycle), :mod:`.validation`, :mod:`.filters` (AIP-160 list filters), :mod:`.faults` (fault
-rules), :mod:`.server` (gRPC),
-:mod:`.stats` (call counters), :mod:`.control` (control client), :mod:`.cli`.
+Layout: one package per API over one shared core that imports none of them.
+
+* :mod:`.core`: capacity model, clock and tick agenda, long-running operations, fault injection,
+  call counters, control service, gRPC plumbing and the server (:class:`~.core.server.ServerCore`);
+  an API plugs in as a :class:`~.core.api.Api` subclass (tick hooks, capacity holders it owns,
+  gRPC handlers, control contributions).
+* :mod:`.vertex` (CustomJobs), :mod:`.tpu` (queued resources and nodes), :mod:`.batch` (jobs
+  and tasks): each its ``validation``, ``state`` and ``service``.
+* the bootstrap: :mod:`.defaults` (default inventory, service names), :mod:`.state`
+  (:class:`~.state.EmulatorState`, the core with every API), :mod:`.server`
+  (:class:`~.server.EmulatorServer`), :mod:`.control` (client), :mod:`.process`, :mod:`.cli`.
+
+``capacity``, ``faults``, ``stats``, ``filters``, ``validation`` and ``tpu_state`` at the top
+level are the old import paths, kept as re-exports.
 """
 
 from __future__ import annotations
@@ -103,21 +117,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .control import EmulatorControl
+from .defaults import DEFAULT_CAPACITY
 
 if TYPE_CHECKING:
     from .server import EmulatorServer
-
-DEFAULT_CAPACITY: dict[str, int] = {
-    "us-central1/NVIDIA_H100_80GB": 16,
-    "us-central1/NVIDIA_A100_80GB": 16,
-    "us-central1/NVIDIA_TESLA_A100": 16,
-    "us-central1/NVIDIA_L4": 16,
-    "us-east4/NVIDIA_H100_80GB": 8,
-    "us-west4-a/v5litepod": 64,
-    "us-central1-a/v5litepod": 32,
-    "us-east5-a/v5p": 64,
-    "us-east1-d/v6e": 64,
-}
 
 __all__ = ["DEFAULT_CAPACITY", "EmulatorControl", "EmulatorServer"]
 

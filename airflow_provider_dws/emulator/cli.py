@@ -12,7 +12,7 @@
     dws-emulator stats --port P [--host 127.0.0.1] [--json] [--reset]
 
 Pools are ``LOCATION/ACCELERATOR=N``: a region and a Vertex accelerator for GPUs
-(``us-central1/NVIDIA_H100_80GB=8``), a zone and a TPU family counted in chips for TPUs
+(``us-central1/NVIDIA_H100_80GB=8``, used by Vertex AI and Cloud Batch jobs alike), a zone and a TPU family counted in chips for TPUs
 (``us-west4-a/v5litepod=16``), or ``ZONE/FAMILY@RESERVATION=N`` for a TPU reservation.
 
 Fault rules are ``METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL]`` (``GetCustomJob=UNAVAILABLE@0.2``,
@@ -49,13 +49,17 @@ from .process import LISTENING
 
 @contextlib.contextmanager
 def _without_aiplatform_services() -> Iterator[None]:
-    """Import only the ``types`` of ``google.cloud.aiplatform_v1`` and ``google.cloud.tpu_v2``.
+    """Import only the ``types`` of ``google.cloud.aiplatform_v1``, ``tpu_v2`` and ``batch_v1``.
 
     Each package ``__init__`` imports every service client (~5 s and ~2 s); the emulator needs only
     the message types. Placeholder parent modules are installed for the import and removed
     afterwards, so a later ``import google.cloud.aiplatform_v1`` still runs the real one.
     """
-    with _types_only("google.cloud.aiplatform_v1"), _types_only("google.cloud.tpu_v2"):
+    with (
+        _types_only("google.cloud.aiplatform_v1"),
+        _types_only("google.cloud.tpu_v2"),
+        _types_only("google.cloud.batch_v1"),
+    ):
         yield
 
 
@@ -311,8 +315,8 @@ def _seconds(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dws-emulator",
-        description="Local emulator of Vertex AI JobService and Cloud TPU queued resources "
-        "with a GPU/TPU capacity model.",
+        description="Local emulator of Vertex AI custom jobs, Cloud TPU queued resources and Cloud Batch "
+        "jobs with a GPU/TPU capacity model.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -152,3 +152,27 @@ def test_pools_are_independent_and_errors(clock: FakeClock) -> None:
         model.enqueue("zero", H100, 0)
     with pytest.raises(ValueError):
         model.set_total(H100, -1)
+
+
+def test_a_holder_that_left_and_came_back_expires_on_its_new_deadline(clock: FakeClock) -> None:
+    """The deadline heap keeps entries of holders that left; they must not expire a newcomer."""
+    model = CapacityModel({H100: 0}, clock=clock)
+    model.enqueue("a", H100, 8, max_wait=10)
+    model.release("a")
+    clock.now += 5
+    model.enqueue("a", H100, 8, max_wait=10)  # deadline now +15 from the start
+    clock.now += 5  # the first deadline passes
+    assert model.advance().expired == []
+    assert model.is_queued("a")
+    clock.now += 5
+    assert model.advance().expired == ["a"]
+    assert model.inventory()[H100]["queued"] == 0
+
+
+def test_an_unchanged_pool_whose_head_does_not_fit_is_not_looked_at_again(clock: FakeClock) -> None:
+    model = CapacityModel({H100: 4}, clock=clock)
+    model.enqueue("big", H100, 8)
+    assert model.advance().started == []
+    assert not model._dirty  # nothing changed since: the next advance has nothing to look at
+    model.set_total(H100, 8)
+    assert model.advance().started == ["big"]

@@ -8,7 +8,7 @@ import grpc
 import pytest
 from google.cloud.aiplatform_v1 import types
 
-from airflow_provider_dws.emulator.state import EmulatorState
+from airflow_provider_dws.emulator.state import EmulatorState, JobState
 from airflow_provider_dws.emulator.validation import EmulatorError
 
 H100 = "us-central1/NVIDIA_H100_80GB"
@@ -111,3 +111,24 @@ def test_deleted_jobs_stay_in_requests_and_ids_are_seeded() -> None:
     a.delete_operation(op.name)
     with pytest.raises(EmulatorError):
         a.get_operation(op.name)
+
+
+def test_a_tick_leaves_waiting_jobs_alone() -> None:
+    """Jobs waiting for capacity are on no agenda: a tick costs what changes, not what exists."""
+    clock = FakeClock()
+    state = EmulatorState({H100: 0}, seed=1, clock=clock)
+    names = [state.create_custom_job(PARENT, flex_job()).name for _ in range(200)]
+    clock.now += 1
+    state.tick()  # QUEUED -> PENDING for all 200: they were due
+    assert {JobState(state.get_custom_job(n).state).name for n in names} == {"JOB_STATE_PENDING"}
+    assert len(state.vertex._due) == 0
+    assert not state.capacity._dirty
+    clock.now += 3600
+    state.tick()
+    assert {JobState(state.get_custom_job(n).state).name for n in names} == {"JOB_STATE_PENDING"}
+    state.set_capacity({H100: 16})  # room for the first two, in arrival order
+    assert [JobState(state.get_custom_job(n).state).name for n in names[:3]] == [
+        "JOB_STATE_RUNNING",
+        "JOB_STATE_RUNNING",
+        "JOB_STATE_PENDING",
+    ]

@@ -24,9 +24,9 @@ from typing import Any
 
 import grpc
 
-from ..catalog import TPU_FAMILIES, TpuShape, split_tpu_type, tpu_shape
-from .capacity import PoolKey
-from .validation import EmulatorError, validate_labels
+from ...catalog import TPU_FAMILIES, TpuShape, split_tpu_type, tpu_shape
+from ..core.capacity import PoolKey
+from ..core.errors import EmulatorError, check_labels
 
 ACCELERATOR_TYPE_RE = re.compile(rf"^({'|'.join(TPU_FAMILIES)})-([0-9]+)$")
 TPU_PORT = 8470
@@ -180,7 +180,7 @@ def validate_queued_resource(
         raise tpu_error(f"{field}.node.accelerator_type", str(exc)) from None
     if not node.runtime_version:
         raise tpu_error(f"{field}.node.runtime_version", "Required field is not set.")
-    validate_labels(node.labels, f"{field}.node.labels", make_error=tpu_error)
+    check_labels(node.labels, f"{field}.node.labels", tpu_error)
 
     tier = qr.WhichOneof("tier")
     node_spot = node.scheduling_config.spot or node.scheduling_config.preemptible

@@ -1,0 +1,222 @@
+"""The process bootstrap: one gRPC server for every hosted API, Operations and control, plus the ticker.
+
+Fault injection (:mod:`.faults`) wraps the emulated services' handlers, never the control
+service. Every call to an emulated service is counted by method on arrival (:mod:`.stats`),
+faulted calls included. An outage (:meth:`ServerCore.outage`) stops the gRPC server, so
+connections are refused, and starts a new one on the same port with the same state afterwards.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent import futures
+from typing import Any, TypeVar
+
+import grpc
+
+from .clock import iso
+from .control_service import MAX_OUTAGE_SECONDS, ControlServicer
+from .faults import OPERATIONS_SERVICE, FaultInjector
+from .operations import OperationsServicer
+from .state import CoreState
+from .stats import CountingHandler, RequestStats
+from .wire import FaultInjectingHandler
+
+log = logging.getLogger("dws_emulator")
+
+TICK_SECONDS = 0.1
+OUTAGE_GRACE_SECONDS = 0.2  # calls in flight when an outage starts (its own reply) may finish
+REBIND_SECONDS = 10.0  # how long a restart after an outage keeps trying to bind the port again
+
+_S = TypeVar("_S", bound="ServerCore")
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback IP literals (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class ServerCore:
+    """Runs an emulator in this process: ``ServerCore(capacity, seed).start()``.
+
+    ``capacity`` maps ``"LOCATION/ACCELERATOR"`` (or :class:`PoolKey`) to a count; ``None`` uses
+    :attr:`default_capacity`. ``port=0`` picks a free port; see :attr:`address`. ``faults`` are
+    initial fault rules (spec strings or rule objects, see :mod:`.faults`); they draw from the
+    state's generator, seeded with ``seed``. :attr:`faults` changes them later. :attr:`stats`
+    counts the calls each emulated method received. ``clock`` (epoch seconds) is the model's time,
+    injectable so tests can make hours pass at once; fault windows and outages keep real time.
+    Every hosted API's services are served, plus Operations and the control service.
+    """
+
+    #: The inventory used when ``capacity`` is None.
+    default_capacity: Mapping[Any, int] = {}
+
+    def new_state(self, capacity: Mapping[Any, int], seed: int, clock: Callable[[], float]) -> CoreState:
+        """The state to serve; the bootstrap's subclass hosts its APIs on it."""
+        return CoreState(capacity, seed=seed, clock=clock)
+
+    def __init__(
+        self,
+        capacity: Mapping[Any, int] | None = None,
+        seed: int = 0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_workers: int = 16,
+        faults: Iterable[Any] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not is_loopback(host):
+            raise ValueError(f"dws-emulator binds to loopback only; refusing host {host!r}")
+        self.host = host
+        self.state = self.new_state(self.default_capacity if capacity is None else capacity, seed, clock)
+        self.faults = FaultInjector(self.state.rng)
+        if faults:
+            self.faults.set(faults)
+        # Lives on the server, not the gRPC server, so the counts survive an outage's restart.
+        self.stats = RequestStats()
+        self._requested_port = port
+        self.port: int | None = None
+        self._max_workers = max_workers
+        self._server: grpc.Server | None = None
+        self._executors: list[futures.ThreadPoolExecutor] = []
+        self._lifecycle = threading.Lock()
+        self._running = False
+        self._outage_until: float | None = None  # monotonic end of the current outage
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        """``host:port`` to dial (only valid after ``start``)."""
+        if self.port is None:
+            raise RuntimeError("server not started")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def _serve_grpc(self, port: int) -> tuple[grpc.Server, int]:
+        """A started gRPC server with every service, bound to ``port`` (0: any free port)."""
+        executor = futures.ThreadPoolExecutor(max_workers=self._max_workers)
+        server = grpc.server(executor)
+        # Built from ``self.state`` at every (re)start: a test may swap the state before ``start``.
+        emulated = [
+            *(item for api in self.state.apis.values() for item in api.handlers()),
+            (OPERATIONS_SERVICE, OperationsServicer(self.state).handler()),
+        ]
+        server.add_generic_rpc_handlers(
+            (
+                *(
+                    CountingHandler(service, FaultInjectingHandler(handler, self.faults), self.stats)
+                    for service, handler in emulated
+                ),
+                ControlServicer(self.state, self.faults, self.outage, self.stats).handler(),
+            )
+        )
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        try:
+            bound = server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError:  # newer grpc raises instead of returning 0
+            bound = 0
+        if bound == 0:
+            executor.shutdown(wait=False)
+            raise OSError(f"could not bind {host}:{port}")
+        server.start()
+        self._executors.append(executor)
+        return server, bound
+
+    def start(self: _S) -> _S:
+        with self._lifecycle:
+            self._server, self.port = self._serve_grpc(self._requested_port)
+            self._running = True
+        self._stop.clear()
+        self._ticker = threading.Thread(target=self._tick_loop, name="dws-emulator-ticker", daemon=True)
+        self._ticker.start()
+        return self
+
+    def _tick_loop(self) -> None:
+        while not self._stop.wait(TICK_SECONDS):
+            try:
+                self.state.tick()
+            except Exception:  # keep ticking; a failed tick is logged and retried
+                log.exception("tick failed")
+
+    def outage(self, seconds: float) -> dict[str, Any]:
+        """Refuse connections for ``seconds``, then serve the same state on the same port again.
+
+        Returns at once; the listener closes right after (calls in flight get a short grace to
+        finish). The control service is unreachable during the outage too. A second outage
+        while one is running extends it.
+        """
+        if not 0 < seconds <= MAX_OUTAGE_SECONDS:
+            raise ValueError(f"outage seconds must be in (0, {MAX_OUTAGE_SECONDS:g}], got {seconds!r}")
+        with self._lifecycle:
+            if not self._running:
+                raise RuntimeError("server not started")
+            until = time.monotonic() + seconds
+            already = self._outage_until is not None
+            self._outage_until = max(until, self._outage_until or until)
+            if not already:
+                threading.Thread(target=self._run_outage, name="dws-emulator-outage", daemon=True).start()
+        self.faults.record_outage(seconds)
+        log.info("outage: refusing connections on port %s for %gs", self.port, seconds)
+        return {"seconds": seconds, "until": iso(time.time() + seconds), "address": self.address}
+
+    def _run_outage(self) -> None:
+        with self._lifecycle:
+            server, self._server = self._server, None
+        if server is not None:
+            server.stop(OUTAGE_GRACE_SECONDS).wait()
+        while True:
+            with self._lifecycle:
+                assert self._outage_until is not None
+                remaining = self._outage_until - time.monotonic()
+                if remaining <= 0 or not self._running:
+                    break
+            self._stop.wait(remaining)
+        deadline = time.monotonic() + REBIND_SECONDS
+        while True:
+            with self._lifecycle:
+                if not self._running:
+                    self._outage_until = None
+                    return
+                try:
+                    assert self.port is not None
+                    self._server, _ = self._serve_grpc(self.port)
+                except OSError:
+                    if time.monotonic() > deadline:
+                        log.exception("outage over but port %s could not be bound again", self.port)
+                        self._outage_until = None
+                        return
+                else:
+                    self._outage_until = None
+                    log.info("outage over: listening on %s again", self.address)
+                    return
+            time.sleep(0.05)
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        with self._lifecycle:
+            self._running = False
+            server, self._server = self._server, None
+        self._stop.set()
+        if server is not None:
+            server.stop(grace).wait()
+        if self._ticker is not None:
+            self._ticker.join(timeout=2)
+            self._ticker = None
+        for executor in self._executors:
+            executor.shutdown(wait=False)
+        self._executors.clear()
+
+    def __enter__(self: _S) -> _S:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -204,6 +204,7 @@ class CreateBatchFlexStartJobOperator(DwsRequestOperator):
         Check("network", non_empty_str, "must be a non-empty string", templated=True, optional=True),
         Check("subnetwork", non_empty_str, "must be a non-empty string", templated=True, optional=True),
     )
+    _rendered = False
 
     def __init__(
         self,
@@ -276,6 +277,11 @@ class CreateBatchFlexStartJobOperator(DwsRequestOperator):
         self.init_policies(window, deadline, capacity_retry, failover)
 
     # -- validation ----------------------------------------------------------------------------
+
+    def check_parameters(self, *, rendered: bool) -> None:
+        """Run :attr:`CHECKS`; after rendering, a whole ``job`` is also built as a message."""
+        self._rendered = rendered
+        super().check_parameters(rendered=rendered)
 
     def _check_shape(self) -> None:
         """A whole job, or a container or a script; the parameters that go with each."""

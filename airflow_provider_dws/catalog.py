@@ -20,6 +20,8 @@ import re
 from typing import NamedTuple
 
 from airflow_provider_dws.facts import (
+    BATCH_FLEX_START_GPUS,
+    COMPUTE_GPU_NAMES,
     FLEX_START_GPUS,
     GPU_MACHINE_ROWS,
     MAX_SLICES,
@@ -31,6 +33,7 @@ from airflow_provider_dws.facts import (
 )
 
 __all__ = [
+    "BATCH_FLEX_START_GPUS",
     "CHIPS_PER_HOST",
     "FLEX_START_GPUS",
     "GPU_MACHINES",
@@ -43,6 +46,9 @@ __all__ = [
     "GpuMachine",
     "TpuFamily",
     "TpuShape",
+    "batch_gpu_error",
+    "batch_machine_gpus",
+    "compute_gpu_name",
     "gpu_machine_error",
     "machines_for",
     "split_tpu_type",
@@ -212,6 +218,62 @@ def gpu_machine_error(machine_type: str, accelerator_type: object, count: object
 def machines_for(accelerator_type: str) -> list[str]:
     """The machine types that come with ``accelerator_type`` (for messages)."""
     return sorted(m for m, spec in GPU_MACHINES.items() if spec.accelerator_type == accelerator_type)
+
+
+# -- GPUs as Cloud Batch and Compute Engine name them ------------------------------------------
+
+#: Vertex AI GPU name -> Compute Engine name (``NVIDIA_L4`` -> ``nvidia-l4``).
+_COMPUTE_BY_VERTEX = {vertex: compute for compute, vertex in COMPUTE_GPU_NAMES.items()}
+
+
+def compute_gpu_name(vertex_name: str) -> str:
+    """The Compute Engine name of a GPU named the Vertex AI way (unknown: returned as is)."""
+    return _COMPUTE_BY_VERTEX.get(vertex_name, vertex_name)
+
+
+def batch_machine_gpus(machine_type: str) -> tuple[str, int] | None:
+    """The GPUs (Compute name, count) a known GPU machine type always comes with, else ``None``."""
+    machine = GPU_MACHINES.get(machine_type)
+    return (
+        None if machine is None else (compute_gpu_name(machine.accelerator_type), machine.accelerator_count)
+    )
+
+
+def batch_gpu_error(machine_type: str, accelerator_type: str | None, count: int | None) -> str | None:
+    """Why ``count`` x ``accelerator_type`` (Compute names) cannot run on ``machine_type`` in a Flex
+    Start Batch job (``None``: it can; ``None`` type and count: the machine's own GPUs).
+
+    A machine of a GPU series (a2, a3, a4, g2) comes with a fixed GPU model and count; any other
+    machine type (n1 with attached T4s, a new series) is left to the API, given a Flex Start GPU.
+    """
+    if accelerator_type is not None and accelerator_type not in BATCH_FLEX_START_GPUS:
+        return (
+            f"accelerator_type {accelerator_type!r} is not a GPU Flex Start offers to Cloud Batch; "
+            f"use one of {sorted(BATCH_FLEX_START_GPUS)}"
+        )
+    own = batch_machine_gpus(machine_type)
+    if own is None:
+        series = machine_type.rsplit("-", 1)[0]
+        if series in _SERIES:
+            known = sorted(m for m, spec in GPU_MACHINES.items() if spec.series == series)
+            return f"machine_type {machine_type!r} is not a {series} machine type; use one of {known}"
+        if accelerator_type is None:
+            return (
+                f"machine_type {machine_type!r} has no GPUs of its own: Flex Start schedules GPU VMs, so "
+                f"set accelerator_type (one of {sorted(BATCH_FLEX_START_GPUS)}) or use a GPU machine "
+                "type such as 'g2-standard-8' or 'a3-highgpu-8g'"
+            )
+        return None
+    gpu, fixed = own
+    if accelerator_type is None and count is None:
+        return None
+    if accelerator_type != gpu or (count is not None and count != fixed):
+        return (
+            f"machine_type {machine_type!r} comes with exactly {fixed} x {gpu}: set "
+            f"accelerator_type={gpu!r} and accelerator_count={fixed} (or leave both out), got "
+            f"{count if count is not None else fixed} x {accelerator_type!r}"
+        )
+    return None
 
 
 # -- locations ---------------------------------------------------------------------------------

@@ -73,6 +73,42 @@ FLEX_START_GPUS = frozenset(
     }
 )
 
+#: Compute Engine accelerator names (Cloud Batch and Compute Engine spell GPUs so) -> the Vertex AI
+#: name of the same GPU, the one :data:`GPU_MACHINE_ROWS` uses.
+COMPUTE_GPU_NAMES = {
+    "nvidia-l4": "NVIDIA_L4",
+    "nvidia-tesla-t4": "NVIDIA_TESLA_T4",
+    "nvidia-tesla-v100": "NVIDIA_TESLA_V100",
+    "nvidia-tesla-p100": "NVIDIA_TESLA_P100",
+    "nvidia-tesla-p4": "NVIDIA_TESLA_P4",
+    "nvidia-tesla-a100": "NVIDIA_TESLA_A100",
+    "nvidia-a100-80gb": "NVIDIA_A100_80GB",
+    "nvidia-h100-80gb": "NVIDIA_H100_80GB",
+    "nvidia-h100-mega-80gb": "NVIDIA_H100_MEGA_80GB",
+    "nvidia-h200-141gb": "NVIDIA_H200_141GB",
+    "nvidia-b200": "NVIDIA_B200",
+    "nvidia-gb200": "NVIDIA_GB200",
+}
+#: GPU types a Cloud Batch job with the FLEX_START provisioning model may ask for (Compute names):
+#: the flex-start VM GPUs (G2, A2, A3, A4, A4X machines, and N1 machines with attached T4s).
+BATCH_FLEX_START_GPUS = frozenset(
+    {
+        "nvidia-l4",
+        "nvidia-tesla-t4",
+        "nvidia-tesla-a100",
+        "nvidia-a100-80gb",
+        "nvidia-h100-80gb",
+        "nvidia-h100-mega-80gb",
+        "nvidia-h200-141gb",
+        "nvidia-b200",
+        "nvidia-gb200",
+    }
+)
+#: Tasks in one Cloud Batch task group.
+BATCH_MAX_TASKS = 10000
+#: A Compute Engine machine type (``g2-standard-8``, ``a3-highgpu-8g``, ``n1-standard-4``).
+MACHINE_TYPE_PATTERN = r"[a-z][a-z0-9]*-[a-z0-9-]*[a-z0-9]"
+
 #: The fields of a Vertex AI ``WorkerPoolSpec`` (a test keeps them equal to the client's).
 WORKER_POOL_FIELDS = frozenset(
     {
@@ -120,3 +156,14 @@ def tpu_type_offered(accelerator_type: object) -> bool:
 def gpu_machine_matches(machine_type: object, accelerator_type: object, count: object) -> bool:
     """True if ``machine_type`` is a known GPU machine that comes with ``count`` x ``accelerator_type``."""
     return GPU_MACHINE_ROWS.get(machine_type) == (accelerator_type, count)  # type: ignore[call-overload]
+
+
+def batch_gpu_matches(machine_type: object, accelerator_type: object, count: object) -> bool:
+    """True if ``count`` x ``accelerator_type`` (Compute names, ``None``: the machine's own GPUs) is
+    what the known GPU machine ``machine_type`` comes with."""
+    row = GPU_MACHINE_ROWS.get(machine_type)  # type: ignore[call-overload]
+    if row is None:
+        return False
+    if accelerator_type is None:
+        return count is None
+    return (COMPUTE_GPU_NAMES.get(accelerator_type), row[1] if count is None else count) == row  # type: ignore[call-overload]

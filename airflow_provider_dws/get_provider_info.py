@@ -14,8 +14,8 @@ def get_provider_info() -> dict[str, Any]:
         "name": "Google Cloud Dynamic Workload Scheduler",
         "description": (
             "Run AI training and batch work on scarce GPUs and TPUs through Google Cloud's Dynamic "
-            "Workload Scheduler: Vertex AI Flex Start custom jobs and Cloud TPU queued resources, waited on "
-            "in the triggerer."
+            "Workload Scheduler: Vertex AI Flex Start custom jobs, Cloud TPU queued resources and Cloud Batch "
+            "Flex Start jobs, waited on in the triggerer."
         ),
         "versions": [__version__],
         "integrations": [
@@ -32,6 +32,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_dws.operators.vertex_ai",
                     "airflow_provider_dws.operators.tpu",
                     "airflow_provider_dws.operators.tpu_release",
+                    "airflow_provider_dws.operators.batch",
                 ],
             }
         ],
@@ -51,11 +52,14 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_dws.hooks.base",
                     "airflow_provider_dws.hooks.vertex_ai",
                     "airflow_provider_dws.hooks.tpu",
+                    "airflow_provider_dws.hooks.batch",
                 ],
             }
         ],
         "extra-links": [
             "airflow_provider_dws.links.VertexAIFlexStartJobLink",
             "airflow_provider_dws.links.TPUQueuedResourceLink",
+            "airflow_provider_dws.links.BatchFlexStartJobLink",
+            "airflow_provider_dws.links.BatchJobLogsLink",
         ],
     }

@@ -80,3 +80,46 @@ class TPUQueuedResourceLink(StoredUrlLink):
     def persist(cls, context: Any, project_id: str, zone: str, queued_resource_id: str) -> str:
         """Store the console URL for this task instance; returns it."""
         return cls.push_url(context, queued_resource_console_url(project_id, zone, queued_resource_id))
+
+
+# -- Cloud Batch ----------------------------------------------------------------------------------
+
+
+def batch_job_console_url(project_id: str, region: str, job_id: str) -> str:
+    """The console page of one Cloud Batch job."""
+    return f"{CONSOLE}/batch/jobsDetail/regions/{region}/jobs/{job_id}/details?project={project_id}"
+
+
+def batch_job_logs_url(project_id: str, job_uid: str) -> str:
+    """Logs Explorer on the job's task logs: ``logName="projects/P/logs/batch_task_logs" AND
+    labels.job_uid="UID"``, the query Cloud Batch's documentation gives for a job's task logs (they
+    are labelled with the job's server-made ``uid``, not its id). The logs exist only for a job
+    whose ``logs_policy`` sends them to Cloud Logging, as the operator's jobs do by default."""
+    from urllib.parse import quote
+
+    query = f'logName="projects/{project_id}/logs/batch_task_logs" AND labels.job_uid="{job_uid}"'
+    return f"{CONSOLE}/logs/query;query={quote(query, safe='')}?project={project_id}"
+
+
+class BatchFlexStartJobLink(StoredUrlLink):
+    """ "Batch Flex Start Job": the job's page in the Google Cloud console (XCom key ``dws_batch_job_link``)."""
+
+    name = "Batch Flex Start Job"
+    key = "dws_batch_job_link"
+
+    @classmethod
+    def persist(cls, context: Any, project_id: str, region: str, job_id: str) -> str:
+        """Store the console URL for this task instance; returns it."""
+        return cls.push_url(context, batch_job_console_url(project_id, region, job_id))
+
+
+class BatchJobLogsLink(StoredUrlLink):
+    """ "Batch Job Logs": the job's task logs in Logs Explorer (XCom key ``dws_batch_logs_link``)."""
+
+    name = "Batch Job Logs"
+    key = "dws_batch_logs_link"
+
+    @classmethod
+    def persist(cls, context: Any, project_id: str, job_uid: str) -> str:
+        """Store the Logs Explorer URL for this task instance; returns it."""
+        return cls.push_url(context, batch_job_logs_url(project_id, job_uid))

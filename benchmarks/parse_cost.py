@@ -113,7 +113,17 @@ ROWS = [
         "from {module} import {cls}\n",
         '{cls}(task_id="train", project_id="my-project", region="us-central1", display_name="train", '
         "worker_pool_specs=WORKER_POOL, max_wait=timedelta(hours=1))",
-        find=("operators", r"\w*FlexStart\w*Operator"),
+        # Vertex only: the Batch operator's name has FlexStart in it too.
+        find=("operators", r"\w*Vertex\w*FlexStart\w*Operator"),
+    ),
+    Row(
+        "dws Batch Flex Start",
+        True,
+        "from {module} import {cls}\n",
+        '{cls}(task_id="infer", project_id="my-project", region="us-central1", '
+        'image_uri="us-docker.pkg.dev/my-project/infer/batch:1", task_count=16, parallelism=16, '
+        'machine_type="g2-standard-8", accelerator_type="nvidia-l4", max_wait=timedelta(hours=2))',
+        find=("operators", r"\w*Batch\w*Operator"),
     ),
     Row(
         "dws TPU queued resource",

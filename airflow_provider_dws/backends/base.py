@@ -190,6 +190,7 @@ class BackendCache:
 BACKENDS: dict[str, str] = {
     "vertex_custom_job": "airflow_provider_dws.backends.vertex_ai:VertexCustomJobBackend",
     "tpu_queued_resource": "airflow_provider_dws.backends.tpu:TpuQueuedResourceBackend",
+    "batch_job": "airflow_provider_dws.backends.batch:BatchJobBackend",
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import uuid
 from dataclasses import dataclass
 
 from airflow_provider_dws.facts import LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN, QUEUED_RESOURCE_ID_PATTERN
@@ -20,6 +21,9 @@ _LABEL_VALUE_RE = re.compile(f"^{LABEL_VALUE_PATTERN}$")
 _LABEL_KEY_RE = re.compile(f"^{LABEL_KEY_PATTERN}$")
 _INVALID_CHARS = re.compile(r"[^a-z0-9_-]")
 _HASH_CHARS = 8
+#: The namespace of :meth:`RequestIdentity.request_uuid` (any fixed UUID; this one is uuid5 of the URL
+#: namespace and the package name).
+_REQUEST_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "airflow-provider-dws")
 
 # Label keys the provider owns. Underscores, not dashes, so they can be used unquoted in
 # Vertex AI list filters (``labels.dws_key="..."``).
@@ -173,6 +177,17 @@ class RequestIdentity:
         one is given; :func:`parse_attempt_name` reads the try and attempt back.
         """
         return attempt_name(base or self.queued_resource_base(), self.try_number, self.attempt)
+
+    def batch_job_id(self) -> str:
+        """This submission's Cloud Batch job id: the same rule and pattern as a queued resource id
+        (``dws-<task>-<16 hex>-t<try>-a<attempt>``, at most 63 characters, parsed back by
+        :func:`parse_attempt_name`)."""
+        return self.queued_resource_id()
+
+    def request_uuid(self) -> str:
+        """A UUID for this submission (task instance, try and attempt), the same on every call: the
+        ``request_id`` an API uses to answer a repeated create once."""
+        return str(uuid.uuid5(_REQUEST_NAMESPACE, f"{self.key}:{self.try_number}:{self.attempt}"))
 
     def with_attempt(self, attempt: int) -> RequestIdentity:
         """The same task instance's identity for another capacity attempt (in the same try)."""

@@ -36,12 +36,14 @@ import json
 from airflow.configuration import conf
 from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
 from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
+from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
 pool = {"machine_spec": {"machine_type": "a3-highgpu-8g", "accelerator_type": "NVIDIA_H100_80GB",
         "accelerator_count": 8}, "container_spec": {"image_uri": "i"}}
 v = CreateVertexAIFlexStartJobOperator(task_id="v", region="us-central1", worker_pool_specs=[pool])
 t = CreateTPUQueuedResourceOperator(task_id="t", zone="us-west4-a", accelerator_type="v5litepod-16",
                                     runtime_version="v2-alpha-tpuv5-lite")
-print(json.dumps([conf.getboolean("operators", "default_deferrable"), v.deferrable, t.deferrable]))
+b = CreateBatchFlexStartJobOperator(task_id="b", region="us-central1", script="echo", machine_type="g2-standard-4")
+print(json.dumps([conf.getboolean("operators", "default_deferrable"), v.deferrable, t.deferrable, b.deferrable]))
 """
 
 
@@ -57,7 +59,7 @@ def test_deferrable_follows_the_deployment_default(
     out = subprocess.run(
         [sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True, env=env, timeout=300
     )
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [expected, expected, expected]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [expected, expected, expected, expected]
 
 
 def test_old_names_still_work_and_warn() -> None:

@@ -33,6 +33,7 @@ PARSE_PATH = {
     "airflow_provider_dws.links",
     "airflow_provider_dws.operators",
     "airflow_provider_dws.operators.base",
+    "airflow_provider_dws.operators.batch",
     "airflow_provider_dws.operators.checks",
     "airflow_provider_dws.operators.tpu",
     "airflow_provider_dws.operators.tpu_release",
@@ -49,6 +50,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG
 from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator, DeleteTPUQueuedResourceOperator
 from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
+from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
 
 POOL = {"machine_spec": {"machine_type": "a3-highgpu-8g", "accelerator_type": "NVIDIA_H100_80GB",
         "accelerator_count": 8}, "replica_count": 1, "container_spec": {"image_uri": "img:1"}}
@@ -59,6 +61,10 @@ with DAG(dag_id="p", schedule=None, start_date=datetime(2026, 1, 1)):
     ask = CreateTPUQueuedResourceOperator(task_id="t", project_id="my-project", zone="us-west4-a",
         accelerator_type="v5litepod-16", runtime_version="v2-alpha-tpuv5-lite", max_wait=3600)
     DeleteTPUQueuedResourceOperator(task_id="d", zone="us-west4-a", setup_task_id="t")
+    CreateBatchFlexStartJobOperator(task_id="b", project_id="my-project", region="us-central1",
+        image_uri="img:1", commands=["--shard", "$BATCH_TASK_INDEX"], task_count=16, parallelism=4,
+        machine_type="g2-standard-8", max_wait=timedelta(hours=2), environment={"MODEL": "m"},
+        labels={"team": "ml"})
 print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith("airflow_provider_dws"))))
 """
 

@@ -1,0 +1,272 @@
+"""Cloud Batch jobs in the attempt loop: build the Flex Start job, find it, classify its end."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_dws import catalog
+from airflow_provider_dws.backends.batch import (
+    LABEL_MAX_WAIT,
+    BatchJobBackend,
+    job_status,
+    parse_job_name,
+    task_counts,
+)
+from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
+from airflow_provider_dws.exceptions import (
+    BadRequestError,
+    CapacityNotObtainedError,
+    RequestCancelledError,
+    WorkloadFailedError,
+)
+from airflow_provider_dws.links import BatchFlexStartJobLink, BatchJobLogsLink
+from airflow_provider_dws.operators.batch_checks import as_job_dict
+from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
+from airflow_provider_dws.runtime.loop import resolve_project
+from airflow_provider_dws.scheduling.phases import FailureKind
+from airflow_provider_dws.scheduling.policies import Placement
+from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from google.cloud.batch_v1 import Job
+
+    from airflow_provider_dws.backends.base import RequestStatus
+    from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
+    from airflow_provider_dws.scheduling.identity import RequestIdentity
+
+
+def _gpus(machine_type: str, accelerator_type: str | None, count: int | None) -> tuple[str, int] | None:
+    """The GPUs of one VM: a GPU machine's own, else ``count`` x ``accelerator_type`` (if any)."""
+    own = catalog.batch_machine_gpus(machine_type)
+    if own is not None:
+        return own
+    return (accelerator_type, count or 1) if accelerator_type else None
+
+
+class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", BatchJobBackend]):
+    """A Flex Start Cloud Batch job per attempt; the wait ends when the job ends.
+
+    Batch has no max-wait field: the trigger cancels a job still waiting at its max wait
+    (:meth:`wait_deadline`) and the task fails with capacity not obtained.
+    """
+
+    target = "end"
+    op: CreateBatchFlexStartJobOperator
+
+    def backend(self, location: str | None = None) -> BatchJobBackend:
+        """The Cloud Batch backend of ``location`` (default: the operator's region)."""
+        return self.cached_backend(BatchJobBackend, location or self.op.region)
+
+    def location_of(self, name: str) -> str:
+        """The region of ``projects/P/locations/R/jobs/ID``."""
+        return parse_job_name(name)[1]
+
+    def build(
+        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
+    ) -> Job:
+        """The ``Job`` to submit: the user's job (or the one the parameters describe) with FLEX_START
+        on every instance policy, the identity labels and the max wait label.
+
+        A failover ``placement`` may swap the machine type (and its GPUs) of every instance policy;
+        ``max_wait`` is the effective wait decided by the scheduling core (default: ``max_wait``).
+        """
+        from google.cloud.batch_v1 import AllocationPolicy, Job, LogsPolicy, ServiceAccount
+
+        op = self.op
+        job = Job(as_job_dict(op.job)) if op.job is not None else self._job_from_parameters()
+        if op.max_run is not None:
+            for group in job.task_groups:
+                # proto-plus takes a timedelta for a Duration (the stubs type only the message).
+                group.task_spec.max_run_duration = op.max_run  # type: ignore[assignment]
+        for instance in job.allocation_policy.instances:
+            policy = instance.policy
+            if placement is not None and placement.machine_type:
+                current = policy.accelerators[0] if policy.accelerators else None
+                gpus = _gpus(
+                    placement.machine_type,
+                    placement.accelerator_type or (current.type_ if current else None),
+                    current.count if current else None,
+                )
+                policy.machine_type = placement.machine_type
+                policy.accelerators = (
+                    [AllocationPolicy.Accelerator(type_=gpus[0], count=gpus[1])] if gpus else []
+                )
+            policy.provisioning_model = AllocationPolicy.ProvisioningModel.FLEX_START  # type: ignore[assignment]
+        if op.service_account:
+            job.allocation_policy.service_account = ServiceAccount(email=op.service_account)
+        if op.network or op.subnetwork:
+            interface = AllocationPolicy.NetworkInterface(
+                network=op.network or "", subnetwork=op.subnetwork or ""
+            )
+            job.allocation_policy.network = AllocationPolicy.NetworkPolicy(network_interfaces=[interface])
+        if not job.logs_policy.destination:
+            # Task logs go to Cloud Logging, where the task's "Batch Job Logs" link looks.
+            job.logs_policy = LogsPolicy(destination=LogsPolicy.Destination.CLOUD_LOGGING)
+        wait = max_wait or op.max_wait
+        job.labels = {
+            **dict(job.labels),
+            **(op.labels or {}),
+            **identity.labels(),
+            LABEL_MAX_WAIT: str(round(wait.total_seconds())),
+        }
+        return job
+
+    def _job_from_parameters(self) -> Job:
+        """One task group of ``task_count`` tasks running the container or script, on one policy."""
+        from google.cloud.batch_v1 import (
+            AllocationPolicy,
+            Environment,
+            Job,
+            Runnable,
+            TaskGroup,
+            TaskSpec,
+        )
+
+        op = self.op
+        if op.image_uri:
+            runnable = Runnable(
+                container=Runnable.Container(
+                    image_uri=op.image_uri, commands=list(op.commands or []), entrypoint=op.entrypoint or ""
+                )
+            )
+        else:
+            runnable = Runnable(script=Runnable.Script(text=op.script or ""))
+        spec = TaskSpec(runnables=[runnable])
+        if op.environment:
+            spec.environment = Environment(variables=dict(op.environment))
+        group = TaskGroup(task_spec=spec, task_count=op.task_count or 1, parallelism=op.parallelism or 0)
+        assert op.machine_type is not None  # the operator requires it without a whole job
+        gpus = _gpus(op.machine_type, op.accelerator_type, op.accelerator_count)
+        policy = AllocationPolicy.InstancePolicy(
+            machine_type=op.machine_type,
+            accelerators=[AllocationPolicy.Accelerator(type_=gpus[0], count=gpus[1])] if gpus else [],
+        )
+        instance = AllocationPolicy.InstancePolicyOrTemplate(
+            policy=policy, install_gpu_drivers=op.install_gpu_drivers
+        )
+        return Job(task_groups=[group], allocation_policy=AllocationPolicy(instances=[instance]))
+
+    def find(self, context: Context, identity: RequestIdentity) -> Found | None:
+        """Any live or succeeded job of this task instance, in any region it may have used."""
+        regions: dict[str, Placement] = {}
+        for placement in self.op.placements():
+            regions.setdefault(placement.location, placement)
+        jobs: dict[str, RequestStatus] = {}
+        for region in regions:
+            jobs.update({job.name: job for job in self.backend(region).find(identity)})
+        decision = choose_existing(
+            [Candidate(name, job.phase, job.timings.submitted) for name, job in jobs.items()]
+        )
+        self.log.info("Identity %s: %s", identity.key, decision.reason)
+        if decision.name is None:
+            return None
+        job = jobs[decision.name]
+        region = self.location_of(job.name)
+        self._remember(context, job)
+        return Found(
+            job, regions.get(region, Placement(location=region)), int(job.details.get("attempt") or 1)
+        )
+
+    def _remember(self, context: Context, job: RequestStatus) -> None:
+        _, region, job_id = parse_job_name(job.name)
+        project = resolve_project(self.op)
+        context["ti"].xcom_push(key="job_name", value=job.name)
+        self.log.info("Console: %s", BatchFlexStartJobLink.persist(context, project, region, job_id))
+        if job.details.get("uid"):
+            self.log.info("Task logs: %s", BatchJobLogsLink.persist(context, project, job.details["uid"]))
+
+    def submit(
+        self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
+    ) -> RequestStatus:
+        """Create the job of this attempt in the placement's region (ALREADY_EXISTS: adopt it)."""
+        job_id = identity.batch_job_id()
+        try:
+            job, created = self.backend(placement.location).submit(
+                self.build(identity, placement, max_wait), identity, job_id
+            )
+        except PermissionDeniedApiError as err:
+            raise BadRequestError(
+                f"permission denied creating the Batch job {job_id}: {err.message}"
+            ) from None
+        except InvalidRequestError as err:
+            raise BadRequestError(f"Cloud Batch refused the job {job_id}: {err.message}") from None
+        if not created and job.phase.terminal:
+            self.log.warning("Job %s of this attempt already ended %s", job.name, job.state)
+        self.log.info(
+            "%s Flex Start Batch job %s (attempt %d, %s); the provider cancels it if it still waits "
+            "for capacity after %s",
+            "Submitted" if created else "Adopted",
+            job.name,
+            identity.attempt,
+            job.description,
+            max_wait,
+        )
+        self._remember(context, job)
+        return job
+
+    def wait_deadline(self, status: RequestStatus, max_wait: timedelta) -> datetime:
+        """The max wait from submission, less the trigger's grace: the grace leaves time for an API
+        to expire a request itself, and Batch has no max wait of its own to do that."""
+        from airflow_provider_dws.triggers.capacity_request import WAIT_DEADLINE_GRACE
+
+        return super().wait_deadline(status, max_wait) - WAIT_DEADLINE_GRACE
+
+    def result(self, context: Context, status: RequestStatus) -> Any:
+        """A summary of the succeeded job: name, state, task counts by state, shape and timings."""
+        from google.cloud.batch_v1 import Job as JobMessage
+
+        project, region, job_id = parse_job_name(status.name)
+        job = self.backend(region).get(status.name)
+        if job is None:
+            raise RequestCancelledError(f"{status.name} disappeared right after it succeeded")
+        current = job_status(job)
+        timings = current.timings
+        group = job.task_groups[0] if job.task_groups else None
+        labels = dict(job.labels)
+        data = JobMessage.to_dict(job, use_integers_for_enums=False)
+        return {
+            "name": job.name,
+            "job_id": job_id,
+            "uid": job.uid,
+            "project_id": project,
+            "region": region,
+            "state": current.state,
+            "description": current.description,
+            "task_count": int(group.task_count) if group else 0,
+            "parallelism": int(group.parallelism) if group else 0,
+            "task_counts": task_counts(job),
+            "create_time": data.get("create_time"),
+            "update_time": data.get("update_time"),
+            "timings": timings.to_dict(),
+            "wait_seconds": timings.wait_seconds,
+            "run_seconds": timings.run_seconds,
+            "labels": labels,
+        }
+
+    def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
+        """The classified exception for a job that ended without success."""
+        message = status.outcome.message
+        region = status.details.get("region") or placement.location
+        detail = f"job {status.name}{': ' + message if message else ''}"
+        if status.outcome.failure is FailureKind.CAPACITY_NOT_OBTAINED:
+            what = status.description.rsplit(" in ", 1)[0] if status.description else "the requested GPU VMs"
+            return CapacityNotObtainedError(
+                f"no capacity within max wait {max_wait} in {region} for {what} ({detail})"
+            )
+        if status.outcome.failure is FailureKind.WORKLOAD_FAILED:
+            return WorkloadFailedError(f"workload failed: {self._failed_tasks(status)} ({detail})")
+        if status.outcome.failure is FailureKind.BAD_REQUEST:
+            return BadRequestError(f"Cloud Batch refused the job ({detail})")
+        return RequestCancelledError(f"the Batch job was cancelled before it finished ({detail})")
+
+    def _failed_tasks(self, status: RequestStatus) -> str:
+        """``2 of 16 tasks failed`` (read again: an event carries no task counts)."""
+        try:
+            job = self.backend(self.location_of(status.name)).get(status.name)
+        except Exception:  # the message is a nicety: never lose the error over it
+            job = None
+        counts = task_counts(job) if job is not None else {}
+        total = sum(counts.values())
+        return f"{counts.get('FAILED', 0)} of {total} tasks failed" if total else "a task failed"

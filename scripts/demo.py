@@ -2,7 +2,7 @@
 
 Starts ``dws-emulator`` on a free loopback port with its default inventory, prepares a throwaway
 Airflow home (SQLite), runs ``airflow dags test`` for the Vertex AI Flex Start example and then
-the TPU queued-resource example, prints every request's final state with its wait and run times
+the TPU queued-resource example and the Cloud Batch example, prints every request's final state with its wait and run times
 as the emulator recorded them, and stops the emulator.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-DAG_IDS = ("dws_vertex_flex_start", "dws_tpu_queued_resource")
+DAG_IDS = ("dws_vertex_flex_start", "dws_tpu_queued_resource", "dws_batch_flex_start")
 
 
 def start_emulator() -> tuple[subprocess.Popen[str], str]:
@@ -84,7 +84,7 @@ def main() -> int:
         history = [step["state"].removeprefix("JOB_STATE_") for step in req["history"]]
         print(f"{req['kind']} {req['name']}")
         print(f"    {' -> '.join(history)}")
-        if req["kind"] == "CustomJob":
+        if req["kind"] in ("CustomJob", "BatchJob"):
             waited = _seconds(req["create_time"], req["start_time"] or req["end_time"])
             ran = _seconds(req["start_time"], req["end_time"]) or 0.0
             print(f"    final state {req['state']}: waited {waited:.1f}s for capacity, ran {ran:.1f}s")
@@ -99,9 +99,11 @@ def main() -> int:
     print(f"==> demo finished in {time.monotonic() - started:.1f}s (dags test exit codes {codes})")
     jobs = [r for r in requests if r["kind"] == "CustomJob"]
     slices = [r for r in requests if r["kind"] == "QueuedResource"]
+    batch_jobs = [r for r in requests if r["kind"] == "BatchJob"]
     ok = (
         all(code == 0 for code in codes.values())
         and [j["state"] for j in jobs] == ["JOB_STATE_SUCCEEDED"]
+        and [j["state"] for j in batch_jobs] == ["SUCCEEDED"]
         and len(slices) == 1
         and all(s["deleted"] for s in slices)
     )

@@ -43,6 +43,10 @@ class RequestAdapter(Generic[_Op, _Backend]):
     #: What the wait waits for: ``"end"`` (the workload ran and ended) or ``"running"`` (the
     #: capacity is held and handed to later tasks, e.g. a TPU slice).
     target: ClassVar[str] = "end"
+    #: How long a request may still wait past its max wait before the trigger cancels it: ``None``
+    #: leaves time for an API that expires requests itself (the trigger's default); an API with no
+    #: max wait of its own sets ``timedelta(0)``.
+    wait_grace: ClassVar[timedelta | None] = None
 
     def __init__(self, operator: _Op) -> None:
         self.op = operator
@@ -141,6 +145,7 @@ class RequestAdapter(Generic[_Op, _Backend]):
             target=self.target,
             echo=echo,
             task_deadline=task_deadline.isoformat() if task_deadline else None,
+            wait_grace=None if self.wait_grace is None else self.wait_grace.total_seconds(),
         )
 
     def cached_backend(self, cls: type[_Backend], location: str) -> _Backend:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import catalog
@@ -48,11 +48,12 @@ def _gpus(machine_type: str, accelerator_type: str | None, count: int | None) ->
 class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", BatchJobBackend]):
     """A Flex Start Cloud Batch job per attempt; the wait ends when the job ends.
 
-    Batch has no max-wait field: the trigger cancels a job still waiting at its max wait
-    (:meth:`wait_deadline`) and the task fails with capacity not obtained.
+    Batch has no max-wait field: the trigger cancels a job still waiting at its max wait, with
+    no grace (:attr:`wait_grace`), and the task fails with capacity not obtained.
     """
 
     target = "end"
+    wait_grace = timedelta(0)
     op: CreateBatchFlexStartJobOperator
 
     def backend(self, location: str | None = None) -> BatchJobBackend:
@@ -205,13 +206,6 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
         )
         self._remember(context, job)
         return job
-
-    def wait_deadline(self, status: RequestStatus, max_wait: timedelta) -> datetime:
-        """The max wait from submission, less the trigger's grace: the grace leaves time for an API
-        to expire a request itself, and Batch has no max wait of its own to do that."""
-        from airflow_provider_dws.triggers.capacity_request import WAIT_DEADLINE_GRACE
-
-        return super().wait_deadline(status, max_wait) - WAIT_DEADLINE_GRACE
 
     def result(self, context: Context, status: RequestStatus) -> Any:
         """A summary of the succeeded job: name, state, task counts by state, shape and timings."""

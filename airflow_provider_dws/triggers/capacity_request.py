@@ -70,6 +70,10 @@ class CapacityRequestTrigger(BaseTrigger):
         the request (unless ``cancel_on_kill`` is False) and reports ``timed_out``.
     :param echo: JSON-serializable state returned in the event under ``"echo"`` (the attempt
         history), so the task resumes with it whatever runs the trigger.
+    :param wait_grace: seconds a request may still wait past ``wait_deadline`` before the provider
+        cancels it: time for an API that expires its requests itself (Vertex AI, Cloud TPU) to do
+        so. ``None``: :data:`WAIT_DEADLINE_GRACE`; ``0`` for an API with no max wait of its own
+        (Cloud Batch), whose requests the provider gives up exactly at ``wait_deadline``.
     """
 
     def __init__(
@@ -83,6 +87,7 @@ class CapacityRequestTrigger(BaseTrigger):
         target: str = "end",
         echo: dict[str, Any] | None = None,
         task_deadline: str | None = None,
+        wait_grace: float | None = None,
     ) -> None:
         super().__init__()
         if target not in TARGETS:
@@ -97,6 +102,12 @@ class CapacityRequestTrigger(BaseTrigger):
             raise TypeError(f"poll_interval must be a number of seconds, got {type(poll_interval).__name__}")
         if poll_interval <= 0:
             raise ValueError(f"poll_interval must be greater than 0, got {poll_interval}")
+        if wait_grace is not None and (
+            isinstance(wait_grace, bool) or not isinstance(wait_grace, (int, float)) or wait_grace < 0
+        ):
+            raise ValueError(f"wait_grace must be a number of seconds >= 0, got {wait_grace!r}")
+        self.wait_grace = wait_grace
+        self._grace = WAIT_DEADLINE_GRACE if wait_grace is None else timedelta(seconds=wait_grace)
         self._deadline = _aware("wait_deadline", wait_deadline)
         self._task_deadline = _aware("task_deadline", task_deadline)
         self.task_deadline = task_deadline
@@ -115,20 +126,20 @@ class CapacityRequestTrigger(BaseTrigger):
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Class path and keyword arguments; round-trips through ``__init__``."""
-        return (
-            "airflow_provider_dws.triggers.capacity_request.CapacityRequestTrigger",
-            {
-                "kind": self.kind,
-                "backend_spec": self.backend_spec,
-                "request_name": self.request_name,
-                "poll_interval": self.poll_interval,
-                "wait_deadline": self.wait_deadline,
-                "cancel_on_kill": self.cancel_on_kill,
-                "target": self.target,
-                "echo": self.echo,
-                "task_deadline": self.task_deadline,
-            },
-        )
+        kwargs: dict[str, Any] = {
+            "kind": self.kind,
+            "backend_spec": self.backend_spec,
+            "request_name": self.request_name,
+            "poll_interval": self.poll_interval,
+            "wait_deadline": self.wait_deadline,
+            "cancel_on_kill": self.cancel_on_kill,
+            "target": self.target,
+            "echo": self.echo,
+            "task_deadline": self.task_deadline,
+        }
+        if self.wait_grace is not None:  # only where it differs: triggers stored before it stay valid
+            kwargs["wait_grace"] = self.wait_grace
+        return "airflow_provider_dws.triggers.capacity_request.CapacityRequestTrigger", kwargs
 
     @property
     def backend(self) -> AsyncRequestBackend:
@@ -208,7 +219,7 @@ class CapacityRequestTrigger(BaseTrigger):
                     status is not None
                     and self._deadline is not None
                     and status.phase is Phase.WAITING
-                    and now > self._deadline + WAIT_DEADLINE_GRACE
+                    and now >= self._deadline + self._grace
                 ):
                     yield TriggerEvent(self._payload(await self._give_up(status)))
                     return
@@ -264,7 +275,7 @@ class CapacityRequestTrigger(BaseTrigger):
         now = datetime.now(timezone.utc)
         moments = [last_log + HEARTBEAT]
         if self._deadline is not None and status is not None and status.phase is Phase.WAITING:
-            moments.append(self._deadline + WAIT_DEADLINE_GRACE + timedelta(seconds=1))
+            moments.append(self._deadline + self._grace)
         if self._task_deadline is not None:
             moments.append(self._timeout_at(self._task_deadline, status))
         return max(0.0, (min(moments) - now).total_seconds())
@@ -320,13 +331,21 @@ class CapacityRequestTrigger(BaseTrigger):
         return payload
 
     async def _give_up(self, status: RequestStatus) -> RequestStatus:
-        self.log.warning(
-            "%s is still waiting %s after its max wait ended (%s); cancelling it so it cannot take "
-            "capacity nobody will use",
-            self.request_name,
-            WAIT_DEADLINE_GRACE,
-            self.wait_deadline,
-        )
+        if self._grace:
+            self.log.warning(
+                "%s is still waiting %s after its max wait ended (%s); cancelling it so it cannot "
+                "take capacity nobody will use",
+                self.request_name,
+                self._grace,
+                self.wait_deadline,
+            )
+        else:
+            self.log.warning(
+                "%s has waited its whole max wait (until %s) for capacity; cancelling it so it "
+                "cannot take capacity nobody will use",
+                self.request_name,
+                self.wait_deadline,
+            )
         await self.backend.arelease(self.request_name)
         ended = RequestStatus(
             name=status.name,

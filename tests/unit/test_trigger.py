@@ -251,6 +251,25 @@ def test_wait_deadline_within_grace_keeps_waiting(fake: Any) -> None:
     assert backend.reads == 3
 
 
+def test_no_grace_gives_up_exactly_at_the_wait_deadline(fake: Any) -> None:
+    # An API without a max wait of its own (Cloud Batch): the provider's deadline is the only one.
+    backend = fake([status("QUEUED", Phase.WAITING, submitted=T0)])
+    deadline = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()  # inside the default grace
+    (event,) = run_all(trigger(wait_deadline=deadline, wait_grace=0))
+    assert backend.cancelled == [NAME]
+    assert event["phase"] == "not_obtained"
+
+
+def test_wait_grace_round_trips_and_is_checked() -> None:
+    path, kwargs = trigger(wait_deadline="2026-01-01T02:00:00+00:00", wait_grace=0).serialize()
+    assert kwargs["wait_grace"] == 0
+    assert CapacityRequestTrigger(**kwargs).serialize() == (path, kwargs)
+    # The default is not written, so triggers stored before the parameter existed stay valid.
+    assert "wait_grace" not in trigger().serialize()[1]
+    with pytest.raises(ValueError, match="wait_grace must be a number of seconds >= 0"):
+        trigger(wait_grace=-1)
+
+
 def test_running_request_is_not_given_up_after_its_wait_deadline(
     fake: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

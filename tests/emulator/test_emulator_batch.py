@@ -20,7 +20,7 @@ from google.cloud.batch_v1.services.batch_service.transports import (
 )
 
 from airflow_provider_dws.emulator.batch.state import QUEUED_LIMIT_SECONDS, SCHEDULE_SECONDS
-from airflow_provider_dws.emulator.batch.validation import BATCH_ACCELERATORS
+from airflow_provider_dws.facts import COMPUTE_GPU_NAMES
 from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.emulator
@@ -377,7 +377,7 @@ def test_accelerator_table_covers_every_vertex_pool_of_the_default_inventory() -
     from airflow_provider_dws.emulator import DEFAULT_CAPACITY
 
     gpu_pools = {key.split("/")[1] for key in DEFAULT_CAPACITY if key.split("/")[1].startswith("NVIDIA_")}
-    assert gpu_pools <= set(BATCH_ACCELERATORS.values())
+    assert gpu_pools <= set(COMPUTE_GPU_NAMES.values())
 
 
 # --- async client, counters and faults -----------------------------------------------------

@@ -363,6 +363,12 @@ def _template() -> batch_v1.Job:
             make_job(accelerator="nvidia-tesla-t4", machine="n1-standard-8"),
             "NVIDIA_TESLA_T4 is not available in us-central1",
         ),
+        (
+            PARENT,
+            "ok",
+            make_job(accelerator="nvidia-tesla-v100", machine="n1-standard-8"),
+            "nvidia-tesla-v100 cannot be obtained with FLEX_START",
+        ),
         (PARENT, "ok", make_job(accelerator=None, machine="e2-standard-4"), "FLEX_START needs GPUs"),
         (PARENT, "ok", make_job(labels={"Team": "x"}), "'job.labels'"),
     ],

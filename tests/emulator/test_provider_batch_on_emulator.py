@@ -572,6 +572,12 @@ WHOLE_JOBS = {
             {"policy": {"machine_type": "g2-standard-4"}},
         ]
     ),
+    "n1 with a T4": _whole_job(
+        machine_type="n1-standard-8", accelerators=[{"type_": "nvidia-tesla-t4", "count": 2}]
+    ),
+    "n1 with a V100 (no flex-start VMs)": _whole_job(
+        machine_type="n1-standard-8", accelerators=[{"type_": "nvidia-tesla-v100", "count": 1}]
+    ),
     "two task groups": _whole_job(groups=2),
     "an instance template": _whole_job(
         instances=[{"instance_template": "projects/p/global/instanceTemplates/t"}]
@@ -588,7 +594,9 @@ def test_a_whole_job_the_operator_accepts_is_one_the_api_accepts(emulator_env: A
     from google.api_core import exceptions
     from google.cloud.batch_v1 import Job
 
-    emulator = emulator_env({L4: 4, f"{REGION}/NVIDIA_H100_80GB": 8})
+    # Pools of every GPU the cases use, so a refusal is about the job, not the region.
+    gpus = ("NVIDIA_L4", "NVIDIA_H100_80GB", "NVIDIA_TESLA_T4", "NVIDIA_TESLA_V100")
+    emulator = emulator_env({f"{REGION}/{gpu}": 8 for gpu in gpus})
     who = identity()
     try:
         op = operator(job=WHOLE_JOBS[case], image_uri=None, machine_type=None, environment=None)

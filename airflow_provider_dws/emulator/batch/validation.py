@@ -8,7 +8,9 @@ two, the same the operator's checks and the backend read. A job needs, at once,
 (the VMs that run its tasks side by side) and ``gpus_per_vm`` comes from
 ``instances[0].policy.accelerators[0].count`` or, for accelerator-optimized machine types
 (``g2-standard-4``, ``a3-highgpu-8g``...), from the GPUs the machine always has
-(:data:`airflow_provider_dws.facts.GPU_MACHINE_ROWS`).
+(:data:`airflow_provider_dws.facts.GPU_MACHINE_ROWS`). A FLEX_START job may only ask for the GPUs
+flex-start VMs offer (:data:`airflow_provider_dws.facts.BATCH_FLEX_START_GPUS`, the table the
+operator checks too; the GPU machine types all come with one of them).
 
 Workload: ``DWS_EMULATOR_RUN_SECONDS`` / ``DWS_EMULATOR_EXIT_CODE`` (:mod:`..core.workload`) are read
 from ``task_spec.environment.variables``, then from each runnable's ``environment.variables`` (a
@@ -28,7 +30,7 @@ from typing import Any
 import grpc
 from google.cloud.batch_v1.types import job as gcb_job
 
-from ...facts import COMPUTE_GPU_NAMES, GPU_MACHINE_ROWS
+from ...facts import BATCH_FLEX_START_GPUS, COMPUTE_GPU_NAMES, GPU_MACHINE_ROWS
 from ..core.capacity import PoolKey
 from ..core.errors import EmulatorError, check_labels
 from ..core.workload import EXIT_CODE_ENV, RUN_SECONDS_ENV, parse_workload
@@ -196,6 +198,12 @@ def _instance_policy(job: Any) -> tuple[str, str, str | None, int]:
                 f"Machine type {machine} comes with {built_in[1]} x {built_in[0]}; got {acc.count} x {acc.type_}.",
             )
         accelerator, per_vm = name, acc.count
+        if model == "FLEX_START" and acc.type_ not in BATCH_FLEX_START_GPUS:
+            raise batch_error(
+                f"{where}.type",
+                f"{acc.type_} cannot be obtained with FLEX_START; flex-start VMs offer: "
+                f"{', '.join(sorted(BATCH_FLEX_START_GPUS))}.",
+            )
     if model == "FLEX_START" and accelerator is None:
         raise batch_error(
             f"{field}.policy.provisioning_model",

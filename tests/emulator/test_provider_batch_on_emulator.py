@@ -401,7 +401,8 @@ def test_release_of_a_waiting_job_is_idempotent_and_of_an_ended_job_fine(
     cancelling = backend.get_status(job.name)
     assert cancelling is not None and cancelling.state == "CANCELLATION_IN_PROGRESS"
     assert cancelling.phase is Phase.CANCELLED
-    backend.release(job.name)  # twice: no error
+    # Twice: the same request_id, answered with the first cancel's operation (nothing done twice).
+    assert backend.release(job.name) is True
     asyncio.run(BatchJobBackend(PROJECT, REGION).arelease(job.name))  # from an event loop too
     clock.advance(CANCEL_SECONDS)
     cancelled = backend.get_status(job.name)

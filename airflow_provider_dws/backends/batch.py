@@ -219,7 +219,9 @@ class BatchJobBackend(GoogleBackend[DwsBatchHook, DwsBatchAsyncHook]):
 
         The create carries ``identity.request_uuid()`` as its ``request_id``, so a create the
         server already answered is answered again rather than made twice. Returns the job's status
-        and whether this call created it.
+        and whether this call created it. A replayed create looks like the first on the wire (the
+        same Job), so a second submit within the API's request_id memory (>= 60 min) reports
+        ``True`` too; after it, the create is ALREADY_EXISTS and the job is adopted (``False``).
         """
         from google.cloud.batch_v1 import CreateJobRequest
 
@@ -249,7 +251,12 @@ class BatchJobBackend(GoogleBackend[DwsBatchHook, DwsBatchAsyncHook]):
 
     def release(self, name: str, *, wait: bool = False) -> bool:
         """Cancel a job; one that already ended, is being cancelled (FAILED_PRECONDITION) or is gone
-        is fine (False). ``wait``: until the cancel operation is done (its VMs given back)."""
+        is fine (False). ``wait``: until the cancel operation is done (its VMs given back).
+
+        Every cancel of one job carries the same ``request_id``, so a repeated cancel (a retry, the
+        trigger's then the worker's) is answered with the first one's operation: ``True`` again,
+        nothing done twice.
+        """
         try:
             operation = self._rpc(
                 f"cancel {name}", self._client().cancel_job, request=self._cancel_request(name)

@@ -20,7 +20,7 @@ libraries, sync and async, talk to it over an insecure channel:
 GPUs and TPUs share one capacity model (:mod:`.core.capacity`): pools keyed ``LOCATION/ACCELERATOR``
 with a strict FIFO queue each. GPU pools are a region and a Vertex accelerator type, shared by
 Vertex AI and Cloud Batch (a Batch job's ``nvidia-l4`` x N per VM draws on ``REGION/NVIDIA_L4``;
-the name table is :data:`.batch.validation.BATCH_ACCELERATORS`); TPU pools
+the name table is :data:`airflow_provider_dws.facts.COMPUTE_GPU_NAMES`); TPU pools
 are a zone and a TPU family counted in **chips** (``v5litepod-16`` and ``v6e-16`` need 16 chips;
 ``v2``/``v3``/``v4``/``v5p-N`` need N/2; a multislice of k nodes needs k times that, at once;
 see :mod:`.tpu`).

@@ -92,8 +92,14 @@ def _check_policy(op: Any, policy: Any, where: str, skip: Callable[[Any], bool])
 
 
 def check_job(op: Any, job: Any, skip: Callable[[Any], bool]) -> None:
-    """A whole ``Job``: task groups with runnables; instance policies (no template, no other
-    provisioning model) on a machine with its GPUs; no task ``max_run_duration`` if ``max_run``."""
+    """A whole ``Job``: one task group with runnables; one instance policy (no template, no other
+    provisioning model) on a machine with its GPUs; no task ``max_run_duration`` if ``max_run``.
+
+    One of each because the API takes no more (``batch_v1.Job``: "Only one TaskGroup is supported
+    now"; ``AllocationPolicy.instances``: "Only instances[0] is supported now", and FLEX_START
+    cannot be combined with instance flexibility): a second one would pass here and be refused
+    by CreateJob when the task runs.
+    """
     if skip(job):
         return
     try:
@@ -102,8 +108,11 @@ def check_job(op: Any, job: Any, skip: Callable[[Any], bool]) -> None:
         raise op._param_error(str(err)) from None
     groups = data.get("task_groups")
     if not skip(groups):
-        if not isinstance(groups, Sequence) or isinstance(groups, str) or not groups:
-            raise op._param_error("job.task_groups must hold one task group (with task_spec.runnables)")
+        if not isinstance(groups, Sequence) or isinstance(groups, str) or len(groups) != 1:
+            raise op._param_error(
+                "job.task_groups must hold exactly one task group (with task_spec.runnables; Cloud "
+                f"Batch supports one), got {len(groups) if isinstance(groups, Sequence) else groups!r}"
+            )
         for index, group in enumerate(groups):
             spec = group.get("task_spec") if isinstance(group, Mapping) else None
             if not skip(spec) and not (isinstance(spec, Mapping) and spec.get("runnables")):
@@ -122,6 +131,12 @@ def check_job(op: Any, job: Any, skip: Callable[[Any], bool]) -> None:
         raise op._param_error(
             "job.allocation_policy.instances must hold an instance policy with the machine_type (and "
             "GPUs) the job runs on; the operator sets its provisioning model to FLEX_START"
+        )
+    if len(instances) > 1:
+        raise op._param_error(
+            f"job.allocation_policy.instances must hold one instance policy, got {len(instances)}: "
+            "Cloud Batch uses only instances[0], and FLEX_START cannot be combined with instance "
+            "flexibility (a list of VM choices)"
         )
     for index, instance in enumerate(instances):
         where = f"job.allocation_policy.instances[{index}]"

@@ -20,7 +20,7 @@ from google.cloud.batch_v1.services.batch_service.transports import (
 )
 
 from airflow_provider_dws.emulator.batch.state import QUEUED_LIMIT_SECONDS, SCHEDULE_SECONDS
-from airflow_provider_dws.emulator.batch.validation import BATCH_ACCELERATORS
+from airflow_provider_dws.facts import COMPUTE_GPU_NAMES
 from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.emulator
@@ -363,6 +363,12 @@ def _template() -> batch_v1.Job:
             make_job(accelerator="nvidia-tesla-t4", machine="n1-standard-8"),
             "NVIDIA_TESLA_T4 is not available in us-central1",
         ),
+        (
+            PARENT,
+            "ok",
+            make_job(accelerator="nvidia-tesla-v100", machine="n1-standard-8"),
+            "nvidia-tesla-v100 cannot be obtained with FLEX_START",
+        ),
         (PARENT, "ok", make_job(accelerator=None, machine="e2-standard-4"), "FLEX_START needs GPUs"),
         (PARENT, "ok", make_job(labels={"Team": "x"}), "'job.labels'"),
     ],
@@ -377,7 +383,7 @@ def test_accelerator_table_covers_every_vertex_pool_of_the_default_inventory() -
     from airflow_provider_dws.emulator import DEFAULT_CAPACITY
 
     gpu_pools = {key.split("/")[1] for key in DEFAULT_CAPACITY if key.split("/")[1].startswith("NVIDIA_")}
-    assert gpu_pools <= set(BATCH_ACCELERATORS.values())
+    assert gpu_pools <= set(COMPUTE_GPU_NAMES.values())
 
 
 # --- async client, counters and faults -----------------------------------------------------

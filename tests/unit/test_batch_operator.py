@@ -46,10 +46,7 @@ def make(**kwargs: Any) -> CreateBatchFlexStartJobOperator:
 JOB = {
     "task_groups": [{"task_count": 4, "task_spec": {"runnables": [{"script": {"text": "nvidia-smi"}}]}}],
     "allocation_policy": {
-        "instances": [
-            {"policy": {"machine_type": "a3-highgpu-8g"}, "install_gpu_drivers": True},
-            {"policy": {"machine_type": "a3-highgpu-8g", "provisioning_model": "FLEX_START"}},
-        ]
+        "instances": [{"policy": {"machine_type": "a3-highgpu-8g"}, "install_gpu_drivers": True}]
     },
     "labels": {"owner": "ml"},
 }
@@ -204,6 +201,12 @@ def test_a_job_with_an_instance_template_or_flexibility_is_refused() -> None:
         make(**job_args(flexible))
     with pytest.raises(ValueError, match="must hold an instance policy with the machine_type"):
         make(**job_args({"task_groups": JOB["task_groups"]}))
+    # Cloud Batch takes one instance policy and one task group (batch_v1.Job's own docs).
+    two_policies = {**JOB, "allocation_policy": {"instances": [JOB["allocation_policy"]["instances"][0]] * 2}}
+    with pytest.raises(ValueError, match="instances must hold one instance policy, got 2"):
+        make(**job_args(two_policies))
+    with pytest.raises(ValueError, match="task_groups must hold exactly one task group"):
+        make(**job_args({**JOB, "task_groups": JOB["task_groups"] * 2}))
     with pytest.raises(
         ValueError, match=r"task_groups\[0\].task_spec.max_run_duration \('60s'\) and max_run are both set"
     ):
@@ -258,7 +261,7 @@ def test_the_job_from_parameters_is_flex_start_with_its_shape_labels_and_environ
 
 def test_a_whole_job_gets_flex_start_on_every_instance_policy_and_keeps_its_own_labels() -> None:
     job = make(**job_args(JOB), labels={"team": "ml"}).build_job(IDENTITY, max_wait=timedelta(minutes=30))
-    assert [i.policy.provisioning_model for i in job.allocation_policy.instances] == [FLEX, FLEX]
+    assert [i.policy.provisioning_model for i in job.allocation_policy.instances] == [FLEX]
     assert job.labels["owner"] == "ml" and job.labels["team"] == "ml"
     assert job.labels["dws_max_wait"] == "1800" and job.labels["dws_key"] == IDENTITY.key
     assert job.task_groups[0].task_count == 4

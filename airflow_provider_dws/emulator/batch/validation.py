@@ -2,12 +2,15 @@
 
 Capacity: a Batch job draws on the same GPU pools as Vertex AI, ``REGION/VERTEX_ACCELERATOR``
 (``us-central1/NVIDIA_L4``). Batch spells accelerator types the Compute Engine way
-(``nvidia-l4``); :data:`BATCH_ACCELERATORS` is the one table between the two. A job needs, at once,
+(``nvidia-l4``); :data:`airflow_provider_dws.facts.COMPUTE_GPU_NAMES` is the one table between the
+two, the same the operator's checks and the backend read. A job needs, at once,
 ``vms x gpus_per_vm`` GPUs, where ``vms = ceil(min(task_count, parallelism) / task_count_per_node)``
 (the VMs that run its tasks side by side) and ``gpus_per_vm`` comes from
 ``instances[0].policy.accelerators[0].count`` or, for accelerator-optimized machine types
 (``g2-standard-4``, ``a3-highgpu-8g``...), from the GPUs the machine always has
-(:data:`airflow_provider_dws.facts.GPU_MACHINE_ROWS`).
+(:data:`airflow_provider_dws.facts.GPU_MACHINE_ROWS`). A FLEX_START job may only ask for the GPUs
+flex-start VMs offer (:data:`airflow_provider_dws.facts.BATCH_FLEX_START_GPUS`, the table the
+operator checks too; the GPU machine types all come with one of them).
 
 Workload: ``DWS_EMULATOR_RUN_SECONDS`` / ``DWS_EMULATOR_EXIT_CODE`` (:mod:`..core.workload`) are read
 from ``task_spec.environment.variables``, then from each runnable's ``environment.variables`` (a
@@ -27,28 +30,12 @@ from typing import Any
 import grpc
 from google.cloud.batch_v1.types import job as gcb_job
 
-from ...facts import GPU_MACHINE_ROWS
+from ...facts import BATCH_FLEX_START_GPUS, COMPUTE_GPU_NAMES, GPU_MACHINE_ROWS
 from ..core.capacity import PoolKey
 from ..core.errors import EmulatorError, check_labels
 from ..core.workload import EXIT_CODE_ENV, RUN_SECONDS_ENV, parse_workload
 
 ProvisioningModel = gcb_job.AllocationPolicy.ProvisioningModel
-
-#: Batch (Compute Engine) accelerator type -> the Vertex AI name that keys the shared GPU pools.
-BATCH_ACCELERATORS: dict[str, str] = {
-    "nvidia-tesla-t4": "NVIDIA_TESLA_T4",
-    "nvidia-tesla-v100": "NVIDIA_TESLA_V100",
-    "nvidia-tesla-p100": "NVIDIA_TESLA_P100",
-    "nvidia-tesla-p4": "NVIDIA_TESLA_P4",
-    "nvidia-l4": "NVIDIA_L4",
-    "nvidia-tesla-a100": "NVIDIA_TESLA_A100",
-    "nvidia-a100-80gb": "NVIDIA_A100_80GB",
-    "nvidia-h100-80gb": "NVIDIA_H100_80GB",
-    "nvidia-h100-mega-80gb": "NVIDIA_H100_MEGA_80GB",
-    "nvidia-h200-141gb": "NVIDIA_H200_141GB",
-    "nvidia-b200": "NVIDIA_B200",
-    "nvidia-gb200": "NVIDIA_GB200",
-}
 
 JOB_ID_RE = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
 _PARENT_RE = re.compile(r"projects/([^/]+)/locations/([^/]+)")
@@ -197,11 +184,11 @@ def _instance_policy(job: Any) -> tuple[str, str, str | None, int]:
     if accelerators:
         acc = accelerators[0]
         where = f"{field}.policy.accelerators[0]"
-        name = BATCH_ACCELERATORS.get(acc.type_)
+        name = COMPUTE_GPU_NAMES.get(acc.type_)
         if name is None:
             raise batch_error(
                 f"{where}.type",
-                f"Unknown accelerator type {acc.type_!r}; expected one of: {', '.join(BATCH_ACCELERATORS)}.",
+                f"Unknown accelerator type {acc.type_!r}; expected one of: {', '.join(COMPUTE_GPU_NAMES)}.",
             )
         if acc.count < 1:
             raise batch_error(f"{where}.count", f"Must be at least 1, got {acc.count}.")
@@ -211,6 +198,12 @@ def _instance_policy(job: Any) -> tuple[str, str, str | None, int]:
                 f"Machine type {machine} comes with {built_in[1]} x {built_in[0]}; got {acc.count} x {acc.type_}.",
             )
         accelerator, per_vm = name, acc.count
+        if model == "FLEX_START" and acc.type_ not in BATCH_FLEX_START_GPUS:
+            raise batch_error(
+                f"{where}.type",
+                f"{acc.type_} cannot be obtained with FLEX_START; flex-start VMs offer: "
+                f"{', '.join(sorted(BATCH_FLEX_START_GPUS))}.",
+            )
     if model == "FLEX_START" and accelerator is None:
         raise batch_error(
             f"{field}.policy.provisioning_model",

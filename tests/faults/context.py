@@ -20,12 +20,19 @@ from tests.faults.harness import Deployment, HarnessError, wait_for
 
 VERTEX_DAG = "dws_vertex_flex_start"
 TPU_DAG = "dws_tpu_queued_resource"
+BATCH_DAG = "dws_batch_flex_start"
 H100 = "NVIDIA_H100_80GB"
-#: The pools the example DAGs ask in (region and accelerator; zone and TPU family).
+#: The Batch example's GPU (``nvidia-l4``), as the emulator's pools, shared with Vertex AI, spell it.
+L4 = "NVIDIA_L4"
+#: The pools the example DAGs ask in (region and accelerator; zone and TPU family). The Batch
+#: example asks in the Vertex example's region, but for L4s: a pool no other example uses.
 VERTEX_POOL = f"us-central1/{H100}"
 TPU_POOL = "us-west4-a/v5litepod"
-#: Enough for two of the example's 8-GPU jobs (or 16-chip slices): a leftover cannot starve a run.
-VERTEX_FULL, TPU_FULL = 16, 32
+BATCH_REGION = "us-central1"
+BATCH_POOL = f"{BATCH_REGION}/{L4}"
+#: Enough for two of the example's 8-GPU jobs (16-chip slices, 16-VM Batch jobs of one L4 each):
+#: a leftover cannot starve a run.
+VERTEX_FULL, TPU_FULL, BATCH_FULL = 16, 32, 32
 
 LIVE_STATES = {
     "CustomJob": {"JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_CANCELLING"},
@@ -37,10 +44,24 @@ LIVE_STATES = {
         "ACTIVE",
         "SUSPENDING",
     },
+    "BatchJob": {"QUEUED", "SCHEDULED", "RUNNING", "CANCELLATION_IN_PROGRESS", "DELETION_IN_PROGRESS"},
 }
 #: For duplicates, a request stops counting once it was given up: CANCELLING holds no new capacity.
-HELD_STATES = {kind: states - {"JOB_STATE_CANCELLING", "SUSPENDING"} for kind, states in LIVE_STATES.items()}
-WAITING_STATES = {"JOB_STATE_QUEUED", "JOB_STATE_PENDING", "CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES"}
+GIVEN_UP_STATES = {"JOB_STATE_CANCELLING", "SUSPENDING", "CANCELLATION_IN_PROGRESS", "DELETION_IN_PROGRESS"}
+HELD_STATES = {kind: states - GIVEN_UP_STATES for kind, states in LIVE_STATES.items()}
+#: The state in which a request holds its result: a later one of the same attempt is a duplicate.
+SUCCESS_STATES = {"CustomJob": "JOB_STATE_SUCCEEDED", "QueuedResource": "ACTIVE", "BatchJob": "SUCCEEDED"}
+#: Waiting for capacity (a Flex Start Batch job stays QUEUED until its VMs can be created).
+WAITING_STATES = {
+    "JOB_STATE_QUEUED",
+    "JOB_STATE_PENDING",
+    "CREATING",
+    "ACCEPTED",
+    "WAITING_FOR_RESOURCES",
+    "QUEUED",
+}
+#: The first state that shows a request was being cancelled.
+CANCEL_STATES = {"JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED", "CANCELLATION_IN_PROGRESS", "CANCELLED"}
 TERMINAL_RUN_STATES = {"success", "failed"}
 #: How long after its runs ended a scenario's requests may take to stop (cancel, delete).
 SETTLE_SECONDS = 60.0
@@ -116,11 +137,14 @@ def signature(per_try: Sequence[int], finals: Sequence[str], run_state: str) -> 
 
 
 def final_state(record: dict[str, Any]) -> str:
-    """A request's final state, short: ``SUCCEEDED``; a TPU slice released after ACTIVE is ``RELEASED``."""
+    """A request's final state, short: ``SUCCEEDED``; a TPU slice released after ACTIVE is ``RELEASED``,
+    a deleted Batch job ``DELETED`` (its record keeps the state DELETION_IN_PROGRESS)."""
     state = str(record["state"]).removeprefix("JOB_STATE_")
     if record["kind"] == "QueuedResource" and record["deleted"]:
         reached = {h["state"] for h in record["history"]}
         return "RELEASED" if "ACTIVE" in reached else "DELETED"
+    if record["kind"] == "BatchJob" and record["deleted"]:
+        return "DELETED"
     return state
 
 
@@ -158,7 +182,7 @@ def _live_until(record: dict[str, Any]) -> datetime | None:
     """When a request stopped counting (None: still live, or it succeeded and holds the result)."""
     for step in record["history"]:
         state = step["state"]
-        if state in ("JOB_STATE_SUCCEEDED", "ACTIVE"):
+        if state == SUCCESS_STATES[record["kind"]]:
             return None
         if state not in HELD_STATES[record["kind"]]:
             return parse_time(step["time"])
@@ -240,6 +264,12 @@ class ScenarioContext:
         """The scenario's own Vertex pool (its region)."""
         assert self.region is not None, f"{self.scenario.name} is shared: it uses the examples' pools"
         return f"{self.region}/{H100}"
+
+    @property
+    def l4_pool(self) -> str:
+        """The scenario's own pool of L4 GPUs (its region), for Batch jobs."""
+        assert self.region is not None, f"{self.scenario.name} is shared: it uses the examples' pools"
+        return f"{self.region}/{L4}"
 
     def log(self, message: str) -> None:
         print(f"  [{self.scenario.name} +{time.monotonic() - self.started:5.1f}s] {message}", flush=True)
@@ -351,3 +381,28 @@ class ScenarioContext:
             self.log(f"runs still not finished after {timeout:.0f}s")
             return False
         return True
+
+    def give(self, pool: str, count: int = 8) -> None:
+        """Capacity arrives: ``count`` accelerators in ``pool``."""
+        self.emulator.set_capacity({pool: count})
+        self.log(f"capacity arrives in {pool}")
+
+    def check_cancelled_within(
+        self, ref: RunRef, since: datetime, limit: float, first_only: bool = False
+    ) -> None:
+        """Check that the run's requests (only the first, with ``first_only``) were cancelled in time."""
+        records = self.requests(ref)[:1] if first_only else self.requests(ref)
+        stamps = [cancel_time(r) for r in records]
+        if not records or None in stamps:
+            self.check(f"cancelled <= {limit:.0f}s", "not cancelled", False)
+            return
+        latency = max((s - since).total_seconds() for s in stamps if s is not None)
+        self.check(f"cancelled <= {limit:.0f}s", f"cancelled after {latency:.1f}s", latency <= limit)
+
+
+def cancel_time(record: dict[str, Any]) -> datetime | None:
+    """When a request's cancellation shows first in its history (None: never)."""
+    for step in record["history"]:
+        if step["state"] in CANCEL_STATES:
+            return parse_time(step["time"])
+    return None

@@ -13,11 +13,16 @@ import os
 import signal
 import time
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from tests.faults.context import (
+    BATCH_DAG,
+    BATCH_FULL,
+    BATCH_POOL,
+    BATCH_REGION,
     H100,
+    L4,
     SETTLE_SECONDS,
     TPU_DAG,
     TPU_FULL,
@@ -162,7 +167,7 @@ def worker_sigkill_after_submit(ctx: ScenarioContext) -> None:
         "dws_fault_kill_after_submit", "vx", "fine_tune", "1+0 SUCCEEDED run=success", {"run_seconds": 10}
     )
     ctx.wait_waiting(ref, timeout=180, try_number=2)
-    _give(ctx, ctx.pool)
+    ctx.give(ctx.pool)
     ctx.wait_finished(180)
     ctx.check_killed_after_submit(ref)
 
@@ -188,7 +193,7 @@ def celery_worker_sigkill(ctx: ScenarioContext) -> None:
     replacement = dep.start_worker()
     ctx.log(f"started {replacement.name}")
     ctx.wait_waiting(ref, timeout=TASK_HEARTBEAT_TIMEOUT + 240, try_number=2)
-    _give(ctx, VERTEX_POOL, VERTEX_FULL)
+    ctx.give(VERTEX_POOL, VERTEX_FULL)
     ctx.wait_finished(240)
     tries = ctx.api.tries(ref.dag_id, ref.run_id, ref.request_task)
     first = tries[0].get("state") if tries else None
@@ -241,7 +246,7 @@ def user_marks_failed(ctx: ScenarioContext) -> None:
     ctx.api.set_task_state(ref.dag_id, ref.run_id, ref.request_task, "failed")
     ctx.log("marked fine_tune failed through the REST API")
     ctx.wait_finished(120)
-    ctx.after_settle.append(lambda: _cancelled_within(ctx, ref, marked, SETTLE_SECONDS))
+    ctx.after_settle.append(lambda: ctx.check_cancelled_within(ref, marked, SETTLE_SECONDS))
 
 
 def mark_failed_cancel_unavailable(ctx: ScenarioContext) -> None:
@@ -266,7 +271,7 @@ def mark_failed_cancel_unavailable(ctx: ScenarioContext) -> None:
         ctx.emulator.clear_faults()
     ctx.check("cancel met UNAVAILABLE", f"UNAVAILABLE fired {times}x", times == 1)
     ctx.wait_finished(120)
-    ctx.after_settle.append(lambda: _cancelled_within(ctx, ref, marked, SETTLE_SECONDS))
+    ctx.after_settle.append(lambda: ctx.check_cancelled_within(ref, marked, SETTLE_SECONDS))
 
 
 def mark_failed_slow_poll(ctx: ScenarioContext) -> None:
@@ -284,7 +289,7 @@ def mark_failed_slow_poll(ctx: ScenarioContext) -> None:
         ctx.wait_finished(120)
     finally:
         ctx.emulator.clear_faults()
-    ctx.after_settle.append(lambda: _cancelled_within(ctx, ref, marked, SETTLE_SECONDS))
+    ctx.after_settle.append(lambda: ctx.check_cancelled_within(ref, marked, SETTLE_SECONDS))
 
 
 def user_clears_task(ctx: ScenarioContext) -> None:
@@ -306,9 +311,9 @@ def user_clears_task(ctx: ScenarioContext) -> None:
     except HarnessError as err:
         ctx.problems.append(str(err))
     time.sleep(3)  # a late second submit would show up before the capacity arrives
-    _give(ctx, ctx.pool)
+    ctx.give(ctx.pool)
     ctx.wait_finished(180)
-    ctx.after_settle.append(lambda: _cancelled_within(ctx, ref, cleared, SETTLE_SECONDS, first_only=True))
+    ctx.after_settle.append(lambda: ctx.check_cancelled_within(ref, cleared, SETTLE_SECONDS, first_only=True))
 
 
 def execution_timeout_while_waiting(ctx: ScenarioContext) -> None:
@@ -374,6 +379,10 @@ def emulator_outage(ctx: ScenarioContext) -> None:
     """The emulator refuses connections for 30 s while the job waits; the wait must survive it."""
     ctx.emulator.set_capacity({VERTEX_POOL: 0})
     ref = ctx.trigger(VERTEX_DAG, "vx", "fine_tune", EXPECT_VERTEX_OK, {"run_seconds": 3})
+    _outage_while_waiting(ctx, ref, VERTEX_POOL, VERTEX_FULL)
+
+
+def _outage_while_waiting(ctx: ScenarioContext, ref: RunRef, pool: str, full: int) -> None:
     ctx.wait_waiting(ref)
     ctx.wait_polled(ref)
     ctx.emulator.outage(30)
@@ -381,33 +390,48 @@ def emulator_outage(ctx: ScenarioContext) -> None:
     time.sleep(32)
     state = ctx.task(ref).get("state")
     ctx.check("still deferred after outage", f"{state} after outage", state == "deferred")
-    _give(ctx, VERTEX_POOL, VERTEX_FULL)
+    ctx.give(pool, full)
     ctx.wait_finished(180)
 
 
-def _give(ctx: ScenarioContext, pool: str, count: int = 8) -> None:
-    ctx.emulator.set_capacity({pool: count})
-    ctx.log(f"capacity arrives in {pool}")
+# -- Cloud Batch: the same faults on the Batch example's job (16 shards, one L4 each) -------------
 
 
-def _cancelled_within(
-    ctx: ScenarioContext, ref: RunRef, since: datetime, limit: float, first_only: bool = False
-) -> None:
-    """Check that the run's requests (only the first, with ``first_only``) were cancelled in time."""
-    records = ctx.requests(ref)[:1] if first_only else ctx.requests(ref)
-    stamps = [_cancel_time(r) for r in records]
-    if not records or None in stamps:
-        ctx.check(f"cancelled <= {limit:.0f}s", "not cancelled", False)
-        return
-    latency = max((s - since).total_seconds() for s in stamps if s is not None)
-    ctx.check(f"cancelled <= {limit:.0f}s", f"cancelled after {latency:.1f}s", latency <= limit)
+def batch_worker_sigkill_after_submit(ctx: ScenarioContext) -> None:
+    """As ``worker_sigkill_after_submit``, for a Batch job: the retry must reattach to the same job."""
+    ctx.emulator.set_capacity({ctx.l4_pool: 0})
+    # 10 s of run time, for the reason worker_sigkill_after_submit gives (apache/airflow#72716).
+    ref = ctx.trigger(
+        "dws_fault_batch_kill_after_submit", "bj", "infer", "1+0 SUCCEEDED run=success", {"run_seconds": 10}
+    )
+    ctx.wait_waiting(ref, timeout=180, try_number=2)
+    ctx.give(ctx.l4_pool, BATCH_FULL)
+    ctx.wait_finished(180)
+    ctx.check_killed_after_submit(ref)
 
 
-def _cancel_time(record: dict[str, Any]) -> datetime | None:
-    for step in record["history"]:
-        if step["state"] in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"):
-            return parse_time(step["time"])
-    return None
+def batch_user_marks_failed(ctx: ScenarioContext) -> None:
+    """A user marks the Batch example's waiting ``infer`` failed: its job must be cancelled.
+
+    The example asks in its own pool (:data:`BATCH_POOL`, L4s of ``DWS_EXAMPLE_REGION``, which the
+    deployment leaves at ``us-central1``): no other scenario running side by side asks for L4s there.
+    """
+    ctx.emulator.set_capacity({BATCH_POOL: 0})
+    ref = ctx.trigger(BATCH_DAG, "bj", "infer", "1 CANCELLED run=failed", {"run_seconds": 3})
+    ctx.wait_waiting(ref)
+    ctx.wait_polled(ref)
+    marked = utcnow()
+    ctx.api.set_task_state(ref.dag_id, ref.run_id, ref.request_task, "failed")
+    ctx.log("marked infer failed through the REST API")
+    ctx.wait_finished(120)
+    ctx.after_settle.append(lambda: ctx.check_cancelled_within(ref, marked, SETTLE_SECONDS))
+
+
+def batch_emulator_outage(ctx: ScenarioContext) -> None:
+    """The emulator refuses connections for 30 s while the Batch example's job waits."""
+    ctx.emulator.set_capacity({BATCH_POOL: 0})
+    ref = ctx.trigger(BATCH_DAG, "bj", "infer", "1 SUCCEEDED run=success", {"run_seconds": 3})
+    _outage_while_waiting(ctx, ref, BATCH_POOL, BATCH_FULL)
 
 
 SCENARIOS: list[Scenario] = [
@@ -461,16 +485,49 @@ SCENARIOS: list[Scenario] = [
         triggerer_paused_redistribution,
         shared=True,
     ),
+    Scenario(
+        "batch_worker_sigkill_after_submit",
+        "Batch: SIGKILL the worker after submit",
+        batch_worker_sigkill_after_submit,
+        ci=True,
+    ),
+    Scenario(
+        "batch_user_marks_failed",
+        "Batch: user marks the waiting task failed",
+        batch_user_marks_failed,
+        ci=True,
+    ),
+    Scenario(
+        "batch_emulator_outage",
+        "Batch: emulator down 30 s during the wait",
+        batch_emulator_outage,
+        shared=True,
+    ),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
+#: Side-by-side scenarios on an example DAG ask where its ``DWS_EXAMPLE_REGION`` (one per
+#: deployment) says; each has a pool there no other side-by-side scenario uses.
+EXAMPLE_REGIONS = {"batch_user_marks_failed": BATCH_REGION}
 #: One region (an emulator pool of its own) per scenario that runs side by side with others.
-REGIONS = dict(
-    zip(
-        [s.name for s in SCENARIOS if not s.shared],
-        ["us-east1", "us-west1", "us-west2", "us-east5", "us-south1", "europe-west4", "asia-east1"],
-        strict=False,
-    )
-)
+REGIONS = {
+    **dict(
+        zip(
+            [s.name for s in SCENARIOS if not s.shared and s.name not in EXAMPLE_REGIONS],
+            [
+                "us-east1",
+                "us-west1",
+                "us-west2",
+                "us-east5",
+                "us-south1",
+                "europe-west4",
+                "asia-east1",
+                "us-east4",
+            ],
+            strict=False,
+        )
+    ),
+    **EXAMPLE_REGIONS,
+}
 DAG_IDS = [
     VERTEX_DAG,
     TPU_DAG,
@@ -480,12 +537,20 @@ DAG_IDS = [
     "dws_fault_user_action",
     "dws_fault_execution_timeout",
     "dws_fault_hold_after_submit",
+    BATCH_DAG,
+    "dws_fault_batch_kill_after_submit",
 ]
 
 
 def emulator_pools() -> dict[str, int]:
     """Every pool the matrix uses, empty: each scenario decides when capacity arrives."""
-    return {VERTEX_POOL: 0, TPU_POOL: 0, **{f"{region}/{H100}": 0 for region in REGIONS.values()}}
+    return {
+        VERTEX_POOL: 0,
+        TPU_POOL: 0,
+        BATCH_POOL: 0,
+        **{f"{region}/{H100}": 0 for region in REGIONS.values()},
+        **{f"{region}/{L4}": 0 for region in REGIONS.values()},
+    }
 
 
 def select(names: Iterable[str] | None = None, ci: bool = False, executor: str = "local") -> list[Scenario]:

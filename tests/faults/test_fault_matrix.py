@@ -43,13 +43,28 @@ def test_executor_selection() -> None:
     assert "celery_worker_sigkill" not in local
     assert set(local) <= set(celery)
     assert [s.name for s in matrix.select(["celery_worker_sigkill"], executor="local")] == []
-    # The CI subset is the same as before the CeleryExecutor came (make test stays LocalExecutor).
+    # The CI subset: the CeleryExecutor added none (make test stays LocalExecutor); Cloud Batch
+    # added two rows that run side by side with the others.
     assert [s.name for s in matrix.select(ci=True, executor="local")] == [
         "triggerer_sigkill",
         "worker_sigkill_after_submit",
         "user_marks_failed",
         "execution_timeout",
+        "batch_worker_sigkill_after_submit",
+        "batch_user_marks_failed",
     ]
+
+
+def test_side_by_side_scenarios_have_pools_of_their_own() -> None:
+    """Every scenario that runs side by side has a region, and no two share one; each pool exists."""
+    from tests.faults.context import H100, L4
+    from tests.faults.scenarios import REGIONS, emulator_pools
+
+    side_by_side = [s.name for s in matrix.SCENARIOS if not s.shared]
+    assert sorted(REGIONS) == sorted(side_by_side)
+    assert len(set(REGIONS.values())) == len(REGIONS)
+    pools = emulator_pools()
+    assert all(pools[f"{r}/{H100}"] == 0 and pools[f"{r}/{L4}"] == 0 for r in REGIONS.values())
 
 
 def test_main_runs_each_chosen_executor(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,80 @@
+"""Airflow DAGs for the fault matrix: the Batch example's inference task with one fault-specific twist.
+
+``CreateBatchFlexStartJobOperator`` with the job shape, labels and limits of
+``example_dags/batch_flex_start.py`` (16 shards, one L4 each). What differs:
+
+* the region comes from ``params.region``, so the scenario asks in its own emulator pool and runs
+  side by side with the others;
+* ``dws_fault_batch_kill_after_submit`` has one retry, and SIGKILLs its own task process on try 1
+  right after the create call returned, before the task defers (as ``dws_fault_kill_after_submit``
+  does to the Vertex AI task in ``fault_scenarios.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow.sdk import DAG
+
+from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
+from airflow_provider_dws.runtime.batch import BatchFlexStartAdapter
+
+POLL_INTERVAL = float(os.environ.get("DWS_EXAMPLE_POLL_INTERVAL", 30))
+MAX_WAIT = timedelta(seconds=int(os.environ.get("DWS_EXAMPLE_MAX_WAIT_SECONDS", 2 * 3600)))
+SHARDS = 16
+
+
+class _KillAfterSubmit(BatchFlexStartAdapter):
+    def submit(self, context: Any, identity: Any, placement: Any, max_wait: timedelta) -> Any:
+        status = super().submit(context, identity, placement, max_wait)
+        if context["ti"].try_number == 1:
+            self.log.warning("FAULT: SIGKILL of this task process right after submitting %s", status.name)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return status
+
+
+class KillWorkerAfterSubmit(CreateBatchFlexStartJobOperator):
+    """On try 1, SIGKILL the task process as soon as the job exists: no defer, no cleanup, no log flush."""
+
+    ADAPTER = _KillAfterSubmit
+
+
+with DAG(
+    dag_id="dws_fault_batch_kill_after_submit",
+    doc_md="The worker dies right after the Batch create call returned; the retry must reattach.",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    tags=["dws", "batch", "fault-matrix"],
+    params={"run_seconds": 5, "exit_code": 0, "region": "us-central1"},
+) as kill_after_submit:
+    KillWorkerAfterSubmit(
+        deferrable=True,
+        task_id="infer",
+        project_id="my-gcp-project",
+        region="{{ params.region }}",
+        image_uri="us-docker.pkg.dev/my-gcp-project/inference/batch-infer:latest",
+        commands=[
+            "--input=gs://my-bucket/inputs/{{ dag_run.run_after | ds_nodash }}",
+            "--output=gs://my-bucket/scores/{{ run_id }}",
+            f"--shards={SHARDS}",
+        ],
+        task_count=SHARDS,
+        parallelism=SHARDS,
+        machine_type="g2-standard-8",
+        accelerator_type="nvidia-l4",
+        accelerator_count=1,
+        max_wait=MAX_WAIT,
+        max_run=timedelta(hours=3),
+        environment={
+            "DWS_EMULATOR_RUN_SECONDS": "{{ params.run_seconds }}",
+            "DWS_EMULATOR_EXIT_CODE": "{{ params.exit_code }}",
+        },
+        labels={"team": "research", "pipeline": "batch-inference"},
+        poll_interval=POLL_INTERVAL,
+        retries=1,
+        retry_delay=timedelta(seconds=2),
+    )

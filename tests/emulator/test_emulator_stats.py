@@ -194,6 +194,7 @@ def test_concurrent_calls_are_all_counted_and_survive_an_outage(dws_emulator_ser
     emulator.control.outage(0.5)
     deadline = time.monotonic() + 30
     cut = 0
+    seen: list[str] = []
     while True:  # refused while the listener is down (never counted), then answered again
         try:
             jobs.get_custom_job(name=job.name, retry=None)
@@ -201,13 +202,17 @@ def test_concurrent_calls_are_all_counted_and_survive_an_outage(dws_emulator_ser
         except exceptions.Cancelled:
             # In flight as the listener closed: it may have been counted on arrival.
             cut += 1
-        except exceptions.ServiceUnavailable:
-            pass
+        except exceptions.ServiceUnavailable as err:
+            # Refused while the listener is down is never counted; a call that had arrived when the
+            # connection closed (a slow machine) may come back UNAVAILABLE too, and may be counted.
+            if not any(word in str(err).lower() for word in ("connect", "refused")):
+                cut += 1
+            seen.append(str(err))
         assert time.monotonic() < deadline, "the emulator did not come back after the outage"
         time.sleep(0.05)
     calls = emulator.control.stats()["calls"]
     assert set(calls) == {f"{JOBS}/GetCustomJob"}
-    assert 401 <= calls[f"{JOBS}/GetCustomJob"] <= 401 + cut
+    assert 401 <= calls[f"{JOBS}/GetCustomJob"] <= 401 + cut, (calls, cut, seen)
 
 
 def test_cli_stats_table_json_and_reset(dws_emulator_factory: Any) -> None:

@@ -17,10 +17,11 @@ Nothing here imports a Google library or ``airflow.providers.google`` at module 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import ipaddress
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from airflow.sdk import BaseHook
 
@@ -95,6 +96,7 @@ class DwsBaseHook(BaseHook):
         self.impersonation_chain = impersonation_chain
         self._google: GoogleBaseHook | None = None
         self._extras: dict[str, Any] | None = None
+        self._cached_clients: dict[tuple[type, str], Any] = {}
         env_host = os.environ.get(EMULATOR_HOST_ENV, "").strip()
         if env_host:
             self.emulator_host: str | None = check_emulator_host(env_host)
@@ -168,6 +170,14 @@ class DwsBaseHook(BaseHook):
             client_options=self.google_hook.get_client_options(api_endpoint_override=api_endpoint),
         )
 
+    def cached_client(self, client_class: type[_ClientT], key: str = "global", **kwargs: Any) -> _ClientT:
+        """:meth:`client` built once per class and ``key`` (a region, or ``"global"``) on this hook:
+        building one resolves credentials, which can cost a network round trip."""
+        client = self._cached_clients.get((client_class, key))
+        if client is None:
+            client = self._cached_clients[client_class, key] = self.client(client_class, **kwargs)
+        return cast("_ClientT", client)
+
 
 SyncHookT = TypeVar("SyncHookT", bound=DwsBaseHook)
 ClientT = TypeVar("ClientT")
@@ -182,6 +192,8 @@ class DwsAsyncHookBase(Generic[SyncHookT, ClientT]):
     """
 
     sync_hook_class: type[SyncHookT]
+    #: The async client, ``"module:Class"`` (imported when the first client is built).
+    async_client_class: str = ""
 
     def __init__(
         self,
@@ -215,5 +227,13 @@ class DwsAsyncHookBase(Generic[SyncHookT, ClientT]):
                 self._clients[key] = client
             return client
 
+    def api_endpoint(self, key: str) -> str | None:
+        """The endpoint of ``key``'s client (default: the global one)."""
+        return None
+
     def _build(self, hook: SyncHookT, key: str, credentials: Any) -> ClientT:
-        raise NotImplementedError
+        module, _, name = self.async_client_class.partition(":")
+        client_class = getattr(importlib.import_module(module), name)
+        return hook.client(
+            client_class, api_endpoint=self.api_endpoint(key), credentials=credentials, asynchronous=True
+        )

@@ -39,6 +39,7 @@ from ..core.api import Api, Core
 from ..core.clock import Schedule, iso
 from ..core.clock import timestamp as _timestamp
 from ..core.errors import EmulatorError
+from ..core.operations import finish_operation, start_operation
 from . import BATCH_SERVICE, METHODS
 from .reads import BatchReads
 from .service import BatchServicer
@@ -284,28 +285,13 @@ class BatchState(Api, BatchReads):
 
     # -- operations ------------------------------------------------------------------------
     def _new_operation(self, verb: str, rec: BatchJobRecord, now: float) -> operations_pb2.Operation:
-        op_id = self.core.new_operation_id()
-        name = f"projects/{rec.project}/locations/{rec.location}/operations/operation-{op_id}"
-        meta = OperationMetadataPb(target=rec.name, verb=verb, api_version="v1")
-        meta.create_time.CopyFrom(_timestamp(now))
-        op = operations_pb2.Operation(name=name, done=False)
-        op.metadata.Pack(meta)
-        self.core.operations[name] = op
-        self._pending.append(_PendingOperation(name, verb, rec))
-        out = operations_pb2.Operation()
-        out.CopyFrom(op)
-        return out
+        parent = f"projects/{rec.project}/locations/{rec.location}"
+        op = start_operation(self.core, parent, OperationMetadataPb, rec.name, verb, "v1", now)
+        self._pending.append(_PendingOperation(op.name, verb, rec))
+        return op
 
     def _complete_operation(self, pending: _PendingOperation, response: Any, now: float) -> None:
-        op = self.core.operations.get(pending.name)
-        if op is None:  # deleted by the client meanwhile
-            return
-        meta = OperationMetadataPb()
-        op.metadata.Unpack(meta)
-        meta.end_time.CopyFrom(_timestamp(now))
-        op.metadata.Pack(meta)
-        op.response.Pack(response)
-        op.done = True
+        finish_operation(self.core, pending.name, OperationMetadataPb, response, now)
 
     def _replay(self, verb: str, request_id: str) -> Any:
         check_request_id(request_id)

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 
+from .clock import timestamp
 from .faults import OPERATIONS_SERVICE
 from .wire import unary
 
 if TYPE_CHECKING:
+    from .api import Core
     from .state import CoreState
 
 MAX_WAIT_OPERATION_SECONDS = 60.0
@@ -61,3 +63,37 @@ class OperationsServicer:
                 "WaitOperation": unary(self.WaitOperation, operations_pb2.WaitOperationRequest),
             },
         )
+
+
+def start_operation(
+    state: Core, parent: str, metadata: Any, target: str, verb: str, api_version: str, now: float
+) -> operations_pb2.Operation:
+    """A new, not yet done, long-running operation on ``target`` under ``parent``
+    (``projects/P/locations/L``), stored in the core; returns a copy for the reply.
+
+    ``metadata`` is the API's ``OperationMetadata`` protobuf class (Cloud TPU's and Cloud Batch's
+    share these fields: target, verb, api_version, create_time, end_time).
+    """
+    name = f"{parent}/operations/operation-{state.new_operation_id()}"
+    meta = metadata(target=target, verb=verb, api_version=api_version)
+    meta.create_time.CopyFrom(timestamp(now))
+    op = operations_pb2.Operation(name=name, done=False)
+    op.metadata.Pack(meta)
+    state.operations[name] = op
+    returned = operations_pb2.Operation()
+    returned.CopyFrom(op)
+    return returned
+
+
+def finish_operation(state: Core, name: str, metadata: Any, response: Any, now: float) -> None:
+    """Mark a stored operation done with ``response`` (a message) and its end time; an operation
+    the client deleted meanwhile is left alone."""
+    op = state.operations.get(name)
+    if op is None:
+        return
+    meta = metadata()
+    op.metadata.Unpack(meta)
+    meta.end_time.CopyFrom(timestamp(now))
+    op.metadata.Pack(meta)
+    op.response.Pack(response)
+    op.done = True

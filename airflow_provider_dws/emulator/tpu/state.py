@@ -46,6 +46,7 @@ from ..core.api import Api, Core
 from ..core.clock import Schedule, iso
 from ..core.clock import timestamp as _timestamp
 from ..core.errors import EmulatorError
+from ..core.operations import finish_operation, start_operation
 from . import METHODS as TPU_METHODS
 from . import TPU_SERVICE
 from .service import TpuServicer
@@ -203,28 +204,13 @@ class TpuState(Api):
         rec.enqueued = True
 
     def _new_operation(self, verb: str, rec: QueuedResourceRecord, now: float) -> operations_pb2.Operation:
-        op_id = self.core.new_operation_id()
-        name = f"projects/{rec.plan.project}/locations/{rec.plan.zone}/operations/operation-{op_id}"
-        meta = OperationMetadataPb(target=rec.name, verb=verb, api_version="v2")
-        meta.create_time.CopyFrom(_timestamp(now))
-        op = operations_pb2.Operation(name=name, done=False)
-        op.metadata.Pack(meta)
-        self.core.operations[name] = op
-        self._pending.append(_TpuOperation(name, verb, rec))
-        returned = operations_pb2.Operation()
-        returned.CopyFrom(op)
-        return returned
+        parent = f"projects/{rec.plan.project}/locations/{rec.plan.zone}"
+        op = start_operation(self.core, parent, OperationMetadataPb, rec.name, verb, "v2", now)
+        self._pending.append(_TpuOperation(op.name, verb, rec))
+        return op
 
     def _complete_operation(self, pending: _TpuOperation, response: Any, now: float) -> None:
-        op = self.core.operations.get(pending.name)
-        if op is None:  # deleted by the client meanwhile
-            return
-        meta = OperationMetadataPb()
-        op.metadata.Unpack(meta)
-        meta.end_time.CopyFrom(_timestamp(now))
-        op.metadata.Pack(meta)
-        op.response.Pack(response)
-        op.done = True
+        finish_operation(self.core, pending.name, OperationMetadataPb, response, now)
 
     def _make_nodes(self, rec: QueuedResourceRecord, now: float) -> None:
         plan = rec.plan

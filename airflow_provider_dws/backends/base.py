@@ -87,20 +87,44 @@ async def classify_listed(
     pages: AsyncIterable[Iterable[_Item]],
     only: Container[str] | None,
     classify: Callable[[_Item], RequestStatus],
+    memo: ListMemo | None = None,
 ) -> dict[str, RequestStatus]:
     """Every listed request named in ``only`` (all when ``None``) by name, classified.
 
     Classifying a page of hundreds is real work, so this yields to the event loop every
-    :data:`YIELD_EVERY` requests: the other triggers of the triggerer keep running.
+    :data:`YIELD_EVERY` requests: the other triggers of the triggerer keep running. With a
+    ``memo`` (one per backend, kept between lists), a request whose version is the one seen in
+    the last list keeps its status unclassified: a waiting cycle then costs a version read per
+    request, not a classification, since almost nothing changes while requests wait.
     """
     found: dict[str, RequestStatus] = {}
+    seen: dict[str, tuple[Any, RequestStatus]] = {}
     async for items in pages:
         for index, item in enumerate(items):
             if only is None or item.name in only:
-                found[item.name] = classify(item)
+                if memo is None:
+                    found[item.name] = classify(item)
+                else:
+                    version = memo.version(item)
+                    known = memo.statuses.get(item.name)
+                    status = known[1] if known is not None and known[0] == version else classify(item)
+                    found[item.name] = status
+                    seen[item.name] = (version, status)
             if index % YIELD_EVERY == YIELD_EVERY - 1:
                 await asyncio.sleep(0)
+    if memo is not None:
+        memo.statuses = seen  # what left the list (ended, mostly) is forgotten
     return found
+
+
+class ListMemo:
+    """The statuses of the last list of one backend, by request name, with the version each was
+    classified at. ``version(item)`` must change whenever anything the classification reads
+    changes (the API's update time and state, read from the raw message: cheap)."""
+
+    def __init__(self, version: Callable[[Any], Any]) -> None:
+        self.version = version
+        self.statuses: dict[str, tuple[Any, RequestStatus]] = {}
 
 
 @runtime_checkable

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import uuid
@@ -10,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from airflow_provider_dws import catalog
-from airflow_provider_dws.backends.base import RequestStatus, classify_listed
+from airflow_provider_dws.backends.base import ListMemo, RequestStatus, classify_listed
 from airflow_provider_dws.backends.google import GoogleBackend, translated
 from airflow_provider_dws.errors import ConflictError, RequestAlreadyExistsError, RequestNotFoundError
 from airflow_provider_dws.hooks.batch import DwsBatchAsyncHook, DwsBatchHook
@@ -99,6 +100,15 @@ def _started_at(job: Job) -> datetime | None:
         if _TO_RUNNING.search(event.description) or event.task_state == TaskStatus.State.RUNNING:
             return _when(event.event_time)
     return None
+
+
+def job_version(job: Job) -> tuple[int, int, int, int]:
+    """What changes whenever :func:`job_status` would read something new: the update time, the
+    state and the number of status events, read from the raw message (no proto-plus conversion)."""
+    from google.cloud.batch_v1 import Job as JobMessage
+
+    raw = JobMessage.pb(job)
+    return raw.update_time.seconds, raw.update_time.nanos, raw.status.state, len(raw.status.status_events)
 
 
 def job_status(job: Job) -> RequestStatus:
@@ -288,7 +298,13 @@ class BatchJobBackend(GoogleBackend[DwsBatchHook, DwsBatchAsyncHook]):
         request = ListJobsRequest(parent=self.parent, filter=LIVE_FILTER, page_size=LIST_PAGE_SIZE)
         pager = await self._arpc_once(client.list_jobs, request=request)
         with translated():  # later pages are fetched while iterating
-            return await classify_listed((page.jobs async for page in pager.pages), only, job_status)
+            return await classify_listed(
+                (page.jobs async for page in pager.pages), only, job_status, self._list_memo
+            )
+
+    @functools.cached_property
+    def _list_memo(self) -> ListMemo:
+        return ListMemo(job_version)
 
     async def arelease(self, name: str) -> bool:
         """Cancel a job from the event loop; one already ended, cancelling or gone is fine (False)."""

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Container, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from airflow_provider_dws.backends.base import RequestStatus, classify_listed
+from airflow_provider_dws.backends.base import ListMemo, RequestStatus, classify_listed
 from airflow_provider_dws.backends.google import GoogleBackend, translated
 from airflow_provider_dws.errors import ConflictError, RequestNotFoundError
 from airflow_provider_dws.hooks.vertex_ai import DwsVertexAIAsyncHook, DwsVertexAIHook
@@ -90,6 +91,15 @@ def job_status(job: CustomJob) -> RequestStatus:
             "attempt": int(attempt) if attempt.isdigit() else 1,
         },
     )
+
+
+def job_version(job: CustomJob) -> tuple[int, int, int]:
+    """What changes whenever :func:`job_status` would read something new: the update time and the
+    state, read from the raw message (no proto-plus conversion)."""
+    from google.cloud.aiplatform_v1 import CustomJob as CustomJobMessage
+
+    raw = CustomJobMessage.pb(job)
+    return raw.update_time.seconds, raw.update_time.nanos, raw.state
 
 
 class VertexCustomJobBackend(GoogleBackend[DwsVertexAIHook, DwsVertexAIAsyncHook]):
@@ -212,7 +222,13 @@ class VertexCustomJobBackend(GoogleBackend[DwsVertexAIHook, DwsVertexAIAsyncHook
         request = ListCustomJobsRequest(parent=self.parent, filter=LIVE_FILTER, page_size=LIST_PAGE_SIZE)
         pager = await self._arpc_once(client.list_custom_jobs, request=request)
         with translated():  # later pages are fetched while iterating
-            return await classify_listed((page.custom_jobs async for page in pager.pages), only, job_status)
+            return await classify_listed(
+                (page.custom_jobs async for page in pager.pages), only, job_status, self._list_memo
+            )
+
+    @functools.cached_property
+    def _list_memo(self) -> ListMemo:
+        return ListMemo(job_version)
 
     async def arelease(self, name: str) -> bool:
         """Cancel a job from the event loop; one already ended or gone is fine (False)."""

@@ -15,7 +15,8 @@ Polling costs are per poll cycle, so the interval is compressed (30 s / k) to ke
 and the results are normalized back to the real interval: requests and CPU per minute = per cycle
 x 60 / interval. k is chosen per N from the emulator's measured cost per request, so that the
 baseline keeps the emulator at most ~40 % busy (``--compress`` forces it). After the waiting
-window, capacity for all N arrives at once and each waiter's event is timed.
+window, capacity for all N arrives at once (for the provider: just after a list round, its worst
+phase) and each waiter's event is timed.
 
 Run ``make bench`` or ``python benchmarks/triggerer_scale.py [--sizes 100,1000,5000] [--interval 30]
 [--compress K] [--json out.json]``. Columns are explained in ``benchmarks/README.md``. The exit
@@ -92,6 +93,7 @@ TARGET_RSS_PER_TRIGGER_KB = 30.0
 TARGET_STALL_MS = 50.0  # outside garbage collection (see StallMonitor)
 TARGET_GC_OBJECTS_PER_TRIGGER = 50.0  # what a waiting trigger adds to every full collection
 TARGET_LATENCY_SLACK = 1.0  # p99 capacity-to-event latency <= compressed interval + this
+LIST_METHOD = "google.cloud.aiplatform.v1.JobService/ListCustomJobs"
 TARGET_REQUESTS_SIZE = 5000
 TARGET_REQUESTS_PER_MINUTE = 600.0  # per region, in total, at TARGET_REQUESTS_SIZE
 
@@ -488,6 +490,8 @@ async def measure(cfg: dict[str, Any]) -> dict[str, Any]:
     stall_waiting_outside_gc = monitor.max_stall_outside_gc
     gc_full = [(gc_clock.full_count, gc_clock.full_max)]
     monitor.start()
+    if cfg["mode"] == "provider":
+        await just_after_a_list_round(control, interval)
     capacity_at = time.perf_counter()
     await asyncio.to_thread(control.set_capacity, {pool_of(cfg["region"]): len(names) * GPUS_PER_JOB})
     done, pending = await asyncio.wait(tasks, timeout=cfg["event_timeout"])
@@ -566,6 +570,33 @@ async def settle(control: Any, started: float, interval: float, quiet: float, li
             break
         await asyncio.sleep(interval / 20)
     return time.perf_counter() - started
+
+
+async def just_after_a_list_round(control: Any, interval: float) -> None:
+    """Wait until a list round of the shared poller has ended: the emulator's count of list calls
+    moves, then keeps still for a moment. Capacity given then comes at the worst phase for a
+    shared poller (every job was just listed as waiting; the next list is one interval away), so
+    the latency measured is the bound, not luck. Per-trigger polls are spread evenly and have no
+    such phase. Only the emulator's counters are read, never the poller's insides.
+    """
+
+    def lists() -> int:
+        return int(control.stats()["calls"].get(LIST_METHOD, 0))
+
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + 3 * interval
+    before = await asyncio.to_thread(lists)
+    count = before
+    while count == before and loop.time() < give_up:  # a round begins
+        await asyncio.sleep(0.02)
+        count = await asyncio.to_thread(lists)
+    quiet = min(0.5, interval / 10)
+    still_since = loop.time()
+    while loop.time() - still_since < quiet and loop.time() < give_up:  # ... and lists its last page
+        await asyncio.sleep(0.02)
+        now_count = await asyncio.to_thread(lists)
+        if now_count != count:
+            count, still_since = now_count, loop.time()
 
 
 def percentile(sorted_values: Sequence[float], pct: float) -> float | None:

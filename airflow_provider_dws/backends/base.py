@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import AsyncIterable, Callable, Container, Iterable
+from collections.abc import AsyncIterable, Callable, Collection, Container, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from airflow_provider_dws.scheduling.identity import RequestIdentity
@@ -117,6 +118,35 @@ async def classify_listed(
     return found
 
 
+async def find_listed(
+    pages: AsyncIterable[Iterable[_Item]],
+    wanted: Collection[str],
+    classify: Callable[[_Item], RequestStatus],
+    scan_limit: int,
+) -> dict[str, RequestStatus]:
+    """The ``wanted`` requests among the listed ones, classified; stops fetching pages once all
+    are found or ``scan_limit`` requests were scanned (the rest are for the caller to read)."""
+    found: dict[str, RequestStatus] = {}
+    scanned = 0
+    async for items in pages:
+        for item in items:
+            scanned += 1
+            if item.name in wanted:
+                found[item.name] = classify(item)
+            if scanned % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+        if len(found) == len(wanted) or scanned >= scan_limit:
+            break
+    return found
+
+
+def rfc3339(when: datetime) -> str:
+    """``2026-12-01T18:00:00Z``: a list filter's timestamp, in UTC, cut to the second below."""
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 class ListMemo:
     """The statuses of the last list of one backend, by request name, with the version each was
     classified at. ``version(item)`` must change whenever anything the classification reads
@@ -155,6 +185,24 @@ class AsyncRequestBackend(Protocol):
     async def arelease(self, name: str) -> bool:
         """Cancel or delete one request so it holds no capacity; idempotent: one already ended,
         gone, or being released is success. False when there was nothing left to release."""
+        ...
+
+
+@runtime_checkable
+class EndedLister(Protocol):
+    """A backend whose live list leaves out the requests that ended, and that can list those too.
+
+    When capacity comes for thousands of waits at once, they all leave the live list in one round;
+    one paged list of the ended ones tells how each ended in a few calls, where reading each
+    would take thousands (and the API's read quota with them).
+    """
+
+    async def alist_ended(
+        self, wanted: Collection[str], created_after: datetime, scan_limit: int
+    ) -> dict[str, RequestStatus]:
+        """The ended requests among ``wanted`` (the provider's, created at or after
+        ``created_after``), classified, scanning at most about ``scan_limit`` listed requests;
+        errors propagate."""
         ...
 
 

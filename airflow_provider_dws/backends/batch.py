@@ -6,12 +6,12 @@ import functools
 import logging
 import re
 import uuid
-from collections.abc import Container, Sequence
+from collections.abc import Collection, Container, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from airflow_provider_dws import catalog
-from airflow_provider_dws.backends.base import ListMemo, RequestStatus, classify_listed
+from airflow_provider_dws.backends.base import ListMemo, RequestStatus, classify_listed, find_listed, rfc3339
 from airflow_provider_dws.backends.google import GoogleBackend, translated
 from airflow_provider_dws.errors import ConflictError, RequestAlreadyExistsError, RequestNotFoundError
 from airflow_provider_dws.hooks.batch import DwsBatchAsyncHook, DwsBatchHook
@@ -30,6 +30,7 @@ LABEL_MAX_WAIT = "dws_max_wait"
 LIVE_STATES = BATCH_JOB_STATES.live_states()
 LIVE_STATES_FILTER = " OR ".join(f'status.state="{s}"' for s in LIVE_STATES)
 LIVE_FILTER = f'labels.{LABEL_MANAGED}="true" AND ({LIVE_STATES_FILTER})'
+ENDED_STATES_FILTER = " OR ".join(f'status.state="{s}"' for s in BATCH_JOB_STATES.ended_states())
 #: Jobs per list page (see the Vertex backend's LIST_PAGE_SIZE).
 LIST_PAGE_SIZE = 250
 #: Task states that mean a task ran (a FAILED count alone does not: an unstarted job fails its tasks).
@@ -300,6 +301,27 @@ class BatchJobBackend(GoogleBackend[DwsBatchHook, DwsBatchAsyncHook]):
         with translated():  # later pages are fetched while iterating
             return await classify_listed(
                 (page.jobs async for page in pager.pages), only, job_status, self._list_memo
+            )
+
+    async def alist_ended(
+        self, wanted: Collection[str], created_after: datetime, scan_limit: int
+    ) -> dict[str, RequestStatus]:
+        """The ended jobs among ``wanted``: one paged ``ListJobs`` of the provider's jobs in an ended
+        state created since ``created_after``, at most about ``scan_limit`` jobs scanned. A filter
+        the API refuses makes the shared poller read each job instead. Errors propagate."""
+        from google.cloud.batch_v1 import ListJobsRequest
+
+        client = await self.async_hook.get_batch_client()
+        request = ListJobsRequest(
+            parent=self.parent,
+            filter=f'labels.{LABEL_MANAGED}="true" AND create_time>="{rfc3339(created_after)}" '
+            f"AND ({ENDED_STATES_FILTER})",
+            page_size=LIST_PAGE_SIZE,
+        )
+        pager = await self._arpc_once(client.list_jobs, request=request)
+        with translated():
+            return await find_listed(
+                (page.jobs async for page in pager.pages), wanted, job_status, scan_limit
             )
 
     @functools.cached_property

@@ -274,6 +274,10 @@ class StateTable:
         """Every state in which a request waits for, or may hold, capacity (table order)."""
         return tuple(state for state, phase in self.phases.items() if phase.live)
 
+    def ended_states(self) -> tuple[str, ...]:
+        """Every state in which a request has ended (table order): all but :meth:`live_states`."""
+        return tuple(state for state, phase in self.phases.items() if not phase.live)
+
     def classify(self, state: str, **facts: Any) -> Outcome:
         """The outcome of ``state``; ``facts`` are the API's own (started, error code and message)."""
         return self.classifier(state, **facts)

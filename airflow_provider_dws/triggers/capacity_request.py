@@ -12,6 +12,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider_dws.backends.base import BACKENDS, AsyncRequestBackend, RequestStatus, backend_from_spec
 from airflow_provider_dws.errors import RequestNotFoundError
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
+from airflow_provider_dws.triggers.log_lines import LINES
 from airflow_provider_dws.triggers.poller import shared_backend, shared_poller
 
 #: How long past its max wait a request may still be waiting before the provider cancels it itself.
@@ -26,8 +27,6 @@ CANCEL_TIMEOUT_SECONDS = 60.0
 TARGETS = frozenset({"end", "running"})
 #: Cancels started by on_kill, kept referenced until done (the event loop holds tasks weakly).
 _KILL_TASKS: set[asyncio.Task[None]] = set()
-#: Log lines handed to a worker thread and not waited for, kept referenced until written.
-_LOG_TASKS: set[asyncio.Future[Any]] = set()
 
 
 def _aware(name: str, value: str | None) -> datetime | None:
@@ -231,24 +230,19 @@ class CapacityRequestTrigger(BaseTrigger):
 
     async def _info(self, message: str, *args: Any, wait: bool = True) -> None:
         """Log a line without writing it from the event loop's thread, as Airflow's own trigger
-        lines are (``ainfo``: the write happens in a worker thread).
+        lines are (``ainfo``), but through the process's one line writer (:mod:`.log_lines`).
 
         Hundreds of triggers log at once when capacity arrives for many, while the triggerer's
         supervisor, which reads the log socket, is busy storing their events: a write from the
         loop's thread then waits for it, and every trigger with it (``docs/scale.md``). With
-        ``wait=False`` the line is handed to the worker thread (in order, before any later line)
-        and not waited for.
+        ``wait=False`` the line is queued (before any later line) and not waited for.
         """
-        ainfo = getattr(self.log, "ainfo", None)
-        if ainfo is None:  # a stdlib logger (not in a triggerer or task process)
+        if getattr(self.log, "ainfo", None) is None:  # a stdlib logger (not in a triggerer or task process)
             self.log.info(message, *args)
-        elif wait:
-            await ainfo(message, *args)
-        else:
-            line = asyncio.ensure_future(ainfo(message, *args))
-            _LOG_TASKS.add(line)
-            line.add_done_callback(_LOG_TASKS.discard)
-            await asyncio.sleep(0)  # it reaches the worker thread before the event's own line
+            return
+        done = LINES.write(self.log.info, message, args, wait=wait)
+        if done is not None:
+            await done
 
     def _gone(self) -> RequestStatus:
         return RequestStatus(
@@ -439,5 +433,5 @@ async def first_event(trigger: BaseTrigger) -> dict[str, Any]:
         if aclose is not None:
             await aclose()
         # In a worker the loop ends with this call: the lines not waited for are written first.
-        await asyncio.gather(*_LOG_TASKS, return_exceptions=True)
+        await LINES.flush()
     raise RuntimeError(f"{trigger!r} ended without an event")

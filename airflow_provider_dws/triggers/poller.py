@@ -9,8 +9,10 @@ subscribes to the :class:`SharedPoller` of its backend's (kind, spec), which:
 * lists the live requests of its location once per interval, in pages (Vertex: the provider's
   ``dws_managed`` label and the live job states; TPU: every queued resource of the zone);
 * hands each subscriber the status of its request when it changed (the first one always);
-* reads a request that is not in the list (it ended, or was deleted) with one direct GET, a few
-  at a time, to learn how it ended;
+* learns how the requests that left the list ended: many at once (capacity came for them all)
+  from one more paged list of the provider's ended requests, where the backend has one
+  (:class:`~airflow_provider_dws.backends.base.EndedLister`); the others, and what that list
+  did not show (a deleted request), with one direct GET each, a few at a time;
 * backs off as a whole on quota errors (429), instead of every trigger on its own;
 * abandons a round that overruns (a black-holed connection) and tries again next interval;
 * shares one backend (one set of clients) among all its subscribers;
@@ -29,10 +31,15 @@ import contextvars
 import json
 import logging
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_provider_dws.backends.base import AsyncRequestBackend, RequestStatus, backend_from_spec
+from airflow_provider_dws.backends.base import (
+    AsyncRequestBackend,
+    EndedLister,
+    RequestStatus,
+    backend_from_spec,
+)
 from airflow_provider_dws.backends.retry import is_transient
 from airflow_provider_dws.errors import QuotaExceededError, RequestNotFoundError
 from airflow_provider_dws.scheduling.backoff import backoff
@@ -47,6 +54,13 @@ QUOTA_BACKOFF_INITIAL = 5.0
 QUOTA_BACKOFF_MAX = 60.0
 #: Direct reads in flight at once (requests that left the live list).
 READ_CONCURRENCY = 16
+#: From this many requests leaving the live list in one round, they are found with one paged list
+#: of ended requests (a few calls) rather than read one by one (one call each, against the quota).
+ENDED_LIST_MIN = 8
+#: That list scans at most this many requests per request looked for (at least ENDED_SCAN_MIN):
+#: other ended requests of the location created since share it; past that, the rest are read.
+ENDED_SCAN_FACTOR = 4
+ENDED_SCAN_MIN = 500
 #: How many subscribed requests are handled between two yields to the event loop.
 BATCH = 200
 #: How many triggers are woken between two yields to the event loop.
@@ -152,11 +166,13 @@ class SharedPoller:
         self._quota_strikes = 0
         #: The cycle at which the API last refused the list (``None``: it lists).
         self._list_refused_at: int | None = None
+        #: The same for the list of ended requests.
+        self._ended_refused_at: int | None = None
         self._overrunning = False
         self._stopped = False
-        #: Counters for logs and tests: cycles, list calls, direct reads, quota backoffs, rounds
-        #: abandoned for overrunning their budget.
-        self.stats = {"cycles": 0, "lists": 0, "reads": 0, "backoffs": 0, "overruns": 0}
+        #: Counters for logs and tests: cycles, list calls (live, ended), direct reads, quota
+        #: backoffs, rounds abandoned for overrunning their budget.
+        self.stats = {"cycles": 0, "lists": 0, "ended_lists": 0, "reads": 0, "backoffs": 0, "overruns": 0}
 
     @property
     def closed(self) -> bool:
@@ -258,7 +274,9 @@ class SharedPoller:
         return delay
 
     def _lists(self) -> bool:
-        refused = self._list_refused_at
+        return self._may_try(self._list_refused_at)
+
+    def _may_try(self, refused: int | None) -> bool:
         return refused is None or self.stats["cycles"] - refused >= LIST_RETRY_CYCLES
 
     async def _cycle(self) -> None:
@@ -288,21 +306,18 @@ class SharedPoller:
             finally:
                 self.stats["lists"] += 1
         missing: list[str] = []
-        woken = 0
+        found: list[tuple[str, RequestStatus]] = []
         for index, name in enumerate(list(self._subs)):
             if index % BATCH == BATCH - 1:
                 await asyncio.sleep(0)  # thousands of waits: never hold the loop for long
             status = listed.get(name)
             if status is None:
                 missing.append(name)
-                continue
-            self._note(name, None)
-            woken += self._deliver(name, status)
-            if woken >= WAKE_BATCH:
-                # Each woken trigger runs (and logs) in the next loop iteration: wake them a batch
-                # at a time, or capacity arriving for thousands would stall the loop at once.
-                woken = 0
-                await asyncio.sleep(0)
+            else:
+                found.append((name, status))
+        await self._hand_over(found)
+        if len(missing) >= ENDED_LIST_MIN and self._list_refused_at is None:
+            missing = await self._find_ended(missing)
         # Requests that left the list (ended, mostly) are read directly, a few at a time: when
         # capacity arrives for many at once, reading them one by one would delay the last ones.
         # A fixed set of readers takes names from one iterator, so thousands of reads never mean
@@ -337,6 +352,59 @@ class SharedPoller:
         await asyncio.gather(*(reader() for _ in range(min(READ_CONCURRENCY, len(missing)))))
         if quota:
             raise quota[0]
+
+    async def _hand_over(self, statuses: Iterable[tuple[str, RequestStatus]]) -> None:
+        """Deliver listed statuses to their subscribers."""
+        woken = 0
+        for name, status in statuses:
+            self._note(name, None)
+            woken += self._deliver(name, status)
+            if woken >= WAKE_BATCH:
+                # Each woken trigger runs (and logs) in the next loop iteration: wake them a batch
+                # at a time, or capacity arriving for thousands would stall the loop at once.
+                woken = 0
+                await asyncio.sleep(0)
+
+    async def _find_ended(self, missing: list[str]) -> list[str]:
+        """Learn from one list of ended requests how ``missing`` ended; returns those it did not show.
+
+        The list is bounded by the oldest creation time among them (known from their last status),
+        so it reads what ended recently, not the location's whole history.
+        """
+        if not isinstance(self.backend, EndedLister) or not self._may_try(self._ended_refused_at):
+            return missing
+        created: dict[str, Any] = {}
+        for name in missing:
+            submitted = next(
+                (s._status.timings.submitted for s in self._subs.get(name, ()) if s._status is not None), None
+            )
+            if submitted is not None:
+                created[name] = submitted
+        if len(created) < ENDED_LIST_MIN:
+            return missing
+        try:
+            ended = await self.backend.alist_ended(
+                created.keys(), min(created.values()), max(ENDED_SCAN_MIN, ENDED_SCAN_FACTOR * len(created))
+            )
+        except Exception as err:
+            if isinstance(err, QuotaExceededError) or is_transient(err):
+                raise  # as for the live list: the whole round is tried again
+            if self._ended_refused_at is None:
+                log.warning(
+                    "Listing the ended requests of %s was refused (%s: %s); reading each one "
+                    "directly, and trying again every %d intervals",
+                    self.key[1],
+                    type(err).__name__,
+                    getattr(err, "message", err),
+                    LIST_RETRY_CYCLES,
+                )
+            self._ended_refused_at = self.stats["cycles"]
+            return missing
+        finally:
+            self.stats["ended_lists"] += 1
+        self._ended_refused_at = None
+        await self._hand_over((name, status) for name, status in ended.items() if name in self._subs)
+        return [name for name in missing if name not in ended]
 
     def _deliver(self, name: str, status: RequestStatus) -> int:
         return sum(sub._deliver(status) for sub in list(self._subs.get(name, ())))

@@ -292,13 +292,24 @@ def test_the_live_filter_returns_exactly_the_live_managed_jobs_across_pages(
     live = {running, scheduled, *queued}
     pages_before = emulator.calls("ListJobs")
 
-    async def lists() -> tuple[dict[str, RequestStatus], dict[str, RequestStatus]]:
-        # In one event loop, as in the triggerer (the async clients are bound to their loop).
-        return await backend.alist_live(), await backend.alist_live(only={queued[0], succeeded})
+    # The list of ended jobs (how the shared poller learns of many that ended together): only the
+    # ended ones asked for, the provider's, created since the time given.
+    first_created = backend.get_status(running).timings.submitted  # type: ignore[union-attr]
+    assert first_created is not None
+    wanted = {running, succeeded, cancelled, queued[0], f"{PARENT}/jobs/gone"}
 
-    listed, only = asyncio.run(lists())
-    assert set(listed) == live  # 9 live jobs: 3 pages of 3, for each of the two lists
-    assert emulator.calls("ListJobs") - pages_before == 6
+    async def lists() -> tuple[dict[str, RequestStatus], ...]:
+        # In one event loop, as in the triggerer (the async clients are bound to their loop).
+        return (
+            await backend.alist_live(),
+            await backend.alist_live(only={queued[0], succeeded}),
+            await backend.alist_ended(wanted, first_created, 500),
+            await backend.alist_ended(wanted, first_created + timedelta(seconds=1), 500),
+        )
+
+    listed, only, found, later = asyncio.run(lists())
+    assert set(listed) == live  # 9 live jobs: 3 pages of 3, for each of the two lists ...
+    assert emulator.calls("ListJobs") - pages_before == 6 + 2  # ... and a page per list of ended jobs
     assert listed[running].phase is Phase.RUNNING
     assert {listed[name].phase for name in (scheduled, *queued)} == {Phase.WAITING}
     assert listed[scheduled].state == "SCHEDULED"
@@ -306,6 +317,10 @@ def test_the_live_filter_returns_exactly_the_live_managed_jobs_across_pages(
     assert set(only) == {queued[0]}
     # The sync list with the same filter (what the shared poller sends) agrees.
     assert {job.name for job in backend.list_jobs(LIVE_FILTER)} == live
+
+    assert set(found) == {succeeded, cancelled}
+    assert (found[succeeded].phase, found[cancelled].phase) == (Phase.SUCCEEDED, Phase.CANCELLED)
+    assert later == {}  # all were created before that
 
 
 # -- status and classification -------------------------------------------------------------------

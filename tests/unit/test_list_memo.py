@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_dws.backends.base import ListMemo, RequestStatus, classify_listed
+from airflow_provider_dws.backends.base import ListMemo, RequestStatus, classify_listed, find_listed, rfc3339
 from airflow_provider_dws.scheduling.phases import Outcome, Phase, RequestTimings
 
 
@@ -85,3 +85,33 @@ def test_the_versions_read_what_the_classification_reads() -> None:
     before = batch.job_version(bjob)
     bjob.status.status_events.append(StatusEvent(description="moved"))
     assert batch.job_version(bjob) != before
+
+
+def test_find_listed_stops_fetching_pages_once_all_wanted_are_found() -> None:
+    fetched: list[int] = []
+
+    async def counted(*batches: list[Item]) -> AsyncIterator[Iterable[Item]]:
+        for index, batch in enumerate(batches):
+            fetched.append(index)
+            yield batch
+
+    batches = [
+        [Item("a", 1, "SUCCEEDED"), Item("x", 1, "FAILED")],
+        [Item("b", 1, "SUCCEEDED")],
+        [Item("c", 1, "X")],
+    ]
+    found = asyncio.run(find_listed(counted(*batches), {"a", "b"}, status_of, scan_limit=100))
+    assert set(found) == {"a", "b"} and fetched == [0, 1]  # the third page is never asked for
+
+
+def test_find_listed_stops_at_its_scan_limit_leaving_the_rest_unfound() -> None:
+    batches = [[Item(f"o{i}", 1, "SUCCEEDED") for i in range(3)], [Item("wanted", 1, "SUCCEEDED")]]
+    found = asyncio.run(find_listed(pages(*batches), {"wanted"}, status_of, scan_limit=3))
+    assert found == {}  # the caller reads it directly instead
+
+
+def test_rfc3339_is_utc_to_the_second_below() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    east = timezone(timedelta(hours=2))
+    assert rfc3339(datetime(2026, 12, 1, 20, 0, 5, 999000, tzinfo=east)) == "2026-12-01T18:00:05Z"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
+import time
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -17,6 +19,7 @@ from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 from airflow_provider_dws.triggers import capacity_request, poller
 from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
+from airflow_provider_dws.triggers.log_lines import LINES
 
 NAME = "projects/p/locations/us-central1/customJobs/123"
 SPEC = {"project_id": "p", "region": "us-central1", "gcp_conn_id": "gc", "impersonation_chain": None}
@@ -582,16 +585,19 @@ def test_event_cuts_a_long_message(fake: Any) -> None:
 
 
 class RecordingLog:
-    """A logger that records which of its methods wrote each line."""
+    """A structlog-like logger (it has ``ainfo``) that records each line and the thread it was
+    written from."""
 
     def __init__(self) -> None:
         self.lines: list[tuple[str, str]] = []
+        self.threads: list[int] = []
 
     def info(self, message: str, *args: Any) -> None:
+        self.threads.append(threading.get_ident())
         self.lines.append(("info", message % args))
 
     async def ainfo(self, message: str, *args: Any) -> None:
-        self.lines.append(("ainfo", message % args))
+        raise AssertionError("a line per executor job: the trigger uses the shared line writer")
 
     def warning(self, message: str, *args: Any, **kwargs: Any) -> None:
         self.lines.append(("warning", message % args))
@@ -601,7 +607,8 @@ class RecordingLog:
 
 def test_status_lines_are_not_written_from_the_loop(fake: Any) -> None:
     """When capacity comes for hundreds at once, a write from the event loop's thread waits for
-    the triggerer's supervisor, busy storing the events: the lines go through ``ainfo``."""
+    the triggerer's supervisor, busy storing the events: the lines are written by a worker thread,
+    in order."""
     fake(
         [
             status("JOB_STATE_PENDING", Phase.WAITING),
@@ -609,29 +616,31 @@ def test_status_lines_are_not_written_from_the_loop(fake: Any) -> None:
         ]
     )
     t = trigger()
-    t._log = RecordingLog()  # type: ignore[assignment]
-    run_all(t)
-    lines = t._log.lines  # type: ignore[attr-defined]
-    assert [how for how, _ in lines] == ["ainfo", "ainfo", "ainfo"]
-    assert "is waiting for capacity" in lines[1][1] and "ended succeeded" in lines[2][1]
+    log = RecordingLog()
+    t._log = log  # type: ignore[assignment]
+    assert asyncio.run(first_event(t))["phase"] == "succeeded"
+    assert [how for how, _ in log.lines] == ["info", "info", "info"]
+    assert "Waiting on" in log.lines[0][1]
+    assert "is waiting for capacity" in log.lines[1][1] and "ended succeeded" in log.lines[2][1]
+    assert threading.main_thread().ident not in log.threads
 
 
 class GatedLog(RecordingLog):
-    """``ainfo`` of the final status line blocks until ``gate`` is set (a full log socket)."""
+    """Writing the final status line blocks until ``gate`` is set (a full log socket)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.gate = asyncio.Event()
+        self.gate = threading.Event()
 
-    async def ainfo(self, message: str, *args: Any) -> None:
+    def info(self, message: str, *args: Any) -> None:
         if "ended" in message % args:
-            await self.gate.wait()
-        await super().ainfo(message, *args)
+            assert self.gate.wait(60)
+        super().info(message, *args)
 
 
 def test_the_event_does_not_wait_for_the_last_line(fake: Any) -> None:
     """Waiting for the final line held each event behind the log socket (500 events spread over
-    28.8 s instead of 5): it is handed to the worker thread and the event goes out at once."""
+    28.8 s instead of 5): it is queued for the worker thread and the event goes out at once."""
     fake([status("JOB_STATE_SUCCEEDED", Phase.SUCCEEDED, submitted=T0, started=T0, finished=T0)])
     t = trigger()
     log = GatedLog()
@@ -643,7 +652,7 @@ def test_the_event_does_not_wait_for_the_last_line(fake: Any) -> None:
         before = [line for _, line in log.lines]
         log.gate.set()
         await events.aclose()
-        await asyncio.gather(*capacity_request._LOG_TASKS)
+        await LINES.flush()
         return event.payload, before
 
     payload, before = asyncio.run(scenario())
@@ -653,12 +662,11 @@ def test_the_event_does_not_wait_for_the_last_line(fake: Any) -> None:
 
 
 class SlowLog(RecordingLog):
-    """``ainfo`` takes a few turns of the loop, as a write in a worker thread does."""
+    """Each line takes a while to write, as on a busy log socket."""
 
-    async def ainfo(self, message: str, *args: Any) -> None:
-        for _ in range(3):
-            await asyncio.sleep(0)
-        await super().ainfo(message, *args)
+    def info(self, message: str, *args: Any) -> None:
+        time.sleep(0.05)
+        super().info(message, *args)
 
 
 def test_first_event_writes_the_last_line_before_the_loop_ends(fake: Any) -> None:

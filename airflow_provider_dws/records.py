@@ -1,0 +1,163 @@
+"""The request record: one shape, for every DWS surface, of what a task instance asked for and got.
+
+Every capacity request the provider makes is described by a :class:`RequestRecord`, kept in the
+XCom :data:`XCOM_KEY` of the task instance that made it: a JSON list, one record per request
+(attempts in order, the latest last). The operator writes it when it submits (phase ``waiting``)
+and again when the attempt ends; a release (a TPU slice deleted by its own task) updates the
+record of the request it released. The Airflow UI page (``plugins/web``) and the savings report
+read only this; trigger keyword arguments cannot serve (the API blanks them) and the task log is
+not data.
+
+This module is pure data (no Airflow, no client library): the dag-processor may import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from datetime import datetime, timezone
+from typing import Any
+
+#: The XCom key holding a task instance's records (a JSON list of :meth:`RequestRecord.to_dict`).
+XCOM_KEY = "dws_requests"
+#: The shape's version, in every record as ``v``; a reader skips records of a newer major version.
+RECORD_VERSION = 1
+#: Phases a record may be in (the values of ``scheduling.phases.Phase``).
+PHASES = ("waiting", "running", "succeeded", "failed", "not_obtained", "cancelled")
+#: Phases in which the request waits for capacity or holds it.
+LIVE_PHASES = ("waiting", "running")
+
+
+def _iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        raise ValueError(f"a record's times carry a time zone, got {value!r}")
+    return value.astimezone(timezone.utc).isoformat()
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An ISO-8601 string of a record back to an aware UTC datetime (``None`` when unset or bad)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        return None
+    return parsed.astimezone(timezone.utc)
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """What one capacity request asked for, where, and what became of it.
+
+    Times are ISO-8601 UTC strings (JSON as stored); :func:`parse_time` reads them back.
+    ``accelerator_count`` is the request's whole count (GPUs or TPU chips over every VM or node),
+    so accelerator-hours are ``accelerator_count`` x hours. ``holds`` is true while the request
+    holds capacity that outlives the task that made it (an ACTIVE TPU slice not yet deleted), and
+    ``held_since`` / ``released`` time that holding.
+    """
+
+    api: str
+    kind: str
+    project: str
+    location: str
+    request_name: str
+    phase: str
+    accelerator_type: str | None = None
+    accelerator_count: int = 0
+    machine_type: str | None = None
+    pricing_model: str = "flex_start"
+    console_url: str | None = None
+    attempt: int = 1
+    try_number: int = 1
+    submitted: str | None = None
+    started: str | None = None
+    ended: str | None = None
+    max_wait_seconds: float | None = None
+    wait_deadline: str | None = None
+    deadline: str | None = None
+    window: str | None = None
+    outcome: str | None = None
+    message: str = ""
+    holds: bool = False
+    held_since: str | None = None
+    released: str | None = None
+    v: int = RECORD_VERSION
+
+    def __post_init__(self) -> None:
+        if self.phase not in PHASES:
+            raise ValueError(f"phase must be one of {PHASES}, got {self.phase!r}")
+
+    @property
+    def live(self) -> bool:
+        """Waiting for capacity or holding it."""
+        return self.phase in LIVE_PHASES or self.holds
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-friendly form stored in XCom."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RequestRecord | None:
+        """A stored record back; ``None`` for one this release cannot read (newer version, broken).
+
+        Unknown keys are ignored (a newer minor release may add some) and missing optional ones
+        take their defaults, so a page never fails on one odd record.
+        """
+        version = data.get("v", RECORD_VERSION)
+        if not isinstance(version, int) or version > RECORD_VERSION:
+            return None
+        known = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in data.items() if k in known})
+        except (TypeError, ValueError):
+            return None
+
+    def with_times(
+        self,
+        *,
+        submitted: datetime | None = None,
+        started: datetime | None = None,
+        ended: datetime | None = None,
+    ) -> RequestRecord:
+        """A copy with the given times set (the others kept)."""
+        return replace(
+            self,
+            submitted=_iso(submitted) if submitted else self.submitted,
+            started=_iso(started) if started else self.started,
+            ended=_iso(ended) if ended else self.ended,
+        )
+
+
+def iso(value: datetime | None) -> str | None:
+    """A time as a record stores it (ISO-8601 UTC); ``None`` stays ``None``."""
+    return _iso(value)
+
+
+def read_records(value: Any) -> list[RequestRecord]:
+    """The records of one XCom value (a list of dicts); what cannot be read is skipped."""
+    if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
+        return []
+    out = []
+    for item in value:
+        if isinstance(item, Mapping):
+            record = RequestRecord.from_dict(item)
+            if record is not None:
+                out.append(record)
+    return out
+
+
+def upsert(records: Iterable[RequestRecord], record: RequestRecord) -> list[dict[str, Any]]:
+    """The XCom value with ``record`` in place of the one of the same request (or appended), so
+    the records stay in the order the requests were made."""
+    out = list(records)
+    for index, existing in enumerate(out):
+        if existing.request_name == record.request_name:
+            out[index] = record
+            break
+    else:
+        out.append(record)
+    return [r.to_dict() for r in out]

@@ -27,11 +27,12 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-## Quality gates, then every test ring (unit, emulator, Airflow end to end), on PYTEST_WORKERS processes;
+## Quality gates, then every test ring (unit, emulator, Airflow end to end), on PYTEST_WORKERS processes
+## (work-stealing: tests/conftest.py starts each on its share of the slow tests);
 ## then the unit tests again on Python 3.10, the oldest Python the provider supports.
 PYTEST_WORKERS ?= 2
 test: lint
-	$(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS)
+	$(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal
 	@$(MAKE) --no-print-directory test-py310
 
 ## Python 3.10 in a virtualenv of its own. The interpreter: python3.10 on PATH if it runs (a pyenv shim

@@ -158,3 +158,51 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 60.0, what: str = 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(0.02)
+
+
+# -- ordering for parallel runs -----------------------------------------------------------------
+
+#: Tests that take a minute or more on two cores (real Airflow deployments and ``airflow dags
+#: test`` runs, mostly waiting on real processes), by node-id prefix, with a rough weight each (one
+#: ``airflow dags test`` run is 1).
+SLOW_TESTS: dict[str, int] = {
+    "tests/faults/test_fault_matrix.py::test_ci_fault_matrix": 6,
+    "tests/airflow/": 1,
+}
+
+
+def _weight(item: pytest.Item) -> int:
+    return next((w for prefix, w in SLOW_TESTS.items() if item.nodeid.startswith(prefix)), 0)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, start every worker on its share of the slow tests.
+
+    ``make test`` runs ``--dist worksteal``, which hands each worker one contiguous part of the
+    collection and lets an idle worker take half of a busy one's queue. Left in file order, the
+    slow tests all sat in one worker's part and ran one after another while the other worker
+    finished early; here each part begins with slow tests of about equal weight, then fast ones.
+    The order is the same on every worker (xdist requires it).
+    """
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    if workers < 2:
+        return
+    slow = sorted((item for item in items if _weight(item)), key=_weight, reverse=True)
+    fast = [item for item in items if not _weight(item)]
+    groups: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    loads = [0] * workers
+    for item in slow:  # heaviest first, each to the lightest part so far
+        lightest = loads.index(min(loads))
+        groups[lightest].append(item)
+        loads[lightest] += _weight(item)
+    # Part sizes as worksteal cuts them: what remains split evenly over the nodes left.
+    ordered: list[pytest.Item] = []
+    remaining = len(items)
+    for index, group in enumerate(groups):
+        size = remaining // (workers - index)
+        while len(group) < size and fast:
+            group.append(fast.pop(0))
+        ordered.extend(group)
+        remaining -= len(group)
+    ordered.extend(fast)
+    items[:] = ordered

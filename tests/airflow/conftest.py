@@ -69,6 +69,12 @@ class AirflowHome:
             [str(BIN / "airflow"), *args], env=self.env, capture_output=True, text=True, timeout=300
         )
 
+    def python(self, code: str) -> subprocess.CompletedProcess[str]:
+        """Run Python ``code`` in a fresh interpreter in this home."""
+        return subprocess.run(
+            [sys.executable, "-c", code], env=self.env, capture_output=True, text=True, timeout=300
+        )
+
     def start_dag_test(
         self,
         dag_id: str,

@@ -66,7 +66,11 @@ class PriceTable:
     def price(self, accelerator_type: str | None, pricing_model: str) -> float | None:
         """The price of ``pricing_model`` for this type (a TPU ``v5litepod-16`` falls back to its
         family ``v5litepod``); ``None`` when the table has none."""
-        if not accelerator_type:
+        if (
+            not isinstance(accelerator_type, str)
+            or not accelerator_type
+            or not isinstance(pricing_model, str)
+        ):
             return None
         model = pricing_model.strip().lower()
         key = _type_key(accelerator_type)
@@ -312,7 +316,10 @@ def _check_now(now: datetime) -> None:
 def request_cost(record: RequestRecord, prices: PriceTable, now: datetime) -> RequestCost:
     """The record's accelerator-hours waited, run and held idle at ``now``, priced from ``prices``."""
     _check_now(now)
-    count = max(0, record.accelerator_count or 0)
+    # A record read back tolerantly may carry an odd count; such a request has no hours.
+    count = record.accelerator_count
+    if not isinstance(count, (int, float)) or isinstance(count, bool) or count < 0:
+        count = 0
     submitted = parse_time(record.submitted)
     started = parse_time(record.started)
     ended = parse_time(record.ended)

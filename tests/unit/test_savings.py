@@ -116,6 +116,15 @@ def test_missing_or_backwards_times_count_as_no_time() -> None:
     assert (zero.waited_hours, zero.saved) == (0.0, 0.0)
 
 
+def test_an_odd_record_read_back_costs_nothing_rather_than_failing() -> None:
+    odd = RequestRecord.from_dict(
+        dict(rec(submitted=hours(1)).to_dict(), accelerator_count="8", pricing_model=None)
+    )
+    assert odd is not None
+    cost = request_cost(odd, TABLE, NOW)
+    assert (cost.waited_hours, cost.run_cost, cost.hold_cost) == (0.0, None, 0.0)
+
+
 def test_a_held_tpu_slice_is_idle_while_no_task_uses_it() -> None:
     # Active from 3 h ago; its task ran the first hour; still held now: 2 h x 16 chips idle.
     held = tpu(

@@ -155,7 +155,9 @@ class Recorder:
         except Exception:
             self.loop.log.warning("Could not write the request record of %s", status.name, exc_info=True)
             return
-        end_metrics(record, timings.wait_seconds, None if holds else timings.run_seconds)
+        # A request that never ran has no run time (the timings call it 0): no run timer for it.
+        ran = not holds and timings.started is not None
+        end_metrics(record, timings.wait_seconds, timings.run_seconds if ran else None)
 
 
 def end_metrics(record: RequestRecord, wait_seconds: float | None, run_seconds: float | None) -> None:

@@ -14,10 +14,18 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import metrics
-from airflow_provider_dws.records import XCOM_KEY, RequestRecord, iso, parse_time, read_records, upsert
+from airflow_provider_dws.records import (
+    LIVE_PHASES,
+    XCOM_KEY,
+    RequestRecord,
+    iso,
+    parse_time,
+    read_records,
+    upsert,
+)
 from airflow_provider_dws.runtime.loop import resolve_project
 
 if TYPE_CHECKING:
@@ -73,8 +81,35 @@ class Recorder:
 
     def _known(self, context: Context) -> list[RequestRecord]:
         if self._records is None:
-            self._records = pull_records(context)
+            self._records = pull_records(context) or self._earlier_tries(context)
         return self._records
+
+    def _earlier_tries(self, context: Context) -> list[RequestRecord]:
+        """The records of the earlier tries, from the task state store (a new try starts with
+        its XComs cleared by Airflow, the store keeps them). A request an earlier try still
+        waited on when it ended is recorded cancelled: it was, unless this try adopts it, which
+        writes it live again."""
+        store = context.get("task_state_store")
+        if store is None:
+            return []
+        try:
+            value = store.get(XCOM_KEY)
+        except Exception:
+            self.loop.log.warning("Could not read the earlier tries' request records", exc_info=True)
+            return []
+        current, now = _try_number(context), iso(datetime.now(timezone.utc))
+        out = []
+        for record in read_records(value):
+            if record.try_number < current and record.phase in LIVE_PHASES and not record.holds:
+                record = replace(
+                    record,
+                    phase="cancelled",
+                    outcome="cancelled",
+                    ended=record.ended or now,
+                    message=f"try {record.try_number} ended while waiting on it",
+                )
+            out.append(record)
+        return out
 
     def _find(self, context: Context, name: str) -> RequestRecord | None:
         return next((r for r in self._known(context) if r.request_name == name), None)
@@ -83,6 +118,12 @@ class Recorder:
         value = upsert(self._known(context), record)
         context["ti"].xcom_push(key=XCOM_KEY, value=value)
         self._records = read_records(value)
+        store: Any = context.get("task_state_store")
+        if store is not None:
+            try:
+                store.set(XCOM_KEY, value)  # for the next try (see _earlier_tries)
+            except Exception:
+                self.loop.log.warning("Could not keep the request records for a next try", exc_info=True)
 
     def _base(self, context: Context, status: RequestStatus, state: AttemptState) -> RequestRecord:
         """A new record of ``status``: what was asked, where, and its time limits."""
@@ -124,12 +165,9 @@ class Recorder:
         """The request was submitted or adopted and is about to be waited on."""
         try:
             record = self._find(context, status.name) or self._base(context, status, state)
-            self._push(
-                context,
-                replace(
-                    record, phase=status.phase.value, started=iso(status.timings.started) or record.started
-                ),
-            )
+            # An adopted request of an earlier try is live again (and not ended).
+            live = replace(record, phase=status.phase.value, ended=None, outcome=None, message="")
+            self._push(context, replace(live, started=iso(status.timings.started) or record.started))
         except Exception:
             self.loop.log.warning("Could not write the request record of %s", status.name, exc_info=True)
 

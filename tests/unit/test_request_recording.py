@@ -422,3 +422,36 @@ def test_metrics_never_reach_the_poller_as_an_error(monkeypatch: pytest.MonkeyPa
             {"ti": TI()},
             status(JOB.format(4), Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED).to_event(),
         )
+
+
+# -- retries: a new try starts with its XComs cleared ------------------------------------------------
+
+
+class StateStore(dict):  # type: ignore[type-arg]
+    """``context["task_state_store"]``: kept across tries, unlike XCom."""
+
+    def set(self, key: str, value: Any) -> None:
+        self[key] = value
+
+
+def test_a_retry_keeps_the_earlier_tries_records_from_the_state_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state = StateStore()
+    first = vertex()
+    stub(first, monkeypatch, [JOB.format(1)])
+    with pytest.raises(TaskDeferred):
+        first.run_attempts({"ti": TI(), "task_state_store": state})
+    # The task is cleared while deferred: try 2 starts with no XComs, cancels job 1, submits job 2.
+    second = vertex()
+    stub(second, monkeypatch, [JOB.format(2)])
+    monkeypatch.setattr(second.adapter(), "cancel", lambda name: None)
+    ti = TI()
+    ti.try_number = 2
+    with pytest.raises(TaskDeferred):
+        second.run_attempts({"ti": ti, "task_state_store": state})
+    earlier, current = records_of(ti)
+    assert (earlier.request_name, earlier.try_number, earlier.phase) == (JOB.format(1), 1, "cancelled")
+    assert earlier.ended is not None and "try 1 ended" in earlier.message
+    assert (current.request_name, current.try_number, current.phase) == (JOB.format(2), 2, "waiting")
+    assert read_records(state[XCOM_KEY]) == [earlier, current]

@@ -211,6 +211,8 @@ class SharedPoller:
             self._stopped = True
             self._task.cancel()
             _forget(self)
+            # Or the gauge would show the last count until this location is polled again.
+            metrics.gauge(metrics.REQUESTS_WAITING, 0, self._tags)
 
     def interval(self) -> float:
         """The shortest interval any subscriber asked for."""

@@ -64,6 +64,8 @@ def test_each_interval_reports_the_waiting_requests_and_the_calls(world: World, 
         await asyncio.gather(*tasks)
 
     run(scenario())
+    # The last wait left: the poller stops and says nothing waits here any more.
+    assert [s for s in sent if s[1] == metrics.REQUESTS_WAITING][-1][2] == 0
 
 
 def test_a_quota_backoff_is_counted_once_for_the_whole_poller(

@@ -32,7 +32,8 @@ from typing import Any
 XCOM_KEY = "dws_requests"
 #: The shape's version, in every record as ``v``; a reader skips records of a newer major version.
 RECORD_VERSION = 1
-#: Phases a record may be in (the values of ``scheduling.phases.Phase``).
+#: Phases a record may be in (the values of ``scheduling.phases.Phase`` but ``provisioning``,
+#: which a record calls ``waiting``: the capacity is not usable yet).
 PHASES = ("waiting", "running", "succeeded", "failed", "not_obtained", "cancelled")
 #: Phases in which the request waits for capacity or holds it.
 LIVE_PHASES = ("waiting", "running")

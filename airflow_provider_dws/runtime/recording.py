@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_dws import metrics
 from airflow_provider_dws.records import (
     LIVE_PHASES,
+    PHASES,
     XCOM_KEY,
     RequestRecord,
     iso,
@@ -66,6 +67,13 @@ def pull_records(context: Context, task_id: str | None = None) -> list[RequestRe
 def _try_number(context: Context) -> int:
     number = getattr(context["ti"], "try_number", 1)
     return number if isinstance(number, int) and not isinstance(number, bool) and number >= 1 else 1
+
+
+def record_phase(status: RequestStatus) -> str:
+    """The record's phase of a status: ``provisioning`` (capacity found, not yet usable) is still
+    ``waiting`` to a reader of records, whose phases are :data:`~airflow_provider_dws.records.PHASES`."""
+    phase = status.phase.value
+    return phase if phase in PHASES else "waiting"
 
 
 def _tags(record: RequestRecord) -> dict[str, str]:
@@ -149,7 +157,7 @@ class Recorder:
             project=resolve_project(op),
             location=location,
             request_name=status.name,
-            phase=status.phase.value,
+            phase=record_phase(status),
             attempt=state.attempt,
             try_number=_try_number(context),
             submitted=iso(status.timings.submitted or datetime.now(timezone.utc)),
@@ -166,7 +174,7 @@ class Recorder:
         try:
             record = self._find(context, status.name) or self._base(context, status, state)
             # An adopted request of an earlier try is live again (and not ended).
-            live = replace(record, phase=status.phase.value, ended=None, outcome=None, message="")
+            live = replace(record, phase=record_phase(status), ended=None, outcome=None, message="")
             self._push(context, replace(live, started=iso(status.timings.started) or record.started))
         except Exception:
             self.loop.log.warning("Could not write the request record of %s", status.name, exc_info=True)
@@ -181,7 +189,7 @@ class Recorder:
             started = iso(timings.started) or record.started
             record = replace(
                 record,
-                phase=status.phase.value,
+                phase=record_phase(status),
                 started=started,
                 ended=None if holds else iso(timings.finished or now),
                 outcome="succeeded" if success else (status.outcome.failure or status.phase).value,

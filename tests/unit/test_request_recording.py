@@ -455,3 +455,15 @@ def test_a_retry_keeps_the_earlier_tries_records_from_the_state_store(
     assert earlier.ended is not None and "try 1 ended" in earlier.message
     assert (current.request_name, current.try_number, current.phase) == (JOB.format(2), 2, "waiting")
     assert read_records(state[XCOM_KEY]) == [earlier, current]
+
+
+def test_a_provisioning_request_is_recorded_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    op = tpu(deferrable=True)
+    adapter = op.adapter()
+    monkeypatch.setattr(adapter, "find", lambda context, identity: None)
+    monkeypatch.setattr(adapter, "submit", lambda *a: status(QR, Phase.PROVISIONING))
+    ti = TI()
+    with pytest.raises(TaskDeferred):
+        op.run_attempts({"ti": ti})
+    [record] = records_of(ti)
+    assert record.phase == "waiting" and record.accelerator_count == 16

@@ -182,7 +182,10 @@ class Recorder:
     def ended(self, context: Context, status: RequestStatus, state: AttemptState, success: bool) -> None:
         """The attempt ended (or reached what the task waits for): the final record, the metrics."""
         try:
-            record = self._find(context, status.name) or self._base(context, status, state)
+            known = self._find(context, status.name)
+            record = known or self._base(context, status, state)
+            # A rerun that takes a request already recorded ended (or held) counts it once.
+            counted = known is not None and known.outcome is not None and known.phase == record_phase(status)
             timings = status.timings
             now = datetime.now(timezone.utc)
             holds = success and self.loop.adapter.target == "running"
@@ -200,6 +203,8 @@ class Recorder:
             self._push(context, record)
         except Exception:
             self.loop.log.warning("Could not write the request record of %s", status.name, exc_info=True)
+            return
+        if counted:
             return
         # A request that never ran has no run time (the timings call it 0): no run timer for it.
         ran = not holds and timings.started is not None

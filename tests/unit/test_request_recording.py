@@ -467,3 +467,16 @@ def test_a_provisioning_request_is_recorded_waiting(monkeypatch: pytest.MonkeyPa
         op.run_attempts({"ti": ti})
     [record] = records_of(ti)
     assert record.phase == "waiting" and record.accelerator_count == 16
+
+
+def test_a_rerun_that_takes_an_ended_request_sends_its_metrics_once(
+    monkeypatch: pytest.MonkeyPatch, stats: FakeStats
+) -> None:
+    store: dict[tuple[str, str], Any] = {}
+    done = status(JOB.format(5), Phase.SUCCEEDED, started=SUBMITTED, finished=SUBMITTED + timedelta(hours=1))
+    for _ in range(2):
+        op = vertex()
+        stub(op, monkeypatch, [])
+        op.complete_attempt({"ti": TI(store)}, done.to_event())
+    assert len([s for s in stats.sent if s[1] == metrics.REQUEST_RUN]) == 1
+    assert len(records_of(TI(store))) == 1

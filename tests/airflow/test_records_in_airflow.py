@@ -73,3 +73,19 @@ def test_the_tpu_example_records_the_slice_held_then_released(
     assert released.request_name == held.request_name
     assert (released.phase, released.holds, released.accelerator_count) == ("succeeded", False, 16)
     assert released.released is not None
+
+
+def test_the_batch_example_records_the_gpus_the_emulator_counted(
+    airflow_home: AirflowHome, dws_emulator_factory: Any, tmp_path: Path
+) -> None:
+    emulator = dws_emulator_factory({"us-central1/NVIDIA_L4": 16})
+    result = airflow_home.run_dag_test(
+        "dws_batch_flex_start", emulator.address, tmp_path / "run.log", conf={"run_seconds": 1}
+    )
+    assert result.returncode == 0, result.log[-4000:]
+    no_record_warnings(result.log)
+    [record] = records(airflow_home, "dws_batch_flex_start")["infer"]
+    [job] = [r for r in emulator.control.requests() if r.get("kind") == "BatchJob"]
+    assert (record.request_name, record.phase, record.api) == (job["name"], "succeeded", "batch_job")
+    # The record's count of GPUs is the one the emulator's capacity model charged.
+    assert record.accelerator_count == job["accelerator_count"] == 16

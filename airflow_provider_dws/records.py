@@ -2,11 +2,21 @@
 
 Every capacity request the provider makes is described by a :class:`RequestRecord`, kept in the
 XCom :data:`XCOM_KEY` of the task instance that made it: a JSON list, one record per request
-(attempts in order, the latest last). The operator writes it when it submits (phase ``waiting``)
-and again when the attempt ends; a release (a TPU slice deleted by its own task) updates the
-record of the request it released. The Airflow UI page (``plugins/web``) and the savings report
-read only this; trigger keyword arguments cannot serve (the API blanks them) and the task log is
-not data.
+(attempts in order, the latest last). The shared attempt loop writes it for every operator
+(``runtime/recording.py``): when a request is submitted or adopted (phase ``waiting``, pushed
+before the task defers) and again when the attempt ends (its final phase; a TPU slice that became
+ACTIVE stays ``running`` with ``holds=True``). Every capacity attempt and every try accumulates:
+Airflow clears a task instance's XComs when a new try starts, so the loop also keeps the list in
+the task state store (same key) and a new try starts from it.
+
+Who writes a request's record is not always who made it: ``DeleteTPUQueuedResourceOperator``
+writes the record of each slice it deletes (same ``request_name``, ``holds=False``, ``released``
+set, a final phase) into *its own* task instance's list. The merge rule for a reader: records of
+one ``request_name`` found in several task instances' lists are one request, and the latest write
+wins: the record from the XCom written last (an XCom row keeps its write time). A release is
+always written after the record it releases, so a record with ``released`` set wins over one
+without. The Airflow UI page (``plugins/web``) and the savings report read only this; trigger
+keyword arguments cannot serve (the API blanks them) and the task log is not data.
 
 This module is pure data (no Airflow, no client library): the dag-processor may import it.
 """
@@ -22,7 +32,8 @@ from typing import Any
 XCOM_KEY = "dws_requests"
 #: The shape's version, in every record as ``v``; a reader skips records of a newer major version.
 RECORD_VERSION = 1
-#: Phases a record may be in (the values of ``scheduling.phases.Phase``).
+#: Phases a record may be in (the values of ``scheduling.phases.Phase`` but ``provisioning``,
+#: which a record calls ``waiting``: the capacity is not usable yet).
 PHASES = ("waiting", "running", "succeeded", "failed", "not_obtained", "cancelled")
 #: Phases in which the request waits for capacity or holds it.
 LIVE_PHASES = ("waiting", "running")

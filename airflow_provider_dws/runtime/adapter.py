@@ -86,6 +86,13 @@ class RequestAdapter(Generic[_Op, _Backend]):
         """The classified exception for a request that ended without success."""
         raise NotImplementedError
 
+    def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
+        """What the request record (:class:`~airflow_provider_dws.records.RequestRecord`) says of
+        this API's request in ``placement``: ``kind`` (a label such as "Vertex AI custom job"),
+        ``accelerator_type``, ``accelerator_count`` (over every replica, VM or chip),
+        ``machine_type``, ``pricing_model`` and ``console_url``; the loop adds the rest."""
+        raise NotImplementedError
+
     # -- shared defaults -------------------------------------------------------------------------
 
     def delete_ended(self) -> None:

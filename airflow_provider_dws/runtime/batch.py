@@ -20,10 +20,11 @@ from airflow_provider_dws.exceptions import (
     RequestCancelledError,
     WorkloadFailedError,
 )
-from airflow_provider_dws.links import BatchFlexStartJobLink, BatchJobLogsLink
+from airflow_provider_dws.links import BatchFlexStartJobLink, BatchJobLogsLink, batch_job_console_url
 from airflow_provider_dws.operators.batch_checks import as_job_dict
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.loop import resolve_project
+from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind
 from airflow_provider_dws.scheduling.policies import Placement
 from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
@@ -34,7 +35,9 @@ if TYPE_CHECKING:
 
     from airflow_provider_dws.backends.base import RequestStatus
     from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
-    from airflow_provider_dws.scheduling.identity import RequestIdentity
+
+#: Who a job is built for when only its shape matters (the request record's facts).
+_SHAPE_ONLY = RequestIdentity(dag_id="dws", task_id="record", run_id="facts")
 
 
 def _gpus(machine_type: str, accelerator_type: str | None, count: int | None) -> tuple[str, int] | None:
@@ -237,6 +240,32 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
             "wait_seconds": timings.wait_seconds,
             "run_seconds": timings.run_seconds,
             "labels": labels,
+        }
+
+    def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
+        """The job's GPUs over every VM it runs at once (its tasks, or its parallelism, over
+        the tasks a VM takes), its machine type and its console page."""
+        job = self.build(_SHAPE_ONLY, placement)
+        instances = job.allocation_policy.instances
+        policy = instances[0].policy if instances else None
+        machine = (policy.machine_type if policy else "") or None
+        current = policy.accelerators[0] if policy and policy.accelerators else None
+        gpus = _gpus(machine or "", current.type_ if current else None, current.count if current else None)
+        vms = 0
+        for group in job.task_groups:
+            tasks = group.task_count or 1
+            at_once = min(tasks, group.parallelism) if group.parallelism else tasks
+            per_vm = group.task_count_per_node or 1
+            vms += -(-at_once // per_vm)
+        _, region, job_id = parse_job_name(status.name)
+        return {
+            "api": BatchJobBackend.kind,
+            "kind": "Cloud Batch job",
+            "accelerator_type": gpus[0] if gpus else None,
+            "accelerator_count": gpus[1] * max(vms, 1) if gpus else 0,
+            "machine_type": machine,
+            "pricing_model": "flex_start",
+            "console_url": batch_job_console_url(resolve_project(self.op), region, job_id),
         }
 
     def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:

@@ -95,6 +95,10 @@ class AttemptLoop:
         self.adapter = adapter
         #: The request a ``deferrable=False`` wait is on (cancelled by ``on_kill``).
         self.waiting_on: str | None = None
+        from airflow_provider_dws.runtime.recording import Recorder
+
+        #: Writes the ``dws_requests`` records and the request metrics.
+        self.recorder = Recorder(self)
 
     @property
     def log(self) -> Any:
@@ -296,6 +300,8 @@ class AttemptLoop:
             self.log.info(
                 "execution_timeout ends at %s; the wait will be cancelled then", deadline.isoformat()
             )
+        # Written before deferring, so the request shows as waiting while the trigger waits.
+        self.recorder.submitted(context, status, state)
         if self.op.deferrable:
             self._remember_waiting(context, status.name)
             self.log.info("Deferring: the request waits in the DWS queue without holding a worker slot")
@@ -342,6 +348,7 @@ class AttemptLoop:
         ti.xcom_push(key="wait_seconds", value=status.timings.wait_seconds)
         if adapter.target == "end":
             ti.xcom_push(key="run_seconds", value=status.timings.run_seconds)
+        self.recorder.ended(context, status, state, adapter.is_success(status))
         if adapter.is_success(status):
             return adapter.result(context, status)
         adapter.release_failed(status, state.placement)

@@ -19,7 +19,7 @@ from airflow_provider_dws.exceptions import (
     CapacityPreemptedError,
     RequestCancelledError,
 )
-from airflow_provider_dws.links import TPUQueuedResourceLink
+from airflow_provider_dws.links import TPUQueuedResourceLink, queued_resource_console_url
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.loop import resolve_project, task_identity
 from airflow_provider_dws.scheduling.identity import is_attempt_of, parse_attempt_name
@@ -262,6 +262,33 @@ class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator",
             "wait_seconds": wait_s,
         }
 
+    def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
+        """The slice's TPU type and chips over every slice, its pricing (``spot``, ``reserved``
+        for a reservation or the guaranteed tier, else ``flex_start``) and its console page."""
+        project, zone = resolve_project(self.op), zone_of(status.name)
+        qr = self.build({}, f"projects/{project}/locations/{zone}", "record-facts", placement)
+        spec = qr.tpu.node_spec[0]
+        accelerator_type = spec.node.accelerator_type
+        try:
+            chips = catalog.tpu_chips(accelerator_type) * (spec.multislice_params.node_count or 1)
+        except ValueError:
+            chips = 0
+        if "spot" in qr:
+            pricing = "spot"
+        elif qr.reservation_name or "guaranteed" in qr:
+            pricing = "reserved"
+        else:
+            pricing = "flex_start"
+        return {
+            "api": TpuQueuedResourceBackend.kind,
+            "kind": "TPU queued resource",
+            "accelerator_type": accelerator_type,
+            "accelerator_count": chips,
+            "machine_type": None,
+            "pricing_model": pricing,
+            "console_url": queued_resource_console_url(project, zone, status.name.rsplit("/", 1)[-1]),
+        }
+
     def release_failed(self, status: RequestStatus, placement: Placement) -> None:
         """Ended without (or after losing) capacity: delete it, so not even a FAILED record stays."""
         self.log.info("Deleting %s (%s) so nothing is left behind", status.name, status.state)
@@ -361,6 +388,9 @@ def release_all(op: DeleteTPUQueuedResourceOperator, context: Context) -> dict[s
             op.log.info("%s is gone; the slice is no longer billed", status.name)
             released.append(status.name)
             states.append(status.state)
+    from airflow_provider_dws.runtime.recording import record_release
+
+    record_release(op, context, list(zip(released, states, strict=True)))
     if not released:
         op.log.info(
             "No queued resource of %s in %s (never created, or already released): nothing to do",

@@ -15,10 +15,11 @@ from airflow_provider_dws.exceptions import (
     RequestCancelledError,
     WorkloadFailedError,
 )
-from airflow_provider_dws.links import VertexAIFlexStartJobLink
+from airflow_provider_dws.links import VertexAIFlexStartJobLink, custom_job_console_url
 from airflow_provider_dws.operators.vertex_pools import as_dict
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.loop import resolve_project
+from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind
 from airflow_provider_dws.scheduling.policies import Placement
 from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
@@ -29,9 +30,10 @@ if TYPE_CHECKING:
 
     from airflow_provider_dws.backends.base import RequestStatus
     from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
-    from airflow_provider_dws.scheduling.identity import RequestIdentity
 
 _EXIT_CODE_RE = re.compile(r"non-zero status of (-?\d+)")
+#: Who a job is built for when only its shape matters (the request record's facts).
+_SHAPE_ONLY = RequestIdentity(dag_id="dws", task_id="record", run_id="facts")
 
 
 class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator", VertexCustomJobBackend]):
@@ -159,6 +161,27 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
 
         job = self.backend(self.location_of(status.name)).get(status.name)
         return dict(CustomJob.to_dict(job, use_integers_for_enums=False, preserving_proto_field_name=True))
+
+    def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
+        """The job's GPUs over every pool and replica, its first machine type, its console page."""
+        total, accelerator, machine = 0, None, None
+        for pool in self.build(_SHAPE_ONLY, placement).job_spec.worker_pool_specs:
+            spec = pool.machine_spec
+            machine = machine or spec.machine_type or None
+            if spec.accelerator_count:
+                kind = spec.accelerator_type
+                accelerator = accelerator or str(getattr(kind, "name", kind))
+                total += spec.accelerator_count * max(pool.replica_count, 1)
+        region, job_id = parse_job_name(status.name)
+        return {
+            "api": VertexCustomJobBackend.kind,
+            "kind": "Vertex AI custom job",
+            "accelerator_type": accelerator,
+            "accelerator_count": total,
+            "machine_type": machine,
+            "pricing_model": "flex_start",
+            "console_url": custom_job_console_url(resolve_project(self.op), region, job_id),
+        }
 
     def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
         """The classified exception for a job that ended without success."""

@@ -34,6 +34,7 @@ import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from airflow_provider_dws import metrics
 from airflow_provider_dws.backends.base import (
     AsyncRequestBackend,
     EndedLister,
@@ -173,6 +174,9 @@ class SharedPoller:
         #: Counters for logs and tests: cycles, list calls (live, ended), direct reads, quota
         #: backoffs, rounds abandoned for overrunning their budget.
         self.stats = {"cycles": 0, "lists": 0, "ended_lists": 0, "reads": 0, "backoffs": 0, "overruns": 0}
+        #: The tags of this poller's metrics, and the API calls already counted in them.
+        self._tags = metrics.tags(str(getattr(backend, "kind", key[0])), getattr(backend, "location", None))
+        self._calls_sent = 0
 
     @property
     def closed(self) -> bool:
@@ -207,6 +211,8 @@ class SharedPoller:
             self._stopped = True
             self._task.cancel()
             _forget(self)
+            # Or the gauge would show the last count until this location is polled again.
+            metrics.gauge(metrics.REQUESTS_WAITING, 0, self._tags)
 
     def interval(self) -> float:
         """The shortest interval any subscriber asked for."""
@@ -250,6 +256,7 @@ class SharedPoller:
                     for name in list(self._subs):
                         self._fail(name, err)
             self.stats["cycles"] += 1
+            self._report()
             try:
                 await asyncio.wait_for(self._wake.wait(), max(0.0, started + delay - loop.time()))
             except asyncio.TimeoutError:
@@ -259,9 +266,17 @@ class SharedPoller:
             if loop.time() < earliest:
                 await asyncio.sleep(earliest - loop.time())
 
+    def _report(self) -> None:
+        """Once per interval: the calls made since the last report, and the requests followed."""
+        calls = self.stats["lists"] + self.stats["ended_lists"] + self.stats["reads"]
+        metrics.incr(metrics.POLLER_CALLS, self._tags, calls - self._calls_sent)
+        self._calls_sent = calls
+        metrics.gauge(metrics.REQUESTS_WAITING, len(self._subs), self._tags)
+
     def _quota_backoff(self, err: BaseException) -> float:
         self._quota_strikes += 1
         self.stats["backoffs"] += 1
+        metrics.incr(metrics.POLLER_BACKOFF, self._tags)
         wait = backoff(self._quota_strikes, QUOTA_BACKOFF_INITIAL, QUOTA_BACKOFF_MAX, "equal")
         delay = max(self.interval(), wait)
         log.warning(

@@ -1,0 +1,100 @@
+"""The provider's metrics, sent through Airflow's own stats (StatsD, Datadog or OpenTelemetry, as
+the deployment configures ``[metrics]``); names and tags are documented in ``docs/ui.md``.
+
+Every function here swallows its own failures: a metric is never worth a failed task or a
+stopped poller. ``airflow.sdk.observability.stats`` is imported on first use, so importing this
+module costs nothing (the dag-processor and the web app may import it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: Timer: how long a request waited for capacity (submitted -> started, or -> ended if it never ran).
+REQUEST_WAIT = "dws.request.wait"
+#: Timer: how long a request ran or held its capacity (started -> ended, or held -> released).
+REQUEST_RUN = "dws.request.run"
+#: Gauge: requests a shared poller follows now, per poller (api, location), each interval.
+REQUESTS_WAITING = "dws.requests.waiting"
+#: Counter: attempts that ended without capacity within their max wait.
+CAPACITY_NOT_OBTAINED = "dws.capacity_not_obtained"
+#: Counter: requests that ended cancelled (by a user, the API, or the provider).
+REQUEST_CANCELLED = "dws.request.cancelled"
+#: Counter: API calls a shared poller made (lists of live and ended requests, direct reads).
+POLLER_CALLS = "dws.poller.calls"
+#: Counter: whole-poller backoffs after a quota error.
+POLLER_BACKOFF = "dws.poller.backoff"
+
+#: Every name, for the docs and the tests.
+NAMES = (
+    REQUEST_WAIT,
+    REQUEST_RUN,
+    REQUESTS_WAITING,
+    CAPACITY_NOT_OBTAINED,
+    REQUEST_CANCELLED,
+    POLLER_CALLS,
+    POLLER_BACKOFF,
+)
+
+_warned = False
+
+
+def tags(api: str, location: str | None, accelerator_type: str | None = None) -> dict[str, str]:
+    """The tags of one metric: ``api``, ``location`` and ``accelerator_type`` where known.
+
+    Values are kept to what every backend accepts (a tag value with ``,`` or ``=`` is dropped by
+    Airflow's InfluxDB-style StatsD line, so such characters become ``_``).
+    """
+    out = {"api": api}
+    if location:
+        out["location"] = location
+    if accelerator_type:
+        out["accelerator_type"] = accelerator_type
+    return {k: v.replace(",", "_").replace("=", "_") for k, v in out.items()}
+
+
+def _stats() -> Any:
+    from airflow.sdk.observability.stats import Stats
+
+    return Stats
+
+
+def _guard(what: str) -> None:
+    # Once per process: a broken metrics backend would otherwise flood every task log.
+    global _warned
+    if not _warned:
+        _warned = True
+        log.warning("Could not send DWS metric %s; metrics are skipped", what, exc_info=True)
+
+
+def incr(name: str, tag: Mapping[str, str], count: int = 1) -> None:
+    """Add ``count`` to a counter (nothing for a count of 0)."""
+    if count <= 0:
+        return
+    try:
+        _stats().incr(name, count, tags=dict(tag))
+    except Exception:
+        _guard(name)
+
+
+def gauge(name: str, value: float, tag: Mapping[str, str]) -> None:
+    """Set a gauge."""
+    try:
+        _stats().gauge(name, value, tags=dict(tag))
+    except Exception:
+        _guard(name)
+
+
+def timing(name: str, seconds: float | None, tag: Mapping[str, str]) -> None:
+    """Record a duration (``None`` or negative: nothing is sent)."""
+    if seconds is None or seconds < 0:
+        return
+    try:
+        _stats().timing(name, timedelta(seconds=seconds), tags=dict(tag))
+    except Exception:
+        _guard(name)

@@ -1,0 +1,272 @@
+"""The attempt loop's request records (:mod:`airflow_provider_dws.records`) and request metrics.
+
+One :class:`Recorder` per task run writes the record of each request the loop submits or adopts
+into the task instance's ``dws_requests`` XCom: ``waiting`` before the task defers, the final phase
+when the attempt ends. What differs per API comes from the adapter's ``record_facts``. The XCom
+value is read back once per task run (a resumed deferral is a new run) and kept in memory, so
+every capacity attempt of the try accumulates. :func:`record_release` does the same for the TPU
+slice a release task deletes. A record or a metric that cannot be written is logged, never
+raised: it describes the work, it is not the work.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_dws import metrics
+from airflow_provider_dws.records import (
+    LIVE_PHASES,
+    PHASES,
+    XCOM_KEY,
+    RequestRecord,
+    iso,
+    parse_time,
+    read_records,
+    upsert,
+)
+from airflow_provider_dws.runtime.loop import resolve_project
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_dws.backends.base import RequestStatus
+    from airflow_provider_dws.operators.tpu_release import DeleteTPUQueuedResourceOperator
+    from airflow_provider_dws.runtime.loop import AttemptLoop
+    from airflow_provider_dws.runtime.state import AttemptState
+
+log = logging.getLogger(__name__)
+
+#: The record fields ``record_facts`` may set besides ``api`` and ``kind``.
+_FACT_FIELDS = (
+    "accelerator_type",
+    "accelerator_count",
+    "machine_type",
+    "pricing_model",
+    "console_url",
+)
+
+
+def pull_records(context: Context, task_id: str | None = None) -> list[RequestRecord]:
+    """The records in the ``dws_requests`` XCom of this task instance (or of ``task_id`` in the
+    same run and map index); none when there are none or they cannot be read."""
+    ti = context["ti"]
+    pull = getattr(ti, "xcom_pull", None)
+    if pull is None:  # a stand-in task instance without XCom reads
+        return []
+    try:
+        value = pull(key=XCOM_KEY, task_ids=task_id or ti.task_id, map_indexes=ti.map_index)
+    except Exception:
+        log.warning("Could not read the %s XCom; starting a new list", XCOM_KEY, exc_info=True)
+        return []
+    return read_records(value)
+
+
+def _try_number(context: Context) -> int:
+    number = getattr(context["ti"], "try_number", 1)
+    return number if isinstance(number, int) and not isinstance(number, bool) and number >= 1 else 1
+
+
+def record_phase(status: RequestStatus) -> str:
+    """The record's phase of a status: ``provisioning`` (capacity found, not yet usable) is still
+    ``waiting`` to a reader of records, whose phases are :data:`~airflow_provider_dws.records.PHASES`."""
+    phase = status.phase.value
+    return phase if phase in PHASES else "waiting"
+
+
+def _tags(record: RequestRecord) -> dict[str, str]:
+    return metrics.tags(record.api, record.location, record.accelerator_type)
+
+
+class Recorder:
+    """Writes one task run's request records and their end-of-attempt metrics."""
+
+    def __init__(self, loop: AttemptLoop) -> None:
+        self.loop = loop
+        self._records: list[RequestRecord] | None = None
+
+    def _known(self, context: Context) -> list[RequestRecord]:
+        if self._records is None:
+            self._records = pull_records(context) or self._earlier_tries(context)
+        return self._records
+
+    def _earlier_tries(self, context: Context) -> list[RequestRecord]:
+        """The records of the earlier tries, from the task state store (a new try starts with
+        its XComs cleared by Airflow, the store keeps them). A request an earlier try still
+        waited on when it ended is recorded cancelled: it was, unless this try adopts it, which
+        writes it live again."""
+        store = context.get("task_state_store")
+        if store is None:
+            return []
+        try:
+            value = store.get(XCOM_KEY)
+        except Exception:
+            self.loop.log.warning("Could not read the earlier tries' request records", exc_info=True)
+            return []
+        current, now = _try_number(context), iso(datetime.now(timezone.utc))
+        out = []
+        for record in read_records(value):
+            if record.try_number < current and record.phase in LIVE_PHASES and not record.holds:
+                record = replace(
+                    record,
+                    phase="cancelled",
+                    outcome="cancelled",
+                    ended=record.ended or now,
+                    message=f"try {record.try_number} ended while waiting on it",
+                )
+            out.append(record)
+        return out
+
+    def _find(self, context: Context, name: str) -> RequestRecord | None:
+        return next((r for r in self._known(context) if r.request_name == name), None)
+
+    def _push(self, context: Context, record: RequestRecord) -> None:
+        value = upsert(self._known(context), record)
+        context["ti"].xcom_push(key=XCOM_KEY, value=value)
+        self._records = read_records(value)
+        store: Any = context.get("task_state_store")
+        if store is not None:
+            try:
+                store.set(XCOM_KEY, value)  # for the next try (see _earlier_tries)
+            except Exception:
+                self.loop.log.warning("Could not keep the request records for a next try", exc_info=True)
+
+    def _base(self, context: Context, status: RequestStatus, state: AttemptState) -> RequestRecord:
+        """A new record of ``status``: what was asked, where, and its time limits."""
+        loop = self.loop
+        op, adapter = loop.op, loop.adapter
+        placement = state.placement
+        try:
+            location = adapter.location_of(status.name)
+        except ValueError:
+            location = placement.location
+        try:
+            facts = adapter.record_facts(status, placement)
+        except Exception:
+            # A record without its shape is still worth more than none.
+            loop.log.warning("Could not describe %s for its request record", status.name, exc_info=True)
+            facts = {}
+        max_wait = state.max_wait(op.max_wait)
+        limits = [t for t in (loop.deadline_at(context), loop.timeout_at(context)) if t is not None]
+        api = str(facts.get("api") or type(adapter).__name__)
+        return RequestRecord(
+            api=api,
+            kind=str(facts.get("kind") or api),
+            project=resolve_project(op),
+            location=location,
+            request_name=status.name,
+            phase=record_phase(status),
+            attempt=state.attempt,
+            try_number=_try_number(context),
+            submitted=iso(status.timings.submitted or datetime.now(timezone.utc)),
+            started=iso(status.timings.started),
+            max_wait_seconds=max_wait.total_seconds(),
+            wait_deadline=iso(adapter.wait_deadline(status, max_wait)),
+            deadline=iso(min(limits)) if limits else None,
+            window=str(op.window) if op.window is not None else None,
+            **{k: v for k, v in facts.items() if k in _FACT_FIELDS},  # type: ignore[arg-type]
+        )
+
+    def submitted(self, context: Context, status: RequestStatus, state: AttemptState) -> None:
+        """The request was submitted or adopted and is about to be waited on."""
+        try:
+            record = self._find(context, status.name) or self._base(context, status, state)
+            # An adopted request of an earlier try is live again (and not ended).
+            live = replace(record, phase=record_phase(status), ended=None, outcome=None, message="")
+            self._push(context, replace(live, started=iso(status.timings.started) or record.started))
+        except Exception:
+            self.loop.log.warning("Could not write the request record of %s", status.name, exc_info=True)
+
+    def ended(self, context: Context, status: RequestStatus, state: AttemptState, success: bool) -> None:
+        """The attempt ended (or reached what the task waits for): the final record, the metrics."""
+        try:
+            known = self._find(context, status.name)
+            record = known or self._base(context, status, state)
+            # A rerun that takes a request already recorded ended (or held) counts it once.
+            counted = known is not None and known.outcome is not None and known.phase == record_phase(status)
+            timings = status.timings
+            now = datetime.now(timezone.utc)
+            holds = success and self.loop.adapter.target == "running"
+            started = iso(timings.started) or record.started
+            record = replace(
+                record,
+                phase=record_phase(status),
+                started=started,
+                ended=None if holds else iso(timings.finished or now),
+                outcome="succeeded" if success else (status.outcome.failure or status.phase).value,
+                message=status.outcome.message,
+                holds=holds,
+                held_since=(started or iso(now)) if holds else record.held_since,
+            )
+            self._push(context, record)
+        except Exception:
+            self.loop.log.warning("Could not write the request record of %s", status.name, exc_info=True)
+            return
+        if counted:
+            return
+        # A request that never ran has no run time (the timings call it 0): no run timer for it.
+        ran = not holds and timings.started is not None
+        end_metrics(record, timings.wait_seconds, timings.run_seconds if ran else None)
+
+
+def end_metrics(record: RequestRecord, wait_seconds: float | None, run_seconds: float | None) -> None:
+    """The metrics of an ended attempt (or of a released slice, with no wait)."""
+    from airflow_provider_dws.scheduling.phases import FailureKind
+
+    tag = _tags(record)
+    metrics.timing(metrics.REQUEST_WAIT, wait_seconds, tag)
+    metrics.timing(metrics.REQUEST_RUN, run_seconds, tag)
+    if record.outcome == FailureKind.CAPACITY_NOT_OBTAINED.value:
+        metrics.incr(metrics.CAPACITY_NOT_OBTAINED, tag)
+    if record.phase == "cancelled":
+        metrics.incr(metrics.REQUEST_CANCELLED, tag)
+
+
+def record_release(
+    op: DeleteTPUQueuedResourceOperator, context: Context, released: list[tuple[str, str]]
+) -> None:
+    """Records of the slices a release task deleted, in the release task's own ``dws_requests``.
+
+    Each is the setup's record of that request (same ``request_name``) with ``holds=False``, its
+    ``released`` time and a final phase; a reader merges both, the latest write winning.
+    ``released`` lists (name, state before the delete).
+    """
+    from airflow_provider_dws.runtime.tpu import zone_of
+
+    if not released:
+        return
+    try:
+        setup = pull_records(context, op.setup_task_id) if op.setup_task_id else []
+        known = {r.request_name: r for r in setup}
+        own = pull_records(context)
+        now = datetime.now(timezone.utc)
+        for name, state in released:
+            record = known.get(name) or RequestRecord(
+                api="tpu_queued_resource",
+                kind="TPU queued resource",
+                project=resolve_project(op),
+                location=zone_of(name),
+                request_name=name,
+                phase="running" if state == "ACTIVE" else "waiting",
+                try_number=_try_number(context),
+            )
+            held = record.holds or record.phase == "running" or state == "ACTIVE"
+            record = replace(
+                record,
+                phase="succeeded" if held else ("cancelled" if record.phase == "waiting" else record.phase),
+                outcome=record.outcome or ("succeeded" if held else "cancelled"),
+                holds=False,
+                ended=record.ended or iso(now),
+                released=iso(now),
+            )
+            own = read_records(upsert(own, record))
+            since = parse_time(record.held_since)
+            if held and since is not None:
+                end_metrics(record, None, (now - since) / timedelta(seconds=1))
+            elif record.phase == "cancelled":
+                end_metrics(record, None, None)
+        context["ti"].xcom_push(key=XCOM_KEY, value=[r.to_dict() for r in own])
+    except Exception:
+        op.log.warning("Could not write the request records of the released slices", exc_info=True)

@@ -1,0 +1,89 @@
+"""The shared poller's metrics: per interval, the requests it follows (gauge) and the API calls it
+made (counter), and each whole-poller quota backoff; tagged by api and location, never per request."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from airflow_provider_dws import errors, metrics
+from airflow_provider_dws.scheduling.phases import Phase
+from airflow_provider_dws.triggers import poller
+from tests.unit.test_poller import WAITING, World, cycles, first, name, run, trigger
+
+
+class LocatedWorld(World):
+    location = "us-central1"
+
+
+@pytest.fixture
+def world(monkeypatch: pytest.MonkeyPatch) -> World:
+    w = LocatedWorld()
+    monkeypatch.setattr(poller, "backend_from_spec", lambda kind, spec: w)
+    monkeypatch.setattr(poller, "MIN_GAP_SECONDS", 0.01)
+    return w
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, Any, dict[str, str]]]:
+    out: list[tuple[str, str, Any, dict[str, str]]] = []
+
+    class Stats:
+        @staticmethod
+        def incr(stat: str, count: int = 1, *, tags: dict[str, str]) -> None:
+            out.append(("incr", stat, count, tags))
+
+        @staticmethod
+        def gauge(stat: str, value: float, *, tags: dict[str, str]) -> None:
+            out.append(("gauge", stat, value, tags))
+
+    monkeypatch.setattr(metrics, "_stats", lambda: Stats)
+    return out
+
+
+TAGS = {"api": "vertex_custom_job", "location": "us-central1"}
+
+
+def test_each_interval_reports_the_waiting_requests_and_the_calls(world: World, sent: list[Any]) -> None:
+    for i in range(30):
+        world.set(name(i), WAITING, Phase.WAITING)
+
+    async def scenario() -> None:
+        tasks = [asyncio.ensure_future(first(trigger(name(i)))) for i in range(30)]
+        p = await cycles(3)
+        gauges = [s for s in sent if s[1] == metrics.REQUESTS_WAITING]
+        assert len(gauges) == p.stats["cycles"]  # once per interval, not once per request
+        assert gauges[-1] == ("gauge", metrics.REQUESTS_WAITING, 30, TAGS)
+        calls = sum(s[2] for s in sent if s[1] == metrics.POLLER_CALLS)
+        assert calls == p.stats["lists"] + p.stats["ended_lists"] + p.stats["reads"]
+        assert all(s[3] == TAGS for s in sent)
+        for i in range(30):
+            world.set(name(i), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+        await asyncio.gather(*tasks)
+
+    run(scenario())
+    # The last wait left: the poller stops and says nothing waits here any more.
+    assert [s for s in sent if s[1] == metrics.REQUESTS_WAITING][-1][2] == 0
+
+
+def test_a_quota_backoff_is_counted_once_for_the_whole_poller(
+    world: World, sent: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(poller, "QUOTA_BACKOFF_INITIAL", 0.2)
+    for i in range(20):
+        world.set(name(i), WAITING, Phase.WAITING)
+    world.list_errors = [errors.QuotaExceededError("quota")]
+
+    async def scenario() -> None:
+        tasks = [asyncio.ensure_future(first(trigger(name(i)))) for i in range(20)]
+        await cycles(2)
+        assert [s for s in sent if s[1] == metrics.POLLER_BACKOFF] == [
+            ("incr", metrics.POLLER_BACKOFF, 1, TAGS)
+        ]
+        for i in range(20):
+            world.set(name(i), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+        await asyncio.gather(*tasks)
+
+    run(scenario())

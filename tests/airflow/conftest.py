@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from airflow_provider_dws.records import XCOM_KEY, RequestRecord, read_records
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -129,3 +132,35 @@ def finish(proc: subprocess.Popen[bytes], log_path: Path, timeout: float = DAG_R
 def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowHome]:
     """One migrated SQLite Airflow home for the session's end-to-end tests."""
     yield AirflowHome(tmp_path_factory.mktemp("airflow-home"))
+
+
+# -- the request records a real Airflow wrote (``airflow dags test``: the task SDK's own XCom push
+# and pull), read back from the home's metadata database --------------------------------------------
+
+
+def records(home: AirflowHome, dag_id: str) -> dict[str, list[RequestRecord]]:
+    """Each task's ``dws_requests`` of the DAG's latest run."""
+    with sqlite3.connect(home.home / "airflow.db") as db:
+        run_id = db.execute(
+            "SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1", (dag_id,)
+        ).fetchone()[0]
+        rows = db.execute(
+            "SELECT task_id, value FROM xcom WHERE dag_id = ? AND run_id = ? AND key = ?",
+            (dag_id, run_id, XCOM_KEY),
+        ).fetchall()
+    out = {}
+    for task_id, value in rows:
+        decoded: Any = json.loads(value) if isinstance(value, (str, bytes)) else value
+        out[task_id] = read_records(json.loads(decoded) if isinstance(decoded, str) else decoded)
+    return out
+
+
+def no_record_warnings(log: str) -> None:
+    for warning in (
+        "Could not write the request record",
+        "Could not read the dws_requests",
+        "Could not keep the request records",
+        "Could not read the earlier tries",
+        "Could not send DWS metric",
+    ):
+        assert warning not in log

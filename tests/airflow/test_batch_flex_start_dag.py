@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.airflow.conftest import AirflowHome
+from tests.airflow.conftest import AirflowHome, no_record_warnings, records
 
 pytestmark = [pytest.mark.airflow, pytest.mark.emulator]
 
@@ -55,6 +55,11 @@ def test_example_dag_runs_all_shards_on_flex_start(
     assert _states(job)[-2:] == ["RUNNING", "SUCCEEDED"]
     # The job id is the task identity's, not a random one: a retry finds it again.
     assert re.fullmatch(r"dws-infer-[0-9a-f]{16}-t1-a1", job["name"].rsplit("/", 1)[1])
+    # The request record counts the GPUs the emulator's capacity model charged.
+    no_record_warnings(result.log)
+    [rec] = records(airflow_home, DAG_ID)["infer"]
+    assert (rec.request_name, rec.phase, rec.api) == (job["name"], "succeeded", "batch_job")
+    assert rec.accelerator_count == job["accelerator_count"] == SHARDS
 
 
 def test_max_wait_passing_cancels_the_job_and_fails_with_capacity_message(

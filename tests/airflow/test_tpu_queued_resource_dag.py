@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.airflow.conftest import AirflowHome
+from tests.airflow.conftest import AirflowHome, no_record_warnings, records
 
 pytestmark = [pytest.mark.airflow, pytest.mark.emulator]
 
@@ -51,6 +51,16 @@ def test_example_dag_gets_the_slice_uses_it_and_releases_it(
     assert record["accelerator_type"] == "v5litepod-16"
     assert record["labels"]["dws_task"] == "request_tpu_slice"
     assert record["labels"]["team"] == "research"
+    # The records: the slice held by its setup task, then released by its teardown task.
+    no_record_warnings(result.log)
+    by_task = records(airflow_home, DAG_ID)
+    [held] = by_task["request_tpu_slice"]
+    [released] = by_task["release_tpu_slice"]
+    assert (held.phase, held.holds, held.accelerator_count) == ("running", True, 16)
+    assert held.held_since is not None and held.released is None
+    assert released.request_name == held.request_name == record["name"]
+    assert (released.phase, released.holds, released.accelerator_count) == ("succeeded", False, 16)
+    assert released.released is not None
 
 
 def test_a_failing_workload_still_releases_the_slice(

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.airflow.conftest import AirflowHome, finish
+from tests.airflow.conftest import AirflowHome, finish, no_record_warnings, records
 
 pytestmark = [pytest.mark.airflow, pytest.mark.emulator]
 
@@ -76,6 +76,12 @@ def test_example_dag_succeeds(airflow_home: AirflowHome, dws_emulator_factory: A
     assert job["labels"]["dws_task"] == "fine_tune"
     assert job["labels"]["team"] == "research"
     assert _states(job)[-2:] == ["JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED"]
+    # The request record the page and the savings read: one, ended succeeded, with its GPUs.
+    no_record_warnings(result.log)
+    [record] = records(airflow_home, DAG_ID)["fine_tune"]
+    assert record.request_name == job["name"]
+    assert (record.phase, record.outcome, record.api) == ("succeeded", "succeeded", "vertex_custom_job")
+    assert record.started and record.ended and record.accelerator_count > 0
 
 
 def test_capacity_arriving_late_defers_then_succeeds(

@@ -123,3 +123,12 @@ def finish(proc: subprocess.Popen[bytes], log_path: Path, timeout: float = DAG_R
 def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowHome]:
     """One migrated SQLite Airflow home for the session's end-to-end tests."""
     yield AirflowHome(tmp_path_factory.mktemp("airflow-home"))
+
+
+@pytest.fixture(scope="session")
+def dws_page_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real api-server with DWS request records of a few DAGs (``tests/airflow/dws_page_server.py``)."""
+    from tests.airflow.dws_page_server import running_server
+
+    with running_server(tmp_path_factory.mktemp("dws-page-home")) as server:
+        yield server

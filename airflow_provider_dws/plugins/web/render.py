@@ -117,6 +117,13 @@ def _what(row: Row) -> str:
     return f"{h(r.api)} · {h(r.location)}<br><span class='muted'>{h(accel)}</span>"
 
 
+def _request(row: Row) -> str:
+    """The request's name, shortened to its last two segments (the whole name as a tooltip)."""
+    name = row.record.request_name
+    short = "/".join(name.split("/")[-2:])
+    return f'<span title="{h(name)}">{h(short)}</span>'
+
+
 def _wait_bar(row: Row, now: datetime) -> str:
     waited = row.waited_seconds(now)
     limit = row.record.max_wait_seconds
@@ -155,7 +162,7 @@ def request_sections(rows: Sequence[Row], now: datetime, base: str) -> str:
                 [
                     _task(r),
                     _what(r),
-                    h(r.record.request_name),
+                    _request(r),
                     when(r.record.submitted),
                     _wait_bar(r, now),
                     _links(r, base),
@@ -174,7 +181,7 @@ def request_sections(rows: Sequence[Row], now: datetime, base: str) -> str:
                 [
                     _task(r),
                     _what(r),
-                    h(r.record.request_name),
+                    _request(r),
                     h(r.record.phase) + (" (holds)" if r.record.holds else ""),
                     when(r.record.started),
                     when(r.record.held_since),
@@ -195,7 +202,7 @@ def request_sections(rows: Sequence[Row], now: datetime, base: str) -> str:
                 [
                     _task(r),
                     _what(r),
-                    h(r.record.request_name),
+                    _request(r),
                     h(r.record.phase)
                     + (f"<br><span class='muted'>{h(r.record.outcome)}</span>" if r.record.outcome else ""),
                     when(r.record.submitted),

@@ -3,12 +3,15 @@
 Never a browser download: Playwright is told the executable's path. Skipped, saying why, when
 Playwright or Chromium is missing (``apt-get install -y chromium``; ``.ci/run`` installs it).
 Against the same seeded api-server as ``test_dws_page.py``, logged in with the UI's ``_token``
-cookie as a browser would be. Screenshots (1280 px wide, light and dark) go to ``docs/images/``.
+cookie as a browser would be. Screenshots (1280 px wide, light and dark) go to ``docs/images/``
+with ``DWS_SCREENSHOTS=docs`` (so a test run leaves the work tree alone), else to a temp dir.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,12 @@ from tests.airflow.conftest import ROOT
 from tests.airflow.dws_page_server import DAG_B, Server
 
 CHROMIUM = Path("/usr/bin/chromium")
-IMAGES = ROOT / "docs" / "images"
+#: ``DWS_SCREENSHOTS=docs`` writes the README's screenshots (docs/images/); otherwise a temp dir.
+IMAGES = (
+    ROOT / "docs" / "images"
+    if os.environ.get("DWS_SCREENSHOTS") == "docs"
+    else Path(tempfile.gettempdir()) / "dws-page-screenshots"
+)
 
 pytestmark = [
     pytest.mark.airflow,
@@ -35,6 +43,7 @@ WAIT_MS = 60_000  # a busy 2-core machine renders the React UI slowly
 def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
+    IMAGES.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         # --no-sandbox: the tests may run as root in a container, where Chromium's sandbox cannot start.
         chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
@@ -58,7 +67,6 @@ def test_the_dws_entry_of_the_ui_shows_the_page(browser: Any, dws_page_server: S
     expect(frame.get_by_role("heading", name="Waiting now (1)")).to_be_visible()
     expect(frame.get_by_text("jobs/a1")).to_be_visible()
     expect(frame.get_by_role("heading", name="Ended (4)")).to_be_visible()
-    IMAGES.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(IMAGES / "dws-page.png"))
     page.context.close()
 

@@ -7,7 +7,7 @@ window, since the page is shown in an iframe of the Airflow UI.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from html import escape
 from typing import Any
 from urllib.parse import urlencode
@@ -227,8 +227,8 @@ def _select(name: str, label: str, value: str | None, options: Sequence[str]) ->
 
 def filters_form(filters: Filters, choices: Mapping[str, Sequence[str]], action: str) -> str:
     """The GET form of the filters; ``choices`` holds the DAGs, APIs and locations seen."""
-    since = filters.since.strftime("%Y-%m-%dT%H:%M") if filters.since else ""
-    until = filters.until.strftime("%Y-%m-%dT%H:%M") if filters.until else ""
+    since = filters.since.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M") if filters.since else ""
+    until = filters.until.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M") if filters.until else ""
     return (
         f'<form class="filters" method="get" action="{h(action)}" aria-label="Filters">'
         + _select("dag_id", "DAG", filters.dag_id, choices.get("dag_id", []))

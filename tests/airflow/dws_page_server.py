@@ -149,8 +149,11 @@ def _token(base: str, user: str) -> str:
 
 
 @contextlib.contextmanager
-def running_server(home: Path) -> Iterator[Server]:
-    """Start the api-server in ``home``, read the empty page, seed :func:`seed_items`; stop it at the end."""
+def running_server(home: Path, db_url: str | None = None) -> Iterator[Server]:
+    """Start the api-server in ``home``, read the empty page, seed :func:`seed_items`; stop it at the end.
+
+    The database is SQLite in ``home`` unless ``db_url`` names another (an empty one).
+    """
     (home / "passwords.json").write_text(json.dumps(PASSWORDS))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "DWS_"))}
     port = free_port()
@@ -174,6 +177,9 @@ def running_server(home: Path) -> Iterator[Server]:
             "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
         }
     )
+    if db_url:
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = db_url
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] = ""  # no asyncpg here (as in tests/faults)
     (home / "dags").mkdir()
     subprocess.run(
         [str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300

@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint venv clean
+.PHONY: demo ui test lint venv clean
 
 venv: $(VENV)/.installed
 
@@ -21,6 +21,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 ## Run the example DAG against a local dws-emulator and print the job's result.
 demo: venv
 	$(BIN)/python scripts/demo.py
+
+## A local Airflow (api-server, scheduler, dag-processor, triggerer; the local PostgreSQL server) against
+## a dws-emulator, the example DAGs triggered; prints the URL of the DWS page. Ctrl-C stops it.
+ui: venv
+	$(BIN)/python scripts/ui.py $(UI_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .

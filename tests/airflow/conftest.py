@@ -164,3 +164,25 @@ def no_record_warnings(log: str) -> None:
         "Could not send DWS metric",
     ):
         assert warning not in log
+@pytest.fixture(scope="session")
+def dws_page_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real api-server with DWS request records of a few DAGs (``tests/airflow/dws_page_server.py``).
+
+    SQLite; ``DWS_PAGE_TEST_DB=postgres`` runs it on a throwaway database of the local PostgreSQL
+    server instead (as the fault matrix does).
+    """
+    from tests.airflow.dws_page_server import running_server
+
+    home = tmp_path_factory.mktemp("dws-page-home")
+    if os.environ.get("DWS_PAGE_TEST_DB") != "postgres":
+        with running_server(home) as server:
+            yield server
+        return
+    from tests.faults.harness import Database
+
+    database = Database()
+    try:
+        with running_server(home, database.url) as server:
+            yield server
+    finally:
+        database.drop()

@@ -1,0 +1,331 @@
+"""Server-rendered HTML of the DWS page and the task-instance tab (no front-end build, no script).
+
+Every value is escaped (:func:`h`); links that leave the page (task instance, log) target the top
+window, since the page is shown in an iframe of the Airflow UI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from html import escape
+from typing import Any
+from urllib.parse import urlencode
+
+from airflow_provider_dws.records import PHASES, parse_time
+
+from .data import Filters, Row, log_path, ti_path
+
+#: The savings doc, served by the app itself from the source tree (``app.py``), relative to ``/dws/``.
+SAVINGS_DOC = "docs/savings.md"
+
+CSS = """
+:root { color-scheme: light dark; --bg:#ffffff; --fg:#1a1a1a; --muted:#555; --line:#d0d0d0;
+  --head:#f2f4f7; --bar:#2563eb; --bar-bg:#dbe3f0; --warn:#9a3412; --link:#1d4ed8; --focus:#f59e0b; }
+@media (prefers-color-scheme: dark) {
+  :root { --bg:#121417; --fg:#e8e8e8; --muted:#b0b0b0; --line:#3a3f47; --head:#1d2127;
+    --bar:#60a5fa; --bar-bg:#2a3342; --warn:#fdba74; --link:#93c5fd; }
+}
+body { background:var(--bg); color:var(--fg); font:14px/1.45 system-ui, sans-serif; margin:16px; max-width:1600px; }
+h1 { font-size:20px; margin:0 0 8px; } h2 { font-size:16px; margin:24px 0 8px; }
+a { color:var(--link); } a:focus, input:focus, select:focus, button:focus { outline:3px solid var(--focus); outline-offset:1px; }
+table { border-collapse:collapse; width:100%; margin-bottom:8px; }
+th, td { border-bottom:1px solid var(--line); padding:4px 6px; text-align:left; vertical-align:top; }
+th { background:var(--head); font-weight:600; } td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
+.muted { color:var(--muted); } .warn { color:var(--warn); font-weight:600; }
+form.filters { display:flex; flex-wrap:wrap; gap:8px 16px; align-items:end; margin:8px 0 16px; }
+form.filters label { display:flex; flex-direction:column; font-size:12px; color:var(--muted); }
+form.filters input, form.filters select, form.filters button { font:inherit; padding:3px 6px; color:var(--fg);
+  background:var(--bg); border:1px solid var(--line); border-radius:4px; }
+.bar { display:inline-block; width:120px; height:10px; background:var(--bar-bg); border-radius:5px; vertical-align:middle; margin-right:6px; }
+.bar > span { display:block; height:100%; background:var(--bar); border-radius:5px; }
+.empty { padding:24px; border:1px dashed var(--line); border-radius:6px; }
+"""
+
+
+def h(value: Any) -> str:
+    """``value`` as escaped HTML text (``""`` for ``None``)."""
+    return "" if value is None else escape(str(value), quote=True)
+
+
+def duration(seconds: float | None) -> str:
+    """``1h 02m``, ``3m 05s``, ``12s``; ``""`` when unknown."""
+    if seconds is None:
+        return ""
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
+
+
+def when(value: str | datetime | None) -> str:
+    """A time as ``2026-12-01 10:04:05Z`` in a ``<time>`` element."""
+    stamp = parse_time(value) if isinstance(value, str) else value
+    if stamp is None:
+        return ""
+    return f'<time datetime="{h(stamp.isoformat())}">{h(stamp.strftime("%Y-%m-%d %H:%M:%SZ"))}</time>'
+
+
+def _money(value: float | None) -> str:
+    return "" if value is None else f"${value:,.2f}"
+
+
+def _hours(value: float | None) -> str:
+    return "" if value is None else f"{value:,.2f}"
+
+
+def _rate(value: float | None) -> str:
+    return "" if value is None else f"{value:.0%}"
+
+
+def page(title: str, body: str) -> str:
+    """A whole HTML document."""
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{h(title)}</title><style>{CSS}</style></head><body><main>{body}</main></body></html>"
+    )
+
+
+def _links(row: Row, base: str) -> str:
+    parts = [
+        f'<a href="{h(base + ti_path(row.ti))}" target="_top">task</a>',
+        f'<a href="{h(base + log_path(row.ti))}" target="_top">log</a>',
+    ]
+    if row.record.console_url:
+        parts.append(f'<a href="{h(row.record.console_url)}" target="_blank" rel="noopener">console</a>')
+    return " · ".join(parts)
+
+
+def _task(row: Row) -> str:
+    ti = row.ti
+    mapped = f"[{ti.map_index}]" if ti.map_index >= 0 else ""
+    text = f"{h(ti.dag_id)} / {h(ti.task_id)}{h(mapped)}<br><span class='muted'>{h(ti.run_id)}</span>"
+    if row.also:
+        others = ", ".join(h(o.task_id) for o in row.also)
+        text += f"<br><span class='muted'>also: {others}</span>"
+    return text
+
+
+def _what(row: Row) -> str:
+    r = row.record
+    accel = f"{r.accelerator_count} x {r.accelerator_type}" if r.accelerator_type else (r.machine_type or "")
+    return f"{h(r.api)} · {h(r.location)}<br><span class='muted'>{h(accel)}</span>"
+
+
+def _request(row: Row) -> str:
+    """The request's name, shortened to its last two segments (the whole name as a tooltip)."""
+    name = row.record.request_name
+    short = "/".join(name.split("/")[-2:])
+    return f'<span title="{h(name)}">{h(short)}</span>'
+
+
+def _wait_bar(row: Row, now: datetime) -> str:
+    waited = row.waited_seconds(now)
+    limit = row.record.max_wait_seconds
+    if waited is None:
+        return ""
+    if not limit:
+        return f"{h(duration(waited))} <span class='muted'>(no max wait)</span>"
+    share = min(1.0, waited / limit)
+    percent = round(share * 100)
+    text = f"{duration(waited)} of {duration(limit)} max wait ({percent}%)"
+    return (
+        f'<span class="bar" role="img" aria-label="{h(text)}"><span style="width:{percent}%"></span></span>'
+        f"{h(text)}"
+    )
+
+
+def _table(caption: str, heads: Sequence[str], rows: Sequence[Sequence[str]], empty: str) -> str:
+    if not rows:
+        return f"<p class='muted'>{h(empty)}</p>"
+    head = "".join(f'<th scope="col">{h(x)}</th>' for x in heads)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><caption class='muted' style='text-align:left'>{h(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def request_sections(rows: Sequence[Row], now: datetime, base: str) -> str:
+    """The three sections: waiting now, running or held, ended."""
+    waiting = [r for r in rows if r.section == "waiting"]
+    running = [r for r in rows if r.section == "running"]
+    ended = [r for r in rows if r.section == "ended"]
+    out = [f"<h2 id='waiting'>Waiting now ({len(waiting)})</h2>"]
+    out.append(
+        _table(
+            "Requests queued for capacity",
+            ["Task", "API / location", "Request", "Submitted", "Waited / max wait", "Links"],
+            [
+                [
+                    _task(r),
+                    _what(r),
+                    _request(r),
+                    when(r.record.submitted),
+                    _wait_bar(r, now),
+                    _links(r, base),
+                ]
+                for r in waiting
+            ],
+            "No request is waiting.",
+        )
+    )
+    out.append(f"<h2 id='running'>Running or held ({len(running)})</h2>")
+    out.append(
+        _table(
+            "Requests that got capacity and still run or hold it",
+            ["Task", "API / location", "Request", "Phase", "Started", "Held since", "Idle since", "Links"],
+            [
+                [
+                    _task(r),
+                    _what(r),
+                    _request(r),
+                    h(r.record.phase) + (" (holds)" if r.record.holds else ""),
+                    when(r.record.started),
+                    when(r.record.held_since),
+                    when(r.idle_since()) or ("<span class='muted'>in use</span>" if r.record.holds else ""),
+                    _links(r, base),
+                ]
+                for r in running
+            ],
+            "Nothing runs or is held.",
+        )
+    )
+    out.append(f"<h2 id='ended'>Ended ({len(ended)})</h2>")
+    out.append(
+        _table(
+            "Requests that ended",
+            ["Task", "API / location", "Request", "Outcome", "Submitted", "Wait", "Run", "Links"],
+            [
+                [
+                    _task(r),
+                    _what(r),
+                    _request(r),
+                    h(r.record.phase)
+                    + (f"<br><span class='muted'>{h(r.record.outcome)}</span>" if r.record.outcome else ""),
+                    when(r.record.submitted),
+                    h(duration(r.waited_seconds(now))),
+                    h(duration(r.run_seconds(now))) or "<span class='muted'>never ran</span>",
+                    _links(r, base),
+                ]
+                for r in ended
+            ],
+            "No request ended in this range.",
+        )
+    )
+    return "".join(out)
+
+
+def _select(name: str, label: str, value: str | None, options: Sequence[str]) -> str:
+    opts = ['<option value="">any</option>'] + [
+        f'<option value="{h(o)}"{" selected" if o == value else ""}>{h(o)}</option>' for o in options
+    ]
+    return f'<label for="f-{name}">{h(label)}<select id="f-{name}" name="{name}">{"".join(opts)}</select></label>'
+
+
+def filters_form(filters: Filters, choices: Mapping[str, Sequence[str]], action: str) -> str:
+    """The GET form of the filters; ``choices`` holds the DAGs, APIs and locations seen."""
+    since = filters.since.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M") if filters.since else ""
+    until = filters.until.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M") if filters.until else ""
+    return (
+        f'<form class="filters" method="get" action="{h(action)}" aria-label="Filters">'
+        + _select("dag_id", "DAG", filters.dag_id, choices.get("dag_id", []))
+        + _select("api", "API", filters.api, choices.get("api", []))
+        + _select("location", "Location", filters.location, choices.get("location", []))
+        + _select("phase", "Phase", filters.phase, [*PHASES, "holding"])
+        + f'<label for="f-since">Since (UTC)<input id="f-since" type="datetime-local" name="since" value="{h(since)}"></label>'
+        + f'<label for="f-until">Until (UTC)<input id="f-until" type="datetime-local" name="until" value="{h(until)}"></label>'
+        + '<button type="submit">Apply</button>'
+        + f' <a href="{h(action)}">reset</a></form>'
+    )
+
+
+def _summary_table(caption: str, first: str, items: Sequence[Mapping[str, Any]]) -> str:
+    heads = [
+        first,
+        "Requests",
+        "Not obtained",
+        "p50 wait",
+        "p95 wait",
+        "Accel-h run (billed)",
+        "Accel-h waited (not billed)",
+        "Accel-h held idle",
+        "Run cost",
+        "Holding cost",
+        "Saved by waiting",
+    ]
+    rows = []
+    for s in items:
+        unpriced = f" <span class='muted'>({s['unpriced']} unpriced)</span>" if s.get("unpriced") else ""
+        rows.append(
+            [
+                h(s["key"]),
+                h(s["requests"]),
+                h(
+                    f"{s['not_obtained']} ({_rate(s['not_obtained_rate'])})"
+                    if s["not_obtained_rate"] is not None
+                    else s["not_obtained"]
+                ),
+                h(duration(s["wait_p50_seconds"])),
+                h(duration(s["wait_p95_seconds"])),
+                h(_hours(s["run_hours"])),
+                h(_hours(s["waited_hours"])),
+                h(_hours(s["idle_hours"])),
+                h(_money(s["run_cost"])),
+                h(_money(s["hold_cost"])),
+                h(_money(s["saved"])) + unpriced,
+            ]
+        )
+    return _table(caption, heads, rows, "No requests in this range.")
+
+
+def summary_section(summary: Mapping[str, Any] | None, app_base: str, error: str | None = None) -> str:
+    """The summary tables and where the prices came from; ``app_base`` is the app's path (``/dws/``)."""
+    out = ["<h2 id='summary'>Summary</h2>"]
+    if summary is None:
+        out.append(f"<p class='warn'>The summary is not available: {h(error)}</p>")
+        return "".join(out)
+    prices = summary["prices"]
+    if prices.get("error"):
+        out.append(
+            f"<p class='warn'>Price table ({h(prices['source'])}) is not usable: {h(prices['error'])}</p>"
+        )
+    elif prices["source"] == "no price table set":
+        out.append(
+            "<p>No price table set: costs are not shown. Set the Airflow Variable <code>dws_prices</code> "
+            "(JSON, USD per accelerator-hour by accelerator type and pricing model) or the "
+            f'<code>[dws_prices]</code> config section; see <a href="{h(app_base + SAVINGS_DOC)}" target="_blank" rel="noopener">docs/savings.md</a>.</p>'
+        )
+    else:
+        out.append(
+            f"<p>Prices from: <strong>{h(prices['source'])}</strong> ({h(prices['entries'])} entries).</p>"
+        )
+    total = summary.get("total")
+    out.append(_summary_table("Total", "All", [total] if total else []))
+    out.append(_summary_table("Per DAG", "DAG", summary["by_dag"]))
+    out.append(_summary_table("Per day (UTC, of submission)", "Day", summary["by_day"]))
+    return "".join(out)
+
+
+def query_string(filters: Filters) -> str:
+    """``filters`` as a query string (for links that keep them)."""
+    params = {
+        "dag_id": filters.dag_id,
+        "api": filters.api,
+        "location": filters.location,
+        "phase": filters.phase,
+        "since": filters.since.isoformat() if filters.since else None,
+        "until": filters.until.isoformat() if filters.until else None,
+    }
+    return urlencode({k: v for k, v in params.items() if v})
+
+
+def empty_state() -> str:
+    """What an empty deployment shows."""
+    return (
+        "<div class='empty' role='status'><h2>No DWS requests yet</h2><p>Requests appear here once a task "
+        "of this provider (Vertex AI Flex Start, TPU queued resource, Cloud Batch) submits one, in a DAG "
+        "you may read. Try the example DAGs, or widen the filters.</p></div>"
+    )

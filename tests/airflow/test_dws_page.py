@@ -1,0 +1,246 @@
+"""The DWS page and its JSON endpoints over HTTP against a real ``airflow api-server`` process.
+
+The server and its data: ``tests/airflow/dws_page_server.py`` (fixture ``dws_page_server`` in
+``conftest.py``, one per session). Expected numbers are computed by hand from ``seed_items``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.airflow.dws_page_server import DAG_A, DAG_B, HAS_SAVINGS, Server, _ago, _t
+
+pytestmark = pytest.mark.airflow
+
+needs_savings = pytest.mark.skipif(
+    not HAS_SAVINGS, reason="airflow_provider_dws.savings is not on this branch yet"
+)
+
+ROUTES = [
+    "/dws/",
+    "/dws/api/requests",
+    "/dws/api/summary",
+    f"/dws/api/ti/{DAG_A}/run_a/train/-1",
+    f"/dws/ti/{DAG_A}/run_a/train/-1",
+    "/dws/docs/savings.md",
+]
+
+
+@pytest.fixture
+def server(dws_page_server: Server) -> Server:
+    return dws_page_server
+
+
+def _names(body: dict[str, Any]) -> list[str]:
+    return sorted(r["record"]["request_name"].rsplit("/", 1)[-1] for r in body["requests"])
+
+
+# -- empty deployment -----------------------------------------------------------------------------
+
+
+def test_an_empty_deployment_says_no_dws_requests_yet(server: Server) -> None:
+    page = server.empty["/dws/"]
+    assert page.status_code == 200
+    assert "No DWS requests yet" in page.text
+    assert server.empty["/dws/api/requests"].json()["requests"] == []
+    if HAS_SAVINGS:
+        summary = server.empty["/dws/api/summary"].json()
+        assert summary["by_dag"] == [] and summary["total"] is None
+
+
+# -- security -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ROUTES)
+def test_every_route_answers_401_to_an_anonymous_request(server: Server, path: str) -> None:
+    assert server.get(path, user=None).status_code == 401
+
+
+def test_a_bad_token_is_refused(server: Server) -> None:
+    response = httpx.get(
+        server.base + "/dws/api/requests", headers={"Authorization": "Bearer nope"}, timeout=60
+    )
+    assert response.status_code in (401, 403)
+
+
+def test_the_ui_cookie_authenticates_like_the_bearer_token(server: Server) -> None:
+    # The page is an iframe of the Airflow UI: the browser sends the UI's ``_token`` cookie.
+    response = httpx.get(
+        server.base + "/dws/api/requests", cookies={"_token": server.tokens["alice"]}, timeout=60
+    )
+    assert response.status_code == 200
+    assert {r["dag_id"] for r in response.json()["requests"]} == {DAG_A}
+
+
+def test_no_route_changes_state(server: Server) -> None:
+    headers = {"Authorization": f"Bearer {server.tokens['admin']}"}
+    for path in ROUTES:
+        for method in ("POST", "PUT", "PATCH", "DELETE"):
+            response = httpx.request(method, server.base + path, headers=headers, timeout=60)
+            assert response.status_code == 405, (method, path, response.status_code)
+
+
+def test_fastapis_own_docs_are_not_served(server: Server) -> None:
+    for path in ("/dws/docs", "/dws/openapi.json", "/dws/redoc"):
+        assert server.get(path).status_code == 404, path
+
+
+def test_a_user_who_may_read_only_dag_a_sees_only_dag_a(server: Server) -> None:
+    body = server.json("/dws/api/requests", "alice")
+    assert {r["dag_id"] for r in body["requests"]} == {DAG_A}
+    assert _names(body) == ["a1", "a2", "a3"]
+    assert server.json("/dws/api/requests", "alice", dag_id=DAG_B)["requests"] == []
+    page = server.get("/dws/", "alice")
+    assert page.status_code == 200 and DAG_A in page.text
+    assert DAG_B not in page.text and "qr-1" not in page.text
+    if HAS_SAVINGS:
+        assert [s["key"] for s in server.json("/dws/api/summary", "alice")["by_dag"]] == [DAG_A]
+
+
+def test_the_task_instance_routes_check_access_to_that_dag(server: Server) -> None:
+    for path in (f"/dws/api/ti/{DAG_B}/run_b/delete/-1", f"/dws/ti/{DAG_B}/run_b/delete/-1"):
+        assert server.get(path, "alice").status_code == 403, path
+        assert server.get(path, "admin").status_code == 200, path
+    assert server.get(f"/dws/api/ti/{DAG_A}/run_a/train/-1", "alice").status_code == 200
+
+
+def test_a_user_without_dags_sees_the_empty_state(server: Server) -> None:
+    assert server.json("/dws/api/requests", "bob")["requests"] == []
+    assert "No DWS requests yet" in server.get("/dws/", "bob").text
+
+
+# -- listing and filters --------------------------------------------------------------------------
+
+
+def test_the_default_range_is_seven_days_and_since_widens_it(server: Server) -> None:
+    assert _names(server.json("/dws/api/requests")) == ["a1", "a2", "a3", "b2", "qr-1"]
+    wide = server.json("/dws/api/requests", since=_ago(days=11))
+    assert _names(wide) == ["a1", "a2", "a3", "b2", "c1", "qr-1"]
+    assert _names(server.json("/dws/api/requests", since=_ago(days=11), until=_ago(days=9))) == ["c1"]
+
+
+@pytest.mark.parametrize(
+    ("params", "names"),
+    [
+        ({"dag_id": DAG_B}, ["b2", "qr-1"]),
+        ({"api": "tpu"}, ["qr-1"]),
+        ({"location": "us-east1"}, ["a3"]),
+        ({"phase": "waiting"}, ["a1"]),
+        ({"phase": "not_obtained"}, ["a3"]),
+        ({"api": "vertex", "location": "us-central1"}, ["a1", "a2"]),
+    ],
+)
+def test_filters(server: Server, params: dict[str, str], names: list[str]) -> None:
+    assert _names(server.json("/dws/api/requests", **params)) == names
+
+
+def test_a_bad_time_filter_is_a_400(server: Server) -> None:
+    assert server.get("/dws/api/requests", since="yesterday").status_code == 400
+
+
+def test_a_row_carries_its_task_instance_and_links(server: Server) -> None:
+    rows = {r["record"]["request_name"]: r for r in server.json("/dws/api/requests")["requests"]}
+    a1 = rows["jobs/a1"]
+    assert (a1["dag_id"], a1["run_id"], a1["task_id"], a1["map_index"]) == (DAG_A, "run_a", "train", -1)
+    assert a1["ti_state"] == "deferred" and a1["section"] == "waiting"
+    assert a1["links"] == {
+        "task_instance": f"/dags/{DAG_A}/runs/run_a/tasks/train",
+        "log": f"/dags/{DAG_A}/runs/run_a/tasks/train?try_number=1",
+        "console": "https://console.cloud.google.com/vertex-ai/a1",
+    }
+    assert 1700 < a1["waited_seconds"] < 3600 * 24
+    b2 = rows["jobs/b2"]
+    assert b2["links"]["task_instance"] == f"/dags/{DAG_B}/runs/run_b/tasks/train/mapped/1"
+    assert b2["section"] == "ended" and b2["run_seconds"] is None
+
+
+def test_a_slice_created_by_one_task_and_deleted_by_another_is_one_row(server: Server) -> None:
+    rows = [r for r in server.json("/dws/api/requests")["requests"] if r["record"]["api"] == "tpu"]
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["task_id"] == "create"  # the task that made the request
+    assert row["also_written_by"] == [
+        {"dag_id": DAG_B, "run_id": "run_b", "task_id": "delete", "map_index": -1}
+    ]
+    record = row["record"]
+    assert (record["phase"], record["holds"], record["released"]) == (
+        "succeeded",
+        False,
+        _t("2026-11-21T03:00:00"),
+    )
+    assert row["section"] == "ended" and row["run_seconds"] == 7200
+
+
+def test_the_task_instance_endpoint_and_tab(server: Server) -> None:
+    body = server.json(f"/dws/api/ti/{DAG_B}/run_b/train/1")
+    assert _names(body) == ["b2"]
+    assert server.json(f"/dws/api/ti/{DAG_B}/run_b/train/-1")["requests"] == []
+    tab = server.get(f"/dws/ti/{DAG_B}/run_b/train/1")
+    assert tab.status_code == 200 and "jobs/b2" in tab.text and "cancelled" in tab.text
+    assert "made no DWS request" in server.get(f"/dws/ti/{DAG_B}/run_b/train/-1").text
+
+
+def test_the_page_shows_the_three_sections_and_the_filter_form(server: Server) -> None:
+    page = server.get("/dws/").text
+    for heading in ("Waiting now (1)", "Running or held (0)", "Ended (4)"):
+        assert heading in page
+    assert '<form class="filters" method="get"' in page and '<label for="f-dag_id">' in page
+    # The wait bar has a text equivalent: 30 minutes of a one-hour max wait.
+    assert "of 1h 00m max wait" in page and 'role="img"' in page
+    assert f'href="/dags/{DAG_A}/runs/run_a/tasks/train" target="_top"' in page
+    assert "prefers-color-scheme: dark" in page
+    filtered = server.get("/dws/", phase="not_obtained").text
+    assert "batch/a3" in filtered and "jobs/a2" not in filtered
+
+
+def test_values_are_escaped_in_the_page(server: Server) -> None:
+    page = server.get("/dws/", dag_id="<script>alert(1)</script>").text
+    assert "<script>alert(1)</script>" not in page
+
+
+# -- summary and prices ---------------------------------------------------------------------------
+
+
+@needs_savings
+def test_the_summary_per_day_matches_hand_computed_numbers(server: Server) -> None:
+    summary = server.json("/dws/api/summary")
+    assert summary["prices"]["source"] == "Airflow Variable dws_prices" and summary["prices"]["error"] is None
+    days = {s["key"]: s for s in summary["by_day"]}
+    # 2026-11-20: a2 (8 H100, waited 1 h, ran 2 h) and a3 (2 L4, waited 2 h, not obtained, no price).
+    d20 = days["2026-11-20"]
+    assert (d20["requests"], d20["not_obtained"], d20["not_obtained_rate"]) == (2, 1, 0.5)
+    assert d20["wait_p50_seconds"] == d20["wait_p95_seconds"] == 3600
+    assert d20["run_hours"] == pytest.approx(16) and d20["waited_hours"] == pytest.approx(8 + 4)
+    assert d20["run_cost"] == pytest.approx(16 * 4.0)  # flex_start
+    assert d20["hold_cost"] == pytest.approx((8 + 16) * 10.0)  # reserved, for the wait as well
+    assert d20["saved"] == pytest.approx(240 - 64) and d20["unpriced"] == 1
+    # 2026-11-21: the slice (8 chips, waited 1 h, held and ran 2 h) and b2 (4 A100, cancelled after 1 h, no price).
+    d21 = days["2026-11-21"]
+    assert (d21["requests"], d21["not_obtained"], d21["not_obtained_rate"]) == (2, 0, 0.0)
+    assert d21["run_hours"] == pytest.approx(16) and d21["waited_hours"] == pytest.approx(8 + 4)
+    assert d21["idle_hours"] == pytest.approx(0)
+    assert d21["run_cost"] == pytest.approx(16.0) and d21["hold_cost"] == pytest.approx(48.0)
+    assert d21["saved"] == pytest.approx(32.0) and d21["unpriced"] == 1
+
+
+@needs_savings
+def test_the_summary_per_dag_and_total(server: Server) -> None:
+    summary = server.json("/dws/api/summary", phase="succeeded")
+    dags = {s["key"]: s for s in summary["by_dag"]}
+    assert set(dags) == {DAG_A, DAG_B}
+    assert dags[DAG_A]["saved"] == pytest.approx(176.0) and dags[DAG_B]["saved"] == pytest.approx(32.0)
+    total = summary["total"]
+    assert total["key"] == "total" and total["requests"] == 2 and total["saved"] == pytest.approx(208.0)
+    assert total["run_hours"] == pytest.approx(32)
+
+
+@needs_savings
+def test_the_page_names_the_price_source(server: Server) -> None:
+    page = server.get("/dws/").text
+    assert "Prices from: <strong>Airflow Variable dws_prices</strong>" in page
+    assert (
+        "Saved by waiting" in page and "$176.00" in server.get("/dws/", dag_id=DAG_A, phase="succeeded").text
+    )

@@ -164,6 +164,8 @@ def no_record_warnings(log: str) -> None:
         "Could not send DWS metric",
     ):
         assert warning not in log
+
+
 @pytest.fixture(scope="session")
 def dws_page_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real api-server with DWS request records of a few DAGs (``tests/airflow/dws_page_server.py``).

@@ -160,6 +160,21 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 60.0, what: str = 
         time.sleep(0.02)
 
 
+# -- the provider's clients on an in-process emulator ---------------------------------------------
+
+
+@pytest.fixture
+def vertex_emulator(monkeypatch: pytest.MonkeyPatch, dws_emulator_server_factory: Any) -> Any:
+    """Start an in-process emulator (optionally with capacity) and point every hook at it."""
+
+    def start(capacity: dict[str, int] | None = None) -> InProcessEmulator:
+        emulator: InProcessEmulator = dws_emulator_server_factory(capacity)
+        monkeypatch.setenv("DWS_EMULATOR_HOST", emulator.address)
+        return emulator
+
+    return start
+
+
 # -- ordering for parallel runs -----------------------------------------------------------------
 
 #: Tests that take a minute or more on two cores (real Airflow deployments and ``airflow dags

@@ -14,7 +14,6 @@ import asyncio
 import socket
 import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -22,11 +21,9 @@ from airflow.exceptions import TaskDeferred
 
 from airflow_provider_dws import metrics
 from airflow_provider_dws.exceptions import CapacityNotObtainedError
-from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.triggers.capacity_request import first_event
-from tests.conftest import InProcessEmulator
-from tests.emulator.test_provider_on_emulator import H100, pools
-from tests.emulator.test_records_on_emulator import TI
+from tests.emulator.test_provider_on_emulator import H100
+from tests.emulator.test_records_on_emulator import TI, vertex
 
 pytestmark = pytest.mark.emulator
 
@@ -92,31 +89,8 @@ def statsd(monkeypatch: pytest.MonkeyPatch) -> Iterator[StatsdSocket]:
         server.sock.close()
 
 
-@pytest.fixture
-def emulator(monkeypatch: pytest.MonkeyPatch, dws_emulator_server_factory: Any) -> Any:
-    def start(capacity: dict[str, int] | None = None) -> InProcessEmulator:
-        emu: InProcessEmulator = dws_emulator_server_factory(capacity)
-        monkeypatch.setenv("DWS_EMULATOR_HOST", emu.address)
-        return emu
-
-    return start
-
-
-def vertex(**kwargs: Any) -> CreateVertexAIFlexStartJobOperator:
-    params: dict[str, Any] = {
-        "task_id": "train",
-        "project_id": "emu-project",
-        "region": "us-central1",
-        "worker_pool_specs": pools(run_seconds=0.3),
-        "max_wait": timedelta(minutes=30),
-        "poll_interval": 0.2,
-        "deferrable": True,
-    }
-    return CreateVertexAIFlexStartJobOperator(**{**params, **kwargs})
-
-
-def test_a_trigger_run_and_a_task_run_send_statsd_lines(statsd: StatsdSocket, emulator: Any) -> None:
-    emulator()
+def test_a_trigger_run_and_a_task_run_send_statsd_lines(statsd: StatsdSocket, vertex_emulator: Any) -> None:
+    vertex_emulator()
     ti = TI("metrics_on_emulator", "train")
     with pytest.raises(TaskDeferred) as deferred:
         vertex().execute({"ti": ti})
@@ -138,8 +112,8 @@ def test_a_trigger_run_and_a_task_run_send_statsd_lines(statsd: StatsdSocket, em
     assert ran_ms == pytest.approx(ti.again().xcom["run_seconds"] * 1000, abs=1)
 
 
-def test_a_task_without_capacity_counts_it(statsd: StatsdSocket, emulator: Any) -> None:
-    emulator({H100: 0})
+def test_a_task_without_capacity_counts_it(statsd: StatsdSocket, vertex_emulator: Any) -> None:
+    vertex_emulator({H100: 0})
     ti = TI("metrics_on_emulator", "no_capacity")
     with pytest.raises(CapacityNotObtainedError):
         vertex(task_id=ti.task_id, max_wait=2, deferrable=False).execute({"ti": ti})

@@ -71,16 +71,6 @@ def resume(make: Any, ti: TI, deferred: TaskDeferred, clock: FakeClock | None = 
 # -- Vertex AI ------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def vertex_emulator(monkeypatch: pytest.MonkeyPatch, dws_emulator_server_factory: Any) -> Any:
-    def start(capacity: dict[str, int] | None = None) -> InProcessEmulator:
-        emulator: InProcessEmulator = dws_emulator_server_factory(capacity)
-        monkeypatch.setenv("DWS_EMULATOR_HOST", emulator.address)
-        return emulator
-
-    return start
-
-
 def vertex(**kwargs: Any) -> CreateVertexAIFlexStartJobOperator:
     params: dict[str, Any] = {
         "task_id": "train",

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from airflow_provider_dws.scheduling.identity import RequestIdentity
+from airflow_provider_dws.scheduling.identity import LABEL_MANAGED, RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 
 #: Longest failure message an event carries; the API's messages are a sentence or two, and the
@@ -145,6 +145,13 @@ def rfc3339(when: datetime) -> str:
     if when.tzinfo is not None:
         when = when.astimezone(timezone.utc)
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ended_since_filter(state_field: str, ended_states: Iterable[str], created_after: datetime) -> str:
+    """The list filter of :meth:`EndedLister.alist_ended`: the provider's requests (``dws_managed``)
+    in one of ``ended_states`` (spelled ``state_field="..."``) created at or after ``created_after``."""
+    states = " OR ".join(f'{state_field}="{state}"' for state in ended_states)
+    return f'labels.{LABEL_MANAGED}="true" AND create_time>="{rfc3339(created_after)}" AND ({states})'
 
 
 class ListMemo:

@@ -11,7 +11,13 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from airflow_provider_dws import catalog
-from airflow_provider_dws.backends.base import ListMemo, RequestStatus, classify_listed, find_listed, rfc3339
+from airflow_provider_dws.backends.base import (
+    ListMemo,
+    RequestStatus,
+    classify_listed,
+    ended_since_filter,
+    find_listed,
+)
 from airflow_provider_dws.backends.google import GoogleBackend, translated
 from airflow_provider_dws.errors import ConflictError, RequestAlreadyExistsError, RequestNotFoundError
 from airflow_provider_dws.hooks.batch import DwsBatchAsyncHook, DwsBatchHook
@@ -30,7 +36,7 @@ LABEL_MAX_WAIT = "dws_max_wait"
 LIVE_STATES = BATCH_JOB_STATES.live_states()
 LIVE_STATES_FILTER = " OR ".join(f'status.state="{s}"' for s in LIVE_STATES)
 LIVE_FILTER = f'labels.{LABEL_MANAGED}="true" AND ({LIVE_STATES_FILTER})'
-ENDED_STATES_FILTER = " OR ".join(f'status.state="{s}"' for s in BATCH_JOB_STATES.ended_states())
+ENDED_STATES = BATCH_JOB_STATES.ended_states()
 #: Jobs per list page (see the Vertex backend's LIST_PAGE_SIZE).
 LIST_PAGE_SIZE = 250
 #: Task states that mean a task ran (a FAILED count alone does not: an unstarted job fails its tasks).
@@ -314,8 +320,7 @@ class BatchJobBackend(GoogleBackend[DwsBatchHook, DwsBatchAsyncHook]):
         client = await self.async_hook.get_batch_client()
         request = ListJobsRequest(
             parent=self.parent,
-            filter=f'labels.{LABEL_MANAGED}="true" AND create_time>="{rfc3339(created_after)}" '
-            f"AND ({ENDED_STATES_FILTER})",
+            filter=ended_since_filter("status.state", ENDED_STATES, created_after),
             page_size=LIST_PAGE_SIZE,
         )
         pager = await self._arpc_once(client.list_jobs, request=request)

@@ -8,7 +8,13 @@ from collections.abc import Collection, Container, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dws.backends.base import ListMemo, RequestStatus, classify_listed, find_listed, rfc3339
+from airflow_provider_dws.backends.base import (
+    ListMemo,
+    RequestStatus,
+    classify_listed,
+    ended_since_filter,
+    find_listed,
+)
 from airflow_provider_dws.backends.google import GoogleBackend, translated
 from airflow_provider_dws.errors import ConflictError, RequestNotFoundError
 from airflow_provider_dws.hooks.vertex_ai import DwsVertexAIAsyncHook, DwsVertexAIHook
@@ -26,7 +32,7 @@ log = logging.getLogger(__name__)
 LIVE_STATES = VERTEX_JOB_STATES.live_states()
 LIVE_STATES_FILTER = " OR ".join(f'state="{s}"' for s in LIVE_STATES)
 LIVE_FILTER = f'labels.{LABEL_MANAGED}="true" AND ({LIVE_STATES_FILTER})'
-ENDED_STATES_FILTER = " OR ".join(f'state="{s}"' for s in VERTEX_JOB_STATES.ended_states())
+ENDED_STATES = VERTEX_JOB_STATES.ended_states()
 #: Jobs per list page: big enough that 5,000 waits take a handful of calls, small enough that one
 #: page is parsed in a few milliseconds of the triggerer's event loop.
 LIST_PAGE_SIZE = 250
@@ -260,8 +266,7 @@ class VertexCustomJobBackend(GoogleBackend[DwsVertexAIHook, DwsVertexAIAsyncHook
         client = await self.async_hook.get_job_service_client(self.region)
         request = ListCustomJobsRequest(
             parent=self.parent,
-            filter=f'labels.{LABEL_MANAGED}="true" AND create_time>="{rfc3339(created_after)}" '
-            f"AND ({ENDED_STATES_FILTER})",
+            filter=ended_since_filter("state", ENDED_STATES, created_after),
             page_size=LIST_PAGE_SIZE,
         )
         pager = await self._arpc_once(client.list_custom_jobs, request=request)

@@ -75,8 +75,9 @@ def _raw(job: CustomJob) -> Any:
     return CustomJobMessage.pb(job)
 
 
-def describe_job(job: CustomJob, region: str) -> str:
-    """``8 x NVIDIA_H100_80GB in us-central1`` (what capacity the job asks for)."""
+def job_accelerators(job: CustomJob) -> tuple[int, str, str]:
+    """(accelerators over every pool and replica, the first accelerator type, the first machine
+    type) of a job; ``0, "", ...`` for a job without accelerators."""
     total = 0
     accelerator = ""
     machine = ""
@@ -87,6 +88,12 @@ def describe_job(job: CustomJob, region: str) -> str:
         if spec.accelerator_count:
             accelerator = accelerator or accelerators.get(spec.accelerator_type, str(spec.accelerator_type))
             total += spec.accelerator_count * max(pool.replica_count, 1)
+    return total, accelerator, machine
+
+
+def describe_job(job: CustomJob, region: str) -> str:
+    """``8 x NVIDIA_H100_80GB in us-central1`` (what capacity the job asks for)."""
+    total, accelerator, machine = job_accelerators(job)
     if accelerator:
         return f"{total} x {accelerator} in {region}"
     return f"{machine or 'CPU'} in {region}"

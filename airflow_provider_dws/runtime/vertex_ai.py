@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import catalog
-from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend, parse_job_name
+from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend, job_accelerators, parse_job_name
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
@@ -164,21 +164,14 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
 
     def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
         """The job's GPUs over every pool and replica, its first machine type, its console page."""
-        total, accelerator, machine = 0, None, None
-        for pool in self.build(_SHAPE_ONLY, placement).job_spec.worker_pool_specs:
-            spec = pool.machine_spec
-            machine = machine or spec.machine_type or None
-            if spec.accelerator_count:
-                kind = spec.accelerator_type
-                accelerator = accelerator or str(getattr(kind, "name", kind))
-                total += spec.accelerator_count * max(pool.replica_count, 1)
+        total, accelerator, machine = job_accelerators(self.build(_SHAPE_ONLY, placement))
         region, job_id = parse_job_name(status.name)
         return {
             "api": VertexCustomJobBackend.kind,
             "kind": "Vertex AI custom job",
-            "accelerator_type": accelerator,
+            "accelerator_type": accelerator or None,
             "accelerator_count": total,
-            "machine_type": machine,
+            "machine_type": machine or None,
             "pricing_model": "flex_start",
             "console_url": custom_job_console_url(resolve_project(self.op), region, job_id),
         }

@@ -9,6 +9,7 @@ Nothing here is seeded: every row comes from a real run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -43,9 +44,8 @@ class Demo:
     requests: dict[str, dict[str, Any]]
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    home = tmp_path_factory.mktemp("demo-home")
+@contextlib.contextmanager
+def demo_ran(home: Path) -> Iterator[Demo]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "DWS_"))}
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "demo.py"), "--home", str(home)],
@@ -61,7 +61,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
         yield Demo(server, log, {item["dag_id"]: item for item in items})
 
 
-def test_the_json_lists_each_demo_request_with_its_phase(demo: Demo) -> None:
+def check_the_json_lists_each_demo_request_with_its_phase(demo: Demo) -> None:
     for dag_id, (task_id, api, phase) in DEMO.items():
         item = demo.requests[dag_id]
         assert (item["task_id"], item["record"]["api"], item["record"]["phase"]) == (task_id, api, phase)
@@ -69,8 +69,7 @@ def test_the_json_lists_each_demo_request_with_its_phase(demo: Demo) -> None:
         assert item["record"]["request_name"] in demo.log
 
 
-@NEEDS_BROWSER
-def test_the_page_lists_the_demo_requests_with_their_phases(browser: Any, demo: Demo) -> None:
+def check_the_page_lists_the_demo_requests_with_their_phases(browser: Any, demo: Demo) -> None:
     from playwright.sync_api import expect
 
     page = open_page(browser, demo.server.base, demo.server.tokens["admin"])
@@ -89,8 +88,7 @@ def test_the_page_lists_the_demo_requests_with_their_phases(browser: Any, demo: 
     page.context.close()
 
 
-@NEEDS_BROWSER
-def test_a_filter_by_api_keeps_only_that_api(browser: Any, demo: Demo) -> None:
+def check_a_filter_by_api_keeps_only_that_api(browser: Any, demo: Demo) -> None:
     from playwright.sync_api import expect
 
     page = open_page(browser, demo.server.base, demo.server.tokens["admin"])
@@ -106,8 +104,7 @@ def test_a_filter_by_api_keeps_only_that_api(browser: Any, demo: Demo) -> None:
     page.context.close()
 
 
-@NEEDS_BROWSER
-def test_the_task_instance_tab_shows_its_request(browser: Any, demo: Demo) -> None:
+def check_the_task_instance_tab_shows_its_request(browser: Any, demo: Demo) -> None:
     from playwright.sync_api import expect
 
     item = demo.requests["dws_vertex_flex_start"]
@@ -119,6 +116,16 @@ def test_the_task_instance_tab_shows_its_request(browser: Any, demo: Demo) -> No
     expect(frame.get_by_text(item["record"]["request_name"].rsplit("/", 1)[-1])).to_be_visible()
     expect(frame.get_by_text("succeeded").first).to_be_visible()
     page.context.close()
+
+
+@NEEDS_BROWSER
+def test_the_page_after_the_demo_dags_ran(tmp_path: Path, browser: Any) -> None:
+    """One test, so the demo runs once (pytest-xdist would run a shared fixture once per worker)."""
+    with demo_ran(tmp_path / "home") as demo:
+        check_the_json_lists_each_demo_request_with_its_phase(demo)
+        check_the_page_lists_the_demo_requests_with_their_phases(browser, demo)
+        check_a_filter_by_api_keeps_only_that_api(browser, demo)
+        check_the_task_instance_tab_shows_its_request(browser, demo)
 
 
 def test_the_screenshot_dir_is_not_the_work_tree_by_default() -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.api import Api, Core
 from ..core.clock import Schedule, iso
 from ..core.rest import RestError, RestRoute, not_found
 from . import COMPUTE_SERVICE, METHODS
+from .records import Mig, ResizeRecord, Template
 from .resources import (
     MAX_WAIT_SECONDS,
     InstanceGroupManagerPb,
@@ -28,63 +28,15 @@ from .resources import (
     strip_link,
     to_json,
 )
-from .validation import VmPlan, check_resize_request, check_template, run_seconds, vm_plan
-from .vms import ComputeVms, Vm
+from .routes import compute_routes
+from .validation import check_resize_request, check_template, run_seconds, vm_plan
+from .vms import ComputeVms
 
 log = logging.getLogger("dws_emulator")
 
 CANCELLABLE = frozenset({"CREATING", "ACCEPTED"})
 DELETABLE = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 _OP_STATUS = OperationPb.Status
-
-
-@dataclass
-class Template:
-    path: str
-    pb: Any
-
-
-@dataclass
-class Mig:
-    """A managed instance group; ``vms`` are its live VMs by name."""
-
-    path: str
-    project: str
-    scope: str  # "zones" or "regions"
-    location: str
-    pb: Any
-    template_path: str
-    zones: list[str]
-    vms: dict[str, Vm] = field(default_factory=dict)
-    deleted: bool = False
-
-    @property
-    def scope_path(self) -> str:
-        return f"projects/{self.project}/{self.scope}/{self.location}"
-
-
-@dataclass
-class ResizeRecord:
-    """One resize request ever created (``holder``: its capacity holder id, unique even if renamed)."""
-
-    path: str
-    holder: str
-    mig: Mig
-    pb: Any
-    created_at: float
-    run_seconds: float
-    history: list[tuple[str, float]] = field(default_factory=list)
-    plan: VmPlan | None = None
-    vms: list[Vm] = field(default_factory=list)
-    started_at: float | None = None
-    ended_at: float | None = None
-    run_until: float | None = None
-    error: dict[str, str] | None = None
-    deleted: bool = False
-
-    @property
-    def state(self) -> str:
-        return str(self.pb.state)
 
 
 class ComputeState(Api, ComputeVms):
@@ -112,8 +64,6 @@ class ComputeState(Api, ComputeVms):
         return holder in self._by_holder
 
     def rest_routes(self) -> list[RestRoute]:
-        from .routes import compute_routes
-
         return compute_routes(self)
 
     def requests(self) -> list[tuple[float, dict[str, Any]]]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import logging
 import string
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.clock import iso
 from ..core.rest import not_found
+from .records import Mig, ResizeRecord, Vm
 from .resources import (
     DeleteInstancesPb,
     InstancePb,
@@ -23,28 +23,11 @@ from .resources import (
 )
 
 if TYPE_CHECKING:
-    from .state import Mig, ResizeRecord
     from .validation import VmPlan
 
 log = logging.getLogger("dws_emulator")
 
 _SUFFIX_CHARS = string.ascii_lowercase + string.digits
-
-
-@dataclass
-class Vm:
-    """One VM a resize request created; ``deleted_at`` is set when it is deleted."""
-
-    name: str
-    zone: str
-    path: str
-    pb: Any
-    mig: Mig
-    request: ResizeRecord | None
-    gpus: int
-    internal_ip: str
-    created_at: float
-    deleted_at: float | None = None
 
 
 class ComputeVms:

@@ -79,6 +79,7 @@ def test_a_given_port_whose_next_port_is_taken_is_refused() -> None:
         port = taken.getsockname()[1]
         with pytest.raises(OSError):
             EmulatorServer(port=port - 1).start()
+        assert cli.main(["serve", "--port", str(port - 1)]) == 2  # a message, not a traceback
 
 
 def test_error_bodies_unknown_paths_and_bad_json(emulator) -> None:

@@ -58,6 +58,7 @@ class ComputeState(Api, ComputeVms):
         self._ops_due: list[str] = []
         self._replies: dict[tuple[str, str], str] = {}  # (project, requestId) -> operation path
         self._due = Schedule()
+        self._accepted: list[ResizeRecord] = []  # accepted in this tick: did they start at once?
 
     # -- registration ----------------------------------------------------------------------
     def owns(self, holder: str) -> bool:
@@ -148,6 +149,16 @@ class ComputeState(Api, ComputeVms):
         self._succeed(self._by_holder[holder], now)
 
     def after_advance(self, now: float) -> None:
+        accepted, self._accepted = self._accepted, []
+        for rec in accepted:
+            if rec.state == "ACCEPTED":  # waits: its first attempt found too few GPUs, as the API reports it
+                zone = f"projects/{rec.mig.project}/zones/{rec.mig.zones[0]}"
+                rec.pb.status.last_attempt.error.errors.add(
+                    code="ZONE_RESOURCE_POOL_EXHAUSTED",
+                    message=f"The zone '{zone}' does not have enough resources available to fulfill the "
+                    "request. The resize request stays ACCEPTED and is retried until the capacity is "
+                    "available or it is cancelled.",
+                )
         due, self._ops_due = self._ops_due, []
         for path in due:
             op = self.operations.get(path)
@@ -198,11 +209,13 @@ class ComputeState(Api, ComputeVms):
             self._succeed(rec, now)  # no GPUs: nothing to wait for
         else:
             self.core.capacity.enqueue(rec.holder, pool, rec.pb.resize_by * plan.gpus_per_vm)
+            self._accepted.append(rec)
 
     def _succeed(self, rec: ResizeRecord, now: float) -> None:
         assert rec.plan is not None
         template = self.templates[rec.mig.template_path]
         rec.vms = [self.create_vm(rec.mig, rec, template.pb, rec.plan, now) for _ in range(rec.pb.resize_by)]
+        rec.pb.status.ClearField("last_attempt")
         rec.started_at = now
         rec.run_until = now + rec.run_seconds
         self._due.at(rec.holder, rec.run_until)

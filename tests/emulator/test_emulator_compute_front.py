@@ -218,3 +218,23 @@ def test_cli_requests_lists_resize_requests(gce, emulator, capsys) -> None:
         in out
     )
     assert "instances: " in out
+
+
+def test_the_providers_emulator_client_reaches_the_rest_front(emulator) -> None:
+    from airflow_provider_dws.hooks.base import emulator_client
+
+    client = emulator_client(
+        compute_v1.InstanceTemplatesClient, emulator.server.rest_address, transport="rest"
+    )
+    with pytest.raises(exceptions.NotFound):
+        client.get(project=P, instance_template="nope")
+
+
+def test_a_waiting_request_starts_when_the_shared_pool_grows(gce, emulator) -> None:
+    emulator.control.set_capacity({"us-central1/NVIDIA_H100_80GB": 8})
+    make_mig(gce)
+    resize(gce, "big", count=2)  # 16 GPUs at once, 8 in the pool
+    assert get(gce, "big").state == "ACCEPTED" and vms(gce) == []
+    assert emulator.control.capacity()["us-central1/NVIDIA_H100_80GB"]["queued"] == 1
+    emulator.control.set_capacity({"us-central1/NVIDIA_H100_80GB": 16})
+    assert get(gce, "big").state == "SUCCEEDED" and len(vms(gce)) == 2

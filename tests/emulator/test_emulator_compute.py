@@ -298,6 +298,7 @@ def test_run_duration_end_deletes_the_vms_and_hands_the_gpus_on(gce, emulator, c
     [record] = [r for r in emulator.control.requests() if r["display_name"] == "short"]
     assert record["vms_deleted"] and all(vm["deleted"] for vm in record["instances"])
     assert [h["state"] for h in record["history"]][-1] == "VMS_DELETED"
+    assert record["end_time"] == record["history"][-1]["time"]
 
 
 @pytest.mark.parametrize("seconds", [599, 7 * 24 * HOUR + 1])
@@ -388,6 +389,8 @@ def test_delete_instances_frees_their_gpus_and_mig_delete_deletes_its_vms(gce, e
     assert emulator.control.capacity()[H100]["in_use"] == 0
     records = {r["display_name"]: r for r in emulator.control.requests()}
     assert records["held"]["vms_deleted"] and records["waiting"]["vms_deleted"]
+    assert [h["state"] for h in records["held"]["history"]][-2:] == ["VMS_DELETED", "DELETED"]
+    assert records["held"]["end_time"] and records["held"]["deleted"]
 
 
 # -- regional ---------------------------------------------------------------------------------------

@@ -20,9 +20,11 @@ from .resources import (
     ResizeRequestPb,
     check_name,
     check_request_id,
+    compile_filter,
     copy,
     invalid,
     link,
+    page,
     parse_body,
     region_of,
     strip_link,
@@ -138,10 +140,10 @@ class ComputeState(Api, ComputeVms):
                 self._accept(rec, now)
             elif rec.run_until is not None and now >= rec.run_until:
                 rec.run_until = None
-                if any(vm.deleted_at is None for vm in rec.vms):
-                    self.delete_vms([vm for vm in rec.vms if vm.deleted_at is None], now)
-                    rec.history.append(("VMS_DELETED", now))
-                    log.info("Compute resize request %s: run duration over, VMs deleted", rec.path)
+                live = [vm for vm in rec.vms if vm.deleted_at is None]
+                if live:
+                    log.info("Compute resize request %s: run duration over, deleting its VMs", rec.path)
+                    self.delete_vms(live, now)
             elif rec.run_until is not None:
                 self._due.at(path, rec.run_until)
 
@@ -343,8 +345,6 @@ class ComputeState(Api, ComputeVms):
             return self._mig_json(self._mig(scope_path, name))
 
     def list_migs(self, scope_path: str, query: dict[str, str]) -> dict[str, Any]:
-        from .resources import compile_filter, page
-
         with self.core.lock:
             self.core.tick()
             matches = compile_filter(query.get("filter", ""), ("name",))
@@ -430,8 +430,6 @@ class ComputeState(Api, ComputeVms):
             return to_json(self._resize(scope_path, mig_name, name).pb)
 
     def list_resize(self, scope_path: str, mig_name: str, query: dict[str, str]) -> dict[str, Any]:
-        from .resources import compile_filter, page
-
         with self.core.lock:
             self.core.tick()
             mig = self._mig(scope_path, mig_name)
@@ -500,6 +498,9 @@ class ComputeState(Api, ComputeVms):
 
     # -- control ---------------------------------------------------------------------------
     def record(self, rec: ResizeRecord) -> dict[str, Any]:
+        """The control API's record: ``start_time`` when its VMs were created, ``end_time`` when it
+        ended without VMs (FAILED, CANCELLED) or its last VM was deleted; ``instances`` with each
+        VM's zone, IP and deletion; history states plus ``VMS_DELETED`` and ``DELETED``."""
         plan = rec.plan
         mig = rec.mig
         vms_deleted = bool(rec.vms) and all(vm.deleted_at is not None for vm in rec.vms)

@@ -110,9 +110,15 @@ class ComputeVms:
             self.instances.pop(vm.path, None)
             if vm.mig.vms.pop(vm.name, None) is not None:
                 vm.mig.pb.target_size -= 1
-            if vm.request is not None and vm.gpus:
-                self.core.capacity.shrink(vm.request.holder, vm.gpus)
             log.info("Compute VM %s deleted", vm.path)
+            rec = vm.request
+            if rec is None:
+                continue
+            if vm.gpus:
+                self.core.capacity.shrink(rec.holder, vm.gpus)
+            if all(other.deleted_at is not None for other in rec.vms):
+                rec.ended_at = now  # the last of its VMs is gone: nothing of it is held or billed
+                rec.history.append(("VMS_DELETED", now))
 
     # -- reads and deleteInstances ---------------------------------------------------------
     def get_instance(self, project: str, zone: str, name: str) -> dict[str, Any]:

@@ -82,6 +82,22 @@ def test_a_given_port_whose_next_port_is_taken_is_refused() -> None:
         assert cli.main(["serve", "--port", str(port - 1)]) == 2  # a message, not a traceback
 
 
+def test_port_zero_tries_another_pair_when_the_next_port_is_taken() -> None:
+    class Unlucky(EmulatorServer):
+        tried: list[int] = []
+
+        def _serve_rest(self, port: int) -> int:
+            self.tried.append(port)
+            if len(self.tried) == 1:  # as if another process held the first gRPC port + 1
+                raise OSError("taken")
+            return super()._serve_rest(port)
+
+    with Unlucky({}) as server:
+        assert len(Unlucky.tried) == 2 and server.rest_port == Unlucky.tried[1] == server.port + 1
+        status, _ = raw(f"{server.rest_url}/compute/v1/projects/{P}/global/instanceTemplates/x")
+        assert status == 404
+
+
 def test_error_bodies_unknown_paths_and_bad_json(emulator) -> None:
     url = emulator.server.rest_url
     status, body = raw(f"{url}/compute/v1/projects/{P}/zones/{ZONE}/instances/nope")

@@ -105,7 +105,7 @@ class ComputeState(Api, ComputeVms):
 
     def _reply(self, project: str, request_id: str, op: Any) -> dict[str, Any]:
         if request_id:
-            self._replies[(project, request_id)] = f"{strip_link(op.self_link)}"
+            self._replies[(project, request_id)] = strip_link(op.self_link)
         return to_json(op)
 
     def _replayed(self, project: str, request_id: str) -> dict[str, Any] | None:

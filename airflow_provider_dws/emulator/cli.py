@@ -22,7 +22,8 @@ injected; with rules it replaces them (``--add`` appends). ``outage`` returns at
 shows them and zeroes the counters in the same step.
 
 ``serve`` prints exactly one line, ``dws-emulator listening on HOST:PORT``, to stdout once it
-accepts connections, logs request state changes to stderr, and stops on SIGTERM / SIGINT.
+accepts connections (gRPC on PORT, the REST front for Compute Engine on PORT + 1, logged to
+stderr), logs request state changes to stderr, and stops on SIGTERM / SIGINT.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from .process import LISTENING
 
 @contextlib.contextmanager
 def _without_aiplatform_services() -> Iterator[None]:
-    """Import only the ``types`` of ``google.cloud.aiplatform_v1``, ``tpu_v2`` and ``batch_v1``.
+    """Import only the ``types`` of ``google.cloud.aiplatform_v1``, ``tpu_v2``, ``batch_v1`` and ``compute_v1``.
 
     Each package ``__init__`` imports every service client (~5 s and ~2 s); the emulator needs only
     the message types. Placeholder parent modules are installed for the import and removed
@@ -59,6 +60,7 @@ def _without_aiplatform_services() -> Iterator[None]:
         _types_only("google.cloud.aiplatform_v1"),
         _types_only("google.cloud.tpu_v2"),
         _types_only("google.cloud.batch_v1"),
+        _types_only("google.cloud.compute_v1"),
     ):
         yield
 
@@ -122,6 +124,7 @@ def _serve(args: argparse.Namespace) -> int:
     logging.getLogger("dws_emulator").info("seed=%d capacity: %s", args.seed, inventory or "(none)")
     if faults:
         logging.getLogger("dws_emulator").info("faults: %s", ", ".join(rule.spec for rule in faults))
+    logging.getLogger("dws_emulator").info("REST front (Compute Engine) at %s", server.rest_url)
     print(f"{LISTENING}{server.address}", flush=True)
     while not stop.wait(0.5):
         pass
@@ -185,6 +188,12 @@ def _print_requests(requests: list[dict[str, Any]]) -> None:
         print(f"\n{r['kind']} {r['name']}\n  history: {history}")
         if r.get("nodes"):
             print(f"  nodes: {', '.join(r['nodes'])}")
+        if r.get("instances"):
+            vms = (
+                f"{vm['name']} ({vm['zone']}, {vm['internal_ip']}{', deleted' if vm['deleted'] else ''})"
+                for vm in r["instances"]
+            )
+            print(f"  instances: {', '.join(vms)}")
         if r["error"]:
             print(f"  error: code={r['error']['code']} {r['error']['message']}")
 
@@ -315,8 +324,8 @@ def _seconds(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dws-emulator",
-        description="Local emulator of Vertex AI custom jobs, Cloud TPU queued resources and Cloud Batch "
-        "jobs with a GPU/TPU capacity model.",
+        description="Local emulator of Vertex AI custom jobs, Cloud TPU queued resources, Cloud Batch "
+        "jobs and Compute Engine MIG resize requests (REST, on the port + 1) with a GPU/TPU capacity model.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 

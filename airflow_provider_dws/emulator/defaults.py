@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from .batch import BATCH_SERVICE
 from .batch import METHODS as BATCH_METHODS
+from .compute import COMPUTE_SERVICE
+from .compute import METHODS as COMPUTE_METHODS
 from .core.faults import register_methods
 from .tpu import METHODS as TPU_METHODS
 from .tpu import TPU_SERVICE
 from .vertex import JOB_SERVICE
 from .vertex import METHODS as VERTEX_METHODS
 
-#: Pools when ``serve`` gets no ``--capacity``: GPU pools (Vertex AI and Cloud Batch share them)
+#: Pools when ``serve`` gets no ``--capacity``: GPU pools (Vertex AI, Cloud Batch and Compute Engine share them)
 #: by region and Vertex accelerator name, TPU pools by zone and family in chips.
 DEFAULT_CAPACITY: dict[str, int] = {
     "us-central1/NVIDIA_H100_80GB": 16,
@@ -27,11 +29,12 @@ DEFAULT_CAPACITY: dict[str, int] = {
     "us-east1-d/v6e": 64,
 }
 
-#: Every API's gRPC services and their emulated methods.
+#: Every API's services (gRPC, and Compute Engine's REST service) and their emulated methods.
 SERVICES: dict[str, tuple[str, ...]] = {
     JOB_SERVICE: VERTEX_METHODS,
     TPU_SERVICE: TPU_METHODS,
     BATCH_SERVICE: BATCH_METHODS,
+    COMPUTE_SERVICE: COMPUTE_METHODS,
 }
 
 for _service, _methods in SERVICES.items():

@@ -1,7 +1,8 @@
 """The emulator's state as served: the shared core hosting every API package.
 
-`EmulatorState` is a :class:`~.core.state.CoreState` with the Vertex AI, Cloud TPU and Cloud
-Batch APIs registered (``state.vertex``, ``state.tpu``, ``state.batch``), in that order (their tick hooks run in it). The
+`EmulatorState` is a :class:`~.core.state.CoreState` with the Vertex AI, Cloud TPU, Cloud Batch and
+Compute Engine APIs registered (``state.vertex``, ``state.tpu``, ``state.batch``, ``state.compute``),
+in that order (their tick hooks run in it). The
 CustomJob methods are also reachable on the state itself (``state.create_custom_job(...)``,
 ``state.jobs``), as before the split into packages.
 """
@@ -14,6 +15,7 @@ from typing import Any
 
 from . import defaults  # noqa: F401  (registers every API's methods for fault rules)
 from .batch.state import BatchState
+from .compute.state import ComputeState
 from .core.api import Api
 from .core.clock import iso
 from .core.clock import timestamp as _timestamp
@@ -22,7 +24,7 @@ from .tpu.state import TpuState
 from .vertex.state import TERMINAL_STATES, JobRecord, JobState, VertexState
 
 #: The APIs every emulator hosts, in tick order.
-APIS: tuple[type[Api], ...] = (VertexState, TpuState, BatchState)
+APIS: tuple[type[Api], ...] = (VertexState, TpuState, BatchState, ComputeState)
 
 __all__ = [
     "APIS",
@@ -43,6 +45,7 @@ class EmulatorState(CoreState):
     vertex: VertexState
     tpu: TpuState
     batch: BatchState
+    compute: ComputeState
 
     def __init__(
         self,

@@ -8,6 +8,8 @@ hands its class to :class:`~.state.CoreState`. What an API contributes:
 * tick hooks: ``before_advance`` (its own due transitions, before the capacity model starts queue
   heads), ``started`` / ``expired`` for capacity holders it ``owns``, ``after_advance``;
 * ``handlers``: its gRPC generic handlers, one per service;
+* ``rest_service`` and ``rest_routes``: its REST routes (:class:`~.rest.RestRoute`) on the REST
+  front, for an API whose clients speak JSON over HTTP (Compute Engine);
 * ``requests`` (the control API's inventory of requests) and ``control_methods`` (extra control
   calls, e.g. TPU ``Preempt``);
 * ``forget_operation``: a long-running operation of its own was deleted by a client.
@@ -26,6 +28,7 @@ import grpc
 from google.longrunning import operations_pb2
 
 from .capacity import CapacityModel
+from .rest import RestRoute
 
 
 class Core(Protocol):
@@ -49,8 +52,10 @@ class Api:
 
     #: Short name, also the attribute of the core state it is reachable by (``state.batch``).
     name = ""
-    #: Full service name -> emulated method names.
+    #: Full service name -> emulated method names (REST methods under :attr:`rest_service` too).
     services: Mapping[str, tuple[str, ...]] = {}
+    #: The service name the REST routes' methods are registered and counted under.
+    rest_service = ""
 
     def __init__(self, core: Core) -> None:
         self.core = core
@@ -73,6 +78,10 @@ class Api:
 
     def handlers(self) -> list[tuple[str, grpc.GenericRpcHandler]]:
         """``(service name, generic handler)`` for each gRPC service of this API."""
+        return []
+
+    def rest_routes(self) -> list[RestRoute]:
+        """This API's routes on the REST front (each named by a method of :attr:`rest_service`)."""
         return []
 
     def requests(self) -> list[tuple[float, dict[str, Any]]]:

@@ -226,6 +226,19 @@ class CapacityModel:
             pool.in_use -= demand.count
         self._dirty.add(demand.key)
 
+    def shrink(self, holder: str, count: int) -> None:
+        """Give back ``count`` of a running holder's units (part of its set ended, e.g. some of its
+        VMs were deleted); at zero it is released. A waiting or unknown holder is left alone."""
+        demand = self._demands.get(holder)
+        if demand is None or demand.started_at is None or count <= 0:
+            return
+        count = min(count, demand.count)
+        demand.count -= count
+        self._pools[demand.key].in_use -= count
+        self._dirty.add(demand.key)
+        if demand.count == 0:
+            del self._demands[holder]
+
     def advance(self) -> AdvanceResult:
         """Expire overdue waiters, then start queue heads that fit, per changed pool in FIFO order."""
         now = self._clock()

@@ -1,9 +1,12 @@
-"""The process bootstrap: one gRPC server for every hosted API, Operations and control, plus the ticker.
+"""The process bootstrap: one gRPC server for every hosted API, Operations and control, the REST
+front for the APIs that speak JSON over HTTP (:mod:`.rest`), plus the ticker.
 
-Fault injection (:mod:`.faults`) wraps the emulated services' handlers, never the control
-service. Every call to an emulated service is counted by method on arrival (:mod:`.stats`),
-faulted calls included. An outage (:meth:`ServerCore.outage`) stops the gRPC server, so
-connections are refused, and starts a new one on the same port with the same state afterwards.
+The REST front listens on the gRPC port + 1 of the same host (:attr:`ServerCore.rest_port`); with
+``port=0`` a free adjacent pair is searched. Fault injection (:mod:`.faults`) wraps the emulated
+services' handlers and REST routes, never the control service. Every call to an emulated service
+is counted by method on arrival (:mod:`.stats`), faulted calls included. An outage
+(:meth:`ServerCore.outage`) stops the gRPC server and the REST listener, so connections are
+refused, and serves the same state on the same two ports afterwards.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from .clock import iso
 from .control_service import MAX_OUTAGE_SECONDS, ControlServicer
 from .faults import OPERATIONS_SERVICE, FaultInjector
 from .operations import OperationsServicer
+from .rest import RestFront, build_app
 from .state import CoreState
 from .stats import CountingHandler, RequestStats
 from .wire import FaultInjectingHandler
@@ -31,6 +35,7 @@ log = logging.getLogger("dws_emulator")
 TICK_SECONDS = 0.1
 OUTAGE_GRACE_SECONDS = 0.2  # calls in flight when an outage starts (its own reply) may finish
 REBIND_SECONDS = 10.0  # how long a restart after an outage keeps trying to bind the port again
+PAIR_ATTEMPTS = 50  # port=0: how many free gRPC ports to try before giving up on a free port + 1
 
 _S = TypeVar("_S", bound="ServerCore")
 
@@ -54,7 +59,8 @@ class ServerCore:
     state's generator, seeded with ``seed``. :attr:`faults` changes them later. :attr:`stats`
     counts the calls each emulated method received. ``clock`` (epoch seconds) is the model's time,
     injectable so tests can make hours pass at once; fault windows and outages keep real time.
-    Every hosted API's services are served, plus Operations and the control service.
+    Every hosted API's services are served, plus Operations and the control service; the APIs'
+    REST routes are served at :attr:`rest_address` (the gRPC port + 1).
     """
 
     #: The inventory used when ``capacity`` is None.
@@ -87,6 +93,8 @@ class ServerCore:
         self.port: int | None = None
         self._max_workers = max_workers
         self._server: grpc.Server | None = None
+        self.rest_port: int | None = None
+        self._rest: RestFront | None = None
         self._executors: list[futures.ThreadPoolExecutor] = []
         self._lifecycle = threading.Lock()
         self._running = False
@@ -101,6 +109,46 @@ class ServerCore:
             raise RuntimeError("server not started")
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
+
+    @property
+    def rest_address(self) -> str:
+        """``host:port`` of the REST front: the gRPC port + 1 (only valid after ``start``)."""
+        if self.rest_port is None:
+            raise RuntimeError("server not started")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.rest_port}"
+
+    @property
+    def rest_url(self) -> str:
+        """``http://host:port`` of the REST front (a REST client's ``api_endpoint``)."""
+        return f"http://{self.rest_address}"
+
+    def _serve_rest(self, port: int) -> int:
+        """Serve every API's REST routes on ``port``; OSError if it cannot be bound."""
+        assert self._rest is not None
+        routes = [
+            (api.rest_service, route) for api in self.state.apis.values() for route in api.rest_routes()
+        ]
+        return self._rest.serve(port, build_app(routes, self.faults, self.stats, self._rest.stopping))
+
+    def _serve_pair(self, port: int) -> tuple[grpc.Server, int]:
+        """gRPC on ``port`` and REST on ``port + 1``; ``port=0`` retries until a free pair is found."""
+        attempts = PAIR_ATTEMPTS if port == 0 else 1
+        for attempt in range(attempts):
+            server, bound = self._serve_grpc(port)
+            try:
+                if bound + 1 > 65535:
+                    raise OSError("no port above 65535")
+                self.rest_port = self._serve_rest(bound + 1)
+            except OSError:
+                server.stop(None).wait()
+                if attempt + 1 == attempts:
+                    raise OSError(
+                        f"could not bind the REST port {bound + 1} next to gRPC port {bound}"
+                    ) from None
+                continue
+            return server, bound
+        raise AssertionError("unreachable")
 
     def _serve_grpc(self, port: int) -> tuple[grpc.Server, int]:
         """A started gRPC server with every service, bound to ``port`` (0: any free port)."""
@@ -134,7 +182,13 @@ class ServerCore:
 
     def start(self: _S) -> _S:
         with self._lifecycle:
-            self._server, self.port = self._serve_grpc(self._requested_port)
+            self._rest = RestFront(self.host)
+            try:
+                self._server, self.port = self._serve_pair(self._requested_port)
+            except BaseException:
+                self._rest.close()
+                self._rest = None
+                raise
             self._running = True
         self._stop.clear()
         self._ticker = threading.Thread(target=self._tick_loop, name="dws-emulator-ticker", daemon=True)
@@ -166,14 +220,19 @@ class ServerCore:
             if not already:
                 threading.Thread(target=self._run_outage, name="dws-emulator-outage", daemon=True).start()
         self.faults.record_outage(seconds)
-        log.info("outage: refusing connections on port %s for %gs", self.port, seconds)
+        log.info(
+            "outage: refusing connections on ports %s and %s for %gs", self.port, self.rest_port, seconds
+        )
         return {"seconds": seconds, "until": iso(time.time() + seconds), "address": self.address}
 
     def _run_outage(self) -> None:
         with self._lifecycle:
             server, self._server = self._server, None
+            rest = self._rest
         if server is not None:
             server.stop(OUTAGE_GRACE_SECONDS).wait()
+        if rest is not None:
+            rest.halt()
         while True:
             with self._lifecycle:
                 assert self._outage_until is not None
@@ -188,8 +247,10 @@ class ServerCore:
                     self._outage_until = None
                     return
                 try:
-                    assert self.port is not None
-                    self._server, _ = self._serve_grpc(self.port)
+                    assert self.port is not None and self.rest_port is not None
+                    if self._server is None:
+                        self._server, _ = self._serve_grpc(self.port)
+                    self._serve_rest(self.rest_port)
                 except OSError:
                     if time.monotonic() > deadline:
                         log.exception("outage over but port %s could not be bound again", self.port)
@@ -205,9 +266,12 @@ class ServerCore:
         with self._lifecycle:
             self._running = False
             server, self._server = self._server, None
+            rest, self._rest = self._rest, None
         self._stop.set()
         if server is not None:
             server.stop(grace).wait()
+        if rest is not None:
+            rest.close()
         if self._ticker is not None:
             self._ticker.join(timeout=2)
             self._ticker = None

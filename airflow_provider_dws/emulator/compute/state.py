@@ -1,0 +1,578 @@
+"""Compute Engine state: templates, MIGs, resize requests, their VMs and operations (see the package doc)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.api import Api, Core
+from ..core.clock import Schedule, iso
+from ..core.rest import RestError, RestRoute, not_found
+from . import COMPUTE_SERVICE, METHODS
+from .resources import (
+    MAX_WAIT_SECONDS,
+    InstanceGroupManagerPb,
+    InstanceTemplatePb,
+    OperationPb,
+    ResizeRequestPb,
+    check_name,
+    check_request_id,
+    copy,
+    invalid,
+    link,
+    parse_body,
+    region_of,
+    strip_link,
+    to_json,
+)
+from .validation import VmPlan, check_resize_request, check_template, run_seconds, vm_plan
+from .vms import ComputeVms, Vm
+
+log = logging.getLogger("dws_emulator")
+
+CANCELLABLE = frozenset({"CREATING", "ACCEPTED"})
+DELETABLE = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+_OP_STATUS = OperationPb.Status
+
+
+@dataclass
+class Template:
+    path: str
+    pb: Any
+
+
+@dataclass
+class Mig:
+    """A managed instance group; ``vms`` are its live VMs by name."""
+
+    path: str
+    project: str
+    scope: str  # "zones" or "regions"
+    location: str
+    pb: Any
+    template_path: str
+    zones: list[str]
+    vms: dict[str, Vm] = field(default_factory=dict)
+    deleted: bool = False
+
+    @property
+    def scope_path(self) -> str:
+        return f"projects/{self.project}/{self.scope}/{self.location}"
+
+
+@dataclass
+class ResizeRecord:
+    """One resize request ever created (``holder``: its capacity holder id, unique even if renamed)."""
+
+    path: str
+    holder: str
+    mig: Mig
+    pb: Any
+    created_at: float
+    run_seconds: float
+    history: list[tuple[str, float]] = field(default_factory=list)
+    plan: VmPlan | None = None
+    vms: list[Vm] = field(default_factory=list)
+    started_at: float | None = None
+    ended_at: float | None = None
+    run_until: float | None = None
+    error: dict[str, str] | None = None
+    deleted: bool = False
+
+    @property
+    def state(self) -> str:
+        return str(self.pb.state)
+
+
+class ComputeState(Api, ComputeVms):
+    """The Compute Engine REST API on the shared core; every method runs under ``core.lock``."""
+
+    name = "compute"
+    services = {COMPUTE_SERVICE: METHODS}
+    rest_service = COMPUTE_SERVICE
+
+    def __init__(self, core: Core) -> None:
+        super().__init__(core)
+        ComputeVms.__init__(self)
+        self.templates: dict[str, Template] = {}
+        self.migs: dict[str, Mig] = {}
+        self.resize_requests: dict[str, ResizeRecord] = {}  # by path: the live one with that name
+        self.all_requests: list[ResizeRecord] = []
+        self._by_holder: dict[str, ResizeRecord] = {}
+        self.operations: dict[str, Any] = {}  # path -> Operation pb
+        self._ops_due: list[str] = []
+        self._replies: dict[tuple[str, str], str] = {}  # (project, requestId) -> operation path
+        self._due = Schedule()
+
+    # -- registration ----------------------------------------------------------------------
+    def owns(self, holder: str) -> bool:
+        return holder in self._by_holder
+
+    def rest_routes(self) -> list[RestRoute]:
+        from .routes import compute_routes
+
+        return compute_routes(self)
+
+    def requests(self) -> list[tuple[float, dict[str, Any]]]:
+        return [(rec.created_at, self.record(rec)) for rec in self.all_requests]
+
+    # -- ids and operations ----------------------------------------------------------------
+    def new_id(self) -> int:
+        return self.core.id_rng.getrandbits(63)
+
+    def _operation(self, scope_path: str, op_type: str, target: str, target_id: int, now: float) -> Any:
+        rng = self.core.id_rng
+        name = f"operation-{int(now * 1000)}-{rng.getrandbits(52):013x}-{rng.getrandbits(32):08x}-{rng.getrandbits(32):08x}"
+        path = f"{scope_path}/operations/{name}"
+        op = OperationPb(
+            kind="compute#operation",
+            id=self.new_id(),
+            name=name,
+            operation_type=op_type,
+            target_link=link(target),
+            target_id=target_id,
+            status=_OP_STATUS.Value("RUNNING"),
+            progress=0,
+            insert_time=iso(now),
+            start_time=iso(now),
+            user="dws-emulator",
+            self_link=link(path),
+        )
+        kind = scope_path.split("/")[2]
+        if kind == "zones":
+            op.zone = link(scope_path)
+        elif kind == "regions":
+            op.region = link(scope_path)
+        self.operations[path] = op
+        self._ops_due.append(path)
+        return op
+
+    def _reply(self, project: str, request_id: str, op: Any) -> dict[str, Any]:
+        if request_id:
+            self._replies[(project, request_id)] = f"{strip_link(op.self_link)}"
+        return to_json(op)
+
+    def _replayed(self, project: str, request_id: str) -> dict[str, Any] | None:
+        path = self._replies.get((project, check_request_id(request_id)))
+        return None if path is None or path not in self.operations else to_json(self.operations[path])
+
+    def get_operation(self, scope_path: str, name: str) -> dict[str, Any]:
+        with self.core.lock:
+            self.core.tick()
+            path = f"{scope_path}/operations/{name}"
+            op = self.operations.get(path)
+            if op is None:
+                raise not_found(path)
+            return to_json(op)
+
+    def wait_operation(self, scope_path: str, name: str, stopping: threading.Event) -> dict[str, Any]:
+        """The operation once DONE, or as it is after :data:`MAX_WAIT_SECONDS` (real time)."""
+        deadline = time.monotonic() + MAX_WAIT_SECONDS
+        while True:
+            op = self.get_operation(scope_path, name)
+            if op.get("status") == "DONE" or time.monotonic() >= deadline or stopping.is_set():
+                return op
+            time.sleep(0.02)
+
+    # -- tick hooks ------------------------------------------------------------------------
+    def before_advance(self, now: float) -> None:
+        for path in self._due.due(now):
+            rec = self._by_holder.get(path)
+            if rec is None:
+                continue
+            if rec.state == "CREATING":
+                self._accept(rec, now)
+            elif rec.run_until is not None and now >= rec.run_until:
+                rec.run_until = None
+                if any(vm.deleted_at is None for vm in rec.vms):
+                    self.delete_vms([vm for vm in rec.vms if vm.deleted_at is None], now)
+                    rec.history.append(("VMS_DELETED", now))
+                    log.info("Compute resize request %s: run duration over, VMs deleted", rec.path)
+            elif rec.run_until is not None:
+                self._due.at(path, rec.run_until)
+
+    def started(self, holder: str, now: float) -> None:
+        self._succeed(self._by_holder[holder], now)
+
+    def after_advance(self, now: float) -> None:
+        due, self._ops_due = self._ops_due, []
+        for path in due:
+            op = self.operations.get(path)
+            if op is not None:
+                op.status = _OP_STATUS.Value("DONE")
+                op.progress = 100
+                op.end_time = iso(now)
+
+    # -- resize request life cycle ---------------------------------------------------------
+    def _set_state(self, rec: ResizeRecord, state: str, now: float) -> None:
+        old = rec.state
+        rec.pb.state = state
+        rec.history.append((state, now))
+        log.info("Compute resize request %s: %s -> %s", rec.path, old or "new", state)
+
+    def _fail(self, rec: ResizeRecord, code: str, message: str, now: float) -> None:
+        rec.error = {"code": code, "message": message}
+        for target in (rec.pb.status.error, rec.pb.status.last_attempt.error):
+            target.errors.add(code=code, message=message)
+        rec.ended_at = now
+        self._set_state(rec, "FAILED", now)
+
+    def _accept(self, rec: ResizeRecord, now: float) -> None:
+        template = self.templates.get(rec.mig.template_path)
+        if template is None:
+            self._fail(
+                rec, "RESOURCE_NOT_FOUND", f"The resource '{rec.mig.template_path}' was not found", now
+            )
+            return
+        plan = rec.plan = vm_plan(template.pb)
+        if plan.not_flex_ready:
+            self._fail(
+                rec,
+                "CONDITION_NOT_MET",
+                f"Resize requests need an instance template for flex-start VMs (scheduling.provisioningModel "
+                f"FLEX_START, scheduling.onHostMaintenance TERMINATE, scheduling.automaticRestart false); "
+                f"instance template '{template.path}': {plan.not_flex_ready}.",
+                now,
+            )
+            return
+        pool = plan.pool(rec.mig.zones[0])
+        if pool is not None and not self.core.capacity.has_pool(pool):
+            accel = f"projects/{rec.mig.project}/zones/{rec.mig.zones[0]}/acceleratorTypes/{plan.compute_accelerator}"
+            self._fail(rec, "RESOURCE_NOT_FOUND", f"The resource '{accel}' was not found", now)
+            return
+        self._set_state(rec, "ACCEPTED", now)
+        if pool is None:
+            self._succeed(rec, now)  # no GPUs: nothing to wait for
+        else:
+            self.core.capacity.enqueue(rec.holder, pool, rec.pb.resize_by * plan.gpus_per_vm)
+
+    def _succeed(self, rec: ResizeRecord, now: float) -> None:
+        assert rec.plan is not None
+        template = self.templates[rec.mig.template_path]
+        rec.vms = [self.create_vm(rec.mig, rec, template.pb, rec.plan, now) for _ in range(rec.pb.resize_by)]
+        rec.started_at = now
+        rec.run_until = now + rec.run_seconds
+        self._due.at(rec.holder, rec.run_until)
+        self._set_state(rec, "SUCCEEDED", now)
+
+    def _cancel(self, rec: ResizeRecord, now: float) -> None:
+        self.core.capacity.release(rec.holder)
+        rec.ended_at = now
+        self._set_state(rec, "CANCELLED", now)
+
+    # -- templates -------------------------------------------------------------------------
+    def insert_template(self, project: str, region: str | None, body: Any, request_id: str) -> dict[str, Any]:
+        with self.core.lock:
+            self.core.tick()
+            replayed = self._replayed(project, request_id)
+            if replayed is not None:
+                return replayed
+            template = parse_body(body, InstanceTemplatePb, "resource")
+            check_template(template)
+            scope = f"projects/{project}/regions/{region}" if region else f"projects/{project}/global"
+            path = f"{scope}/instanceTemplates/{template.name}"
+            if path in self.templates:
+                raise RestError(409, "alreadyExists", f"The resource '{path}' already exists")
+            now = self.core.clock()
+            template.kind = "compute#instanceTemplate"
+            template.id = self.new_id()
+            template.creation_timestamp = iso(now)
+            template.self_link = link(path)
+            if region:
+                template.region = link(f"projects/{project}/regions/{region}")
+            self.templates[path] = Template(path, template)
+            log.info("Compute instance template %s created", path)
+            return self._reply(project, request_id, self._operation(scope, "insert", path, template.id, now))
+
+    def get_template(self, project: str, region: str | None, name: str) -> dict[str, Any]:
+        with self.core.lock:
+            self.core.tick()
+            scope = f"projects/{project}/regions/{region}" if region else f"projects/{project}/global"
+            path = f"{scope}/instanceTemplates/{name}"
+            template = self.templates.get(path)
+            if template is None:
+                raise not_found(path)
+            return to_json(template.pb)
+
+    # -- instance group managers -----------------------------------------------------------
+    def _mig(self, scope_path: str, name: str) -> Mig:
+        path = f"{scope_path}/instanceGroupManagers/{name}"
+        mig = self.migs.get(path)
+        if mig is None:
+            raise not_found(path)
+        return mig
+
+    def _template_path(self, project: str, ref: str) -> str:
+        path = strip_link(ref)
+        if path.startswith(("global/", "regions/")):
+            path = f"projects/{project}/{path}"
+        return path
+
+    def insert_mig(
+        self, project: str, scope: str, location: str, body: Any, request_id: str
+    ) -> dict[str, Any]:
+        with self.core.lock:
+            self.core.tick()
+            replayed = self._replayed(project, request_id)
+            if replayed is not None:
+                return replayed
+            mig = parse_body(body, InstanceGroupManagerPb, "resource")
+            check_name(mig.name)
+            scope_path = f"projects/{project}/{scope}/{location}"
+            path = f"{scope_path}/instanceGroupManagers/{mig.name}"
+            if path in self.migs:
+                raise RestError(409, "alreadyExists", f"The resource '{path}' already exists")
+            if not mig.instance_template:
+                raise invalid("resource.instanceTemplate", "", "An instance template is required.")
+            template_path = self._template_path(project, mig.instance_template)
+            if template_path not in self.templates:
+                raise not_found(template_path)
+            if mig.target_size:
+                raise invalid(
+                    "resource.targetSize",
+                    mig.target_size,
+                    "The emulator creates MIGs at target size 0; grow them with resize requests.",
+                )
+            if scope == "zones":
+                zones = [location]
+            else:
+                given = [strip_link(z.zone).rsplit("/", 1)[-1] for z in mig.distribution_policy.zones]
+                for zone in given:
+                    if region_of(zone) != location:
+                        raise invalid("resource.distributionPolicy.zones", zone, f"Not a zone of {location}.")
+                zones = given or [f"{location}-{suffix}" for suffix in "abc"]
+                del mig.distribution_policy.zones[:]
+                for zone in zones:
+                    mig.distribution_policy.zones.add(zone=link(f"projects/{project}/zones/{zone}"))
+                if not mig.distribution_policy.target_shape:
+                    mig.distribution_policy.target_shape = "EVEN"
+            now = self.core.clock()
+            mig.kind = "compute#instanceGroupManager"
+            mig.id = self.new_id()
+            mig.creation_timestamp = iso(now)
+            mig.self_link = link(path)
+            mig.instance_template = link(template_path)
+            mig.instance_group = link(f"{scope_path}/instanceGroups/{mig.name}")
+            mig.base_instance_name = mig.base_instance_name or mig.name
+            mig.target_size = 0
+            mig.status.is_stable = True
+            mig.fingerprint = f"{self.core.id_rng.getrandbits(64):016x}"
+            scope_link = link(scope_path)
+            if scope == "zones":
+                mig.zone = scope_link
+            else:
+                mig.region = scope_link
+            self.migs[path] = Mig(path, project, scope, location, mig, template_path, zones)
+            log.info("Compute instance group manager %s created (template %s)", path, template_path)
+            return self._reply(project, request_id, self._operation(scope_path, "insert", path, mig.id, now))
+
+    def _mig_json(self, mig: Mig) -> dict[str, Any]:
+        out = copy(mig.pb)
+        out.current_actions.none = len(mig.vms)
+        return to_json(out)
+
+    def get_mig(self, scope_path: str, name: str) -> dict[str, Any]:
+        with self.core.lock:
+            self.core.tick()
+            return self._mig_json(self._mig(scope_path, name))
+
+    def list_migs(self, scope_path: str, query: dict[str, str]) -> dict[str, Any]:
+        from .resources import compile_filter, page
+
+        with self.core.lock:
+            self.core.tick()
+            matches = compile_filter(query.get("filter", ""), ("name",))
+            prefix = f"{scope_path}/instanceGroupManagers/"
+            migs = sorted(
+                (m for p, m in self.migs.items() if p.startswith(prefix) and matches({"name": m.pb.name})),
+                key=lambda m: m.pb.name,
+            )
+            chunk, token = page(migs, query)
+            kind = (
+                "regionInstanceGroupManagerList" if "/regions/" in scope_path else "instanceGroupManagerList"
+            )
+            return list_json(f"compute#{kind}", prefix.rstrip("/"), [self._mig_json(m) for m in chunk], token)
+
+    def delete_mig(self, scope_path: str, name: str, request_id: str) -> dict[str, Any]:
+        project = scope_path.split("/")[1]
+        with self.core.lock:
+            self.core.tick()
+            replayed = self._replayed(project, request_id)
+            if replayed is not None:
+                return replayed
+            mig = self._mig(scope_path, name)
+            now = self.core.clock()
+            self.delete_vms(list(mig.vms.values()), now)
+            for rec in list(self.resize_requests.values()):
+                if rec.mig is mig:
+                    if rec.state in CANCELLABLE:
+                        self._cancel(rec, now)
+                    self._forget(rec, now)
+            mig.deleted = True
+            del self.migs[mig.path]
+            log.info("Compute instance group manager %s deleted", mig.path)
+            return self._reply(
+                project, request_id, self._operation(scope_path, "delete", mig.path, mig.pb.id, now)
+            )
+
+    # -- resize requests -------------------------------------------------------------------
+    def insert_resize(self, scope_path: str, mig_name: str, body: Any, request_id: str) -> dict[str, Any]:
+        project = scope_path.split("/")[1]
+        with self.core.lock:
+            self.core.tick()
+            replayed = self._replayed(project, request_id)
+            if replayed is not None:
+                return replayed
+            mig = self._mig(scope_path, mig_name)
+            request = parse_body(body, ResizeRequestPb, "resource")
+            check_resize_request(request)
+            path = f"{mig.path}/resizeRequests/{request.name}"
+            if path in self.resize_requests:
+                raise RestError(409, "alreadyExists", f"The resource '{path}' already exists")
+            now = self.core.clock()
+            request.kind = "compute#instanceGroupManagerResizeRequest"
+            request.id = self.new_id()
+            request.creation_timestamp = iso(now)
+            request.self_link = link(path)
+            request.self_link_with_id = link(f"{mig.path}/resizeRequests/{request.id}")
+            if mig.scope == "zones":
+                request.zone = link(mig.scope_path)
+            else:
+                request.region = link(mig.scope_path)
+            request.ClearField("status")
+            request.ClearField("state")
+            rec = ResizeRecord(path, f"{path}#{request.id}", mig, request, now, run_seconds(request))
+            self.resize_requests[path] = rec
+            self.all_requests.append(rec)
+            self._by_holder[rec.holder] = rec
+            self._set_state(rec, "CREATING", now)
+            self._due.next_tick(rec.holder)
+            op = self._operation(scope_path, "insert", path, request.id, now)
+            return self._reply(project, request_id, op)
+
+    def _resize(self, scope_path: str, mig_name: str, name: str) -> ResizeRecord:
+        mig = self._mig(scope_path, mig_name)
+        path = f"{mig.path}/resizeRequests/{name}"
+        rec = self.resize_requests.get(path)
+        if rec is None:
+            raise not_found(path)
+        return rec
+
+    def get_resize(self, scope_path: str, mig_name: str, name: str) -> dict[str, Any]:
+        with self.core.lock:
+            self.core.tick()
+            return to_json(self._resize(scope_path, mig_name, name).pb)
+
+    def list_resize(self, scope_path: str, mig_name: str, query: dict[str, str]) -> dict[str, Any]:
+        from .resources import compile_filter, page
+
+        with self.core.lock:
+            self.core.tick()
+            mig = self._mig(scope_path, mig_name)
+            matches = compile_filter(query.get("filter", ""), ("name", "state"))
+            recs = [
+                r
+                for r in self.resize_requests.values()
+                if r.mig is mig and matches({"name": r.pb.name, "state": r.state})
+            ]
+            recs.sort(key=lambda r: r.pb.name)
+            chunk, token = page(recs, query)
+            return list_json(
+                "compute#instanceGroupManagerResizeRequestList",
+                f"{mig.path}/resizeRequests",
+                [to_json(r.pb) for r in chunk],
+                token,
+            )
+
+    def cancel_resize(self, scope_path: str, mig_name: str, name: str, request_id: str) -> dict[str, Any]:
+        project = scope_path.split("/")[1]
+        with self.core.lock:
+            self.core.tick()
+            replayed = self._replayed(project, request_id)
+            if replayed is not None:
+                return replayed
+            rec = self._resize(scope_path, mig_name, name)
+            if rec.state not in CANCELLABLE:
+                raise RestError(
+                    412,
+                    "conditionNotMet",
+                    f"The resize request '{rec.path}' is in state {rec.state}; only a resize request in "
+                    "state ACCEPTED or CREATING can be cancelled.",
+                )
+            now = self.core.clock()
+            self._cancel(rec, now)
+            op = self._operation(scope_path, "cancel", rec.path, rec.pb.id, now)
+            return self._reply(project, request_id, op)
+
+    def delete_resize(self, scope_path: str, mig_name: str, name: str, request_id: str) -> dict[str, Any]:
+        project = scope_path.split("/")[1]
+        with self.core.lock:
+            self.core.tick()
+            replayed = self._replayed(project, request_id)
+            if replayed is not None:
+                return replayed
+            rec = self._resize(scope_path, mig_name, name)
+            if rec.state not in DELETABLE:
+                raise RestError(
+                    412,
+                    "conditionNotMet",
+                    f"The resize request '{rec.path}' is in state {rec.state}; only a resize request in "
+                    "state SUCCEEDED, FAILED or CANCELLED can be deleted (cancel it first).",
+                )
+            now = self.core.clock()
+            self._forget(rec, now)
+            op = self._operation(scope_path, "delete", rec.path, rec.pb.id, now)
+            return self._reply(project, request_id, op)
+
+    def _forget(self, rec: ResizeRecord, now: float) -> None:
+        """The request is deleted (its VMs live on, until their run duration ends)."""
+        rec.deleted = True
+        rec.history.append(("DELETED", now))
+        if self.resize_requests.get(rec.path) is rec:
+            del self.resize_requests[rec.path]
+        log.info("Compute resize request %s: deleted", rec.path)
+
+    # -- control ---------------------------------------------------------------------------
+    def record(self, rec: ResizeRecord) -> dict[str, Any]:
+        plan = rec.plan
+        mig = rec.mig
+        vms_deleted = bool(rec.vms) and all(vm.deleted_at is not None for vm in rec.vms)
+        return {
+            "kind": "ResizeRequest",
+            "name": rec.path,
+            "display_name": rec.pb.name,
+            "project": mig.project,
+            "location": mig.location,
+            "labels": {},
+            "strategy": "FLEX_START",
+            "instance_group_manager": mig.path,
+            "instance_template": mig.template_path,
+            "machine_type": plan.machine_type if plan else None,
+            "accelerator_type": plan.accelerator if plan else None,
+            "accelerator_count": rec.pb.resize_by * plan.gpus_per_vm if plan else 0,
+            "resize_by": rec.pb.resize_by,
+            "requested_run_duration_seconds": rec.run_seconds,
+            "pool": str(plan.pool(mig.zones[0])) if plan and plan.accelerator else None,
+            "state": rec.state,
+            "deleted": rec.deleted,
+            "create_time": iso(rec.created_at),
+            "start_time": iso(rec.started_at),
+            "end_time": iso(rec.ended_at),
+            "instances": [self.vm_record(vm) for vm in rec.vms],
+            "vms_deleted": vms_deleted,
+            "history": [{"state": s, "time": iso(t)} for s, t in rec.history],
+            "error": rec.error,
+        }
+
+
+def list_json(kind: str, path: str, items: list[dict[str, Any]], token: str) -> dict[str, Any]:
+    """A Compute list response: ``kind``, ``id``, ``selfLink``, ``items`` (omitted when empty), ``nextPageToken``."""
+    out: dict[str, Any] = {"kind": kind, "id": path, "selfLink": link(path)}
+    if items:
+        out["items"] = items
+    if token:
+        out["nextPageToken"] = token
+    return out

@@ -1,0 +1,289 @@
+"""The emulator's REST front: JSON over HTTP/1.1 for the APIs whose clients speak only REST.
+
+``google-cloud-compute`` has no gRPC transport, so the emulator also serves HTTP, in the same
+process and on the same state as the gRPC server:
+
+* **Address**: the REST front listens on the gRPC port **+ 1** of the same loopback host
+  (``DWS_EMULATOR_HOST=127.0.0.1:P`` means gRPC at ``127.0.0.1:P`` and REST at
+  ``http://127.0.0.1:P+1``); :class:`~.server.ServerCore` finds a free adjacent pair.
+* **Threading**: one asyncio event loop in a daemon thread runs uvicorn (Starlette routes); each
+  request's handler runs in the loop's worker-thread pool (anyio's, bounded), so a handler may
+  block (take the state's lock, ``wait`` on an operation) without stalling other requests.
+* **Routes** are pluggable per API: an :class:`~.api.Api` returns :class:`RestRoute` objects from
+  ``rest_routes()`` (like ``handlers()`` for gRPC), each with the method name that fault rules
+  and call counters use (``compute.instanceGroupManagers.get``, registered under the API's REST
+  service name with :func:`~.faults.register_methods`).
+* Every matched call is counted on arrival (:class:`~.stats.RequestStats`, as
+  ``SERVICE/method``) and goes through the fault injector; an injected fault, like any error,
+  answers with Google's REST error body (``{"error": {"code", "message", "status", "errors":
+  [{"message", "domain", "reason"}]}}``) and the matching HTTP status. Paths no route matches
+  answer 404 in the same shape (not counted).
+* An outage stops the listener (connections are refused) and binds the same port again after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from .errors import EmulatorError
+from .faults import MESSAGES, FaultInjector
+from .stats import RequestStats
+
+log = logging.getLogger("dws_emulator")
+
+#: gRPC status code -> (HTTP status, Google's error reason) for errors raised as ``EmulatorError``.
+HTTP_OF_GRPC: dict[grpc.StatusCode, tuple[int, str]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: (400, "invalid"),
+    grpc.StatusCode.OUT_OF_RANGE: (400, "invalid"),
+    grpc.StatusCode.UNAUTHENTICATED: (401, "required"),
+    grpc.StatusCode.PERMISSION_DENIED: (403, "forbidden"),
+    grpc.StatusCode.NOT_FOUND: (404, "notFound"),
+    grpc.StatusCode.ALREADY_EXISTS: (409, "alreadyExists"),
+    grpc.StatusCode.ABORTED: (409, "aborted"),
+    grpc.StatusCode.FAILED_PRECONDITION: (412, "conditionNotMet"),
+    grpc.StatusCode.RESOURCE_EXHAUSTED: (429, "rateLimitExceeded"),
+    grpc.StatusCode.CANCELLED: (499, "cancelled"),
+    grpc.StatusCode.INTERNAL: (500, "backendError"),
+    grpc.StatusCode.UNKNOWN: (500, "backendError"),
+    grpc.StatusCode.UNIMPLEMENTED: (501, "notImplemented"),
+    grpc.StatusCode.UNAVAILABLE: (503, "backendError"),
+    grpc.StatusCode.DEADLINE_EXCEEDED: (504, "deadlineExceeded"),
+}
+#: The Google status name of an HTTP error status (the ``status`` field of the error body).
+STATUS_NAMES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    409: "ALREADY_EXISTS",
+    412: "FAILED_PRECONDITION",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+_GRPC_OF_HTTP = {status: code for code, (status, _) in HTTP_OF_GRPC.items()}
+
+
+class RestError(EmulatorError):
+    """An error answered with HTTP ``status`` and Google's error body (``reason`` in ``errors[]``)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(_GRPC_OF_HTTP.get(status, grpc.StatusCode.UNKNOWN), message)
+        self.status = status
+        self.reason = reason
+
+
+def not_found(resource: str) -> RestError:
+    """Compute's 404: ``The resource 'projects/...' was not found``."""
+    return RestError(404, "notFound", f"The resource '{resource}' was not found")
+
+
+def error_body(status: int, reason: str, message: str) -> dict[str, Any]:
+    """Google's REST error body for ``status`` (what ``google.api_core.exceptions`` parses)."""
+    return {
+        "error": {
+            "code": status,
+            "message": message,
+            "status": STATUS_NAMES.get(status, "UNKNOWN"),
+            "errors": [{"message": message, "domain": "global", "reason": reason}],
+        }
+    }
+
+
+def _http_error(exc: EmulatorError) -> tuple[int, dict[str, Any]]:
+    if isinstance(exc, RestError):
+        return exc.status, error_body(exc.status, exc.reason, exc.message)
+    status, reason = HTTP_OF_GRPC.get(exc.code, (500, "backendError"))
+    return status, error_body(status, reason, exc.message)
+
+
+@dataclass
+class RestCall:
+    """One decoded request: the route's path parameters, the query (last value wins), the JSON body."""
+
+    params: dict[str, str]
+    query: dict[str, str]
+    body: Any = None
+    #: Set by the front when the server stops, so a handler that blocks (``wait``) returns early.
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class RestRoute:
+    """``METHOD path`` (Starlette template, ``{name}`` matches one segment) served by ``handler``.
+
+    ``name`` is the method name fault rules and counters use; ``handler`` returns the JSON-able
+    reply (HTTP 200) or raises :class:`~.errors.EmulatorError` (:class:`RestError` for a chosen
+    HTTP status and reason).
+    """
+
+    method: str
+    path: str
+    name: str
+    handler: Callable[[RestCall], Any]
+
+
+def _json_response(status: int, body: Any) -> Any:
+    from starlette.responses import Response
+
+    return Response(
+        json.dumps(body, separators=(",", ":")).encode(), status_code=status, media_type="application/json"
+    )
+
+
+def _dispatch(route: RestRoute, full: str, call: RestCall, faults: FaultInjector) -> tuple[int, Any]:
+    """Apply the fault rules, then the route (in a worker thread); ``(HTTP status, JSON body)``."""
+    decision = faults.decide(full) if faults.enabled else None
+    if decision is not None and decision.latency:
+        time.sleep(decision.latency)
+    code = decision.code if decision is not None else None
+    if code is not None and code != "DEADLINE_EXCEEDED":
+        log.info("fault injected: %s %s", full, code)
+        status, reason = HTTP_OF_GRPC[getattr(grpc.StatusCode, code)]
+        return status, error_body(status, reason, MESSAGES[code])
+    try:
+        reply = route.handler(call)
+    except EmulatorError as exc:
+        result = _http_error(exc)
+    except Exception as exc:  # a bug in the emulator must not look like a hang to the client
+        log.exception("internal error in %s", full)
+        result = 500, error_body(500, "backendError", f"dws-emulator internal error: {exc}")
+    else:
+        result = 200, reply
+    if code == "DEADLINE_EXCEEDED":
+        # Applied, then the answer is lost: the client cannot tell whether it happened.
+        log.info("fault injected: %s %s", full, code)
+        return 504, error_body(504, "deadlineExceeded", MESSAGES[code])
+    return result
+
+
+def build_app(
+    routes: Iterable[tuple[str, RestRoute]],
+    faults: FaultInjector,
+    stats: RequestStats,
+    stopping: threading.Event,
+) -> Any:
+    """The Starlette application serving ``(REST service name, route)`` pairs."""
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+    from starlette.routing import Route
+
+    def endpoint(service: str, route: RestRoute) -> Callable[[Request], Any]:
+        full = f"{service}/{route.name}"
+
+        async def serve(request: Request) -> Any:
+            stats.count(full)
+            raw = await request.body()
+            try:
+                body = json.loads(raw) if raw.strip() else None
+            except ValueError as exc:
+                return _json_response(
+                    400, error_body(400, "parseError", f"Invalid JSON payload received. {exc}")
+                )
+            call = RestCall(dict(request.path_params), dict(request.query_params), body, stopping)
+            status, reply = await run_in_threadpool(_dispatch, route, full, call, faults)
+            return _json_response(status, reply)
+
+        serve.__name__ = route.name
+        return serve
+
+    async def http_error(request: Request, exc: Exception) -> Any:
+        status = getattr(exc, "status_code", 500)
+        reason = {404: "notFound", 405: "httpMethodNotAllowed"}.get(status, "invalid")
+        message = (
+            f"The requested URL {request.url.path} was not found on this server."
+            if status == 404
+            else f"{request.method} is not allowed on {request.url.path}."
+        )
+        return _json_response(status, error_body(status, reason, message))
+
+    return Starlette(
+        routes=[
+            Route(route.path, endpoint(service, route), methods=[route.method]) for service, route in routes
+        ],
+        exception_handlers={HTTPException: http_error},
+    )
+
+
+class RestFront:
+    """uvicorn on one event-loop thread; :meth:`serve` binds a port, :meth:`halt` closes it.
+
+    The loop thread lives as long as the front (an outage halts and re-serves on the same loop).
+    """
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.stopping = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="dws-emulator-rest", daemon=True)
+        self._thread.start()
+        self._server: Any = None
+        self._serving: Any = None  # concurrent future of the running ``Server.serve``
+
+    def serve(self, port: int, app: Any, timeout: float = 10.0) -> int:
+        """Bind ``host:port`` (0: any free port) and serve ``app``; the bound port, or OSError."""
+        import uvicorn
+
+        if self._server is not None:
+            raise RuntimeError("REST front already serving")
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.create_server((self.host.strip("[]"), port), family=family)  # SO_REUSEADDR set
+        sock.setblocking(False)
+        bound = int(sock.getsockname()[1])
+        config = uvicorn.Config(
+            app,
+            lifespan="off",
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=1,
+            timeout_keep_alive=5,
+        )
+        server = uvicorn.Server(config)
+        self.stopping.clear()
+        self._serving = asyncio.run_coroutine_threadsafe(server.serve(sockets=[sock]), self._loop)
+        self._server = server
+        deadline = time.monotonic() + timeout
+        while not server.started:
+            if self._serving.done() or time.monotonic() > deadline:
+                self.halt()
+                sock.close()
+                raise OSError(f"REST front did not start on {self.host}:{bound}")
+            time.sleep(0.005)
+        return bound
+
+    def halt(self, timeout: float = 5.0) -> None:
+        """Stop listening and close the connections (requests in flight get about a second)."""
+        server, serving = self._server, self._serving
+        self._server = self._serving = None
+        if server is None:
+            return
+        self.stopping.set()
+        server.should_exit = True
+        with contextlib.suppress(Exception):
+            serving.result(timeout)
+
+    def close(self) -> None:
+        """Halt and end the loop thread."""
+        self.halt()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=2)
+        if not self._thread.is_alive():
+            self._loop.close()

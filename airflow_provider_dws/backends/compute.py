@@ -242,6 +242,22 @@ class ComputeResizeRequestBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
             hook.get_region_resize_requests_client() if self.regional else hook.get_resize_requests_client()
         )
 
+    def _message(self, verb: str, **fields: Any) -> Any:
+        """The request message of ``verb`` (``Insert``, ``Cancel``, ``Delete``) for this location's
+        kind of MIG: ``request_id`` travels only on a message (the flattened arguments lack it)."""
+        from google.cloud import compute_v1
+
+        region = "Region" if self.regional else ""
+        return getattr(compute_v1, f"{verb}{region}InstanceGroupManagerResizeRequestRequest")(**fields)
+
+    def _list_message(self, mig: str) -> Any:
+        from google.cloud import compute_v1
+
+        region = "Region" if self.regional else ""
+        return getattr(compute_v1, f"List{region}InstanceGroupManagerResizeRequestsRequest")(
+            project=self.project_id, **self.scope, instance_group_manager=mig, max_results=LIST_PAGE_SIZE
+        )
+
     def _key(self, name: str) -> dict[str, Any]:
         where = parse_resize_request_name(name)
         return {
@@ -304,13 +320,7 @@ class ComputeResizeRequestBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
         requests = self._requests()
 
         def list_all() -> list[Any]:
-            pager = requests.list(
-                project=self.project_id,
-                **self.scope,
-                instance_group_manager=mig,
-                max_results=LIST_PAGE_SIZE,
-                timeout=self.rpc_timeout,
-            )
+            pager = requests.list(request=self._list_message(mig), timeout=self.rpc_timeout)
             return list(pager)
 
         try:
@@ -334,26 +344,31 @@ class ComputeResizeRequestBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
     ) -> tuple[RequestStatus, bool]:
         """Create the resize request (its ``name`` is the identity's), with ``request_id`` (default
         :meth:`RequestIdentity.request_uuid`) so a repeated insert is answered once; a request of
-        that name already there is adopted. Returns it and whether this call created it."""
+        that name already there (looked up first, or ALREADY_EXISTS) is adopted. Returns it and
+        whether this call created it."""
         resource = request.resize_request
         name = self.name_of(request.instance_group_manager, resource.name)
         token = request_id or identity.request_uuid()
 
         def create() -> RequestStatus:
-            operation = self._requests().insert_unary(
+            message = self._message(
+                "Insert",
                 project=self.project_id,
                 **self.scope,
                 instance_group_manager=request.instance_group_manager,
                 instance_group_manager_resize_request_resource=resource,
                 request_id=token,
-                timeout=self.rpc_timeout,
             )
+            operation = self._requests().insert_unary(request=message, timeout=self.rpc_timeout)
             self.wait_operation(operation, f"create {name}")
             created = self.get_status(name)
             if created is None:
                 raise RequestNotFoundError(f"{name} vanished right after it was created")
             return created
 
+        existing = self.get_status(name)  # a try that made it before: adopt, without an insert
+        if existing is not None:
+            return existing, False
         try:
             return self._create(f"create {name}", create, lambda: self.get_status(name))
         except RequestAlreadyExistsError:
@@ -367,7 +382,8 @@ class ComputeResizeRequestBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
         method = getattr(self._requests(), f"{verb}_unary")
         token = str(uuid.uuid5(_CALL_NAMESPACE, f"{verb}:{name}"))
         try:
-            operation = self._rpc(f"{verb} {name}", method, request_id=token, **self._key(name))
+            message = self._message(verb.capitalize(), request_id=token, **self._key(name))
+            operation = self._rpc(f"{verb} {name}", method, request=message)
             self.wait_operation(operation, f"{verb} {name}")
         except RequestNotFoundError:
             return False
@@ -387,7 +403,9 @@ class ComputeResizeRequestBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
 
     def delete(self, name: str) -> bool:
         """Delete an ended request (SUCCEEDED, FAILED, CANCELLED; deleting it deletes no VM). False
-        when it was gone."""
+        when it was gone (looked up first: a repeated delete's ``request_id`` is answered again)."""
+        if self.get(name) is None:
+            return False
         return self._verb("delete", name)
 
     def release(self, name: str, *, wait: bool = False) -> bool:
@@ -437,13 +455,7 @@ class ComputeResizeRequestBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
     def _pages(self, mig: str) -> list[list[Any]]:
         """Every page of ``mig``'s resize requests, one call each, not retried (the poller retries)."""
         with translated():
-            pager = self._requests().list(
-                project=self.project_id,
-                **self.scope,
-                instance_group_manager=mig,
-                max_results=LIST_PAGE_SIZE,
-                timeout=self.rpc_timeout,
-            )
+            pager = self._requests().list(request=self._list_message(mig), timeout=self.rpc_timeout)
             return [list(page.items) for page in pager.pages]
 
     async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
@@ -469,9 +481,8 @@ class ComputeResizeRequestBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
     def _cancel_once(self, name: str) -> None:
         token = str(uuid.uuid5(_CALL_NAMESPACE, f"cancel:{name}"))
         with translated():
-            operation = self._requests().cancel_unary(
-                request_id=token, timeout=self.rpc_timeout, **self._key(name)
-            )
+            message = self._message("Cancel", request_id=token, **self._key(name))
+            operation = self._requests().cancel_unary(request=message, timeout=self.rpc_timeout)
         self.wait_operation(operation, f"cancel {name}")
 
     async def arelease(self, name: str) -> bool:

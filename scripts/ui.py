@@ -24,7 +24,12 @@ sys.path.insert(0, str(ROOT))
 from airflow_provider_dws.emulator.defaults import DEFAULT_CAPACITY  # noqa: E402
 from tests.faults.harness import Deployment, HarnessError, probe_postgres  # noqa: E402
 
-EXAMPLE_DAGS = ("dws_vertex_flex_start", "dws_tpu_queued_resource", "dws_batch_flex_start")
+EXAMPLE_DAGS = (
+    "dws_vertex_flex_start",
+    "dws_tpu_queued_resource",
+    "dws_batch_flex_start",
+    "dws_compute_flex_start_vms",
+)
 WORKDIR = ROOT / ".airflow" / "ui"
 
 

@@ -35,6 +35,7 @@ from airflow_provider_dws.errors import (
     RequestAlreadyExistsError,
     RequestNotFoundError,
 )
+from airflow_provider_dws.facts import REGION_PATTERN
 from airflow_provider_dws.hooks.base import DwsAsyncHookBase
 from airflow_provider_dws.hooks.compute import DwsComputeHook
 from airflow_provider_dws.scheduling.identity import RequestIdentity, is_attempt_of, parse_attempt_name
@@ -118,7 +119,7 @@ def parse_resize_request_name(name: str) -> ResizeRequestName:
 
 def is_region(location: str) -> bool:
     """``us-central1`` is a region, ``us-central1-a`` a zone."""
-    return re.fullmatch(r"[a-z]+(?:-[a-z]+)+[0-9]+", location) is not None
+    return re.fullmatch(REGION_PATTERN, location) is not None
 
 
 def _when(stamp: str | None) -> datetime | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_dws import catalog
 from airflow_provider_dws.backends import compute_groups as groups
 from airflow_provider_dws.backends.compute import (
     ComputeResizeRequestBackend,
@@ -104,8 +105,7 @@ class ComputeFlexStartAdapter(
         accelerator, count = op.accelerator_type, op.accelerator_count
         if placement is not None and placement.machine_type and placement.machine_type != op.machine_type:
             accelerator, count = (
-                placement.accelerator_type
-                or (None if groups.catalog.batch_machine_gpus(machine) else accelerator),
+                placement.accelerator_type or (None if catalog.batch_machine_gpus(machine) else accelerator),
                 None,
             )
         return groups.VmSpec(
@@ -231,9 +231,24 @@ class ComputeFlexStartAdapter(
         self.backend(self.location_of(name)).discard(name)
 
     def release_failed(self, status: RequestStatus, placement: Placement) -> None:
-        """Ended without VMs (or given up at max wait): cancel if needed, then delete the request."""
+        """Ended without VMs (or given up at max wait, or at the task's timeout): cancel it if it
+        still waits, then delete it. One that SUCCEEDED just as it was given up has VMs nobody
+        will use (and no teardown runs after a failed setup): they are deleted first."""
+        backend = self.backend(self.location_of(status.name))
+        current = backend.get_status(status.name)
+        if current is not None and current.state == "SUCCEEDED":
+            vms = request_vms(backend, current, whole_group=not self.op.instance_group_manager)
+            self.log.warning(
+                "%s SUCCEEDED as it was given up: deleting its %d VM(s), which no task will use",
+                status.name,
+                len(vms),
+            )
+            mig = parse_resize_request_name(status.name).instance_group_manager
+            groups.delete_instances(backend, mig, [vm["self_link"] for vm in vms])
+            backend.delete(status.name)
+            return
         self.log.info("Deleting %s (%s) so nothing is left behind", status.name, status.state)
-        self.backend(self.location_of(status.name)).discard(status.name)
+        backend.discard(status.name)
 
     def result(self, context: Context, status: RequestStatus) -> Any:
         """The VMs the request created: names, zones, internal IPs, machine type and GPUs."""

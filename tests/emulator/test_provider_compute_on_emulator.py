@@ -106,6 +106,26 @@ def test_submit_adopt_wait_and_release(emulator: Callable[..., Any]) -> None:
     assert len(records) == 1 and records[0]["deleted"] and records[0]["vms_deleted"]  # one request, ever
 
 
+def test_regional_mig(emulator: Callable[..., Any]) -> None:
+    emulator({H100: 16})
+    adapter = ComputeFlexStartAdapter(operator(zone=None, region="us-central1", resize_by=2))
+    who = identity(run="manual__regional")
+    placement = Placement("us-central1")
+    mig = adapter.ensure_group(who, placement)
+    backend = adapter.backend("us-central1")
+    status, created = backend.submit(ResizeAsk(mig, adapter.build(who)), who, who.request_uuid())
+    assert created and "/regions/us-central1/instanceGroupManagers/" in status.name
+    done = wait_until(
+        lambda: (s := backend.get_status(status.name)) is not None and s.state == "SUCCEEDED" and s,
+        what="SUCCEEDED",
+    )
+    vms = request_vms(backend, done, whole_group=True)
+    assert len(vms) == 2 and all(vm["zone"].startswith("us-central1-") for vm in vms)
+    assert groups.delete_instances(backend, mig, [vm["self_link"] for vm in vms])
+    assert groups.managed_instances(backend, mig) == []
+    assert backend.delete(status.name) and backend.find(who) == []
+
+
 def test_capacity_never_coming_leaves_no_request(emulator: Callable[..., Any]) -> None:
     emulator({H100: 0})
     adapter = ComputeFlexStartAdapter(operator())
@@ -169,3 +189,17 @@ def test_poller_lists_each_mig_once_per_round(emulator: Callable[..., Any]) -> N
     assert emu.calls("compute.instanceGroupManagerResizeRequests.get") == gets_before
     for name in names:
         ComputeResizeRequestBackend(PROJECT, ZONE).discard(name)
+
+
+def test_a_request_given_up_as_it_succeeded_leaves_no_vm(emulator: Callable[..., Any]) -> None:
+    """The max wait passed just as DWS created the VMs: the setup fails (no teardown runs after a
+    failed setup), so the attempt's clean-up must delete the VMs, then the request."""
+    emulator({H100: 16})
+    adapter = ComputeFlexStartAdapter(operator(resize_by=2))
+    who = identity(run="manual__late")
+    backend, status, _ = submit(adapter, who)
+    wait_until(lambda: backend.get_status(status.name).state == "SUCCEEDED", what="SUCCEEDED")  # type: ignore[union-attr]
+    assert len(groups.managed_instances(backend, who.group_name())) == 2
+    adapter.release_failed(status, Placement(ZONE))
+    assert groups.managed_instances(backend, who.group_name()) == []
+    assert backend.find(who) == []

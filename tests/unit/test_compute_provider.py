@@ -288,7 +288,9 @@ class _FakeRequests:
         self.gets = 0
         self.threads: set[str] = set()
 
-    def list(self, *, instance_group_manager: str, max_results: int, **_: Any) -> _Pager:
+    def list(self, *, request: Any, **_: Any) -> _Pager:
+        instance_group_manager = request.instance_group_manager
+        assert request.max_results == 250 and request.zone == "us-central1-a"
         self.lists[instance_group_manager] = self.lists.get(instance_group_manager, 0) + 1
         self.threads.add(threading.current_thread().name)
         items = self.by_mig[instance_group_manager]

@@ -68,6 +68,7 @@ class InProcessEmulator:
         self.address = self.server.address
         assert self.server.port is not None
         self.port: int = self.server.port
+        self.rest_url = self.server.rest_url  # the REST front (Compute Engine): the port + 1
         self.control = EmulatorControl(self.address, timeout=30.0)
 
     def calls(self, method: str) -> int:

@@ -1,7 +1,9 @@
-"""``dws-emulator``: a local emulator of Vertex AI custom jobs, Cloud TPU queued resources and Cloud Batch jobs.
+"""``dws-emulator``: a local emulator of Vertex AI custom jobs, Cloud TPU queued resources, Cloud Batch jobs
+and Compute Engine flex-start VMs (MIG resize requests).
 
 It serves the real gRPC protocols on one loopback port, so the unmodified google client
-libraries, sync and async, talk to it over an insecure channel:
+libraries, sync and async, talk to it over an insecure channel, and the REST APIs (Compute
+Engine) on the next port, ``http://HOST:PORT+1`` (:mod:`.core.rest`):
 
 * ``google.cloud.aiplatform.v1.JobService``: the CustomJob methods;
 * ``google.cloud.tpu.v2.Tpu``: ``CreateQueuedResource`` / ``DeleteQueuedResource`` (long-running
@@ -12,6 +14,10 @@ libraries, sync and async, talk to it over an insecure channel:
   ``DeleteJob`` (long-running operations ``projects/P/locations/REGION/operations/operation-ID``),
   ``ListTasks``, ``GetTask`` (life cycle in :mod:`.batch.state`);
 * ``google.longrunning.Operations`` for the operations of all three;
+* Compute Engine REST (``/compute/v1/projects/P/...``, :mod:`.compute`): instance templates,
+  zonal and regional instance group managers and their ``resizeRequests``, the VMs, and zone,
+  region and global operations; its methods are named by Discovery id
+  (``compute.instanceGroupManagerResizeRequests.insert``) under the service ``compute.v1``;
 * a JSON control service (``dws.emulator.v1.Control``: ``ListRequests``, ``GetCapacity``,
   ``SetCapacity``, ``Preempt``, ``SetFaults``, ``GetFaults``, ``ClearFaults``, ``Outage``,
   ``GetStats``, ``ResetStats``) that lets tests and users inspect every request ever created,
@@ -19,7 +25,8 @@ libraries, sync and async, talk to it over an insecure channel:
 
 GPUs and TPUs share one capacity model (:mod:`.core.capacity`): pools keyed ``LOCATION/ACCELERATOR``
 with a strict FIFO queue each. GPU pools are a region and a Vertex accelerator type, shared by
-Vertex AI and Cloud Batch (a Batch job's ``nvidia-l4`` x N per VM draws on ``REGION/NVIDIA_L4``;
+Vertex AI, Cloud Batch and Compute Engine VMs (a Batch job's ``nvidia-l4`` x N per VM, or a VM in
+``us-central1-a``, draws on ``REGION/NVIDIA_L4``;
 the name table is :data:`airflow_provider_dws.facts.COMPUTE_GPU_NAMES`); TPU pools
 are a zone and a TPU family counted in **chips** (``v5litepod-16`` and ``v6e-16`` need 16 chips;
 ``v2``/``v3``/``v4``/``v5p-N`` need N/2; a multislice of k nodes needs k times that, at once;
@@ -50,7 +57,7 @@ Fault injection (:mod:`.faults`): ``serve --faults SPEC ...`` at start, ``dws-em
 --port P SPEC ...`` (or ``EmulatorControl.set_faults``) at run time. A rule is
 ``METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL]``:
 
-* ``METHOD``: ``*`` (every JobService, Tpu, BatchService and Operations method), ``SERVICE/*``
+* ``METHOD``: ``*`` (every JobService, Tpu, BatchService, Operations and Compute REST method), ``SERVICE/*``
   (``google.cloud.tpu.v2.Tpu/*``), a full name (``google.cloud.aiplatform.v1.JobService/GetCustomJob``)
   or a short one (``GetCustomJob``, ``GetJob``). The control service is never faulted.
 * ``EFFECT``: ``UNAVAILABLE``, ``INTERNAL``, ``RESOURCE_EXHAUSTED``, ``DEADLINE_EXCEEDED``,
@@ -72,10 +79,11 @@ code (delays as ``LATENCY``), the latest 10,000 injections with times, and the o
 ``dws-emulator faults --port P --clear`` removes the rules (the record stays).
 
 Outage: ``dws-emulator outage --port P SECONDS`` (``EmulatorControl.outage``) returns at once,
-then stops the gRPC server, so clients see "connection refused" (UNAVAILABLE), and after SECONDS
-serves the same state on the same port again; the control service is down during it as well.
+then stops the gRPC server and the REST listener, so clients see "connection refused"
+(UNAVAILABLE), and after SECONDS serves the same state on the same ports again; the control
+service is down during it as well.
 
-Call counters (:mod:`.stats`): every call to JobService, Tpu, BatchService and Operations is counted by full
+Call counters (:mod:`.stats`): every call to JobService, Tpu, BatchService, Operations and a Compute REST route is counted by full
 method name when it arrives, before fault injection (so faulted calls count) and even for
 methods the emulator does not implement; control calls are not counted.
 ``EmulatorControl.stats()`` / ``dws-emulator stats --port P [--json]`` return ``{"calls":
@@ -103,7 +111,8 @@ Layout: one package per API over one shared core that imports none of them.
   an API plugs in as a :class:`~.core.api.Api` subclass (tick hooks, capacity holders it owns,
   gRPC handlers, control contributions).
 * :mod:`.vertex` (CustomJobs), :mod:`.tpu` (queued resources and nodes), :mod:`.batch` (jobs
-  and tasks): each its ``validation``, ``state`` and ``service``.
+  and tasks): each its ``validation``, ``state`` and ``service``; :mod:`.compute` (MIGs and
+  resize requests, REST): ``validation``, ``state``, ``vms``, ``resources`` and ``routes``.
 * the bootstrap: :mod:`.defaults` (default inventory, service names), :mod:`.state`
   (:class:`~.state.EmulatorState`, the core with every API), :mod:`.server`
   (:class:`~.server.EmulatorServer`), :mod:`.control` (client), :mod:`.process`, :mod:`.cli`.

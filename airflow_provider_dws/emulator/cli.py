@@ -112,7 +112,13 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"dws-emulator: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s dws-emulator %(message)s")
-    server = EmulatorServer(capacity, seed=args.seed, host=args.host, port=args.port, faults=faults).start()
+    try:
+        server = EmulatorServer(
+            capacity, seed=args.seed, host=args.host, port=args.port, faults=faults
+        ).start()
+    except OSError as exc:  # the port, or the REST front's port + 1, is taken
+        print(f"dws-emulator: {exc}", file=sys.stderr)
+        return 2
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:

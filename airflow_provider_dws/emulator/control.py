@@ -89,7 +89,8 @@ class EmulatorControl:
 
         ``{"calls": {"google.cloud.aiplatform.v1.JobService/GetCustomJob": n, ...}, "total": n,
         "since": <RFC 3339 time of the last reset (or the start)>, "until": <now>}``. Every call to
-        JobService, Tpu and Operations counts on arrival (faulted ones too); control calls never do.
+        the gRPC services and to the REST routes (``compute.v1/compute.instances.get``) counts on
+        arrival (faulted ones too); control calls never do.
         """
         return dict(self.call("GetStats"))
 

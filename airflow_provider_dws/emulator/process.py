@@ -21,7 +21,8 @@ LISTENING = "dws-emulator listening on "
 
 
 class EmulatorProcess:
-    """A ``dws-emulator serve`` subprocess: ``address`` (host:port), ``port``, ``pid``, ``control``.
+    """A ``dws-emulator serve`` subprocess: ``address`` (host:port), ``port``, ``pid``, ``control``,
+    and ``rest_url`` (``http://host:port+1``, the REST front).
 
     ``capacity`` ``None`` gives the default inventory; ``faults`` are ``serve --faults`` rules;
     ``control_timeout`` is the control client's per-call timeout (seconds).
@@ -51,6 +52,8 @@ class EmulatorProcess:
         self.pid = self.proc.pid
         self.address = self._read_address(start_timeout)
         self.port = int(self.address.rsplit(":", 1)[1])
+        self.rest_port = self.port + 1  # the REST front's address convention (see core.rest)
+        self.rest_url = f"http://{self.address.rsplit(':', 1)[0]}:{self.rest_port}"
         self.control = EmulatorControl(self.address, timeout=control_timeout)
 
     def _read_address(self, timeout: float) -> str:

@@ -209,6 +209,8 @@ def test_resize_request_waits_for_all_gpus_then_succeeds_with_running_vms(gce, e
         f"zones/{ZONE}"
     )
     assert second.requested_run_duration.seconds == HOUR
+    assert second.status.last_attempt.error.errors[0].code == "ZONE_RESOURCE_POOL_EXHAUSTED"
+    assert not get(gce, "first").status.last_attempt.error.errors
 
     managed = vms(gce)
     assert len(managed) == 2 and {m.instance_status for m in managed} == {"RUNNING"}
@@ -296,6 +298,7 @@ def test_run_duration_end_deletes_the_vms_and_hands_the_gpus_on(gce, emulator, c
     [record] = [r for r in emulator.control.requests() if r["display_name"] == "short"]
     assert record["vms_deleted"] and all(vm["deleted"] for vm in record["instances"])
     assert [h["state"] for h in record["history"]][-1] == "VMS_DELETED"
+    assert record["end_time"] == record["history"][-1]["time"]
 
 
 @pytest.mark.parametrize("seconds", [599, 7 * 24 * HOUR + 1])
@@ -386,6 +389,8 @@ def test_delete_instances_frees_their_gpus_and_mig_delete_deletes_its_vms(gce, e
     assert emulator.control.capacity()[H100]["in_use"] == 0
     records = {r["display_name"]: r for r in emulator.control.requests()}
     assert records["held"]["vms_deleted"] and records["waiting"]["vms_deleted"]
+    assert [h["state"] for h in records["held"]["history"]][-2:] == ["VMS_DELETED", "DELETED"]
+    assert records["held"]["end_time"] and records["held"]["deleted"]
 
 
 # -- regional ---------------------------------------------------------------------------------------
@@ -430,6 +435,11 @@ def test_regional_mig_resize_request_spreads_vms_over_its_zones(gce, emulator, c
     )
     placed = sorted(m.instance.split("/zones/")[1].split("/")[0] for m in managed)
     assert placed == [zones[0], zones[0], zones[1]]
+    [in_b] = [m for m in managed if f"/zones/{zones[1]}/" in m.instance]
+    vm = gce.instances.get(project=P, zone=zones[1], instance=in_b.name)
+    assert vm.zone.endswith(f"zones/{zones[1]}") and vm.guest_accelerators[0].accelerator_type.endswith(
+        "nvidia-l4"
+    )
     assert [
         r.name for r in gce.region_resize.list(project=P, region=REGION, instance_group_manager="rmig")
     ] == ["rrr"]

@@ -79,6 +79,23 @@ def test_a_given_port_whose_next_port_is_taken_is_refused() -> None:
         port = taken.getsockname()[1]
         with pytest.raises(OSError):
             EmulatorServer(port=port - 1).start()
+        assert cli.main(["serve", "--port", str(port - 1)]) == 2  # a message, not a traceback
+
+
+def test_port_zero_tries_another_pair_when_the_next_port_is_taken() -> None:
+    class Unlucky(EmulatorServer):
+        tried: list[int] = []
+
+        def _serve_rest(self, port: int) -> int:
+            self.tried.append(port)
+            if len(self.tried) == 1:  # as if another process held the first gRPC port + 1
+                raise OSError("taken")
+            return super()._serve_rest(port)
+
+    with Unlucky({}) as server:
+        assert len(Unlucky.tried) == 2 and server.rest_port == Unlucky.tried[1] == server.port + 1
+        status, _ = raw(f"{server.rest_url}/compute/v1/projects/{P}/global/instanceTemplates/x")
+        assert status == 404
 
 
 def test_error_bodies_unknown_paths_and_bad_json(emulator) -> None:
@@ -217,3 +234,23 @@ def test_cli_requests_lists_resize_requests(gce, emulator, capsys) -> None:
         in out
     )
     assert "instances: " in out
+
+
+def test_the_providers_emulator_client_reaches_the_rest_front(emulator) -> None:
+    from airflow_provider_dws.hooks.base import emulator_client
+
+    client = emulator_client(
+        compute_v1.InstanceTemplatesClient, emulator.server.rest_address, transport="rest"
+    )
+    with pytest.raises(exceptions.NotFound):
+        client.get(project=P, instance_template="nope")
+
+
+def test_a_waiting_request_starts_when_the_shared_pool_grows(gce, emulator) -> None:
+    emulator.control.set_capacity({"us-central1/NVIDIA_H100_80GB": 8})
+    make_mig(gce)
+    resize(gce, "big", count=2)  # 16 GPUs at once, 8 in the pool
+    assert get(gce, "big").state == "ACCEPTED" and vms(gce) == []
+    assert emulator.control.capacity()["us-central1/NVIDIA_H100_80GB"]["queued"] == 1
+    emulator.control.set_capacity({"us-central1/NVIDIA_H100_80GB": 16})
+    assert get(gce, "big").state == "SUCCEEDED" and len(vms(gce)) == 2

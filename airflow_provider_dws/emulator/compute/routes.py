@@ -1,14 +1,14 @@
-"""The Compute Engine REST routes (paths as the ``compute_v1`` REST transports send them)."""
+"""The Compute Engine REST routes (paths as the ``compute_v1`` REST transports send them).
+
+``state`` is the :class:`~.state.ComputeState` (typed ``Any``: the state imports this module).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.rest import RestCall, RestRoute
-
-if TYPE_CHECKING:
-    from .state import ComputeState
 
 ROOT = "/compute/v1/projects/{project}"
 
@@ -23,7 +23,7 @@ def _scope(kind: str) -> Callable[[RestCall], str]:
     return lambda call: f"projects/{call.params['project']}/{kind}/{call.params[key]}"
 
 
-def _mig_routes(state: ComputeState, kind: str) -> list[RestRoute]:
+def _mig_routes(state: Any, kind: str) -> list[RestRoute]:
     """Instance group managers and their resize requests, zonal (``zones``) or regional (``regions``)."""
     scope = _scope(kind)
     key = "zone" if kind == "zones" else "region"
@@ -94,7 +94,7 @@ def _mig_routes(state: ComputeState, kind: str) -> list[RestRoute]:
     ]
 
 
-def _operation_routes(state: ComputeState, kind: str, service: str) -> list[RestRoute]:
+def _operation_routes(state: Any, kind: str, service: str) -> list[RestRoute]:
     scope = _scope(kind)
     prefix = (
         f"{ROOT}/global"
@@ -115,7 +115,7 @@ def _operation_routes(state: ComputeState, kind: str, service: str) -> list[Rest
     ]
 
 
-def compute_routes(state: ComputeState) -> list[RestRoute]:
+def compute_routes(state: Any) -> list[RestRoute]:
     """Every Compute Engine route the emulator serves."""
     templates = f"{ROOT}/global/instanceTemplates"
     regional_templates = f"{ROOT}/regions/{{region}}/instanceTemplates"

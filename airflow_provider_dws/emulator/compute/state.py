@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.api import Api, Core
 from ..core.clock import Schedule, iso
 from ..core.rest import RestError, RestRoute, not_found
 from . import COMPUTE_SERVICE, METHODS
+from .records import Mig, ResizeRecord, Template
 from .resources import (
     MAX_WAIT_SECONDS,
     InstanceGroupManagerPb,
@@ -20,71 +20,25 @@ from .resources import (
     ResizeRequestPb,
     check_name,
     check_request_id,
+    compile_filter,
     copy,
     invalid,
     link,
+    page,
     parse_body,
     region_of,
     strip_link,
     to_json,
 )
-from .validation import VmPlan, check_resize_request, check_template, run_seconds, vm_plan
-from .vms import ComputeVms, Vm
+from .routes import compute_routes
+from .validation import check_resize_request, check_template, run_seconds, vm_plan
+from .vms import ComputeVms
 
 log = logging.getLogger("dws_emulator")
 
 CANCELLABLE = frozenset({"CREATING", "ACCEPTED"})
 DELETABLE = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 _OP_STATUS = OperationPb.Status
-
-
-@dataclass
-class Template:
-    path: str
-    pb: Any
-
-
-@dataclass
-class Mig:
-    """A managed instance group; ``vms`` are its live VMs by name."""
-
-    path: str
-    project: str
-    scope: str  # "zones" or "regions"
-    location: str
-    pb: Any
-    template_path: str
-    zones: list[str]
-    vms: dict[str, Vm] = field(default_factory=dict)
-    deleted: bool = False
-
-    @property
-    def scope_path(self) -> str:
-        return f"projects/{self.project}/{self.scope}/{self.location}"
-
-
-@dataclass
-class ResizeRecord:
-    """One resize request ever created (``holder``: its capacity holder id, unique even if renamed)."""
-
-    path: str
-    holder: str
-    mig: Mig
-    pb: Any
-    created_at: float
-    run_seconds: float
-    history: list[tuple[str, float]] = field(default_factory=list)
-    plan: VmPlan | None = None
-    vms: list[Vm] = field(default_factory=list)
-    started_at: float | None = None
-    ended_at: float | None = None
-    run_until: float | None = None
-    error: dict[str, str] | None = None
-    deleted: bool = False
-
-    @property
-    def state(self) -> str:
-        return str(self.pb.state)
 
 
 class ComputeState(Api, ComputeVms):
@@ -106,14 +60,13 @@ class ComputeState(Api, ComputeVms):
         self._ops_due: list[str] = []
         self._replies: dict[tuple[str, str], str] = {}  # (project, requestId) -> operation path
         self._due = Schedule()
+        self._accepted: list[ResizeRecord] = []  # accepted in this tick: did they start at once?
 
     # -- registration ----------------------------------------------------------------------
     def owns(self, holder: str) -> bool:
         return holder in self._by_holder
 
     def rest_routes(self) -> list[RestRoute]:
-        from .routes import compute_routes
-
         return compute_routes(self)
 
     def requests(self) -> list[tuple[float, dict[str, Any]]]:
@@ -152,7 +105,7 @@ class ComputeState(Api, ComputeVms):
 
     def _reply(self, project: str, request_id: str, op: Any) -> dict[str, Any]:
         if request_id:
-            self._replies[(project, request_id)] = f"{strip_link(op.self_link)}"
+            self._replies[(project, request_id)] = strip_link(op.self_link)
         return to_json(op)
 
     def _replayed(self, project: str, request_id: str) -> dict[str, Any] | None:
@@ -187,10 +140,10 @@ class ComputeState(Api, ComputeVms):
                 self._accept(rec, now)
             elif rec.run_until is not None and now >= rec.run_until:
                 rec.run_until = None
-                if any(vm.deleted_at is None for vm in rec.vms):
-                    self.delete_vms([vm for vm in rec.vms if vm.deleted_at is None], now)
-                    rec.history.append(("VMS_DELETED", now))
-                    log.info("Compute resize request %s: run duration over, VMs deleted", rec.path)
+                live = [vm for vm in rec.vms if vm.deleted_at is None]
+                if live:
+                    log.info("Compute resize request %s: run duration over, deleting its VMs", rec.path)
+                    self.delete_vms(live, now)
             elif rec.run_until is not None:
                 self._due.at(path, rec.run_until)
 
@@ -198,6 +151,16 @@ class ComputeState(Api, ComputeVms):
         self._succeed(self._by_holder[holder], now)
 
     def after_advance(self, now: float) -> None:
+        accepted, self._accepted = self._accepted, []
+        for rec in accepted:
+            if rec.state == "ACCEPTED":  # waits: its first attempt found too few GPUs, as the API reports it
+                zone = f"projects/{rec.mig.project}/zones/{rec.mig.zones[0]}"
+                rec.pb.status.last_attempt.error.errors.add(
+                    code="ZONE_RESOURCE_POOL_EXHAUSTED",
+                    message=f"The zone '{zone}' does not have enough resources available to fulfill the "
+                    "request. The resize request stays ACCEPTED and is retried until the capacity is "
+                    "available or it is cancelled.",
+                )
         due, self._ops_due = self._ops_due, []
         for path in due:
             op = self.operations.get(path)
@@ -248,11 +211,13 @@ class ComputeState(Api, ComputeVms):
             self._succeed(rec, now)  # no GPUs: nothing to wait for
         else:
             self.core.capacity.enqueue(rec.holder, pool, rec.pb.resize_by * plan.gpus_per_vm)
+            self._accepted.append(rec)
 
     def _succeed(self, rec: ResizeRecord, now: float) -> None:
         assert rec.plan is not None
         template = self.templates[rec.mig.template_path]
         rec.vms = [self.create_vm(rec.mig, rec, template.pb, rec.plan, now) for _ in range(rec.pb.resize_by)]
+        rec.pb.status.ClearField("last_attempt")
         rec.started_at = now
         rec.run_until = now + rec.run_seconds
         self._due.at(rec.holder, rec.run_until)
@@ -380,8 +345,6 @@ class ComputeState(Api, ComputeVms):
             return self._mig_json(self._mig(scope_path, name))
 
     def list_migs(self, scope_path: str, query: dict[str, str]) -> dict[str, Any]:
-        from .resources import compile_filter, page
-
         with self.core.lock:
             self.core.tick()
             matches = compile_filter(query.get("filter", ""), ("name",))
@@ -467,8 +430,6 @@ class ComputeState(Api, ComputeVms):
             return to_json(self._resize(scope_path, mig_name, name).pb)
 
     def list_resize(self, scope_path: str, mig_name: str, query: dict[str, str]) -> dict[str, Any]:
-        from .resources import compile_filter, page
-
         with self.core.lock:
             self.core.tick()
             mig = self._mig(scope_path, mig_name)
@@ -537,6 +498,9 @@ class ComputeState(Api, ComputeVms):
 
     # -- control ---------------------------------------------------------------------------
     def record(self, rec: ResizeRecord) -> dict[str, Any]:
+        """The control API's record: ``start_time`` when its VMs were created, ``end_time`` when it
+        ended without VMs (FAILED, CANCELLED) or its last VM was deleted; ``instances`` with each
+        VM's zone, IP and deletion; history states plus ``VMS_DELETED`` and ``DELETED``."""
         plan = rec.plan
         mig = rec.mig
         vms_deleted = bool(rec.vms) and all(vm.deleted_at is not None for vm in rec.vms)

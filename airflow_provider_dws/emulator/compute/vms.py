@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import logging
 import string
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.clock import iso
 from ..core.rest import not_found
+from .records import Mig, ResizeRecord, Vm
 from .resources import (
     DeleteInstancesPb,
     InstancePb,
@@ -23,28 +23,11 @@ from .resources import (
 )
 
 if TYPE_CHECKING:
-    from .state import Mig, ResizeRecord
     from .validation import VmPlan
 
 log = logging.getLogger("dws_emulator")
 
 _SUFFIX_CHARS = string.ascii_lowercase + string.digits
-
-
-@dataclass
-class Vm:
-    """One VM a resize request created; ``deleted_at`` is set when it is deleted."""
-
-    name: str
-    zone: str
-    path: str
-    pb: Any
-    mig: Mig
-    request: ResizeRecord | None
-    gpus: int
-    internal_ip: str
-    created_at: float
-    deleted_at: float | None = None
 
 
 class ComputeVms:
@@ -127,9 +110,15 @@ class ComputeVms:
             self.instances.pop(vm.path, None)
             if vm.mig.vms.pop(vm.name, None) is not None:
                 vm.mig.pb.target_size -= 1
-            if vm.request is not None and vm.gpus:
-                self.core.capacity.shrink(vm.request.holder, vm.gpus)
             log.info("Compute VM %s deleted", vm.path)
+            rec = vm.request
+            if rec is None:
+                continue
+            if vm.gpus:
+                self.core.capacity.shrink(rec.holder, vm.gpus)
+            if all(other.deleted_at is not None for other in rec.vms):
+                rec.ended_at = now  # the last of its VMs is gone: nothing of it is held or billed
+                rec.history.append(("VMS_DELETED", now))
 
     # -- reads and deleteInstances ---------------------------------------------------------
     def get_instance(self, project: str, zone: str, name: str) -> dict[str, Any]:

@@ -4,7 +4,9 @@ A rule is written ``METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL]`` (see the pack
 
 * ``METHOD``: ``*`` (every emulated method of every registered API), ``SERVICE/*``, a full name
   (``google.cloud.aiplatform.v1.JobService/GetCustomJob``) or a short one (``GetCustomJob``).
-  The control service is never subject to faults.
+  REST routes are methods too (``compute.v1/compute.instances.get``, short
+  ``compute.instances.get``; :mod:`.rest` maps the codes to HTTP statuses). The control service
+  is never subject to faults.
 * ``EFFECT``: an error code (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``, ``INTERNAL``,
   ``RESOURCE_EXHAUSTED``), ``latency:SECONDS``, or both joined by a comma.
 * ``@RATE``: the probability (0..1) that the rule fires on a matching call (default 1).

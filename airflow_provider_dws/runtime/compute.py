@@ -400,6 +400,7 @@ def release_vms(op: DeleteComputeFlexStartVMsOperator, context: Context) -> dict
         if status is None:
             op.log.info("%s is already gone", name)
             continue
+        ComputeFlexStartMIGLink.persist(context, where.project, where.location, where.instance_group_manager)
         if status.state == "SUCCEEDED":
             urls = (
                 [u for u in result.get("instance_urls") or () if isinstance(u, str)] if name == pushed else []

@@ -178,6 +178,35 @@ def get_group(backend: ComputeResizeRequestBackend, name: str) -> Any | None:
         return None
 
 
+def template_shape(
+    backend: ComputeResizeRequestBackend, mig: str
+) -> tuple[str | None, tuple[str, int] | None]:
+    """The machine type and GPUs per VM (Compute name, count) of ``mig``'s instance template."""
+    group = get_group(backend, mig)
+    if group is None or not group.instance_template:
+        return None, None
+    parts = str(group.instance_template).split("/")
+    name = parts[-1]
+    if "regions" in parts:
+        client: Any = backend.hook._compute("RegionInstanceTemplatesClient")
+        where = {"region": parts[parts.index("regions") + 1]}
+    else:
+        client, where = backend.hook.get_instance_templates_client(), {}
+    template = backend._rpc(
+        f"get instance template {name}",
+        client.get,
+        project=backend.project_id,
+        instance_template=name,
+        **where,
+    )
+    machine = str(template.properties.machine_type).rsplit("/", 1)[-1] or None
+    attached = list(template.properties.guest_accelerators)
+    if attached:
+        gpu = attached[0]
+        return machine, (str(gpu.accelerator_type).rsplit("/", 1)[-1], int(gpu.accelerator_count))
+    return machine, catalog.batch_machine_gpus(machine) if machine else None
+
+
 def managed_instances(backend: ComputeResizeRequestBackend, mig: str) -> list[Any]:
     """Every managed instance of ``mig`` (all pages; none when the MIG is gone)."""
     client = _groups(backend)

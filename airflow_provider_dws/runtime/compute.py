@@ -296,7 +296,10 @@ class ComputeFlexStartAdapter(
         """The GPUs over every VM of the request, the machine type and the MIG's console page."""
         where = parse_resize_request_name(status.name)
         machine = self.machine_of(placement)
-        gpus = self.spec_for(placement).gpus() if machine else None
+        if machine:
+            gpus = self.spec_for(placement).gpus()
+        else:  # an existing MIG: its template says what its VMs are
+            machine, gpus = self._template_shape(where.location, where.instance_group_manager)
         return {
             "api": ComputeResizeRequestBackend.kind,
             "kind": "Compute Engine flex-start VMs",
@@ -308,6 +311,18 @@ class ComputeFlexStartAdapter(
                 resolve_project(self.op), where.location, where.instance_group_manager
             ),
         }
+
+    def _template_shape(self, location: str, mig: str) -> tuple[str | None, tuple[str, int] | None]:
+        """The machine type and GPUs per VM of an existing MIG's template (read once per MIG; what
+        cannot be read is unknown: the record is a description, never a reason to fail)."""
+        cache: dict[tuple[str, str], Any] = self.__dict__.setdefault("_shapes", {})
+        if (location, mig) not in cache:
+            try:
+                cache[location, mig] = groups.template_shape(self.backend(location), mig)
+            except Exception as err:
+                self.log.warning("Could not read the template of MIG %s (%s)", mig, err)
+                cache[location, mig] = (None, None)
+        return cache[location, mig]  # type: ignore[no-any-return]
 
     def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
         """The classified exception for a request that ended without its VMs."""

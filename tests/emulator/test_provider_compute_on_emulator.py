@@ -166,6 +166,13 @@ def test_poller_lists_each_mig_once_per_round(emulator: Callable[..., Any]) -> N
             )
             _, status, _ = submit(adapter, identity(task, farm))
             names.append(status.name)
+        # The record of a request in an existing MIG describes the VMs of its template.
+        facts = adapter.record_facts(status, Placement(ZONE))
+        assert (facts["machine_type"], facts["accelerator_type"], facts["accelerator_count"]) == (
+            "a3-highgpu-8g",
+            "nvidia-h100-80gb",
+            8,
+        )
     backend = ComputeResizeRequestBackend(PROJECT, ZONE)
     lists_before = emu.calls("compute.instanceGroupManagerResizeRequests.list")
     gets_before = emu.calls("compute.instanceGroupManagerResizeRequests.get")

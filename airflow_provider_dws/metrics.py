@@ -25,7 +25,7 @@ REQUESTS_WAITING = "dws.requests.waiting"
 CAPACITY_NOT_OBTAINED = "dws.capacity_not_obtained"
 #: Counter: requests that ended cancelled (by a user, the API, or the provider).
 REQUEST_CANCELLED = "dws.request.cancelled"
-#: Counter: API calls a shared poller made (lists of live and ended requests, direct reads).
+#: Counter: API calls a shared poller made: one per page of its lists (live and ended), one per direct read.
 POLLER_CALLS = "dws.poller.calls"
 #: Counter: whole-poller backoffs after a quota error.
 POLLER_BACKOFF = "dws.poller.backoff"

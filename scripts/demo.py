@@ -8,6 +8,7 @@ as the emulator recorded them, and stops the emulator.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -47,11 +48,21 @@ def _seconds(start: str | None, end: str | None) -> float | None:
     return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--home",
+        type=Path,
+        help="the Airflow home to create and keep (default: a throwaway one); its SQLite database "
+        "then holds the runs, so an api-server started on it shows them (the browser tests do)",
+    )
+    args = parser.parse_args(argv)
     started = time.monotonic()
     emulator, address = start_emulator()
     print(f"==> dws-emulator on {address} (default inventory)", flush=True)
-    home = Path(tempfile.mkdtemp(prefix="dws-demo-airflow-"))
+    if args.home:
+        args.home.mkdir(parents=True, exist_ok=True)
+    home = args.home or Path(tempfile.mkdtemp(prefix="dws-demo-airflow-"))
     env = dict(os.environ)
     env.update(
         {
@@ -67,7 +78,7 @@ def main() -> int:
         }
     )
     try:
-        print("==> airflow db migrate (SQLite, throwaway home)", flush=True)
+        print(f"==> airflow db migrate (SQLite, home {home})", flush=True)
         subprocess.run(
             [str(BIN / "airflow"), "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL
         )

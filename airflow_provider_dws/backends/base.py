@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
-from collections.abc import AsyncIterable, Callable, Collection, Container, Iterable
+from collections.abc import AsyncIterable, Callable, Collection, Container, Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -77,6 +79,31 @@ class RequestStatus:
 YIELD_EVERY = 50
 
 
+#: The pages fetched by the lists of the task that asked to count them (:func:`counting_pages`).
+_PAGES: ContextVar[list[int] | None] = ContextVar("dws_list_pages", default=None)
+
+
+@contextlib.contextmanager
+def counting_pages() -> Iterator[list[int]]:
+    """Count the list pages fetched in this task (an API call each) in the yielded one-item list.
+
+    Every paged list goes through :func:`classify_listed` or :func:`find_listed`, which count
+    each page; the shared poller reports the total as ``dws.poller.calls``.
+    """
+    cell = [0]
+    token = _PAGES.set(cell)
+    try:
+        yield cell
+    finally:
+        _PAGES.reset(token)
+
+
+def _count_page() -> None:
+    cell = _PAGES.get()
+    if cell is not None:
+        cell[0] += 1
+
+
 class _Named(Protocol):
     name: str
 
@@ -101,6 +128,7 @@ async def classify_listed(
     found: dict[str, RequestStatus] = {}
     seen: dict[str, tuple[Any, RequestStatus]] = {}
     async for items in pages:
+        _count_page()
         for index, item in enumerate(items):
             if only is None or item.name in only:
                 if memo is None:
@@ -129,6 +157,7 @@ async def find_listed(
     found: dict[str, RequestStatus] = {}
     scanned = 0
     async for items in pages:
+        _count_page()
         for item in items:
             scanned += 1
             if item.name in wanted:

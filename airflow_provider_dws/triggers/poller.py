@@ -42,6 +42,7 @@ from airflow_provider_dws.backends.base import (
     GroupedLister,
     RequestStatus,
     backend_from_spec,
+    counting_pages,
 )
 from airflow_provider_dws.backends.retry import is_transient
 from airflow_provider_dws.errors import QuotaExceededError, RequestNotFoundError
@@ -175,7 +176,15 @@ class SharedPoller:
         self._stopped = False
         #: Counters for logs and tests: cycles, list calls (live, ended), direct reads, quota
         #: backoffs, rounds abandoned for overrunning their budget.
-        self.stats = {"cycles": 0, "lists": 0, "ended_lists": 0, "reads": 0, "backoffs": 0, "overruns": 0}
+        self.stats = {
+            "cycles": 0,
+            "lists": 0,
+            "ended_lists": 0,
+            "list_pages": 0,
+            "reads": 0,
+            "backoffs": 0,
+            "overruns": 0,
+        }
         #: The tags of this poller's metrics, and the API calls already counted in them.
         self._tags = metrics.tags(str(getattr(backend, "kind", key[0])), getattr(backend, "location", None))
         self._calls_sent = 0
@@ -270,7 +279,7 @@ class SharedPoller:
 
     def _report(self) -> None:
         """Once per interval: the calls made since the last report, and the requests followed."""
-        calls = self.stats["lists"] + self.stats["ended_lists"] + self.stats["reads"]
+        calls = self.stats["list_pages"] + self.stats["reads"]
         metrics.incr(metrics.POLLER_CALLS, self._tags, calls - self._calls_sent)
         self._calls_sent = calls
         metrics.gauge(metrics.REQUESTS_WAITING, len(self._subs), self._tags)
@@ -299,8 +308,10 @@ class SharedPoller:
     async def _cycle(self) -> None:
         listed: dict[str, RequestStatus] = {}
         if self._lists():
+            pages = [0]
             try:
-                listed = await self.backend.alist_live(self._subs.keys())
+                with counting_pages() as pages:
+                    listed = await self.backend.alist_live(self._subs.keys())
             except Exception as err:
                 if is_transient(err):
                     raise
@@ -322,6 +333,7 @@ class SharedPoller:
                 self._list_refused_at = None
             finally:
                 self.stats["lists"] += 1
+                self.stats["list_pages"] += max(1, pages[0])  # a refused list was one call too
         missing: list[str] = []
         found: list[tuple[str, RequestStatus]] = []
         for index, name in enumerate(list(self._subs)):
@@ -399,10 +411,14 @@ class SharedPoller:
                 created[name] = submitted
         if len(created) < ENDED_LIST_MIN:
             return missing
+        pages = [0]
         try:
-            ended = await self.backend.alist_ended(
-                created.keys(), min(created.values()), max(ENDED_SCAN_MIN, ENDED_SCAN_FACTOR * len(created))
-            )
+            with counting_pages() as pages:
+                ended = await self.backend.alist_ended(
+                    created.keys(),
+                    min(created.values()),
+                    max(ENDED_SCAN_MIN, ENDED_SCAN_FACTOR * len(created)),
+                )
         except Exception as err:
             if isinstance(err, QuotaExceededError) or is_transient(err):
                 raise  # as for the live list: the whole round is tried again
@@ -419,6 +435,7 @@ class SharedPoller:
             return missing
         finally:
             self.stats["ended_lists"] += 1
+            self.stats["list_pages"] += max(1, pages[0])
         self._ended_refused_at = None
         await self._hand_over((name, status) for name, status in ended.items() if name in self._subs)
         return [name for name in missing if name not in ended]

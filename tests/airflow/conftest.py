@@ -188,3 +188,20 @@ def dws_page_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             yield server
     finally:
         database.drop()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium through Playwright (``tests/airflow/browser.py``), one per test process."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.airflow.browser import CHROMIUM, IMAGES, WAIT_MS
+
+    # Assertions wait as long as actions do (their own default is 5 s: too short on a loaded machine).
+    expect.set_options(timeout=WAIT_MS)
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        # --no-sandbox: the tests may run as root in a container, where Chromium's sandbox cannot start.
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        yield chromium
+        chromium.close()

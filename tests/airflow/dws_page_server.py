@@ -149,18 +149,22 @@ def _token(base: str, user: str) -> str:
 
 
 @contextlib.contextmanager
-def running_server(home: Path, db_url: str | None = None) -> Iterator[Server]:
-    """Start the api-server in ``home``, read the empty page, seed :func:`seed_items`; stop it at the end.
+def api_server(home: Path, db_url: str | None = None, dags_folder: Path | None = None) -> Iterator[Server]:
+    """Start ``airflow api-server`` in ``home`` with the test auth manager and users; stop it at the end.
 
-    The database is SQLite in ``home`` unless ``db_url`` names another (an empty one).
+    The database is SQLite in ``home`` (migrated here: an existing one keeps its runs) unless
+    ``db_url`` names another. ``dags_folder`` defaults to an empty ``home/dags``.
     """
     (home / "passwords.json").write_text(json.dumps(PASSWORDS))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "DWS_"))}
     port = free_port()
+    if dags_folder is None:
+        dags_folder = home / "dags"
+        dags_folder.mkdir(exist_ok=True)
     env.update(
         {
             "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "AIRFLOW__CORE__AUTH_MANAGER": "tests.airflow.dws_auth_manager.DagScopedAuthManager",
@@ -180,7 +184,6 @@ def running_server(home: Path, db_url: str | None = None) -> Iterator[Server]:
     if db_url:
         env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = db_url
         env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] = ""  # no asyncpg here (as in tests/faults)
-    (home / "dags").mkdir()
     subprocess.run(
         [str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
     )
@@ -197,12 +200,20 @@ def running_server(home: Path, db_url: str | None = None) -> Iterator[Server]:
                 return False
 
         wait_for(up, 240, "the api-server to answer", 1.0)
-        srv = Server(base=base, env=env, tokens={u: _token(base, u) for u in PASSWORDS})
+        yield Server(base=base, env=env, tokens={u: _token(base, u) for u in PASSWORDS})
+    finally:
+        service.stop()
+
+
+@contextlib.contextmanager
+def running_server(home: Path, db_url: str | None = None) -> Iterator[Server]:
+    """:func:`api_server` on an empty database: read the empty page, then seed :func:`seed_items`."""
+    with api_server(home, db_url) as srv:
         srv.empty = {p: srv.get(p) for p in ("/dws/", "/dws/api/requests", "/dws/api/summary")}
         seeded = subprocess.run(
             [sys.executable, "-m", "tests.airflow.dws_page_seed"],
             input=json.dumps(seed_items()),
-            env=env,
+            env=srv.env,
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -210,5 +221,3 @@ def running_server(home: Path, db_url: str | None = None) -> Iterator[Server]:
         )
         assert seeded.returncode == 0, seeded.stderr[-3000:]
         yield srv
-    finally:
-        service.stop()

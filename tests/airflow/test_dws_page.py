@@ -183,6 +183,14 @@ def test_the_task_instance_endpoint_and_tab(server: Server) -> None:
     assert "made no DWS request" in server.get(f"/dws/ti/{DAG_B}/run_b/train/-1").text
 
 
+def test_the_tab_of_an_unmapped_task_keeps_the_ui_placeholder(server: Server) -> None:
+    """The UI substitutes ``{MAP_INDEX}`` only on a mapped task's route; unmapped, it stays as it is."""
+    tab = server.get(f"/dws/ti/{DAG_A}/run_a/train/{{MAP_INDEX}}")
+    assert tab.status_code == 200 and "jobs/a1" in tab.text
+    assert _names(server.json(f"/dws/api/ti/{DAG_A}/run_a/train/{{MAP_INDEX}}")) == ["a1"]
+    assert server.get(f"/dws/ti/{DAG_A}/run_a/train/first").status_code == 422
+
+
 def test_the_page_shows_the_three_sections_and_the_filter_form(server: Server) -> None:
     page = server.get("/dws/").text
     for heading in ("Waiting now (1)", "Running or held (0)", "Ended (4)"):

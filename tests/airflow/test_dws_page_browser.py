@@ -1,68 +1,26 @@
-"""The DWS page in a real browser: Debian's Chromium (``/usr/bin/chromium``) driven by Playwright.
+"""The DWS page in a real browser (``tests/airflow/browser.py``): Debian's Chromium, Playwright.
 
-Never a browser download: Playwright is told the executable's path. Skipped, saying why, when
-Playwright or Chromium is missing (``apt-get install -y chromium``; ``.ci/run`` installs it).
 Against the same seeded api-server as ``test_dws_page.py``, logged in with the UI's ``_token``
 cookie as a browser would be. Screenshots (1280 px wide, light and dark) go to ``docs/images/``
-with ``DWS_SCREENSHOTS=docs`` (so a test run leaves the work tree alone), else to a temp dir.
+with ``DWS_SCREENSHOTS=docs``. ``test_dws_page_after_demo.py`` reads the page after the demo DAGs
+really ran against the emulator.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.airflow.conftest import ROOT
+from tests.airflow.browser import CONTRAST_SCRIPT, IMAGES, NEEDS_BROWSER, open_page
 from tests.airflow.dws_page_server import DAG_B, Server
 
-CHROMIUM = Path("/usr/bin/chromium")
-#: ``DWS_SCREENSHOTS=docs`` writes the README's screenshots (docs/images/); otherwise a temp dir.
-IMAGES = (
-    ROOT / "docs" / "images"
-    if os.environ.get("DWS_SCREENSHOTS") == "docs"
-    else Path(tempfile.gettempdir()) / "dws-page-screenshots"
-)
-
-#: Under CI (``.ci/run`` installs Chromium) a missing browser fails these tests instead of skipping them.
-_MISSING = (
-    "playwright is not installed"
-    if importlib.util.find_spec("playwright") is None
-    else f"no Chromium at {CHROMIUM} (apt-get install -y chromium)"
-    if not CHROMIUM.exists()
-    else None
-)
-if _MISSING and os.environ.get("CI"):
-    raise RuntimeError(f"the browser tests cannot run under CI: {_MISSING}")
-pytestmark = [pytest.mark.airflow, pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")]
-WAIT_MS = 60_000  # a busy 2-core machine renders the React UI slowly
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import expect, sync_playwright
-
-    # Assertions wait as long as actions do (their own default is 5 s: too short on a loaded machine).
-    expect.set_options(timeout=WAIT_MS)
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        # --no-sandbox: the tests may run as root in a container, where Chromium's sandbox cannot start.
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
+pytestmark = [pytest.mark.airflow, NEEDS_BROWSER]
 
 
 def _page(browser: Any, server: Server, user: str = "admin", scheme: str = "light") -> Any:
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
-    context.set_default_timeout(WAIT_MS)
-    context.add_cookies([{"name": "_token", "value": server.tokens[user], "url": server.base}])
-    return context.new_page()
+    return open_page(browser, server.base, server.tokens[user], scheme)
 
 
 def test_the_dws_entry_of_the_ui_shows_the_page(browser: Any, dws_page_server: Server) -> None:
@@ -128,4 +86,36 @@ def test_a_user_who_may_read_only_dag_a_sees_no_dag_b_in_the_browser(
     page.goto(dws_page_server.base + "/dws/")
     expect(page.get_by_text("jobs/a1")).to_be_visible()
     assert DAG_B not in page.content()
+    page.context.close()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_every_text_has_enough_contrast(browser: Any, dws_page_server: Server, scheme: str) -> None:
+    """WCAG AA (4.5:1; 3:1 for large text) for every visible text of the page, light and dark."""
+    page = _page(browser, dws_page_server, scheme=scheme)
+    page.goto(dws_page_server.base + "/dws/")
+    page.get_by_role("heading", name="Ended (4)").wait_for()
+    result = page.evaluate(CONTRAST_SCRIPT)
+    assert result["checked"] > 50 and result["bad"] == [], result
+    page.context.close()
+
+
+def test_the_page_can_be_used_from_the_keyboard_alone(browser: Any, dws_page_server: Server) -> None:
+    """Tab reaches every filter, the Apply button and the row links, each with a visible focus ring."""
+    page = _page(browser, dws_page_server)
+    page.goto(dws_page_server.base + "/dws/")
+    seen: list[tuple[str, str]] = []
+    for _ in range(40):
+        page.keyboard.press("Tab")
+        focused = page.evaluate(
+            "() => { const e = document.activeElement; const s = getComputedStyle(e);"
+            " return [e.tagName + ':' + (e.id || e.textContent.trim().slice(0, 20)), s.outlineStyle]; }"
+        )
+        seen.append((focused[0], focused[1]))
+    names = [name for name, _ in seen]
+    for control in ("SELECT:f-dag_id", "SELECT:f-api", "SELECT:f-location", "SELECT:f-phase", "BUTTON:Apply"):
+        assert control in names, names
+    assert any(name.startswith("A:") for name in names), names
+    unringed = sorted({name for name, outline in seen if outline == "none" and not name.startswith("BODY")})
+    assert unringed == [], unringed
     page.context.close()

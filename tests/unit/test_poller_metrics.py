@@ -11,7 +11,7 @@ import pytest
 from airflow_provider_dws import errors, metrics
 from airflow_provider_dws.scheduling.phases import Phase
 from airflow_provider_dws.triggers import poller
-from tests.unit.test_poller import WAITING, World, cycles, first, name, run, trigger
+from tests.unit.test_poller import WAITING, World, cycles, first, name, run, st, trigger
 
 
 class LocatedWorld(World):
@@ -57,7 +57,7 @@ def test_each_interval_reports_the_waiting_requests_and_the_calls(world: World, 
         assert len(gauges) == p.stats["cycles"]  # once per interval, not once per request
         assert gauges[-1] == ("gauge", metrics.REQUESTS_WAITING, 30, TAGS)
         calls = sum(s[2] for s in sent if s[1] == metrics.POLLER_CALLS)
-        assert calls == p.stats["lists"] + p.stats["ended_lists"] + p.stats["reads"]
+        assert calls == p.stats["list_pages"] + p.stats["reads"]
         assert all(s[3] == TAGS for s in sent)
         for i in range(30):
             world.set(name(i), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
@@ -84,6 +84,52 @@ def test_a_quota_backoff_is_counted_once_for_the_whole_poller(
         ]
         for i in range(20):
             world.set(name(i), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+        await asyncio.gather(*tasks)
+
+    run(scenario())
+
+
+class PagedWorld(LocatedWorld):
+    """Lists through the backends' own :func:`classify_listed`, ``PAGE`` requests a page."""
+
+    PAGE = 7
+
+    async def alist_live(self, only: Any = None) -> dict[str, Any]:
+        from airflow_provider_dws.backends.base import classify_listed
+
+        self.lists += 1
+        items = [Named(n) for n, v in sorted(self.states.items()) if v[1].live]
+
+        async def pages() -> Any:
+            for start in range(0, max(len(items), 1), self.PAGE):
+                yield items[start : start + self.PAGE]
+
+        return await classify_listed(pages(), only, lambda item: st(item.name, *self.states[item.name]))
+
+
+class Named:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def test_the_calls_count_every_page_of_a_list(sent: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """30 waiting requests at 7 a page: each list round is 5 API calls, and the counter says 5."""
+    w = PagedWorld()
+    monkeypatch.setattr(poller, "backend_from_spec", lambda kind, spec: w)
+    monkeypatch.setattr(poller, "MIN_GAP_SECONDS", 0.01)
+    for i in range(30):
+        w.set(name(i), WAITING, Phase.WAITING)
+
+    async def scenario() -> None:
+        tasks = [asyncio.ensure_future(first(trigger(name(i)))) for i in range(30)]
+        p = await cycles(3)
+        assert p.stats["list_pages"] == 5 * p.stats["lists"] and p.stats["reads"] == 0
+        reported = sum(s[2] for s in sent if s[1] == metrics.POLLER_CALLS)
+        # Reported once per interval: the round in progress may not be in it yet.
+        assert reported in {p.stats["list_pages"], p.stats["list_pages"] - 5}
+        assert reported >= 10
+        for i in range(30):
+            w.set(name(i), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
         await asyncio.gather(*tasks)
 
     run(scenario())

@@ -236,7 +236,20 @@ def test_tpu_facts_count_chips_over_slices_and_read_the_tier(
 # -- the loop writes the records -----------------------------------------------------------------------
 
 
+class _AtSubmitted(datetime):
+    """The attempt loop's clock stopped at :data:`SUBMITTED` (a weekday noon)."""
+
+    @classmethod
+    def now(cls, tz: Any = None) -> Any:
+        return SUBMITTED.astimezone(tz) if tz else SUBMITTED.replace(tzinfo=None)
+
+
 def test_the_waiting_record_is_pushed_before_the_task_defers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_dws.runtime import loop
+
+    # At noon the window (open until 23:59) leaves the whole 2 h max wait; on the wall clock after
+    # 21:59 UTC its end would cut the max wait short, and the test failed at night.
+    monkeypatch.setattr(loop, "datetime", _AtSubmitted)
     op = vertex(
         max_wait=timedelta(hours=2), window="Mon-Sun 00:00-23:59 UTC", execution_timeout=timedelta(hours=5)
     )

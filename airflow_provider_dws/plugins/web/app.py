@@ -107,6 +107,18 @@ def create_app() -> Any:
         with create_session() as session:
             return data.query_rows(session, [dag_id], Filters(), now, ti=(dag_id, run_id, task_id, map_index))
 
+    def ti_map_index(map_index: str) -> int:
+        """The tab's map index: the UI substitutes ``{MAP_INDEX}`` only on a mapped task's route and
+        leaves the placeholder as it is on an unmapped one's, which is map index -1."""
+        if map_index == "{MAP_INDEX}":
+            return -1
+        try:
+            return int(map_index)
+        except ValueError:
+            raise HTTPException(
+                status_code=422, detail=f"map index must be an integer, not {map_index!r}"
+            ) from None
+
     def summary_or_error(rows: list[data.Row], now: datetime) -> tuple[dict[str, Any] | None, str | None]:
         from .summary import summaries
 
@@ -140,11 +152,11 @@ def create_app() -> Any:
         return {"now": now.isoformat(), **summary}
 
     @app.get("/api/ti/{dag_id}/{run_id}/{task_id}/{map_index}", dependencies=ti_access)
-    def api_ti(request: Request, dag_id: str, run_id: str, task_id: str, map_index: int) -> dict[str, Any]:
+    def api_ti(request: Request, dag_id: str, run_id: str, task_id: str, map_index: str) -> dict[str, Any]:
         """The requests one task instance made or released."""
         now = datetime.now(timezone.utc)
         ui_base, _ = bases(request)
-        rows = one_ti(dag_id, run_id, task_id, map_index, now)
+        rows = one_ti(dag_id, run_id, task_id, ti_map_index(map_index), now)
         return {"now": now.isoformat(), "requests": [data.row_json(r, now, ui_base) for r in rows]}
 
     @app.get("/", response_class=HTMLResponse)
@@ -182,12 +194,13 @@ def create_app() -> Any:
     @app.get(
         "/ti/{dag_id}/{run_id}/{task_id}/{map_index}", response_class=HTMLResponse, dependencies=ti_access
     )
-    def dws_ti_tab(request: Request, dag_id: str, run_id: str, task_id: str, map_index: int) -> HTMLResponse:
+    def dws_ti_tab(request: Request, dag_id: str, run_id: str, task_id: str, map_index: str) -> HTMLResponse:
         """The task-instance tab: that task instance's requests."""
         now = datetime.now(timezone.utc)
         ui_base, app_base = bases(request)
-        rows = one_ti(dag_id, run_id, task_id, map_index, now)
-        mapped = f" [{map_index}]" if map_index >= 0 else ""
+        index = ti_map_index(map_index)
+        rows = one_ti(dag_id, run_id, task_id, index, now)
+        mapped = f" [{index}]" if index >= 0 else ""
         body = [f"<h1>DWS requests of {render.h(task_id)}{render.h(mapped)}</h1>"]
         if rows:
             body.append(render.request_sections(rows, now, ui_base))

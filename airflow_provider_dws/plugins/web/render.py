@@ -28,7 +28,7 @@ CSS = """
 }
 body { background:var(--bg); color:var(--fg); font:14px/1.45 system-ui, sans-serif; margin:16px; max-width:1600px; }
 h1 { font-size:20px; margin:0 0 8px; } h2 { font-size:16px; margin:24px 0 8px; }
-a { color:var(--link); } a:focus, input:focus, select:focus, button:focus { outline:3px solid var(--focus); outline-offset:1px; }
+a { color:var(--link); } a:focus, input:focus, input:focus-within, select:focus, button:focus { outline:3px solid var(--focus); outline-offset:1px; }
 table { border-collapse:collapse; width:100%; margin-bottom:8px; }
 th, td { border-bottom:1px solid var(--line); padding:4px 6px; text-align:left; vertical-align:top; }
 th { background:var(--head); font-weight:600; } td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }

@@ -1,0 +1,133 @@
+"""The DWS page after the demo DAGs really ran: ``scripts/demo.py`` (``make demo``), then a browser.
+
+``make demo`` runs every example DAG with ``airflow dags test`` against a ``dws-emulator``; with
+``--home`` it keeps its Airflow home, whose SQLite database then holds the runs, their task
+instances and the request records the provider wrote. An api-server started on that home serves
+the Airflow UI and the DWS page; Debian's Chromium reads them (``tests/airflow/browser.py``).
+Nothing here is seeded: every row comes from a real run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.airflow.browser import IMAGES, NEEDS_BROWSER, open_page
+from tests.airflow.conftest import ROOT
+from tests.airflow.dws_page_server import Server, api_server
+
+# The first test waits for the whole demo: about 1.5 min alone, several on a loaded 2-core machine.
+pytestmark = [pytest.mark.airflow, pytest.mark.emulator, pytest.mark.timeout(1500)]
+
+#: Each example DAG's task that asks for capacity, its API and its request's final phase.
+DEMO = {
+    "dws_vertex_flex_start": ("fine_tune", "vertex_custom_job", "succeeded"),
+    "dws_tpu_queued_resource": ("request_tpu_slice", "tpu_queued_resource", "succeeded"),
+    "dws_batch_flex_start": ("infer", "batch_job", "succeeded"),
+}
+
+
+@dataclass
+class Demo:
+    server: Server
+    log: str
+    #: dag_id -> the demo's request record of that DAG, as the page's JSON serves it.
+    requests: dict[str, dict[str, Any]]
+
+
+@contextlib.contextmanager
+def demo_ran(home: Path) -> Iterator[Demo]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "DWS_"))}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--home", str(home)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, f"make demo failed:\n{log[-6000:]}"
+    with api_server(home, dags_folder=ROOT / "example_dags") as server:
+        items = server.json("/dws/api/requests")["requests"]
+        yield Demo(server, log, {item["dag_id"]: item for item in items})
+
+
+def check_the_json_lists_each_demo_request_with_its_phase(demo: Demo) -> None:
+    for dag_id, (task_id, api, phase) in DEMO.items():
+        item = demo.requests[dag_id]
+        assert (item["task_id"], item["record"]["api"], item["record"]["phase"]) == (task_id, api, phase)
+        # The name the emulator gave it is the one the demo printed.
+        assert item["record"]["request_name"] in demo.log
+
+
+def check_the_page_lists_the_demo_requests_with_their_phases(browser: Any, demo: Demo) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page(browser, demo.server.base, demo.server.tokens["admin"])
+    page.goto(demo.server.base + "/plugin/dws")
+    frame = page.frame_locator("iframe")
+    expect(frame.get_by_role("heading", name=f"Ended ({len(DEMO)})")).to_be_visible()
+    expect(frame.get_by_role("heading", name="Waiting now (0)")).to_be_visible()
+    ended = frame.locator("table", has=frame.locator("caption", has_text="Requests that ended"))
+    for dag_id, (_, _, phase) in DEMO.items():
+        short = demo.requests[dag_id]["record"]["request_name"].rsplit("/", 1)[-1]
+        row = ended.locator("tr", has_text=short)
+        expect(row).to_have_count(1)
+        expect(row).to_contain_text(dag_id)
+        expect(row).to_contain_text(phase)
+    page.screenshot(path=str(IMAGES / "dws-page-after-demo.png"))
+    page.context.close()
+
+
+def check_a_filter_by_api_keeps_only_that_api(browser: Any, demo: Demo) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page(browser, demo.server.base, demo.server.tokens["admin"])
+    page.goto(demo.server.base + "/dws/")
+    page.get_by_label("API").select_option("batch_job")
+    page.get_by_role("button", name="Apply").click()
+    page.wait_for_url("**api=batch_job**")
+    expect(page.get_by_role("heading", name="Ended (1)")).to_be_visible()
+    ended = page.locator("table", has=page.locator("caption", has_text="Requests that ended"))
+    expect(ended.locator("tbody tr")).to_have_count(1)
+    expect(ended).to_contain_text("dws_batch_flex_start / infer")
+    expect(ended).not_to_contain_text("dws_vertex_flex_start")
+    page.context.close()
+
+
+def check_the_task_instance_tab_shows_its_request(browser: Any, demo: Demo) -> None:
+    from playwright.sync_api import expect
+
+    item = demo.requests["dws_vertex_flex_start"]
+    page = open_page(browser, demo.server.base, demo.server.tokens["admin"])
+    page.goto(f"{demo.server.base}/dags/{item['dag_id']}/runs/{item['run_id']}/tasks/{item['task_id']}")
+    page.locator('a[href*="dws_ti"]').first.click()
+    expect(page.locator("iframe")).to_have_attribute("src", re.compile(r"dws/ti/"))
+    frame = page.frame_locator("iframe")
+    expect(frame.get_by_text(item["record"]["request_name"].rsplit("/", 1)[-1])).to_be_visible()
+    expect(frame.get_by_text("succeeded").first).to_be_visible()
+    page.context.close()
+
+
+@NEEDS_BROWSER
+def test_the_page_after_the_demo_dags_ran(tmp_path: Path, browser: Any) -> None:
+    """One test, so the demo runs once (pytest-xdist would run a shared fixture once per worker)."""
+    with demo_ran(tmp_path / "home") as demo:
+        check_the_json_lists_each_demo_request_with_its_phase(demo)
+        check_the_page_lists_the_demo_requests_with_their_phases(browser, demo)
+        check_a_filter_by_api_keeps_only_that_api(browser, demo)
+        check_the_task_instance_tab_shows_its_request(browser, demo)
+
+
+def test_the_screenshot_dir_is_not_the_work_tree_by_default() -> None:
+    if os.environ.get("DWS_SCREENSHOTS") != "docs":
+        assert not Path(IMAGES).is_relative_to(ROOT)

@@ -167,3 +167,13 @@ def batch_gpu_matches(machine_type: object, accelerator_type: object, count: obj
     if accelerator_type is None:
         return count is None
     return (COMPUTE_GPU_NAMES.get(accelerator_type), row[1] if count is None else count) == row  # type: ignore[call-overload]
+
+
+#: A Compute Engine resize request's ``requested_run_duration``: 10 minutes to 7 days (the API
+#: refuses other values; the VMs are deleted when it ends).
+COMPUTE_MIN_RUN = timedelta(minutes=10)
+COMPUTE_MAX_RUN = timedelta(days=7)
+#: VMs one resize request may add (a zonal MIG holds at most 1,000 VMs).
+COMPUTE_MAX_RESIZE_BY = 1000
+#: A Compute Engine resource name (instance template, MIG, resize request): RFC 1035, at most 63.
+COMPUTE_NAME_PATTERN = QUEUED_RESOURCE_ID_PATTERN

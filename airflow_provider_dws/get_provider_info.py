@@ -14,8 +14,8 @@ def get_provider_info() -> dict[str, Any]:
         "name": "Google Cloud Dynamic Workload Scheduler",
         "description": (
             "Run AI training and batch work on scarce GPUs and TPUs through Google Cloud's Dynamic "
-            "Workload Scheduler: Vertex AI Flex Start custom jobs, Cloud TPU queued resources and Cloud Batch "
-            "Flex Start jobs, waited on in the triggerer."
+            "Workload Scheduler: Vertex AI Flex Start custom jobs, Cloud TPU queued resources, Cloud Batch "
+            "Flex Start jobs and Compute Engine flex-start VMs, waited on in the triggerer."
         ),
         "versions": [__version__],
         "integrations": [
@@ -33,6 +33,8 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_dws.operators.tpu",
                     "airflow_provider_dws.operators.tpu_release",
                     "airflow_provider_dws.operators.batch",
+                    "airflow_provider_dws.operators.compute",
+                    "airflow_provider_dws.operators.compute_release",
                 ],
             }
         ],
@@ -53,6 +55,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_dws.hooks.vertex_ai",
                     "airflow_provider_dws.hooks.tpu",
                     "airflow_provider_dws.hooks.batch",
+                    "airflow_provider_dws.hooks.compute",
                 ],
             }
         ],
@@ -61,5 +64,6 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_provider_dws.links.TPUQueuedResourceLink",
             "airflow_provider_dws.links.BatchFlexStartJobLink",
             "airflow_provider_dws.links.BatchJobLogsLink",
+            "airflow_provider_dws.links.ComputeFlexStartMIGLink",
         ],
     }

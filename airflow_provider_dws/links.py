@@ -123,3 +123,25 @@ class BatchJobLogsLink(StoredUrlLink):
     def persist(cls, context: Any, project_id: str, job_uid: str) -> str:
         """Store the Logs Explorer URL for this task instance; returns it."""
         return cls.push_url(context, batch_job_logs_url(project_id, job_uid))
+
+
+# -- Compute Engine -------------------------------------------------------------------------------
+
+
+def mig_console_url(project_id: str, location: str, instance_group_manager: str) -> str:
+    """The console page of a managed instance group (zonal or regional: the path is the same)."""
+    return (
+        f"{CONSOLE}/compute/instanceGroups/details/{location}/{instance_group_manager}?project={project_id}"
+    )
+
+
+class ComputeFlexStartMIGLink(StoredUrlLink):
+    """ "Flex-start MIG": the managed instance group's page in the console (XCom key ``dws_compute_mig_link``)."""
+
+    name = "Flex-start MIG"
+    key = "dws_compute_mig_link"
+
+    @classmethod
+    def persist(cls, context: Any, project_id: str, location: str, instance_group_manager: str) -> str:
+        """Store the console URL for this task instance; returns it."""
+        return cls.push_url(context, mig_console_url(project_id, location, instance_group_manager))

@@ -126,6 +126,21 @@ ROWS = [
         find=("operators", r"\w*Batch\w*Operator"),
     ),
     Row(
+        "dws Compute flex-start VMs",
+        True,
+        "from {module} import {cls}\n",
+        '{cls}(task_id="ask_for_vms", project_id="my-project", zone="us-central1-a", '
+        'machine_type="a3-highgpu-8g", resize_by=4, max_run=timedelta(hours=6), max_wait=timedelta(hours=2))',
+        find=("operators", r"Create\w*FlexStartVMs\w*Operator"),
+    ),
+    Row(
+        "dws Compute delete",
+        True,
+        "from {module} import {cls}\n",
+        '{cls}(task_id="release_vms", project_id="my-project", setup_task_id="ask_for_vms")',
+        find=("operators", r"Delete\w*FlexStartVMs\w*Operator"),
+    ),
+    Row(
         "dws TPU queued resource",
         True,
         "from {module} import {cls}\n",

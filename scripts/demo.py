@@ -2,7 +2,7 @@
 
 Starts ``dws-emulator`` on a free loopback port with its default inventory, prepares a throwaway
 Airflow home (SQLite), runs ``airflow dags test`` for the Vertex AI Flex Start example and then
-the TPU queued-resource example and the Cloud Batch example, prints every request's final state with its wait and run times
+the TPU queued-resource, Cloud Batch and Compute Engine flex-start VM examples, prints every request's final state with its wait and run times
 as the emulator recorded them, and stops the emulator.
 """
 
@@ -20,7 +20,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-DAG_IDS = ("dws_vertex_flex_start", "dws_tpu_queued_resource", "dws_batch_flex_start")
+DAG_IDS = (
+    "dws_vertex_flex_start",
+    "dws_tpu_queued_resource",
+    "dws_batch_flex_start",
+    "dws_compute_flex_start_vms",
+)
 
 
 def start_emulator() -> tuple[subprocess.Popen[str], str]:
@@ -67,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "DWS_EMULATOR_HOST": address,
             "DWS_EXAMPLE_POLL_INTERVAL": "1",
+            # The default inventory has 16 H100s in us-central1: 2 a3-highgpu-8g VMs, not the
+            # example's 4 (32 H100s would wait forever).
+            "DWS_EXAMPLE_COMPUTE_VMS": "2",
         }
     )
     try:
@@ -99,6 +107,13 @@ def main(argv: list[str] | None = None) -> int:
             waited = _seconds(req["create_time"], req["start_time"] or req["end_time"])
             ran = _seconds(req["start_time"], req["end_time"]) or 0.0
             print(f"    final state {req['state']}: waited {waited:.1f}s for capacity, ran {ran:.1f}s")
+        elif req["kind"] == "ResizeRequest":
+            waited = _seconds(req["create_time"], req["start_time"] or req["end_time"])
+            print(
+                f"    {req['resize_by']} x {req['machine_type']} ({req['accelerator_count']} GPUs): waited "
+                f"{waited or 0:.1f}s for capacity, VMs deleted: {req['vms_deleted']}, request deleted: "
+                f"{req['deleted']}"
+            )
         else:
             times = {step["state"]: step["time"] for step in req["history"]}
             waited = _seconds(req["create_time"], times.get("ACTIVE"))
@@ -111,12 +126,15 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [r for r in requests if r["kind"] == "CustomJob"]
     slices = [r for r in requests if r["kind"] == "QueuedResource"]
     batch_jobs = [r for r in requests if r["kind"] == "BatchJob"]
+    resizes = [r for r in requests if r["kind"] == "ResizeRequest"]
     ok = (
         all(code == 0 for code in codes.values())
         and [j["state"] for j in jobs] == ["JOB_STATE_SUCCEEDED"]
         and [j["state"] for j in batch_jobs] == ["SUCCEEDED"]
         and len(slices) == 1
         and all(s["deleted"] for s in slices)
+        and [r["state"] for r in resizes] == ["SUCCEEDED"]
+        and all(r["deleted"] and r["vms_deleted"] for r in resizes)
     )
     return 0 if ok else 1
 

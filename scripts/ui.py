@@ -24,7 +24,12 @@ sys.path.insert(0, str(ROOT))
 from airflow_provider_dws.emulator.defaults import DEFAULT_CAPACITY  # noqa: E402
 from tests.faults.harness import Deployment, HarnessError, probe_postgres  # noqa: E402
 
-EXAMPLE_DAGS = ("dws_vertex_flex_start", "dws_tpu_queued_resource", "dws_batch_flex_start")
+EXAMPLE_DAGS = (
+    "dws_vertex_flex_start",
+    "dws_tpu_queued_resource",
+    "dws_batch_flex_start",
+    "dws_compute_flex_start_vms",
+)
 WORKDIR = ROOT / ".airflow" / "ui"
 
 
@@ -38,6 +43,9 @@ class UiDeployment(Deployment):
         env["DWS_EXAMPLE_POLL_INTERVAL"] = "2"
         env["DWS_EXAMPLE_MAX_WAIT_SECONDS"] = "3600"
         env["DWS_EXAMPLE_TPU_MAX_WAIT_SECONDS"] = "3600"
+        # The default inventory has 16 H100s in us-central1: 2 a3-highgpu-8g VMs fit, 4 never would.
+        env["DWS_EXAMPLE_COMPUTE_VMS"] = "2"
+        env["DWS_EXAMPLE_COMPUTE_MAX_WAIT_SECONDS"] = "3600"
         return env
 
 

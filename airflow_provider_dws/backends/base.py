@@ -243,6 +243,18 @@ class EndedLister(Protocol):
 
 
 @runtime_checkable
+class GroupedLister(Protocol):
+    """A backend whose requests are listed per group smaller than its location (Compute Engine: the
+    resize requests of one managed instance group). The shared poller then keeps one poller per
+    group, and :meth:`AsyncRequestBackend.alist_live` gets only names of one group: one paged list
+    of that group per interval serves every wait in it."""
+
+    def poll_group(self, name: str) -> str:
+        """The group of request ``name`` (e.g. its MIG's path)."""
+        ...
+
+
+@runtime_checkable
 class RequestBackend(AsyncRequestBackend, Protocol):
     """The whole backend contract: the sync half (operators, in a worker) and the async half.
 
@@ -299,6 +311,7 @@ BACKENDS: dict[str, str] = {
     "vertex_custom_job": "airflow_provider_dws.backends.vertex_ai:VertexCustomJobBackend",
     "tpu_queued_resource": "airflow_provider_dws.backends.tpu:TpuQueuedResourceBackend",
     "batch_job": "airflow_provider_dws.backends.batch:BatchJobBackend",
+    "compute_resize_request": "airflow_provider_dws.backends.compute:ComputeResizeRequestBackend",
 }
 
 

@@ -11,6 +11,10 @@ implied: it has to be set explicitly, and every hook that uses it says so loudly
 The decision is made before anything Google is built, and one factory,
 :func:`emulator_client`, makes the emulator's clients for every API, over gRPC or REST.
 
+One address serves both: ``DWS_EMULATOR_HOST=host:P`` is the emulator's gRPC port, and its REST
+front (Compute Engine, which speaks only JSON over HTTP/1.1) listens on the next port,
+``http://host:P+1`` (:func:`emulator_rest_host`).
+
 Nothing here imports a Google library or ``airflow.providers.google`` at module level.
 """
 
@@ -55,11 +59,23 @@ def check_emulator_host(value: str) -> str:
     return value.strip()
 
 
+def emulator_rest_host(host: str) -> str:
+    """The emulator's REST front for the gRPC address ``host`` (``127.0.0.1:8470`` ->
+    ``127.0.0.1:8471``): the same host, the next port. The emulator binds both."""
+    name, _, port = check_emulator_host(host).rpartition(":")
+    if int(port) >= 65535:
+        raise ValueError(f"emulator host {host!r} leaves no port for the REST front (port + 1)")
+    return f"{name}:{int(port) + 1}"
+
+
 def emulator_client(
     client_class: type[_ClientT], host: str, *, transport: Transport = "grpc", asynchronous: bool = False
 ) -> _ClientT:
     """A generated Google client (``JobServiceClient``, ``TpuAsyncClient``, ...) that talks to the
-    emulator at ``host``: an insecure channel (gRPC) or plain HTTP (REST), anonymous credentials."""
+    emulator at ``host``: an insecure channel (gRPC) or plain HTTP (REST), anonymous credentials.
+
+    ``host`` is the address as given; a REST client of the emulator's REST front takes
+    :func:`emulator_rest_host` of it (as :meth:`DwsBaseHook.client` does)."""
     transport_class: Any = client_class.get_transport_class(  # type: ignore[attr-defined]
         "grpc_asyncio" if asynchronous and transport == "grpc" else transport
     )
@@ -159,9 +175,8 @@ class DwsBaseHook(BaseHook):
         """A client of ``client_class`` for Google Cloud (``api_endpoint``: a regional endpoint) or,
         in emulator mode, for the emulator. ``credentials`` default to :meth:`get_credentials`."""
         if self.emulator_host:
-            return emulator_client(
-                client_class, self.emulator_host, transport=transport, asynchronous=asynchronous
-            )
+            host = emulator_rest_host(self.emulator_host) if transport == "rest" else self.emulator_host
+            return emulator_client(client_class, host, transport=transport, asynchronous=asynchronous)
         from airflow.providers.google.common.consts import CLIENT_INFO
 
         return client_class(  # type: ignore[call-arg]

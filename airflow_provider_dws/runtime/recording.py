@@ -12,6 +12,7 @@ raised: it describes the work, it is not the work.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -225,16 +226,28 @@ def end_metrics(record: RequestRecord, wait_seconds: float | None, run_seconds: 
 
 
 def record_release(
-    op: DeleteTPUQueuedResourceOperator, context: Context, released: list[tuple[str, str]]
+    op: DeleteTPUQueuedResourceOperator | Any,
+    context: Context,
+    released: list[tuple[str, str]],
+    *,
+    api: str = "tpu_queued_resource",
+    kind: str = "TPU queued resource",
+    location_of: Callable[[str], str] | None = None,
+    held_states: Collection[str] = ("ACTIVE",),
 ) -> None:
-    """Records of the slices a release task deleted, in the release task's own ``dws_requests``.
+    """Records of the capacity a release task gave back (TPU slices, flex-start VMs), in the release
+    task's own ``dws_requests``.
 
     Each is the setup's record of that request (same ``request_name``) with ``holds=False``, its
     ``released`` time and a final phase; a reader merges both, the latest write winning.
-    ``released`` lists (name, state before the delete).
+    ``released`` lists (name, state before the release); ``held_states`` are the states in which
+    the request held capacity; ``api``, ``kind`` and ``location_of`` describe a request the setup
+    left no record of.
     """
-    from airflow_provider_dws.runtime.tpu import zone_of
+    if location_of is None:
+        from airflow_provider_dws.runtime.tpu import zone_of
 
+        location_of = zone_of
     if not released:
         return
     try:
@@ -244,15 +257,15 @@ def record_release(
         now = datetime.now(timezone.utc)
         for name, state in released:
             record = known.get(name) or RequestRecord(
-                api="tpu_queued_resource",
-                kind="TPU queued resource",
+                api=api,
+                kind=kind,
                 project=resolve_project(op),
-                location=zone_of(name),
+                location=location_of(name),
                 request_name=name,
-                phase="running" if state == "ACTIVE" else "waiting",
+                phase="running" if state in held_states else "waiting",
                 try_number=_try_number(context),
             )
-            held = record.holds or record.phase == "running" or state == "ACTIVE"
+            held = record.holds or record.phase == "running" or state in held_states
             record = replace(
                 record,
                 phase="succeeded" if held else ("cancelled" if record.phase == "waiting" else record.phase),
@@ -269,4 +282,4 @@ def record_release(
                 end_metrics(record, None, None)
         context["ti"].xcom_push(key=XCOM_KEY, value=[r.to_dict() for r in own])
     except Exception:
-        op.log.warning("Could not write the request records of the released slices", exc_info=True)
+        op.log.warning("Could not write the request records of the released capacity", exc_info=True)

@@ -184,6 +184,19 @@ class RequestIdentity:
         :func:`parse_attempt_name`)."""
         return self.queued_resource_id()
 
+    def resize_request_name(self) -> str:
+        """This submission's Compute Engine resize request name: the same rule as a queued resource
+        id (RFC 1035, at most 63 characters, ``-t<try>-a<attempt>`` parsed back by
+        :func:`parse_attempt_name`). Resize requests have no labels: the name is the identity."""
+        return self.queued_resource_id()
+
+    def group_name(self, variant: str | None = None) -> str:
+        """The name of the instance template and managed instance group made for this task instance
+        (every try and attempt shares them): :meth:`queued_resource_base`, and for a ``variant`` (a
+        failover machine type) a short hash of it, so each shape has its own template and group."""
+        base = self.queued_resource_base()
+        return base if not variant else f"{base}-{_digest(variant, 6)}"
+
     def request_uuid(self) -> str:
         """A UUID for this submission (task instance, try and attempt), the same on every call: the
         ``request_id`` an API uses to answer a repeated create once."""

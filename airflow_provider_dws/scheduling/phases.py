@@ -9,7 +9,8 @@ seen through a different API::
                  `--> CANCELLED
 
 Each API contributes one table from its own state names to :class:`Phase` (below: Vertex AI,
-Cloud TPU, Cloud Batch).
+Cloud TPU, Cloud Batch,
+Compute Engine resize requests).
 """
 
 from __future__ import annotations
@@ -251,6 +252,65 @@ def classify_batch_job(
     return Outcome(phase, None, message if phase is Phase.SUCCEEDED else "")
 
 
+# The one table from Compute Engine resize request states (``InstanceGroupManagerResizeRequest.State``,
+# a string on the wire) to phases. A flex-start resize request waits in CREATING then ACCEPTED
+# (every provisioning attempt stays ACCEPTED) until all its VMs can be created at once; SUCCEEDED
+# means they exist, are held and billed: RUNNING, not an end (the request stays SUCCEEDED after the
+# run duration deletes them). FAILED is refined by :func:`classify_compute_resize_request`.
+COMPUTE_RESIZE_REQUEST_STATE_PHASES: dict[str, Phase] = {
+    "STATE_UNSPECIFIED": Phase.WAITING,
+    "CREATING": Phase.WAITING,
+    "ACCEPTED": Phase.WAITING,
+    "SUCCEEDED": Phase.RUNNING,
+    "FAILED": Phase.NOT_OBTAINED,
+    "CANCELLED": Phase.CANCELLED,
+}
+
+#: Compute Engine error reasons (``status.error.errors[].code``) saying the request itself was wrong,
+#: so resubmitting it cannot help. Any other reason of a FAILED request (``ZONE_RESOURCE_POOL_EXHAUSTED``,
+#: ``RESOURCE_POOL_EXHAUSTED``, an unknown one) is capacity not obtained, as for Cloud TPU.
+COMPUTE_BAD_REQUEST_REASONS = frozenset(
+    {
+        "BAD_REQUEST",
+        "INVALID_ARGUMENT",
+        "INVALID_FIELD_VALUE",
+        "INVALID_USAGE",
+        "INVALID_RESOURCE_USAGE",
+        "REQUIRED_FIELD_MISSING",
+        "RESOURCE_NOT_FOUND",
+        "NOT_FOUND",
+        "PERMISSION_DENIED",
+        "FORBIDDEN",
+        "CONDITION_NOT_MET",
+        "UNSUPPORTED_OPERATION",
+        "QUOTA_EXCEEDED",
+    }
+)
+
+
+def classify_compute_resize_request(
+    state_name: str, *, reasons: Sequence[str] = (), message: str = ""
+) -> Outcome:
+    """Classify a Compute Engine resize request state into a phase and, for failures, a reason.
+
+    :param reasons: the error reasons of the request's ``status.error`` (or its last attempt's),
+        e.g. ``["ZONE_RESOURCE_POOL_EXHAUSTED"]``.
+    :param message: the error message, kept for the user.
+
+    A FAILED request created no VMs (a partial creation is rolled back): a bad request when a reason
+    says the request was wrong (:data:`COMPUTE_BAD_REQUEST_REASONS`: invalid, not found, permission,
+    quota), capacity not obtained otherwise.
+    """
+    phase = COMPUTE_RESIZE_REQUEST_STATE_PHASES.get(state_name, Phase.WAITING)
+    if state_name == "FAILED":
+        if any(reason.upper() in COMPUTE_BAD_REQUEST_REASONS for reason in reasons):
+            return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, message)
+        return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, message)
+    if phase is Phase.CANCELLED:
+        return Outcome(Phase.CANCELLED, FailureKind.CANCELLED, message or "the resize request was cancelled")
+    return Outcome(phase, None, "")
+
+
 @dataclass(frozen=True)
 class StateTable:
     """One API's states: their phases, and how a state (with what else is known) is classified.
@@ -291,6 +351,11 @@ TPU_QUEUED_RESOURCE_STATES = StateTable(
 )
 #: Cloud Batch jobs (``JobStatus.State``); facts: ``started``, ``events``, ``message``.
 BATCH_JOB_STATES = StateTable("batch_job", BATCH_JOB_STATE_PHASES, classify_batch_job)
+#: Compute Engine MIG resize requests (``InstanceGroupManagerResizeRequest.State``); facts:
+#: ``reasons``, ``message``.
+COMPUTE_RESIZE_REQUEST_STATES = StateTable(
+    "compute_resize_request", COMPUTE_RESIZE_REQUEST_STATE_PHASES, classify_compute_resize_request
+)
 
 
 @dataclass(frozen=True)
@@ -343,6 +408,9 @@ class RequestTimings:
 __all__ = [
     "BATCH_JOB_STATES",
     "BATCH_JOB_STATE_PHASES",
+    "COMPUTE_BAD_REQUEST_REASONS",
+    "COMPUTE_RESIZE_REQUEST_STATES",
+    "COMPUTE_RESIZE_REQUEST_STATE_PHASES",
     "TPU_QUEUED_RESOURCE_STATES",
     "TPU_QUEUED_RESOURCE_STATE_PHASES",
     "VERTEX_JOB_STATES",
@@ -353,6 +421,7 @@ __all__ = [
     "RequestTimings",
     "StateTable",
     "classify_batch_job",
+    "classify_compute_resize_request",
     "classify_tpu_queued_resource",
     "classify_vertex_job",
     "tpu_phase",

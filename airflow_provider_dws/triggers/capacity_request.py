@@ -183,7 +183,8 @@ class CapacityRequestTrigger(BaseTrigger):
             wait=False,
         )
         self._started = datetime.now(timezone.utc)
-        sub = shared_poller(self.kind, self.backend_spec).subscribe(self.request_name, self.poll_interval)
+        poller = shared_poller(self.kind, self.backend_spec, self.request_name)
+        sub = poller.subscribe(self.request_name, self.poll_interval)
         try:
             status: RequestStatus | None = None
             last_phase: Phase | None = None

@@ -1,4 +1,5 @@
-"""One shared poller per (API, project, location, credentials) in a triggerer's event loop.
+"""One shared poller per (API, project, location, credentials) in a triggerer's event loop (and, for
+an API listed per smaller group, per group: Compute Engine's managed instance groups).
 
 A triggerer may hold thousands of waits. Reading each request with its own GET every interval
 costs one API call per wait per interval, and the quota (Vertex AI: 600 resource-management
@@ -38,6 +39,7 @@ from airflow_provider_dws import metrics
 from airflow_provider_dws.backends.base import (
     AsyncRequestBackend,
     EndedLister,
+    GroupedLister,
     RequestStatus,
     backend_from_spec,
     counting_pages,
@@ -458,9 +460,11 @@ _POLLERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, s
 )
 
 
-def poller_key(kind: str, spec: Mapping[str, Any]) -> tuple[str, str]:
-    """(kind, spec as canonical JSON): the API, project, location and credentials of a backend."""
-    return kind, json.dumps(dict(spec), sort_keys=True, default=str)
+def poller_key(kind: str, spec: Mapping[str, Any], group: str | None = None) -> tuple[str, str]:
+    """(kind, spec as canonical JSON): the API, project, location and credentials of a backend, and
+    the ``group`` within them for a :class:`~airflow_provider_dws.backends.base.GroupedLister`."""
+    described = json.dumps(dict(spec), sort_keys=True, default=str)
+    return kind, described if group is None else f"{described} {group}"
 
 
 def shared_backend(kind: str, spec: Mapping[str, Any]) -> AsyncRequestBackend:
@@ -476,13 +480,17 @@ def shared_backend(kind: str, spec: Mapping[str, Any]) -> AsyncRequestBackend:
     return backend
 
 
-def shared_poller(kind: str, spec: Mapping[str, Any]) -> SharedPoller:
-    """The poller of this backend in the running event loop, created on first use."""
+def shared_poller(kind: str, spec: Mapping[str, Any], name: str | None = None) -> SharedPoller:
+    """The poller of this backend in the running event loop, created on first use; for a backend
+    listed per group (:class:`~airflow_provider_dws.backends.base.GroupedLister`), the poller of
+    request ``name``'s group. Every poller of one (kind, spec) shares the one backend."""
     pollers = _POLLERS.setdefault(asyncio.get_running_loop(), {})
-    key = poller_key(kind, spec)
+    backend = shared_backend(kind, spec)
+    group = backend.poll_group(name) if name is not None and isinstance(backend, GroupedLister) else None
+    key = poller_key(kind, spec, group)
     poller = pollers.get(key)
     if poller is None or poller.closed:
-        poller = pollers[key] = SharedPoller(shared_backend(kind, spec), key)
+        poller = pollers[key] = SharedPoller(backend, key)
     return poller
 
 

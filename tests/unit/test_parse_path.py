@@ -35,6 +35,8 @@ PARSE_PATH = {
     "airflow_provider_dws.operators.base",
     "airflow_provider_dws.operators.batch",
     "airflow_provider_dws.operators.checks",
+    "airflow_provider_dws.operators.compute",
+    "airflow_provider_dws.operators.compute_release",
     "airflow_provider_dws.operators.tpu",
     "airflow_provider_dws.operators.tpu_release",
     "airflow_provider_dws.operators.vertex_ai",
@@ -51,6 +53,8 @@ from airflow.sdk import DAG
 from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator, DeleteTPUQueuedResourceOperator
 from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
+from airflow_provider_dws.operators.compute import CreateComputeFlexStartVMsOperator
+from airflow_provider_dws.operators.compute_release import DeleteComputeFlexStartVMsOperator
 
 POOL = {"machine_spec": {"machine_type": "a3-highgpu-8g", "accelerator_type": "NVIDIA_H100_80GB",
         "accelerator_count": 8}, "replica_count": 1, "container_spec": {"image_uri": "img:1"}}
@@ -65,6 +69,9 @@ with DAG(dag_id="p", schedule=None, start_date=datetime(2026, 1, 1)):
         image_uri="img:1", commands=["--shard", "$BATCH_TASK_INDEX"], task_count=16, parallelism=4,
         machine_type="g2-standard-8", max_wait=timedelta(hours=2), environment={"MODEL": "m"},
         labels={"team": "ml"})
+    CreateComputeFlexStartVMsOperator(task_id="c", project_id="my-project", zone="us-central1-a",
+        machine_type="a3-highgpu-8g", resize_by=4, max_run=timedelta(hours=6), labels={"team": "ml"})
+    DeleteComputeFlexStartVMsOperator(task_id="cd", setup_task_id="c")
 print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith("airflow_provider_dws"))))
 """
 

@@ -140,7 +140,7 @@ def test_serialize_round_trips_defaults() -> None:
         (
             {"kind": "gke"},
             ValueError,
-            r"kind must be one of \['batch_job', 'tpu_queued_resource', 'vertex_custom_job'\], got 'gke'",
+            r"kind must be one of \['batch_job', 'compute_resize_request', 'tpu_queued_resource', 'vertex_custom_job'\], got 'gke'",
         ),
         ({"target": "started"}, ValueError, r"target must be one of \['end', 'running'\], got 'started'"),
         ({"request_name": ""}, ValueError, "request_name must be a non-empty string, got ''"),

@@ -21,6 +21,7 @@ from tests.faults.harness import Deployment, HarnessError, wait_for
 VERTEX_DAG = "dws_vertex_flex_start"
 TPU_DAG = "dws_tpu_queued_resource"
 BATCH_DAG = "dws_batch_flex_start"
+COMPUTE_DAG = "dws_compute_flex_start_vms"
 H100 = "NVIDIA_H100_80GB"
 #: The Batch example's GPU (``nvidia-l4``), as the emulator's pools, shared with Vertex AI, spell it.
 L4 = "NVIDIA_L4"
@@ -45,12 +46,19 @@ LIVE_STATES = {
         "SUSPENDING",
     },
     "BatchJob": {"QUEUED", "SCHEDULED", "RUNNING", "CANCELLATION_IN_PROGRESS", "DELETION_IN_PROGRESS"},
+    # A SUCCEEDED resize request stays SUCCEEDED: it is live while its VMs are (see is_live).
+    "ResizeRequest": {"CREATING", "ACCEPTED"},
 }
 #: For duplicates, a request stops counting once it was given up: CANCELLING holds no new capacity.
 GIVEN_UP_STATES = {"JOB_STATE_CANCELLING", "SUSPENDING", "CANCELLATION_IN_PROGRESS", "DELETION_IN_PROGRESS"}
 HELD_STATES = {kind: states - GIVEN_UP_STATES for kind, states in LIVE_STATES.items()}
 #: The state in which a request holds its result: a later one of the same attempt is a duplicate.
-SUCCESS_STATES = {"CustomJob": "JOB_STATE_SUCCEEDED", "QueuedResource": "ACTIVE", "BatchJob": "SUCCEEDED"}
+SUCCESS_STATES = {
+    "CustomJob": "JOB_STATE_SUCCEEDED",
+    "QueuedResource": "ACTIVE",
+    "BatchJob": "SUCCEEDED",
+    "ResizeRequest": "SUCCEEDED",
+}
 #: Waiting for capacity (a Flex Start Batch job stays QUEUED until its VMs can be created).
 WAITING_STATES = {
     "JOB_STATE_QUEUED",
@@ -145,22 +153,49 @@ def final_state(record: dict[str, Any]) -> str:
         return "RELEASED" if "ACTIVE" in reached else "DELETED"
     if record["kind"] == "BatchJob" and record["deleted"]:
         return "DELETED"
+    if record["kind"] == "ResizeRequest":
+        # Released: its VMs were deleted after it SUCCEEDED (by the teardown or the run duration).
+        if state == "SUCCEEDED" and record["vms_deleted"]:
+            return "RELEASED"
+        if record["deleted"] and state not in {"CANCELLED", "FAILED"}:
+            return "DELETED"
     return state
 
 
 def is_live(record: dict[str, Any]) -> bool:
+    """Waiting, running or holding capacity; a resize request also while any of its VMs exists."""
+    if record["kind"] == "ResizeRequest" and record["state"] == "SUCCEEDED":
+        return not record["vms_deleted"]
     return not record["deleted"] and record["state"] in LIVE_STATES[record["kind"]]
 
 
+def _resize_identity(record: dict[str, Any]) -> tuple[str, int] | None:
+    """A resize request has no labels: its name is its identity (base and attempt)."""
+    from airflow_provider_dws.scheduling.identity import parse_attempt_name
+
+    parsed = parse_attempt_name(record["display_name"])
+    return None if parsed is None else (parsed[0], parsed[2])
+
+
 def own_requests(records: Iterable[dict[str, Any]], ref: RunRef) -> list[dict[str, Any]]:
-    """The requests one run's request task created (identity labels; TPU: on the slice's nodes)."""
-    return [
-        r
-        for r in records
-        if r["labels"].get("dws_dag") == ref.dag_id
-        and r["labels"].get("dws_run") == ref.run_id
-        and r["labels"].get("dws_task") == ref.request_task
-    ]
+    """The requests one run's request task created (identity labels; TPU: on the slice's nodes;
+    a resize request: its name, derived from the task instance)."""
+    from airflow_provider_dws.scheduling.identity import RequestIdentity
+
+    base = RequestIdentity(ref.dag_id, ref.request_task, ref.run_id).queued_resource_base()
+    out = []
+    for r in records:
+        if r["kind"] == "ResizeRequest":
+            identity = _resize_identity(r)
+            if identity is not None and identity[0] == base:
+                out.append(r)
+        elif (
+            r["labels"].get("dws_dag") == ref.dag_id
+            and r["labels"].get("dws_run") == ref.run_id
+            and r["labels"].get("dws_task") == ref.request_task
+        ):
+            out.append(r)
+    return out
 
 
 def requests_per_try(records: Sequence[dict[str, Any]], tries: Sequence[dict[str, Any]]) -> list[int]:
@@ -194,6 +229,9 @@ def count_duplicates(records: Sequence[dict[str, Any]]) -> int:
     by_identity: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for record in records:
         key = (record["labels"].get("dws_key", record["name"]), record["labels"].get("dws_attempt", "1"))
+        resize = _resize_identity(record) if record["kind"] == "ResizeRequest" else None
+        if resize is not None:
+            key = (resize[0], str(resize[1]))
         by_identity.setdefault(key, []).append(record)
     duplicates = 0
     for group in by_identity.values():

@@ -434,6 +434,81 @@ def batch_emulator_outage(ctx: ScenarioContext) -> None:
     _outage_while_waiting(ctx, ref, BATCH_POOL, BATCH_FULL)
 
 
+# -- Compute Engine: flex-start VMs through a resize request (2 x a3-highgpu-8g, the release as teardown)
+
+COMPUTE_DAG = "dws_fault_compute_vms"
+COMPUTE_TASK = "ask_for_vms"
+#: Two a3-highgpu-8g VMs: 16 H100s, a whole scenario pool.
+COMPUTE_GPUS = 16
+
+
+def _zone(ctx: ScenarioContext) -> str:
+    return f"{ctx.region}-a" if ctx.region is not None else "us-central1-a"
+
+
+def _compute_pool(ctx: ScenarioContext) -> str:
+    return ctx.pool if ctx.region is not None else VERTEX_POOL
+
+
+def compute_worker_sigkill_after_submit(ctx: ScenarioContext) -> None:
+    """The worker dies right after the resize request was created: the retry must adopt it, and the
+    teardown delete its VMs."""
+    ctx.emulator.set_capacity({ctx.pool: 0})
+    ref = ctx.trigger(
+        "dws_fault_compute_kill_after_submit",
+        "vm",
+        COMPUTE_TASK,
+        "1+0 RELEASED run=success",
+        {"zone": _zone(ctx)},
+    )
+    ctx.wait_waiting(ref, timeout=180, try_number=2)
+    ctx.give(ctx.pool, COMPUTE_GPUS)
+    ctx.wait_finished(240)
+    ctx.check_killed_after_submit(ref)
+
+
+def compute_user_marks_failed(ctx: ScenarioContext) -> None:
+    """A user marks the waiting ``ask_for_vms`` failed: its resize request must be cancelled (and
+    no VM ever created)."""
+    ctx.emulator.set_capacity({ctx.pool: 0})
+    ref = ctx.trigger(COMPUTE_DAG, "vm", COMPUTE_TASK, "1 CANCELLED run=failed", {"zone": _zone(ctx)})
+    ctx.wait_waiting(ref)
+    ctx.wait_polled(ref)
+    marked = utcnow()
+    ctx.api.set_task_state(ref.dag_id, ref.run_id, ref.request_task, "failed")
+    ctx.log("marked ask_for_vms failed through the REST API")
+    ctx.wait_finished(120)
+    ctx.after_settle.append(lambda: ctx.check_cancelled_within(ref, marked, SETTLE_SECONDS))
+
+
+def compute_triggerer_sigkill(ctx: ScenarioContext) -> None:
+    """SIGKILL the only triggerer while the resize request waits; a new one must pick the wait up."""
+    dep = ctx.deployment
+    while len(dep.triggerers) > 1:
+        dep.stop_triggerer(dep.triggerers[0])
+    [old] = dep.triggerers
+    ctx.emulator.set_capacity({VERTEX_POOL: 0})
+    ref = ctx.trigger(COMPUTE_DAG, "vm", COMPUTE_TASK, "1 RELEASED run=success", {"zone": _zone(ctx)})
+    ctx.wait_waiting(ref)
+    ctx.wait_polled(ref)
+    ctx.wait_trigger_running([ref], {old.job_id})
+    dep.kill_triggerer(old)
+    ctx.log(f"SIGKILLed {old.name} (job {old.job_id}); starting a new triggerer")
+    new = dep.start_triggerer()
+    ctx.wait_trigger_running([ref], {new.job_id})
+    ctx.wait_polled(ref, starts=2)
+    ctx.check("wait moved to the new triggerer", f"moved to {new.name}", True)
+    ctx.give(VERTEX_POOL, COMPUTE_GPUS)
+    ctx.wait_finished(240)
+
+
+def compute_emulator_outage(ctx: ScenarioContext) -> None:
+    """The emulator (its REST front too) refuses connections for 30 s while the resize request waits."""
+    ctx.emulator.set_capacity({_compute_pool(ctx): 0})
+    ref = ctx.trigger(COMPUTE_DAG, "vm", COMPUTE_TASK, "1 RELEASED run=success", {"zone": _zone(ctx)})
+    _outage_while_waiting(ctx, ref, _compute_pool(ctx), COMPUTE_GPUS)
+
+
 SCENARIOS: list[Scenario] = [
     Scenario(
         "triggerer_sigkill",
@@ -503,6 +578,30 @@ SCENARIOS: list[Scenario] = [
         batch_emulator_outage,
         shared=True,
     ),
+    Scenario(
+        "compute_worker_sigkill_after_submit",
+        "Compute: SIGKILL the worker after submit",
+        compute_worker_sigkill_after_submit,
+        ci=True,
+    ),
+    Scenario(
+        "compute_user_marks_failed",
+        "Compute: user marks the waiting task failed",
+        compute_user_marks_failed,
+        ci=True,
+    ),
+    Scenario(
+        "compute_triggerer_sigkill",
+        "Compute: SIGKILL the triggerer while the VMs wait",
+        compute_triggerer_sigkill,
+        shared=True,
+    ),
+    Scenario(
+        "compute_emulator_outage",
+        "Compute: emulator down 30 s during the wait",
+        compute_emulator_outage,
+        shared=True,
+    ),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 #: Side-by-side scenarios on an example DAG ask where its ``DWS_EXAMPLE_REGION`` (one per
@@ -522,6 +621,8 @@ REGIONS = {
                 "europe-west4",
                 "asia-east1",
                 "us-east4",
+                "asia-northeast1",
+                "northamerica-northeast1",
             ],
             strict=False,
         )
@@ -539,6 +640,8 @@ DAG_IDS = [
     "dws_fault_hold_after_submit",
     BATCH_DAG,
     "dws_fault_batch_kill_after_submit",
+    COMPUTE_DAG,
+    "dws_fault_compute_kill_after_submit",
 ]
 
 

@@ -52,6 +52,8 @@ def test_executor_selection() -> None:
         "execution_timeout",
         "batch_worker_sigkill_after_submit",
         "batch_user_marks_failed",
+        "compute_worker_sigkill_after_submit",
+        "compute_user_marks_failed",
     ]
 
 

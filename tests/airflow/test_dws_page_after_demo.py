@@ -33,6 +33,7 @@ DEMO = {
     "dws_vertex_flex_start": ("fine_tune", "vertex_custom_job", "succeeded"),
     "dws_tpu_queued_resource": ("request_tpu_slice", "tpu_queued_resource", "succeeded"),
     "dws_batch_flex_start": ("infer", "batch_job", "succeeded"),
+    "dws_compute_flex_start_vms": ("ask_for_vms", "compute_resize_request", "succeeded"),
 }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
@@ -47,7 +48,7 @@ def translate(exc: BaseException) -> BaseException:
     from google.api_core import exceptions as gexc
 
     if not isinstance(exc, gexc.GoogleAPICallError):
-        return exc
+        return _transport_error(exc) or exc
     status = getattr(exc, "grpc_status_code", None)
     code = getattr(status, "name", None) or exc.code
     message = str(exc.message or exc)
@@ -67,6 +68,26 @@ def translate(exc: BaseException) -> BaseException:
         if isinstance(exc, google_types):
             return ours(message, code=code)
     return errors.ApiError(message, code=code)
+
+
+def _transport_error(exc: BaseException) -> errors.TransientApiError | None:
+    """A REST client's connection failure (refused, reset, timed out) as a transient error.
+
+    The REST transports (Compute Engine) raise ``requests``' own exceptions for these, not a
+    ``google.api_core`` one as gRPC does (UNAVAILABLE): left as they are, an outage of a few
+    seconds ended a wait in the triggerer (the fault matrix's Compute outage row found it).
+    """
+    requests_exceptions = sys.modules.get("requests.exceptions")  # loaded by any REST client
+    if requests_exceptions is None:
+        return None
+    transient = (
+        requests_exceptions.ConnectionError,
+        requests_exceptions.Timeout,
+        requests_exceptions.ChunkedEncodingError,
+    )
+    if isinstance(exc, transient):
+        return errors.TransientApiError(f"{type(exc).__name__}: {exc}", code="UNAVAILABLE")
+    return None
 
 
 @contextlib.contextmanager

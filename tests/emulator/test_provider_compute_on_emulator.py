@@ -210,3 +210,54 @@ def test_a_request_given_up_as_it_succeeded_leaves_no_vm(emulator: Callable[...,
     adapter.release_failed(status, Placement(ZONE))
     assert groups.managed_instances(backend, who.group_name()) == []
     assert backend.find(who) == []
+
+
+def test_an_outage_is_a_transient_error_and_the_wait_survives_it(emulator: Callable[..., Any]) -> None:
+    """The REST client's "connection refused" is a transient error (as gRPC's UNAVAILABLE is): the
+    poller keeps the wait through an outage. Left untranslated it ended the trigger, and the
+    request, never cancelled, later held its VMs with nobody to release them."""
+    from airflow_provider_dws.backends.retry import is_transient
+    from airflow_provider_dws.errors import TransientApiError
+
+    emu = emulator({H100: 0})
+    adapter = ComputeFlexStartAdapter(operator(resize_by=1))
+    who = identity(run="manual__outage")
+    backend, status, _ = submit(adapter, who)
+    emu.server.outage(2)
+
+    def refused() -> BaseException | None:
+        try:
+            asyncio.run(backend.aget_status(status.name))
+        except Exception as err:  # the listener closes just after outage() returns
+            return err
+        return None
+
+    err = wait_until(refused, what="the REST front to refuse connections")
+    assert isinstance(err, TransientApiError) and is_transient(err), repr(err)
+    wait_until(lambda: refused() is None, what="the outage to end")
+
+    async def wait() -> dict[str, Any]:
+        trigger = adapter.trigger(status, Placement(ZONE), timedelta(minutes=10), {})
+        return await asyncio.wait_for(first_event(trigger), 120)
+
+    async def scenario() -> dict[str, Any]:
+        waiting = asyncio.ensure_future(wait())
+        await asyncio.sleep(0.5)
+        emu.server.outage(2)
+        await asyncio.sleep(1)
+        # The control service is down with the rest: give capacity once it answers again.
+        def give() -> bool:
+            try:
+                emu.control.set_capacity({H100: 8})
+            except Exception:  # still refused
+                return False
+            return True
+
+        await asyncio.to_thread(wait_until, give, what="the control service to give capacity")
+        return await waiting
+
+    event = asyncio.run(scenario())
+    assert event["phase"] == Phase.RUNNING.value, event
+    vms = request_vms(backend, backend.get_status(status.name), whole_group=True)
+    assert groups.delete_instances(backend, who.group_name(), [vm["self_link"] for vm in vms])
+    assert backend.delete(status.name)

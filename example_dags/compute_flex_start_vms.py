@@ -11,9 +11,9 @@ created, then the request, even when the work fails. An idle H100 is money burni
 are deleted at the end of the run duration anyway.
 
 Run it locally against the bundled emulator with ``make demo``. The ``DWS_EXAMPLE_*`` variables
-exist only so the demo and the tests can run it in seconds (and on the emulator's inventory:
-its default has 16 H100s in us-central1, so the demo asks for 2 VMs); a real DAG would write its
-values directly.
+exist only so the demo and the tests can run it in seconds (``make demo`` runs it at full size:
+the emulator's default inventory has 32 H100s in us-central1); a real DAG would write its values
+directly.
 """
 
 from __future__ import annotations

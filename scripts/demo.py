@@ -72,9 +72,6 @@ def main(argv: list[str] | None = None) -> int:
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "DWS_EMULATOR_HOST": address,
             "DWS_EXAMPLE_POLL_INTERVAL": "1",
-            # The default inventory has 16 H100s in us-central1: 2 a3-highgpu-8g VMs, not the
-            # example's 4 (32 H100s would wait forever).
-            "DWS_EXAMPLE_COMPUTE_VMS": "2",
         }
     )
     try:

@@ -43,8 +43,6 @@ class UiDeployment(Deployment):
         env["DWS_EXAMPLE_POLL_INTERVAL"] = "2"
         env["DWS_EXAMPLE_MAX_WAIT_SECONDS"] = "3600"
         env["DWS_EXAMPLE_TPU_MAX_WAIT_SECONDS"] = "3600"
-        # The default inventory has 16 H100s in us-central1: 2 a3-highgpu-8g VMs fit, 4 never would.
-        env["DWS_EXAMPLE_COMPUTE_VMS"] = "2"
         env["DWS_EXAMPLE_COMPUTE_MAX_WAIT_SECONDS"] = "3600"
         return env
 

@@ -18,7 +18,8 @@ from .vertex import METHODS as VERTEX_METHODS
 #: Pools when ``serve`` gets no ``--capacity``: GPU pools (Vertex AI, Cloud Batch and Compute Engine share them)
 #: by region and Vertex accelerator name, TPU pools by zone and family in chips.
 DEFAULT_CAPACITY: dict[str, int] = {
-    "us-central1/NVIDIA_H100_80GB": 16,
+    # 32: the Compute example's 4 x a3-highgpu-8g fit at once (the Vertex example takes 8).
+    "us-central1/NVIDIA_H100_80GB": 32,
     "us-central1/NVIDIA_A100_80GB": 16,
     "us-central1/NVIDIA_TESLA_A100": 16,
     "us-central1/NVIDIA_L4": 16,

@@ -245,6 +245,7 @@ def test_an_outage_is_a_transient_error_and_the_wait_survives_it(emulator: Calla
         await asyncio.sleep(0.5)
         emu.server.outage(2)
         await asyncio.sleep(1)
+
         # The control service is down with the rest: give capacity once it answers again.
         def give() -> bool:
             try:

@@ -190,9 +190,12 @@ def dws_page_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         database.drop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Debian's Chromium through Playwright (``tests/airflow/browser.py``), one per test process."""
+    """Debian's Chromium through Playwright (``tests/airflow/browser.py``), one per test module.
+
+    Not one per session: Playwright's sync API keeps an event loop running in the thread while it
+    is open, and every later test of the process that calls ``asyncio.run`` would then fail."""
     from playwright.sync_api import expect, sync_playwright
 
     from tests.airflow.browser import CHROMIUM, IMAGES, WAIT_MS

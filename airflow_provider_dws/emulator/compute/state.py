@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Container
 from typing import Any
 
 from ..core.api import Api, Core
@@ -449,26 +450,38 @@ class ComputeState(Api, ComputeVms):
             )
 
     def cancel_resize(self, scope_path: str, mig_name: str, name: str, request_id: str) -> dict[str, Any]:
-        project = scope_path.split("/")[1]
-        with self.core.lock:
-            self.core.tick()
-            replayed = self._replayed(project, request_id)
-            if replayed is not None:
-                return replayed
-            rec = self._resize(scope_path, mig_name, name)
-            if rec.state not in CANCELLABLE:
-                raise RestError(
-                    412,
-                    "conditionNotMet",
-                    f"The resize request '{rec.path}' is in state {rec.state}; only a resize request in "
-                    "state ACCEPTED or CREATING can be cancelled.",
-                )
-            now = self.core.clock()
-            self._cancel(rec, now)
-            op = self._operation(scope_path, "cancel", rec.path, rec.pb.id, now)
-            return self._reply(project, request_id, op)
+        return self._change_resize(
+            scope_path,
+            mig_name,
+            name,
+            request_id,
+            "cancel",
+            CANCELLABLE,
+            "in state ACCEPTED or CREATING can be cancelled.",
+        )
 
     def delete_resize(self, scope_path: str, mig_name: str, name: str, request_id: str) -> dict[str, Any]:
+        return self._change_resize(
+            scope_path,
+            mig_name,
+            name,
+            request_id,
+            "delete",
+            DELETABLE,
+            "in state SUCCEEDED, FAILED or CANCELLED can be deleted (cancel it first).",
+        )
+
+    def _change_resize(
+        self,
+        scope_path: str,
+        mig_name: str,
+        name: str,
+        request_id: str,
+        verb: str,
+        allowed: Container[str],
+        rule: str,
+    ) -> dict[str, Any]:
+        """Cancel or delete a resize request: ``requestId`` replayed, refused (412) outside ``allowed``."""
         project = scope_path.split("/")[1]
         with self.core.lock:
             self.core.tick()
@@ -476,16 +489,15 @@ class ComputeState(Api, ComputeVms):
             if replayed is not None:
                 return replayed
             rec = self._resize(scope_path, mig_name, name)
-            if rec.state not in DELETABLE:
+            if rec.state not in allowed:
                 raise RestError(
                     412,
                     "conditionNotMet",
-                    f"The resize request '{rec.path}' is in state {rec.state}; only a resize request in "
-                    "state SUCCEEDED, FAILED or CANCELLED can be deleted (cancel it first).",
+                    f"The resize request '{rec.path}' is in state {rec.state}; only a resize request {rule}",
                 )
             now = self.core.clock()
-            self._forget(rec, now)
-            op = self._operation(scope_path, "delete", rec.path, rec.pb.id, now)
+            (self._cancel if verb == "cancel" else self._forget)(rec, now)
+            op = self._operation(scope_path, verb, rec.path, rec.pb.id, now)
             return self._reply(project, request_id, op)
 
     def _forget(self, rec: ResizeRecord, now: float) -> None:

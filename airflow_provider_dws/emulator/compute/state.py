@@ -243,10 +243,7 @@ class ComputeState(Api, ComputeVms):
             if path in self.templates:
                 raise RestError(409, "alreadyExists", f"The resource '{path}' already exists")
             now = self.core.clock()
-            template.kind = "compute#instanceTemplate"
-            template.id = self.new_id()
-            template.creation_timestamp = iso(now)
-            template.self_link = link(path)
+            self._stamp(template, "compute#instanceTemplate", path, now)
             if region:
                 template.region = link(f"projects/{project}/regions/{region}")
             self.templates[path] = Template(path, template)
@@ -316,10 +313,7 @@ class ComputeState(Api, ComputeVms):
                 if not mig.distribution_policy.target_shape:
                     mig.distribution_policy.target_shape = "EVEN"
             now = self.core.clock()
-            mig.kind = "compute#instanceGroupManager"
-            mig.id = self.new_id()
-            mig.creation_timestamp = iso(now)
-            mig.self_link = link(path)
+            self._stamp(mig, "compute#instanceGroupManager", path, now)
             mig.instance_template = link(template_path)
             mig.instance_group = link(f"{scope_path}/instanceGroups/{mig.name}")
             mig.base_instance_name = mig.base_instance_name or mig.name
@@ -397,10 +391,7 @@ class ComputeState(Api, ComputeVms):
             if path in self.resize_requests:
                 raise RestError(409, "alreadyExists", f"The resource '{path}' already exists")
             now = self.core.clock()
-            request.kind = "compute#instanceGroupManagerResizeRequest"
-            request.id = self.new_id()
-            request.creation_timestamp = iso(now)
-            request.self_link = link(path)
+            self._stamp(request, "compute#instanceGroupManagerResizeRequest", path, now)
             request.self_link_with_id = link(f"{mig.path}/resizeRequests/{request.id}")
             if mig.scope == "zones":
                 request.zone = link(mig.scope_path)
@@ -448,6 +439,13 @@ class ComputeState(Api, ComputeVms):
                 [to_json(r.pb) for r in chunk],
                 token,
             )
+
+    def _stamp(self, resource: Any, kind: str, path: str, now: float) -> None:
+        """The fields the server sets on every resource it creates: kind, id, creation time, link."""
+        resource.kind = kind
+        resource.id = self.new_id()
+        resource.creation_timestamp = iso(now)
+        resource.self_link = link(path)
 
     def cancel_resize(self, scope_path: str, mig_name: str, name: str, request_id: str) -> dict[str, Any]:
         return self._change_resize(

@@ -3,7 +3,8 @@
 Starts ``dws-emulator`` on a free loopback port with its default inventory, prepares a throwaway
 Airflow home (SQLite), runs ``airflow dags test`` for the Vertex AI Flex Start example and then
 the TPU queued-resource, Cloud Batch and Compute Engine flex-start VM examples, prints every request's final state with its wait and run times
-as the emulator recorded them, and stops the emulator.
+as the emulator recorded them, and stops the emulator (``--emulator HOST:PORT`` uses a running one and
+leaves it running).
 """
 
 from __future__ import annotations
@@ -56,9 +57,15 @@ def main(argv: list[str] | None = None) -> int:
         help="the Airflow home to create and keep (default: a throwaway one); its SQLite database "
         "then holds the runs, so an api-server started on it shows them (the browser tests do)",
     )
+    parser.add_argument(
+        "--emulator",
+        metavar="HOST:PORT",
+        help="use this running dws-emulator (default inventory) instead of starting one; it is left "
+        "running, so its requests can be read afterwards (the end-to-end tests do)",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
-    emulator, address = start_emulator()
+    emulator, address = (None, args.emulator) if args.emulator else start_emulator()
     print(f"==> dws-emulator on {address} (default inventory)", flush=True)
     if args.home:
         args.home.mkdir(parents=True, exist_ok=True)
@@ -82,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         codes = {}
         for dag_id in DAG_IDS:
             print(f"==> airflow dags test {dag_id}", flush=True)
-            codes[dag_id] = subprocess.run([str(BIN / "airflow"), "dags", "test", dag_id], env=env).returncode
+            # Its stderr into the same stream, so each DAG's lines follow its "==>" line in order.
+            codes[dag_id] = subprocess.run(
+                [str(BIN / "airflow"), "dags", "test", dag_id], env=env, stderr=subprocess.STDOUT
+            ).returncode
         port = address.rsplit(":", 1)[1]
         listing = subprocess.run(
             [str(BIN / "dws-emulator"), "requests", "--port", port, "--json"],
@@ -92,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         requests = json.loads(listing.stdout)
     finally:
-        emulator.terminate()
-        emulator.wait(timeout=10)
+        if emulator is not None:
+            emulator.terminate()
+            emulator.wait(timeout=10)
     print()
     print("==> what the emulator saw")
     for req in requests:

@@ -138,9 +138,22 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowHo
 # and pull), read back from the home's metadata database --------------------------------------------
 
 
-def records(home: AirflowHome, dag_id: str) -> dict[str, list[RequestRecord]]:
-    """Each task's ``dws_requests`` of the DAG's latest run."""
-    with sqlite3.connect(home.home / "airflow.db") as db:
+@dataclass
+class ExampleRun:
+    """One example DAG's run by ``make demo`` (``test_dws_page_after_demo.py`` runs it once for all
+    of them): its own lines of the demo's output, the emulator it ran on, the Airflow home it ran in.
+
+    Each example's module checks its run with a ``check_example(run)`` function."""
+
+    log: str
+    emulator: Any
+    home: Path
+
+
+def records(home: AirflowHome | Path, dag_id: str) -> dict[str, list[RequestRecord]]:
+    """Each task's ``dws_requests`` of the DAG's latest run in ``home`` (an Airflow home or its path)."""
+    path = home.home if isinstance(home, AirflowHome) else home
+    with sqlite3.connect(path / "airflow.db") as db:
         run_id = db.execute(
             "SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1", (dag_id,)
         ).fetchone()[0]

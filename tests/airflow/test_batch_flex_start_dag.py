@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.airflow.conftest import AirflowHome, no_record_warnings, records
+from tests.airflow.conftest import AirflowHome, ExampleRun, no_record_warnings, records
 
 pytestmark = [pytest.mark.airflow, pytest.mark.emulator]
 
@@ -30,20 +30,14 @@ def _states(job: dict[str, Any]) -> list[str]:
     return [step["state"] for step in job["history"]]
 
 
-def test_example_dag_runs_all_shards_on_flex_start(
-    airflow_home: AirflowHome, dws_emulator_factory: Any, tmp_path: Path
-) -> None:
-    emulator = dws_emulator_factory({L4: SHARDS})
-    result = airflow_home.run_dag_test(
-        DAG_ID, emulator.address, tmp_path / "run.log", conf={"run_seconds": 2}
-    )
-    assert result.returncode == 0, result.log[-4000:]
-    match = _RESULT.search(result.log)
-    assert match is not None, result.log[-4000:]
+def check_example(run: ExampleRun) -> None:
+    """The example as `make demo` ran it (`test_dws_page_after_demo.py`)."""
+    match = _RESULT.search(run.log)
+    assert match is not None, run.log[-4000:]
     assert match["state"] == "SUCCEEDED"
     assert f"'SUCCEEDED': {SHARDS}" in match["counts"]
-    assert "Deferring" in result.log
-    [job] = _jobs(emulator)
+    assert "Deferring" in run.log
+    [job] = _jobs(run.emulator)
     assert job["name"] == match["name"]
     assert job["state"] == "SUCCEEDED"
     assert job["strategy"] == "FLEX_START"
@@ -56,8 +50,8 @@ def test_example_dag_runs_all_shards_on_flex_start(
     # The job id is the task identity's, not a random one: a retry finds it again.
     assert re.fullmatch(r"dws-infer-[0-9a-f]{16}-t1-a1", job["name"].rsplit("/", 1)[1])
     # The request record counts the GPUs the emulator's capacity model charged.
-    no_record_warnings(result.log)
-    [rec] = records(airflow_home, DAG_ID)["infer"]
+    no_record_warnings(run.log)
+    [rec] = records(run.home, DAG_ID)["infer"]
     assert (rec.request_name, rec.phase, rec.api) == (job["name"], "succeeded", "batch_job")
     assert rec.accelerator_count == job["accelerator_count"] == SHARDS
 

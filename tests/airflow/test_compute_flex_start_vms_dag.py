@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.airflow.conftest import AirflowHome, no_record_warnings, records
+from tests.airflow.conftest import AirflowHome, ExampleRun, no_record_warnings, records
 
 pytestmark = [pytest.mark.airflow, pytest.mark.emulator]
 
@@ -35,22 +35,18 @@ def assert_nothing_left(emulator: Any) -> list[dict[str, Any]]:
     return found
 
 
-def test_example_gets_four_a3_vms_uses_them_and_releases_them(
-    airflow_home: AirflowHome, dws_emulator_factory: Any, tmp_path: Path
-) -> None:
-    emulator = dws_emulator_factory({H100: 32})  # 4 x a3-highgpu-8g = 32 H100s
-    result = airflow_home.run_dag_test(DAG_ID, emulator.address, tmp_path / "run.log")
-    assert result.returncode == 0, result.log[-4000:]
-    line = next(line for line in result.log.splitlines() if "DWS VMS:" in line)
+def check_example(run: ExampleRun) -> None:
+    """The example as `make demo` ran it (`test_dws_page_after_demo.py`)."""
+    line = next(line for line in run.log.splitlines() if "DWS VMS:" in line)
     assert "gave 4 x a3-highgpu-8g (32 GPUs) in us-central1-a" in line
-    hosts = [line for line in result.log.splitlines() if line.startswith("  host ")]
+    hosts = [line for line in run.log.splitlines() if line.startswith("  host ")]
     assert len(hosts) == 4
-    [request] = assert_nothing_left(emulator)
+    [request] = assert_nothing_left(run.emulator)
     assert request["state"] == "SUCCEEDED" and request["vms_deleted"]
     assert request["requested_run_duration_seconds"] == 6 * 3600
     assert request["accelerator_count"] == 32
-    no_record_warnings(result.log)
-    by_task = records(airflow_home, DAG_ID)
+    no_record_warnings(run.log)
+    by_task = records(run.home, DAG_ID)
     [held] = by_task["ask_for_vms"]
     [released] = by_task["release_vms"]
     assert held.api == "compute_resize_request" and held.accelerator_count == 32

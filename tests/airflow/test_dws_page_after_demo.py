@@ -1,10 +1,12 @@
-"""The DWS page after the demo DAGs really ran: ``scripts/demo.py`` (``make demo``), then a browser.
+"""The example DAGs as ``make demo`` runs them (``scripts/demo.py``), then the DWS page in a browser.
 
 ``make demo`` runs every example DAG with ``airflow dags test`` against a ``dws-emulator``; with
 ``--home`` it keeps its Airflow home, whose SQLite database then holds the runs, their task
 instances and the request records the provider wrote. An api-server started on that home serves
 the Airflow UI and the DWS page; Debian's Chromium reads them (``tests/airflow/browser.py``).
-Nothing here is seeded: every row comes from a real run.
+Nothing here is seeded: every row comes from a real run. With ``--emulator`` the demo runs on the
+test's emulator, so each example's module also checks its run there (``check_example``): the one
+``airflow dags test`` run of each example in the suite.
 """
 
 from __future__ import annotations
@@ -21,8 +23,14 @@ from typing import Any
 
 import pytest
 
-from tests.airflow.browser import IMAGES, NEEDS_BROWSER, open_page
-from tests.airflow.conftest import ROOT
+from tests.airflow import (
+    test_batch_flex_start_dag,
+    test_compute_flex_start_vms_dag,
+    test_tpu_queued_resource_dag,
+    test_vertex_flex_start_dag,
+)
+from tests.airflow.browser import IMAGES, MISSING, open_page
+from tests.airflow.conftest import ROOT, ExampleRun
 from tests.airflow.dws_page_server import Server, api_server
 
 # The first test waits for the whole demo: about 1.5 min alone, several on a loaded 2-core machine.
@@ -35,6 +43,13 @@ DEMO = {
     "dws_batch_flex_start": ("infer", "batch_job", "succeeded"),
     "dws_compute_flex_start_vms": ("ask_for_vms", "compute_resize_request", "succeeded"),
 }
+#: Each example's own checks of its run (in its module, beside that example's other tests).
+CHECKS = {
+    "dws_vertex_flex_start": test_vertex_flex_start_dag.check_example,
+    "dws_tpu_queued_resource": test_tpu_queued_resource_dag.check_example,
+    "dws_batch_flex_start": test_batch_flex_start_dag.check_example,
+    "dws_compute_flex_start_vms": test_compute_flex_start_vms_dag.check_example,
+}
 
 
 @dataclass
@@ -43,23 +58,42 @@ class Demo:
     log: str
     #: dag_id -> the demo's request record of that DAG, as the page's JSON serves it.
     requests: dict[str, dict[str, Any]]
+    #: dag_id -> that example's run, for its module's ``check_example``.
+    runs: dict[str, ExampleRun]
+
+
+def split_by_dag(log: str) -> dict[str, str]:
+    """Each DAG's lines of the demo's output: from its ``==> airflow dags test`` line to the next."""
+    parts = re.split(r"^==> airflow dags test (\S+)$", log, flags=re.M)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
 
 
 @contextlib.contextmanager
-def demo_ran(home: Path) -> Iterator[Demo]:
+def demo_ran(home: Path, emulator: Any) -> Iterator[Demo]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "DWS_"))}
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--home", str(home)],
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "demo.py"),
+            "--home",
+            str(home),
+            "--emulator",
+            emulator.address,
+        ],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
         timeout=1200,
     )
-    log = done.stdout + done.stderr
+    log = done.stdout
     assert done.returncode == 0, f"make demo failed:\n{log[-6000:]}"
+    by_dag = split_by_dag(log)
+    assert sorted(by_dag) == sorted(DEMO), by_dag.keys()
+    runs = {dag_id: ExampleRun(text, emulator, home) for dag_id, text in by_dag.items()}
     with api_server(home, dags_folder=ROOT / "example_dags") as server:
         items = server.json("/dws/api/requests")["requests"]
-        yield Demo(server, log, {item["dag_id"]: item for item in items})
+        yield Demo(server, log, {item["dag_id"]: item for item in items}, runs)
 
 
 def check_the_json_lists_each_demo_request_with_its_phase(demo: Demo) -> None:
@@ -119,11 +153,19 @@ def check_the_task_instance_tab_shows_its_request(browser: Any, demo: Demo) -> N
     page.context.close()
 
 
-@NEEDS_BROWSER
-def test_the_page_after_the_demo_dags_ran(tmp_path: Path, browser: Any) -> None:
-    """One test, so the demo runs once (pytest-xdist would run a shared fixture once per worker)."""
-    with demo_ran(tmp_path / "home") as demo:
+def test_the_examples_and_the_page_after_the_demo_dags_ran(
+    tmp_path: Path, dws_emulator_factory: Any, request: pytest.FixtureRequest
+) -> None:
+    """One test, so the demo runs once (pytest-xdist would run a shared fixture once per worker):
+    each example's own checks of its run, then the DWS page in a browser."""
+    emulator = dws_emulator_factory(seed=7)  # the default inventory, as ``make demo`` starts it
+    with demo_ran(tmp_path / "home", emulator) as demo:
+        for dag_id, check in CHECKS.items():
+            check(demo.runs[dag_id])
         check_the_json_lists_each_demo_request_with_its_phase(demo)
+        if MISSING:
+            pytest.skip(f"the examples' checks passed; the browser's need a browser: {MISSING}")
+        browser = request.getfixturevalue("browser")
         check_the_page_lists_the_demo_requests_with_their_phases(browser, demo)
         check_a_filter_by_api_keeps_only_that_api(browser, demo)
         check_the_task_instance_tab_shows_its_request(browser, demo)

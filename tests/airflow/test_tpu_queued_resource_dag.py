@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.airflow.conftest import AirflowHome, no_record_warnings, records
+from tests.airflow.conftest import AirflowHome, ExampleRun, no_record_warnings, records
 
 pytestmark = [pytest.mark.airflow, pytest.mark.emulator]
 
@@ -36,24 +36,20 @@ def states(record: dict[str, Any]) -> list[str]:
     return [step["state"] for step in record["history"]]
 
 
-def test_example_dag_gets_the_slice_uses_it_and_releases_it(
-    airflow_home: AirflowHome, dws_emulator_factory: Any, tmp_path: Path
-) -> None:
-    emulator = dws_emulator_factory()
-    result = airflow_home.run_dag_test(DAG_ID, emulator.address, tmp_path / "run.log")
-    assert result.returncode == 0, result.log[-4000:]
-    slice_line = next(line for line in result.log.splitlines() if "TPU SLICE:" in line)
+def check_example(run: ExampleRun) -> None:
+    """The example as `make demo` ran it (`test_dws_page_after_demo.py`)."""
+    slice_line = next(line for line in run.log.splitlines() if "TPU SLICE:" in line)
     assert "v5litepod-16 (16 chips) on 4 host(s)" in slice_line
-    assert "Deferring: the request waits in the DWS queue" in result.log
-    assert "is gone; the slice is no longer billed" in result.log
-    [record] = assert_nothing_left(emulator)
+    assert "Deferring: the request waits in the DWS queue" in run.log
+    assert "is gone; the slice is no longer billed" in run.log
+    [record] = assert_nothing_left(run.emulator)
     assert "ACTIVE" in states(record)
     assert record["accelerator_type"] == "v5litepod-16"
     assert record["labels"]["dws_task"] == "request_tpu_slice"
     assert record["labels"]["team"] == "research"
     # The records: the slice held by its setup task, then released by its teardown task.
-    no_record_warnings(result.log)
-    by_task = records(airflow_home, DAG_ID)
+    no_record_warnings(run.log)
+    by_task = records(run.home, DAG_ID)
     [held] = by_task["request_tpu_slice"]
     [released] = by_task["release_tpu_slice"]
     assert (held.phase, held.holds, held.accelerator_count) == ("running", True, 16)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.airflow.conftest import AirflowHome, finish, no_record_warnings, records
+from tests.airflow.conftest import AirflowHome, DagRunResult, ExampleRun, finish, no_record_warnings, records
 
 pytestmark = [pytest.mark.airflow, pytest.mark.emulator]
 
@@ -56,15 +56,13 @@ def _between(job: dict[str, Any], start: str, end: str) -> float:
 PRINTED = 0.051
 
 
-def test_example_dag_succeeds(airflow_home: AirflowHome, dws_emulator_factory: Any, tmp_path: Path) -> None:
-    emulator = dws_emulator_factory()
-    result = airflow_home.run_dag_test(DAG_ID, emulator.address, tmp_path / "run.log")
-    assert result.returncode == 0, result.log[-4000:]
-    line = result.result_line()
+def check_example(run: ExampleRun) -> None:
+    """The example as `make demo` ran it (`test_dws_page_after_demo.py`)."""
+    line = DagRunResult(0, run.log).result_line()
     assert "JOB_STATE_SUCCEEDED" in line
     run_seconds = float(_RESULT.search(line)["run"])  # type: ignore[index]
-    assert "Deferring: the request waits in the DWS queue" in result.log
-    jobs = _jobs(emulator)
+    assert "Deferring: the request waits in the DWS queue" in run.log
+    jobs = _jobs(run.emulator)
     assert len(jobs) == 1
     job = jobs[0]
     # The job's own run time (end - start), and at least the 5 s the example asks for.
@@ -77,8 +75,8 @@ def test_example_dag_succeeds(airflow_home: AirflowHome, dws_emulator_factory: A
     assert job["labels"]["team"] == "research"
     assert _states(job)[-2:] == ["JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED"]
     # The request record the page and the savings read: one, ended succeeded, with its GPUs.
-    no_record_warnings(result.log)
-    [record] = records(airflow_home, DAG_ID)["fine_tune"]
+    no_record_warnings(run.log)
+    [record] = records(run.home, DAG_ID)["fine_tune"]
     assert record.request_name == job["name"]
     assert (record.phase, record.outcome, record.api) == ("succeeded", "succeeded", "vertex_custom_job")
     assert record.started and record.ended and record.accelerator_count > 0

@@ -166,10 +166,31 @@ def worker_sigkill_after_submit(ctx: ScenarioContext) -> None:
     ref = ctx.trigger(
         "dws_fault_kill_after_submit", "vx", "fine_tune", "1+0 SUCCEEDED run=success", {"run_seconds": 10}
     )
+    _retry_adopts_after_kill(ctx, ref, ctx.pool, 8)
+
+
+def _retry_adopts_after_kill(
+    ctx: ScenarioContext, ref: RunRef, pool: str, full: int, *, delay: float = 0, finish: float = 180
+) -> None:
+    """Try 1 killed itself right after submitting: try 2 must defer on the same request, which then
+    gets ``full`` accelerators of ``pool`` (``delay`` seconds after try 2 deferred)."""
     ctx.wait_waiting(ref, timeout=180, try_number=2)
-    ctx.give(ctx.pool)
-    ctx.wait_finished(180)
+    time.sleep(delay)
+    ctx.give(pool, full)
+    ctx.wait_finished(finish)
     ctx.check_killed_after_submit(ref)
+
+
+def _mark_failed_while_waiting(ctx: ScenarioContext, ref: RunRef) -> None:
+    """Once the request waits and was polled, a user marks its task failed through the REST API;
+    the request must then be cancelled within :data:`SETTLE_SECONDS`."""
+    ctx.wait_waiting(ref)
+    ctx.wait_polled(ref)
+    marked = utcnow()
+    ctx.api.set_task_state(ref.dag_id, ref.run_id, ref.request_task, "failed")
+    ctx.log(f"marked {ref.request_task} failed through the REST API")
+    ctx.wait_finished(120)
+    ctx.after_settle.append(lambda: ctx.check_cancelled_within(ref, marked, SETTLE_SECONDS))
 
 
 def celery_worker_sigkill(ctx: ScenarioContext) -> None:
@@ -240,13 +261,7 @@ def user_marks_failed(ctx: ScenarioContext) -> None:
     """A user marks the waiting task failed through the REST API: its request must be cancelled."""
     ctx.emulator.set_capacity({ctx.pool: 0})
     ref = ctx.trigger("dws_fault_user_action", "vx", "fine_tune", "1 CANCELLED run=failed")
-    ctx.wait_waiting(ref)
-    ctx.wait_polled(ref)
-    marked = utcnow()
-    ctx.api.set_task_state(ref.dag_id, ref.run_id, ref.request_task, "failed")
-    ctx.log("marked fine_tune failed through the REST API")
-    ctx.wait_finished(120)
-    ctx.after_settle.append(lambda: ctx.check_cancelled_within(ref, marked, SETTLE_SECONDS))
+    _mark_failed_while_waiting(ctx, ref)
 
 
 def mark_failed_cancel_unavailable(ctx: ScenarioContext) -> None:
@@ -404,10 +419,7 @@ def batch_worker_sigkill_after_submit(ctx: ScenarioContext) -> None:
     ref = ctx.trigger(
         "dws_fault_batch_kill_after_submit", "bj", "infer", "1+0 SUCCEEDED run=success", {"run_seconds": 10}
     )
-    ctx.wait_waiting(ref, timeout=180, try_number=2)
-    ctx.give(ctx.l4_pool, BATCH_FULL)
-    ctx.wait_finished(180)
-    ctx.check_killed_after_submit(ref)
+    _retry_adopts_after_kill(ctx, ref, ctx.l4_pool, BATCH_FULL)
 
 
 def batch_user_marks_failed(ctx: ScenarioContext) -> None:
@@ -418,13 +430,7 @@ def batch_user_marks_failed(ctx: ScenarioContext) -> None:
     """
     ctx.emulator.set_capacity({BATCH_POOL: 0})
     ref = ctx.trigger(BATCH_DAG, "bj", "infer", "1 CANCELLED run=failed", {"run_seconds": 3})
-    ctx.wait_waiting(ref)
-    ctx.wait_polled(ref)
-    marked = utcnow()
-    ctx.api.set_task_state(ref.dag_id, ref.run_id, ref.request_task, "failed")
-    ctx.log("marked infer failed through the REST API")
-    ctx.wait_finished(120)
-    ctx.after_settle.append(lambda: ctx.check_cancelled_within(ref, marked, SETTLE_SECONDS))
+    _mark_failed_while_waiting(ctx, ref)
 
 
 def batch_emulator_outage(ctx: ScenarioContext) -> None:
@@ -461,15 +467,11 @@ def compute_worker_sigkill_after_submit(ctx: ScenarioContext) -> None:
         "1+0 RELEASED run=success",
         {"zone": _zone(ctx)},
     )
-    ctx.wait_waiting(ref, timeout=180, try_number=2)
     # A resize request has no run time to wait out: capacity comes 10 s after try 2 deferred, so
     # its event does not meet Airflow 3.3's stale defer-exit race (apache/airflow#72716; see
     # worker_sigkill_after_submit). Met 3 s after the deferral, it failed the resumed try after the
     # task had returned its VMs, the teardown did not run, and the VMs stayed held (seen once).
-    time.sleep(10)
-    ctx.give(ctx.pool, COMPUTE_GPUS)
-    ctx.wait_finished(240)
-    ctx.check_killed_after_submit(ref)
+    _retry_adopts_after_kill(ctx, ref, ctx.pool, COMPUTE_GPUS, delay=10, finish=240)
 
 
 def compute_user_marks_failed(ctx: ScenarioContext) -> None:
@@ -477,13 +479,7 @@ def compute_user_marks_failed(ctx: ScenarioContext) -> None:
     no VM ever created)."""
     ctx.emulator.set_capacity({ctx.pool: 0})
     ref = ctx.trigger(COMPUTE_DAG, "vm", COMPUTE_TASK, "1 CANCELLED run=failed", {"zone": _zone(ctx)})
-    ctx.wait_waiting(ref)
-    ctx.wait_polled(ref)
-    marked = utcnow()
-    ctx.api.set_task_state(ref.dag_id, ref.run_id, ref.request_task, "failed")
-    ctx.log("marked ask_for_vms failed through the REST API")
-    ctx.wait_finished(120)
-    ctx.after_settle.append(lambda: ctx.check_cancelled_within(ref, marked, SETTLE_SECONDS))
+    _mark_failed_while_waiting(ctx, ref)
 
 
 def compute_triggerer_sigkill(ctx: ScenarioContext) -> None:

@@ -13,11 +13,10 @@
 from __future__ import annotations
 
 import os
-import signal
 from datetime import datetime, timedelta
-from typing import Any
 
 from airflow.sdk import DAG
+from fault_twists import KillAfterSubmit
 
 from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
 from airflow_provider_dws.runtime.batch import BatchFlexStartAdapter
@@ -27,13 +26,8 @@ MAX_WAIT = timedelta(seconds=int(os.environ.get("DWS_EXAMPLE_MAX_WAIT_SECONDS", 
 SHARDS = 16
 
 
-class _KillAfterSubmit(BatchFlexStartAdapter):
-    def submit(self, context: Any, identity: Any, placement: Any, max_wait: timedelta) -> Any:
-        status = super().submit(context, identity, placement, max_wait)
-        if context["ti"].try_number == 1:
-            self.log.warning("FAULT: SIGKILL of this task process right after submitting %s", status.name)
-            os.kill(os.getpid(), signal.SIGKILL)
-        return status
+class _KillAfterSubmit(KillAfterSubmit, BatchFlexStartAdapter):
+    pass
 
 
 class KillWorkerAfterSubmit(CreateBatchFlexStartJobOperator):

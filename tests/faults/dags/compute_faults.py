@@ -13,11 +13,10 @@ scenario asks in its own emulator pool and runs side by side with the others:
 from __future__ import annotations
 
 import os
-import signal
 from datetime import datetime, timedelta
-from typing import Any
 
 from airflow.sdk import DAG, task
+from fault_twists import KillAfterSubmit
 
 from airflow_provider_dws.operators.compute import CreateComputeFlexStartVMsOperator
 from airflow_provider_dws.operators.compute_release import DeleteComputeFlexStartVMsOperator
@@ -28,13 +27,8 @@ MAX_WAIT = timedelta(seconds=int(os.environ.get("DWS_EXAMPLE_MAX_WAIT_SECONDS", 
 VMS = 2
 
 
-class _KillAfterSubmit(ComputeFlexStartAdapter):
-    def submit(self, context: Any, identity: Any, placement: Any, max_wait: timedelta) -> Any:
-        status = super().submit(context, identity, placement, max_wait)
-        if context["ti"].try_number == 1:
-            self.log.warning("FAULT: SIGKILL of this task process right after submitting %s", status.name)
-            os.kill(os.getpid(), signal.SIGKILL)
-        return status
+class _KillAfterSubmit(KillAfterSubmit, ComputeFlexStartAdapter):
+    pass
 
 
 class KillWorkerAfterSubmit(CreateComputeFlexStartVMsOperator):

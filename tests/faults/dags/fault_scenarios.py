@@ -16,12 +16,12 @@ Every DAG runs ``CreateVertexAIFlexStartJobOperator`` with the worker pool spec,
 from __future__ import annotations
 
 import os
-import signal
 import time
 from datetime import datetime, timedelta
 from typing import Any
 
 from airflow.sdk import DAG
+from fault_twists import KillAfterSubmit
 
 from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.runtime.vertex_ai import VertexFlexStartAdapter
@@ -30,13 +30,8 @@ POLL_INTERVAL = float(os.environ.get("DWS_EXAMPLE_POLL_INTERVAL", 30))
 MAX_WAIT = timedelta(seconds=int(os.environ.get("DWS_EXAMPLE_MAX_WAIT_SECONDS", 2 * 3600)))
 
 
-class _KillAfterSubmit(VertexFlexStartAdapter):
-    def submit(self, context: Any, identity: Any, placement: Any, max_wait: timedelta) -> Any:
-        status = super().submit(context, identity, placement, max_wait)
-        if context["ti"].try_number == 1:
-            self.log.warning("FAULT: SIGKILL of this task process right after submitting %s", status.name)
-            os.kill(os.getpid(), signal.SIGKILL)
-        return status
+class _KillAfterSubmit(KillAfterSubmit, VertexFlexStartAdapter):
+    pass
 
 
 class _HoldAfterSubmit(VertexFlexStartAdapter):

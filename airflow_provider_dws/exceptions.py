@@ -31,3 +31,9 @@ class RequestCancelledError(DwsError, AirflowFailException):
 
 class BadRequestError(DwsError, AirflowFailException):
     """The API refused the request as invalid; retrying the task cannot help, so it fails at once."""
+
+
+class WaitFailedError(DwsError):
+    """Waiting on a request ended on an error (permission denied, an unexpected answer) before the
+    request did. With a retry left the request is kept for the next try to adopt; the last try
+    cancels one that still waits or holds capacity for later tasks (the message says which)."""

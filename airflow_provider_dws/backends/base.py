@@ -17,6 +17,9 @@ from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, 
 #: Longest failure message an event carries; the API's messages are a sentence or two, and the
 #: whole one stays readable with the request itself.
 EVENT_MESSAGE_LIMIT = 500
+#: The event key of an error that ended a trigger's wait before the request ended (its type and
+#: text): the request may still be queued or held, and the task decides what becomes of it.
+WAIT_ERROR = "wait_error"
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,11 @@ import importlib
 import random
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from airflow_provider_dws.backends.base import RequestStatus
+from airflow_provider_dws.backends.base import WAIT_ERROR, RequestStatus
 from airflow_provider_dws.runtime.state import AttemptState
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 
@@ -151,9 +152,10 @@ class AttemptLoop:
             self.log.warning("Resumed without a trigger event; looking for this task's request again")
             return self.run(context)
         self._forget_waiting(context)
-        return self.attempt_ended(
-            context, event, AttemptState.from_resume(event, kwargs, self.op.home_placement())
-        )
+        state = AttemptState.from_resume(event, kwargs, self.op.home_placement())
+        if event.get(WAIT_ERROR):
+            self.wait_failed(context, event, state)
+        return self.attempt_ended(context, event, state)
 
     def on_kill(self) -> None:
         """``deferrable=False`` only: the worker is being killed (or timed out) while it waits."""
@@ -380,6 +382,64 @@ class AttemptLoop:
             raise self.failure_error(status, state.placement, max_wait, f"{step.reason}\n{step.summary}")
         summary = "\n".join(Attempt.from_dict(a).describe() for a in history)
         raise self.failure_error(status, state.placement, max_wait, summary if len(history) > 1 else "")
+
+    def wait_failed(self, context: Context, event: dict[str, Any], state: AttemptState) -> NoReturn:
+        """The trigger's wait ended on an error (``wait_error``) while the request may still wait
+        or hold capacity. A try with a retry left keeps it: the next try adopts it, in its place in
+        the queue. The last try cancels it, unless its workload is running (that work goes on and
+        is billed as it would have been) or ``cancel_on_kill=False``."""
+        from airflow_provider_dws.exceptions import WaitFailedError
+        from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase
+
+        status = RequestStatus.from_event(event)
+        name, error, phase = status.name, event[WAIT_ERROR], status.phase.value
+        ti = context["ti"]
+        try_number, max_tries = getattr(ti, "try_number", None), getattr(ti, "max_tries", None)
+        if isinstance(try_number, int) and isinstance(max_tries, int) and try_number <= max_tries:
+            self.log.warning(
+                "Waiting on %s failed (%s); it is left %s for try %d, which adopts it",
+                name,
+                error,
+                phase,
+                try_number + 1,
+            )
+            raise WaitFailedError(f"waiting on {name} failed: {error}; the next try adopts the request")
+        working = self.adapter.target == "end" and status.phase is Phase.RUNNING
+        if working or not self.op.cancel_on_kill:
+            why = "its workload is running" if working else "cancel_on_kill=False"
+            self.log.warning(
+                "Waiting on %s failed (%s) and no retry is left; leaving it %s (%s)", name, error, phase, why
+            )
+            raise WaitFailedError(
+                f"waiting on {name} failed: {error}; no retry is left, and the request was left {phase} ({why})"
+            )
+        self.log.warning(
+            "Waiting on %s failed (%s) and no retry is left: cancelling it so it cannot take capacity "
+            "nobody will use",
+            name,
+            error,
+        )
+        cancelled = replace(
+            status,
+            outcome=Outcome(
+                Phase.CANCELLED,
+                FailureKind.CANCELLED,
+                f"the wait failed ({error}); the provider cancelled it",
+            ),
+        )
+        try:
+            self.adapter.cancel(name)
+            self.adapter.release_failed(cancelled, state.placement)
+        except Exception:
+            self.log.exception("Could not cancel %s; cancel it by hand", name)
+            raise WaitFailedError(
+                f"waiting on {name} failed: {error}; no retry is left, and cancelling the request failed: "
+                "cancel it by hand"
+            ) from None
+        self.recorder.ended(context, cancelled, state, False)
+        raise WaitFailedError(
+            f"waiting on {name} failed: {error}; no retry is left, so the request was cancelled"
+        )
 
     # -- errors ----------------------------------------------------------------------------------
 

@@ -9,7 +9,14 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_dws.backends.base import BACKENDS, AsyncRequestBackend, RequestStatus, backend_from_spec
+from airflow_provider_dws.backends.base import (
+    BACKENDS,
+    EVENT_MESSAGE_LIMIT,
+    WAIT_ERROR,
+    AsyncRequestBackend,
+    RequestStatus,
+    backend_from_spec,
+)
 from airflow_provider_dws.errors import RequestNotFoundError
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 from airflow_provider_dws.triggers.log_lines import LINES
@@ -185,8 +192,8 @@ class CapacityRequestTrigger(BaseTrigger):
         self._started = datetime.now(timezone.utc)
         poller = shared_poller(self.kind, self.backend_spec, self.request_name)
         sub = poller.subscribe(self.request_name, self.poll_interval)
+        status: RequestStatus | None = None
         try:
-            status: RequestStatus | None = None
             last_phase: Phase | None = None
             last_log = datetime.now(timezone.utc)
             last_note: str | None = None
@@ -226,6 +233,14 @@ class CapacityRequestTrigger(BaseTrigger):
                 if self._task_deadline is not None and now >= self._timeout_at(self._task_deadline, status):
                     yield TriggerEvent(self._payload(await self._time_out(status or self._unknown())))
                     return
+        except Exception as err:
+            # An answer that ends the wait (permission denied, a bug): a trigger that raised would
+            # fail the task with no word to the operator, and a request still queued would stay
+            # queued for nobody. The event lets the task decide: a try that has a retry leaves it
+            # to be adopted; the last one cancels it (RequestAdapter.wait_failed).
+            self.log.exception("Waiting on %s failed", self.request_name)
+            yield TriggerEvent(self._payload(self._wait_failed(status, err), wait_error=err))
+            return
         finally:
             sub.close()
 
@@ -253,6 +268,17 @@ class CapacityRequestTrigger(BaseTrigger):
                 Phase.CANCELLED, FailureKind.CANCELLED, "the request was deleted outside this task"
             ),
             timings=RequestTimings(),
+        )
+
+    def _wait_failed(self, status: RequestStatus | None, error: Exception) -> RequestStatus:
+        """The request as last seen (still live, or unknown), when an error ended the wait."""
+        last = status or self._unknown()
+        return RequestStatus(
+            name=self.request_name,
+            state=last.state,
+            outcome=Outcome(last.phase, None, f"the wait failed: {type(error).__name__}: {error}"),
+            timings=last.timings,
+            description=last.description,
         )
 
     def _unknown(self) -> RequestStatus:
@@ -317,10 +343,13 @@ class CapacityRequestTrigger(BaseTrigger):
             details=status.details,
         )
 
-    def _payload(self, status: RequestStatus) -> dict[str, Any]:
+    def _payload(self, status: RequestStatus, wait_error: Exception | None = None) -> dict[str, Any]:
         """The event: the status (:meth:`RequestStatus.to_event`) and ``echo``, whose empty values
-        (no attempt history yet, most often) are left out to keep it small."""
+        (no attempt history yet, most often) are left out to keep it small; with ``wait_error``,
+        the error that ended the wait before the request did (``wait_error``: its type and text)."""
         payload = status.to_event()
+        if wait_error is not None:
+            payload[WAIT_ERROR] = f"{type(wait_error).__name__}: {wait_error}"[:EVENT_MESSAGE_LIMIT]
         if self.echo is not None:
             payload["echo"] = {key: value for key, value in self.echo.items() if value not in (None, [], {})}
         return payload

@@ -12,7 +12,8 @@ import pytest
 from airflow.exceptions import TaskDeferred
 from airflow.sdk.exceptions import AirflowTaskTimeout
 
-from airflow_provider_dws.backends.base import RequestStatus
+from airflow_provider_dws.backends.base import WAIT_ERROR, RequestStatus
+from airflow_provider_dws.exceptions import WaitFailedError
 from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
 from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.runtime.adapter import Found
@@ -63,8 +64,9 @@ class TI:
     run_id = "r"
     map_index = -1
 
-    def __init__(self, try_number: int) -> None:
+    def __init__(self, try_number: int, max_tries: int = 0) -> None:
         self.try_number = try_number
+        self.max_tries = max_tries
         self.start_date = STARTED
         self.xcom: dict[str, Any] = {}
 
@@ -122,8 +124,8 @@ def vertex(**kwargs: Any) -> CreateVertexAIFlexStartJobOperator:
     )
 
 
-def context(try_number: int, store: Store | None) -> dict[str, Any]:
-    ctx: dict[str, Any] = {"ti": TI(try_number)}
+def context(try_number: int, store: Store | None, max_tries: int = 0) -> dict[str, Any]:
+    ctx: dict[str, Any] = {"ti": TI(try_number, max_tries)}
     if store is not None:
         ctx["task_state_store"] = store
     return ctx
@@ -212,6 +214,80 @@ def test_trigger_event_clears_the_record(monkeypatch: pytest.MonkeyPatch) -> Non
     event = status(NEW, Phase.SUCCEEDED).to_event()
     assert op.complete_attempt(context(1, store), event) == "ok"
     assert WAITING_KEY not in store.data
+
+
+# -- a wait that ended on an error (the trigger's ``wait_error``) ----------------------------------
+
+
+def failed_wait(phase: Phase) -> dict[str, Any]:
+    event = status(NEW, phase).to_event()
+    event[WAIT_ERROR] = "PermissionDeniedApiError: the credentials lost access"
+    return event
+
+
+def released_after_failure(op: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    released: list[str] = []
+    monkeypatch.setattr(op.adapter(), "release_failed", lambda st, placement: released.append(st.name))
+    return released
+
+
+def test_a_failed_wait_with_a_retry_left_keeps_the_request_for_the_next_try(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    op = vertex(retries=1)
+    h = Harness(op, None, monkeypatch)
+    released = released_after_failure(op, monkeypatch)
+    store = Store({WAITING_KEY: {"request": NEW, "try": 1}})
+    with pytest.raises(WaitFailedError, match="credentials lost access; the next try adopts the request"):
+        op.complete_attempt(context(1, store, max_tries=1), failed_wait(Phase.WAITING))
+    assert (h.cancelled, released) == ([], [])
+    # Not recorded as waited on by this try: the next one adopts the request, it does not cancel it.
+    assert WAITING_KEY not in store.data
+
+
+@pytest.mark.parametrize("phase", [Phase.WAITING, Phase.PROVISIONING])
+def test_a_failed_wait_on_the_last_try_cancels_a_queued_request(
+    phase: Phase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    op = vertex()
+    h = Harness(op, None, monkeypatch)
+    released = released_after_failure(op, monkeypatch)
+    with pytest.raises(WaitFailedError, match="no retry is left, so the request was cancelled"):
+        op.complete_attempt(context(1, Store()), failed_wait(phase))
+    assert h.cancelled == released == [NEW]
+
+
+def test_a_failed_wait_on_the_last_try_leaves_a_running_workload_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Vertex job that runs is doing its work (and billed as it would be anyway): not killed."""
+    op = vertex()
+    h = Harness(op, None, monkeypatch)
+    with pytest.raises(WaitFailedError, match=r"left running \(its workload is running\)"):
+        op.complete_attempt(context(2, Store(), max_tries=1), failed_wait(Phase.RUNNING))
+    assert h.cancelled == []
+
+
+def test_a_failed_wait_on_the_last_try_keeps_the_request_when_cancel_on_kill_is_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    op = vertex(cancel_on_kill=False)
+    h = Harness(op, None, monkeypatch)
+    with pytest.raises(WaitFailedError, match=r"left waiting \(cancel_on_kill=False\)"):
+        op.complete_attempt(context(1, Store()), failed_wait(Phase.WAITING))
+    assert h.cancelled == []
+
+
+def test_a_failed_wait_whose_cancel_fails_says_to_cancel_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    op = vertex()
+    Harness(op, None, monkeypatch)
+
+    def refuse(name: str) -> None:
+        raise RuntimeError("API down")
+
+    monkeypatch.setattr(op.adapter(), "cancel", refuse)
+    with pytest.raises(WaitFailedError, match="cancelling the request failed: cancel it by hand"):
+        op.complete_attempt(context(1, Store()), failed_wait(Phase.WAITING))
 
 
 # -- execution_timeout ---------------------------------------------------------------------------

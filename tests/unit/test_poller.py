@@ -334,15 +334,35 @@ def test_a_permission_error_on_one_read_fails_only_that_wait(world: World) -> No
     world.set(name(2), WAITING, Phase.WAITING)
     world.read_errors[name(1)] = errors.PermissionDeniedApiError("no")
 
-    async def scenario() -> dict[str, Any]:
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
         denied = asyncio.ensure_future(first(trigger(name(1))))
         other = asyncio.ensure_future(first(trigger(name(2))))
-        with pytest.raises(errors.PermissionDeniedApiError):
-            await denied
+        ended = await denied
         world.set(name(2), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
-        return await other
+        return ended, await other
 
-    assert run(scenario())["phase"] == "succeeded"
+    denied, other = run(scenario())
+    # The wait ends with an event that says why, for the task to decide (not a trigger that raised).
+    assert denied["wait_error"] == "PermissionDeniedApiError: no"
+    assert (denied["state"], denied["phase"]) == ("UNKNOWN", "waiting")
+    assert other["phase"] == "succeeded"
+
+
+def test_an_unexpected_error_ends_the_wait_with_the_last_status_seen(world: World) -> None:
+    world.set(name(1), WAITING, Phase.WAITING)
+
+    async def scenario() -> dict[str, Any]:
+        waiting = asyncio.ensure_future(first(trigger(name(1))))
+        await until(lambda: world.lists >= 2, "a second list (the first one's status delivered)")
+        # No longer in the live list, so the poller reads it alone, and the read raises.
+        world.read_errors[name(1)] = RuntimeError("a bug")
+        world.set(name(1), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
+        return await waiting
+
+    event = run(scenario())
+    assert event["wait_error"] == "RuntimeError: a bug"
+    assert (event["state"], event["phase"]) == (WAITING, "waiting")
+    assert event["message"] == "the wait failed: RuntimeError: a bug"
 
 
 def test_a_transient_read_error_is_retried_next_interval(world: World) -> None:

@@ -127,7 +127,7 @@ def block_shape(fr: FutureReservation) -> CalendarShape | None:
 
 
 def describe_block(fr: FutureReservation) -> str:
-    """``8 x a3-highgpu-8g from 2026-12-01 10:00 UTC for 7 days, 0:00:00`` (or ``32 TPU v6e chips ...``)."""
+    """``8 x a3-highgpu-8g from 2026-12-01 10:00 UTC for 7 days`` (or ``32 TPU v6e chips ...``)."""
     start, end = block_window(fr)
     if "aggregate_reservation" in fr:
         version = _VERSION_OF_FAMILY.get(
@@ -139,8 +139,15 @@ def describe_block(fr: FutureReservation) -> str:
         what = f"{reserved_count(fr)} x {machine}"
     if start is None:
         return what
-    length = f" for {end - start}" if end is not None else ""
+    length = f" for {_length(end - start)}" if end is not None else ""
     return f"{what} from {start:%Y-%m-%d %H:%M} UTC{length}"
+
+
+def _length(delta: timedelta) -> str:
+    """``7 days`` for whole days, else as ``timedelta`` prints (``1 day, 6:00:00``)."""
+    if delta.seconds == 0 and delta.microseconds == 0 and delta.days > 0:
+        return f"{delta.days} day{'s' if delta.days != 1 else ''}"
+    return str(delta)
 
 
 def procurement_message(fr: FutureReservation) -> str:

@@ -11,14 +11,12 @@ from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.calendar import (
     BlockAsk,
     FutureReservationBackend,
-    advice_request,
     block_shape,
     block_window,
     build_future_reservation,
-    choose_offer,
     parse_future_reservation_name,
-    read_offers,
 )
+from airflow_provider_dws.backends.calendar_advice import advice_request, choose_offer, read_offers
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import BadRequestError, CapacityNotObtainedError, RequestCancelledError
 from airflow_provider_dws.facts import CALENDAR_PROVISIONING_LIMIT
@@ -264,17 +262,23 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
 
     def cancel(self, name: str) -> None:
         """Give the block up: cancel it if not delivered, then delete it (and any reservation it made)."""
-        self.backend(self.location_of(name)).discard(name)
+        self._discard(name)
 
     def release_failed(self, status: RequestStatus, placement: Placement) -> None:
         """Declined, failed, delivered in part, not approved in time, timed out: leave nothing of it."""
-        done = self.backend(self.location_of(status.name)).discard(status.name)
-        self.log.info(
-            "%s (%s): %s, so nothing is left behind",
-            status.name,
-            status.state,
-            ", ".join(done) or "already gone",
-        )
+        done = self._discard(status.name)
+        if done is not None:
+            what = ", ".join(done) or "already gone"
+            self.log.info("%s (%s): %s, so nothing is left behind", status.name, status.state, what)
+
+    def _discard(self, name: str) -> list[str] | None:
+        """:meth:`FutureReservationBackend.discard`; a block the API will not let go (locked before its
+        delivery) is said so in the log, with what to do (``None``)."""
+        try:
+            return self.backend(self.location_of(name)).discard(name)
+        except _REFUSED as err:
+            self.log.error("%s", locked_message(name, err.message))
+            return None
 
     def ended(self, context: Context, status: RequestStatus) -> None:
         """Note the approval (or delivery, or the end) in the task log."""
@@ -307,6 +311,15 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
     def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
         """The classified exception for a block that was not obtained."""
         return block_error(status, max_wait)
+
+
+def locked_message(name: str, refusal: str) -> str:
+    """Why a block could not be released, and what then happens to it."""
+    return (
+        f"Compute Engine refused to cancel or delete {name} ({refusal}): a block locked for procurement "
+        "is delivered at its start time and billed until its end; release it once it is delivered "
+        "(ReleaseCalendarBlockOperator, or delete the future reservation)"
+    )
 
 
 def block_facts(shape: CalendarShape | None, name: str) -> dict[str, Any]:

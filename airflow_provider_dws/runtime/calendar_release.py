@@ -211,9 +211,9 @@ def release_blocks(op: ReleaseCalendarBlockOperator, context: Context) -> dict[s
         try:
             done = backend.discard(name)
         except _REFUSED as err:
-            raise BadRequestError(
-                f"Compute Engine refused to release {name} ({status.state}): {err.message}"
-            ) from None
+            from airflow_provider_dws.runtime.calendar import locked_message
+
+            raise BadRequestError(locked_message(name, err.message)) from None
         start, end = block_window(fr)
         windows[name] = (start, end if end is not None and end < now else None)
         op.log.info(

@@ -15,15 +15,17 @@ from airflow_provider_dws.backends.base import RequestBackend, backend_from_spec
 from airflow_provider_dws.backends.calendar import (
     UNDELIVERED,
     BlockAsk,
-    BlockOffer,
     FutureReservationBackend,
-    advice_request,
     block_shape,
     build_future_reservation,
-    choose_offer,
     future_reservation_status,
     parse_future_reservation_name,
     parse_reservation_name,
+)
+from airflow_provider_dws.backends.calendar_advice import (
+    BlockOffer,
+    advice_request,
+    choose_offer,
     read_offers,
 )
 from airflow_provider_dws.scheduling.identity import RequestIdentity, parse_attempt_name

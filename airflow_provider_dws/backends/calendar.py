@@ -139,11 +139,11 @@ def describe_block(fr: FutureReservation) -> str:
         what = f"{reserved_count(fr)} x {machine}"
     if start is None:
         return what
-    length = f" for {_length(end - start)}" if end is not None else ""
+    length = f" for {describe_length(end - start)}" if end is not None else ""
     return f"{what} from {start:%Y-%m-%d %H:%M} UTC{length}"
 
 
-def _length(delta: timedelta) -> str:
+def describe_length(delta: timedelta) -> str:
     """``7 days`` for whole days, else as ``timedelta`` prints (``1 day, 6:00:00``)."""
     if delta.seconds == 0 and delta.microseconds == 0 and delta.days > 0:
         return f"{delta.days} day{'s' if delta.days != 1 else ''}"

@@ -14,6 +14,7 @@ from airflow_provider_dws.backends.calendar import (
     block_shape,
     block_window,
     build_future_reservation,
+    describe_length,
     parse_future_reservation_name,
 )
 from airflow_provider_dws.backends.calendar_advice import advice_request, choose_offer, read_offers
@@ -101,7 +102,7 @@ def find_block(op: FindCalendarBlockOperator, context: Context) -> dict[str, Any
         found, why = read_offers(response, in_region)
         offers += found
         unavailable.update(why)
-    span = f"{shape.describe()} for {op.duration}, starting between {earliest:%Y-%m-%d %H:%M} and {latest:%Y-%m-%d %H:%M} UTC"
+    span = f"{shape.describe()} for {describe_length(op.duration)}, starting between {earliest:%Y-%m-%d %H:%M} and {latest:%Y-%m-%d %H:%M} UTC"
     if not offers:
         answers = "; ".join(f"{zone}: {unavailable.get(zone, 'no recommendation')}" for zone in zones)
         raise CapacityNotObtainedError(f"no calendar block of {span} in {', '.join(zones)} ({answers})")
@@ -190,7 +191,8 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
         """The block the operator asks for (its parameters resolved)."""
         op = self.op
         assert op.duration is not None
-        start = parse_moment(op, "start_time", op.start_time)
+        # Whole seconds: the API's times have no fraction, and the block is compared with them.
+        start = parse_moment(op, "start_time", op.start_time).replace(microsecond=0)
         return BlockAsk(shape_of(op), str(op.zone), start, op.duration, op.workload_type)
 
     def build(self, identity: RequestIdentity) -> FutureReservation:
@@ -284,13 +286,11 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
         """Note the approval (or delivery, or the end) in the task log."""
         if status.phase in (Phase.PROVISIONING, Phase.RUNNING):
             self.log.info(
-                "%s is %s [%s] after %s: %s",
+                "%s is %s [%s], %s after it was submitted: %s",
                 status.name,
                 "delivered" if status.phase is Phase.RUNNING else "approved",
                 status.state,
-                timedelta(seconds=round(status.timings.wait_seconds or 0))
-                if status.timings.wait_seconds
-                else "no wait",
+                timedelta(seconds=round(status.timings.wait_seconds or 0)),
                 status.description,
             )
             return

@@ -16,6 +16,7 @@ from airflow_provider_dws.backends.calendar import (
     build_future_reservation,
     describe_length,
     parse_future_reservation_name,
+    parse_reservation_name,
 )
 from airflow_provider_dws.backends.calendar_advice import advice_request, choose_offer, read_offers
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
@@ -487,6 +488,12 @@ class CalendarWaitAdapter(RequestAdapter["WaitForCalendarBlockOperator", FutureR
                 f"projects/{where.project}/zones/{where.zone}/reservations/{fr.reservation_name}"
             ]
             result["reservation_names"] = [fr.reservation_name]
+        if result.get("tpu_version"):
+            # Cloud TPU names a reservation by location: a queued resource's ``reservation_name``.
+            result["tpu_reservation_names"] = [
+                "projects/{}/locations/{}/reservations/{}".format(*parse_reservation_name(r))
+                for r in result["reservations"]
+            ]
         end = result["end_time"]
         self.log.info(
             "%s is delivered: reservation(s) %s in %s until %s (everything on them is deleted then)",

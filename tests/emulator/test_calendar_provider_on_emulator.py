@@ -310,3 +310,57 @@ def test_the_identity_finds_every_attempt_without_xcom(emulator: Callable[..., A
     out = run.execute(tasks["release"])
     assert out["released"] == [booked["future_reservation"]]
     assert all(b["deleted"] for b in blocks(emu))
+
+
+def test_a_tpu_block_is_delivered_with_the_name_a_queued_resource_consumes(
+    emulator: Callable[..., Any],
+) -> None:
+    emulator()
+    run = Run()
+    with DAG("calendar_dag", schedule=None):
+        reserve = ReserveCalendarBlockOperator(
+            task_id="reserve",
+            project_id=PROJECT,
+            zone="us-east5-a",
+            start_time=datetime.now(timezone.utc) + timedelta(seconds=3),
+            duration=timedelta(days=1),
+            tpu_version="v6e",
+            chip_count=32,
+            wait_for_delivery=True,  # one task: approved, then delivered
+            poll_interval=0.2,
+            deferrable=False,
+        )
+        release = ReleaseCalendarBlockOperator(task_id="release", project_id=PROJECT, setup_task_id="reserve")
+    booked = run.execute(reserve)
+    assert booked["procurement_status"] == "FULFILLED"
+    assert (booked["accelerator_type"], booked["accelerator_count"]) == ("v6e-32", 32)
+    [held] = run.records("reserve")
+    assert held.holds and held.accelerator_type == "v6e-32"
+    wait = WaitForCalendarBlockOperator(
+        task_id="wait", project_id=PROJECT, future_reservation=booked["future_reservation"]
+    )
+    delivered = run.execute(wait)
+    name = booked["reservation_name"]
+    assert delivered["tpu_reservation_names"] == [
+        f"projects/{PROJECT}/locations/us-east5-a/reservations/{name}"
+    ]
+    assert run.execute(release)["states_before"] == ["FULFILLED"]
+
+
+def test_the_trigger_cancel_leaves_a_delivered_block_alone(emulator: Callable[..., Any]) -> None:
+    """``arelease`` (a user killed the waiting task) cancels what is not delivered, never more."""
+    emu = emulator(approval="manual")
+    tasks, run = dag_tasks(), Run()
+    _choice(run, days=10)
+    adapter = tasks["reserve"].adapter()
+    tasks["reserve"].resolve_block(run.context("reserve"))
+    who = RequestIdentity("calendar_dag", "reserve", run.id)
+    backend = FutureReservationBackend(PROJECT, ZONE)
+    status, created = backend.submit(adapter.build(who), who, who.request_uuid())
+    assert created and status.state == "PENDING_APPROVAL"
+    assert asyncio.run(backend.arelease(status.name)) is True
+    assert backend.get_status(status.name).state == "CANCELLED"  # type: ignore[union-attr]
+    assert asyncio.run(backend.arelease(status.name)) is False  # ended: nothing to cancel
+    backend.discard(status.name)
+    assert asyncio.run(backend.arelease(status.name)) is False  # gone
+    assert [b["state"] for b in blocks(emu)] == ["CANCELLED"]

@@ -2,8 +2,8 @@
 
 Pure (no clock, no lock): :class:`CapacityCalendar` keeps a total per ``ZONE/ACCELERATOR`` (GPUs by
 their Vertex AI name, TPU families in chips), optional totals for single days, and the bookings of
-approved blocks. A block of ``units`` from ``start`` to ``end`` fits when every UTC day it touches
-has that many units free. This inventory is separate from the Flex Start pools of the capacity
+approved blocks. A block of ``units`` from ``start`` to ``end`` fits when that many units are free at
+every moment of it (a day's total, less the blocks booked at that moment). This inventory is separate from the Flex Start pools of the capacity
 model: a delivered block becomes a pool of its own there (:mod:`..core.reservations`).
 """
 
@@ -52,7 +52,7 @@ class Booking:
 
 
 class CapacityCalendar:
-    """Totals per pool and day, and bookings; every method is O(days x bookings of one pool)."""
+    """Totals per pool and day, and bookings; a check costs O((days + bookings) x bookings of one pool)."""
 
     def __init__(self, totals: Mapping[Any, int] | None = None) -> None:
         self._totals: dict[PoolKey, int] = {}
@@ -95,30 +95,32 @@ class CapacityCalendar:
     def total(self, key: PoolKey, day: int) -> int:
         return self._days.get((key, day), self._totals.get(key, 0))
 
-    def booked(self, key: PoolKey, day: int) -> int:
-        lo, hi = day * DAY, (day + 1) * DAY
-        return sum(b.units for b in self._bookings.values() if b.key == key and b.start < hi and b.end > lo)
+    def _points(self, key: PoolKey, start: float, end: float) -> tuple[list[Booking], list[float]]:
+        """The bookings of ``key`` overlapping ``[start, end)`` and the times in it where what is
+        free may drop: ``start``, each booking's start and each UTC midnight."""
+        bookings = [b for b in self._bookings.values() if b.key == key and b.start < end and b.end > start]
+        points = {start, *(b.start for b in bookings if b.start > start)}
+        points.update(float(d * DAY) for d in range(day_of(start) + 1, last_day(end) + 1))
+        return bookings, sorted(points)
 
-    def free_days(self, key: PoolKey, first: int, last: int) -> list[int]:
-        """Free units of each day from ``first`` to ``last`` (inclusive)."""
-        bookings = [b for b in self._bookings.values() if b.key == key]
-        out = []
-        for day in range(first, last + 1):
-            lo, hi = day * DAY, (day + 1) * DAY
-            used = sum(b.units for b in bookings if b.start < hi and b.end > lo)
-            out.append(self.total(key, day) - used)
-        return out
+    def free_at(self, key: PoolKey, t: float, bookings: list[Booking] | None = None) -> int:
+        """Units of ``key`` free at time ``t``."""
+        if bookings is None:
+            bookings = [b for b in self._bookings.values() if b.key == key]
+        used = sum(b.units for b in bookings if b.start <= t < b.end)
+        return self.total(key, day_of(t)) - used
 
     def fits(self, key: PoolKey, start: float, end: float, units: int) -> bool:
-        return all(free >= units for free in self.free_days(key, day_of(start), last_day(end)))
+        """True if ``units`` are free at every moment from ``start`` to ``end``."""
+        return self.room_until(key, start, units, end) >= end
 
     def room_until(self, key: PoolKey, start: float, units: int, horizon: float) -> float:
-        """How far from ``start`` a block of ``units`` fits: the start of the first day (after
-        ``start``'s own) that is short, or ``horizon``; ``start`` itself when its own day is short."""
-        first = day_of(start)
-        for offset, free in enumerate(self.free_days(key, first, last_day(horizon))):
-            if free < units:
-                return start if offset == 0 else float((first + offset) * DAY)
+        """How far from ``start`` a block of ``units`` fits: the first moment before ``horizon``
+        when fewer are free (``start`` itself when they are not free at once), or ``horizon``."""
+        bookings, points = self._points(key, start, horizon)
+        for t in points:
+            if t < horizon and self.free_at(key, t, bookings) < units:
+                return t
         return horizon
 
     def book(self, key: PoolKey, start: float, end: float, units: int, owner: str) -> int:

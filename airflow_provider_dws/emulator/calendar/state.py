@@ -128,7 +128,7 @@ class CalendarState(ServedReservations, CalendarControls, Api):
             elif status == "APPROVED" and rec.lock_at is not None and now >= rec.lock_at:
                 self._set(rec, "PROCURING", now)
             elif status == "PROCURING" and now >= plan.start:
-                rec.deliver_at = now + self.settings.provision_seconds
+                rec.deliver_at = plan.start + self.settings.provision_seconds
                 rec.pb.status.fulfilled_count = 0
                 self._set(rec, "PROVISIONING", now)
             elif status == "PROVISIONING" and rec.deliver_at is not None and now >= rec.deliver_at:

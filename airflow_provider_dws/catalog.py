@@ -21,6 +21,14 @@ from typing import NamedTuple
 
 from airflow_provider_dws.facts import (
     BATCH_FLEX_START_GPUS,
+    CALENDAR_GPU_SERIES,
+    CALENDAR_H4D_MACHINES,
+    CALENDAR_MAX_GPU_VMS,
+    CALENDAR_MAX_H4D_VMS,
+    CALENDAR_TPU_CHIPS,
+    CALENDAR_TPU_ROWS,
+    CALENDAR_TPU_SERVING_CHIPS,
+    CALENDAR_TPU_WORKLOADS,
     COMPUTE_GPU_NAMES,
     FLEX_START_GPUS,
     GPU_MACHINE_ROWS,
@@ -43,11 +51,14 @@ __all__ = [
     "TPU_FAMILIES",
     "VERTEX_ACCELERATOR_TYPES",
     "ZONE_RE",
+    "CalendarShape",
     "GpuMachine",
     "TpuFamily",
     "TpuShape",
     "batch_gpu_error",
     "batch_machine_gpus",
+    "calendar_shape",
+    "calendar_shape_error",
     "compute_gpu_name",
     "gpu_machine_error",
     "machines_for",
@@ -280,3 +291,92 @@ def batch_gpu_error(machine_type: str, accelerator_type: str | None, count: int 
 
 REGION_RE = re.compile(f"^{REGION_PATTERN}$")
 ZONE_RE = re.compile(f"^{ZONE_PATTERN}$")
+
+
+# -- calendar mode -----------------------------------------------------------------------------
+
+
+class CalendarShape(NamedTuple):
+    """What one calendar block reserves: VMs of a machine type, or TPU chips of a version.
+
+    ``accelerator_type`` and ``accelerator_count`` are as the request records name them: the GPU's
+    Compute Engine name and the GPUs over every VM (none for H4D), or the Cloud TPU accelerator
+    type of the whole block (``v6e-32``) and its chips.
+    """
+
+    machine_type: str | None
+    vm_count: int
+    tpu_version: str | None
+    chip_count: int
+    accelerator_type: str | None
+    accelerator_count: int
+
+    def describe(self) -> str:
+        """``8 x a3-highgpu-8g (64 x nvidia-h100-80gb)`` or ``32 TPU v6e chips``."""
+        if self.tpu_version:
+            return f"{self.chip_count} TPU {self.tpu_version} chip{'s' if self.chip_count != 1 else ''}"
+        gpus = f" ({self.accelerator_count} x {self.accelerator_type})" if self.accelerator_type else ""
+        return f"{self.vm_count} x {self.machine_type}{gpus}"
+
+
+def calendar_shape_error(
+    machine_type: object, vm_count: object, tpu_version: object, chip_count: object, workload_type: object
+) -> str | None:
+    """Why calendar mode cannot reserve this (``None``: it can): a GPU or H4D machine type and its VM
+    count, or a TPU version and its chips (and, for TPUs, the workload type)."""
+    if (machine_type is None) == (tpu_version is None):
+        return "pass either machine_type and vm_count (GPU or H4D VMs) or tpu_version and chip_count (TPUs)"
+    if machine_type is not None:
+        if chip_count is not None:
+            return "chip_count is for TPU blocks (with tpu_version); a VM block counts vm_count"
+        gpu = (
+            isinstance(machine_type, str)
+            and machine_type in GPU_MACHINES
+            and machine_type.rsplit("-", 1)[0] in CALENDAR_GPU_SERIES
+        )
+        if not gpu and machine_type not in CALENDAR_H4D_MACHINES:
+            offered = sorted(m for m in GPU_MACHINES if m.rsplit("-", 1)[0] in CALENDAR_GPU_SERIES)
+            return (
+                f"machine_type {machine_type!r} is not offered in calendar mode, which reserves A3-or-newer "
+                f"GPU machines ({', '.join(offered)}) and H4D ({', '.join(CALENDAR_H4D_MACHINES)})"
+            )
+        most = CALENDAR_MAX_GPU_VMS if gpu else CALENDAR_MAX_H4D_VMS
+        if isinstance(vm_count, bool) or not isinstance(vm_count, int) or not 1 <= vm_count <= most:
+            return f"vm_count must be an integer from 1 to {most} (VMs of {machine_type} per request), got {vm_count!r}"
+        return None
+    if vm_count is not None:
+        return "vm_count is for VM blocks (with machine_type); a TPU block counts chip_count"
+    if tpu_version not in CALENDAR_TPU_ROWS:
+        return f"tpu_version must be one calendar mode offers, one of {sorted(CALENDAR_TPU_ROWS)}, got {tpu_version!r}"
+    if workload_type not in CALENDAR_TPU_WORKLOADS:
+        return f"workload_type must be one of {list(CALENDAR_TPU_WORKLOADS)}, got {workload_type!r}"
+    chips = (
+        CALENDAR_TPU_SERVING_CHIPS
+        if (tpu_version, workload_type) == ("v5e", "SERVING")
+        else CALENDAR_TPU_CHIPS
+    )
+    if chip_count not in chips or isinstance(chip_count, bool):
+        return f"chip_count must be one of {list(chips)} for a TPU {tpu_version} {workload_type} block, got {chip_count!r}"
+    return None
+
+
+def calendar_shape(
+    machine_type: str | None,
+    vm_count: int | None,
+    tpu_version: str | None = None,
+    chip_count: int | None = None,
+    workload_type: str = "BATCH",
+) -> CalendarShape:
+    """The block's shape, or ``ValueError`` with :func:`calendar_shape_error`'s message."""
+    error = calendar_shape_error(machine_type, vm_count, tpu_version, chip_count, workload_type)
+    if error:
+        raise ValueError(error)
+    if tpu_version is not None:
+        assert chip_count is not None
+        family, cores = CALENDAR_TPU_ROWS[tpu_version][2:]
+        return CalendarShape(None, 0, tpu_version, chip_count, f"{family}-{chip_count * cores}", chip_count)
+    assert machine_type is not None and vm_count is not None
+    gpus = batch_machine_gpus(machine_type)
+    if gpus is None:  # H4D: no accelerators
+        return CalendarShape(machine_type, vm_count, None, 0, None, 0)
+    return CalendarShape(machine_type, vm_count, None, 0, gpus[0], gpus[1] * vm_count)

@@ -177,3 +177,52 @@ COMPUTE_MAX_RUN = timedelta(days=7)
 COMPUTE_MAX_RESIZE_BY = 1000
 #: A Compute Engine resource name (instance template, MIG, resize request): RFC 1035, at most 63.
 COMPUTE_NAME_PATTERN = QUEUED_RESOURCE_ID_PATTERN
+
+# -- calendar mode (Compute Engine future reservations, reservation_mode=CALENDAR) -------------------
+# From the Compute Engine documents on future reservation requests in calendar mode (checked 2026-12).
+
+#: A block lasts 1 to 90 days.
+CALENDAR_MIN_BLOCK = timedelta(days=1)
+CALENDAR_MAX_BLOCK = timedelta(days=90)
+#: How far ahead the calendar-mode advice sees (and a block may start): GPU and H4D VMs 60 days,
+#: TPUs 120 days.
+CALENDAR_GPU_HORIZON = timedelta(days=60)
+CALENDAR_TPU_HORIZON = timedelta(days=120)
+#: The GPU machine series calendar mode offers (A3 and newer); the machine types are those of
+#: :data:`GPU_MACHINE_ROWS` in these series. VMs per request: 1 to 80.
+CALENDAR_GPU_SERIES = ("a3-highgpu", "a3-megagpu", "a3-ultragpu", "a4-highgpu", "a4x-highgpu")
+CALENDAR_MAX_GPU_VMS = 80
+#: H4D (HPC, no GPUs) machine types calendar mode offers; VMs per request: 1 to 256.
+CALENDAR_H4D_MACHINES = ("h4d-highmem-192", "h4d-highmem-192-lssd", "h4d-standard-192")
+CALENDAR_MAX_H4D_VMS = 256
+#: TPU version -> (its ``AllocationAggregateReservation.VmFamily``, its Compute Engine accelerator type
+#: name, the Cloud TPU family of its accelerator types, TensorCores per chip in their suffix).
+CALENDAR_TPU_ROWS = {
+    "v5e": ("VM_FAMILY_CLOUD_TPU_LITE_POD_SLICE_CT5LP", "ct5lp", "v5litepod", 1),
+    "v5p": ("VM_FAMILY_CLOUD_TPU_POD_SLICE_CT5P", "ct5p", "v5p", 2),
+    "v6e": ("VM_FAMILY_CLOUD_TPU_LITE_POD_SLICE_CT6E", "ct6e", "v6e", 1),
+}
+#: TPU chips one request may reserve; a v5e block for SERVING takes only 1, 4 or 8.
+CALENDAR_TPU_CHIPS = (1, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+CALENDAR_TPU_SERVING_CHIPS = (1, 4, 8)
+CALENDAR_TPU_WORKLOADS = ("BATCH", "SERVING")
+#: How the Find operator picks among the advice's recommendations.
+CALENDAR_ORDERS = ("earliest", "zone_order")
+#: How long a reserve waits for the request to be approved unless told (it is cancelled then).
+CALENDAR_DEFAULT_APPROVAL_WAIT = timedelta(hours=1)
+#: How long PROVISIONING may last past the block's start before the service fails the request.
+CALENDAR_PROVISIONING_LIMIT = timedelta(hours=24)
+
+
+def calendar_gpu_machine(machine_type: object) -> bool:
+    """True for a GPU machine type of a series calendar mode offers (``a3-highgpu-8g``)."""
+    return (
+        isinstance(machine_type, str)
+        and machine_type in GPU_MACHINE_ROWS
+        and machine_type.rsplit("-", 1)[0] in CALENDAR_GPU_SERIES
+    )
+
+
+def calendar_machine_offered(machine_type: object) -> bool:
+    """True for a machine type calendar mode offers: an A3-or-newer GPU machine, or H4D."""
+    return calendar_gpu_machine(machine_type) or machine_type in CALENDAR_H4D_MACHINES

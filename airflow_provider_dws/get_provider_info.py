@@ -15,7 +15,8 @@ def get_provider_info() -> dict[str, Any]:
         "description": (
             "Run AI training and batch work on scarce GPUs and TPUs through Google Cloud's Dynamic "
             "Workload Scheduler: Vertex AI Flex Start custom jobs, Cloud TPU queued resources, Cloud Batch "
-            "Flex Start jobs and Compute Engine flex-start VMs, waited on in the triggerer."
+            "Flex Start jobs and Compute Engine flex-start VMs, waited on in the triggerer; and calendar-mode "
+            "blocks (Compute Engine future reservations) found, reserved, waited for and released."
         ),
         "versions": [__version__],
         "integrations": [
@@ -35,6 +36,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_dws.operators.batch",
                     "airflow_provider_dws.operators.compute",
                     "airflow_provider_dws.operators.compute_release",
+                    "airflow_provider_dws.operators.calendar",
                 ],
             }
         ],
@@ -65,5 +67,6 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_provider_dws.links.BatchFlexStartJobLink",
             "airflow_provider_dws.links.BatchJobLogsLink",
             "airflow_provider_dws.links.ComputeFlexStartMIGLink",
+            "airflow_provider_dws.links.CalendarBlockLink",
         ],
     }

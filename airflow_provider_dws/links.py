@@ -145,3 +145,23 @@ class ComputeFlexStartMIGLink(StoredUrlLink):
     def persist(cls, context: Any, project_id: str, location: str, instance_group_manager: str) -> str:
         """Store the console URL for this task instance; returns it."""
         return cls.push_url(context, mig_console_url(project_id, location, instance_group_manager))
+
+
+# -- Compute Engine calendar mode -----------------------------------------------------------------
+
+
+def future_reservation_console_url(project_id: str, zone: str, name: str) -> str:
+    """The console page of one future reservation (a calendar block)."""
+    return f"{CONSOLE}/compute/futureReservations/details/zones/{zone}/{name}?project={project_id}"
+
+
+class CalendarBlockLink(StoredUrlLink):
+    """ "Calendar block": the future reservation's page in the console (XCom key ``dws_calendar_block_link``)."""
+
+    name = "Calendar block"
+    key = "dws_calendar_block_link"
+
+    @classmethod
+    def persist(cls, context: Any, project_id: str, zone: str, name: str) -> str:
+        """Store the console URL for this task instance; returns it."""
+        return cls.push_url(context, future_reservation_console_url(project_id, zone, name))

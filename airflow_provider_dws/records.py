@@ -68,7 +68,8 @@ class RequestRecord:
     ``accelerator_count`` is the request's whole count (GPUs or TPU chips over every VM or node),
     so accelerator-hours are ``accelerator_count`` x hours. ``holds`` is true while the request
     holds capacity that outlives the task that made it (an ACTIVE TPU slice not yet deleted), and
-    ``held_since`` / ``released`` time that holding.
+    ``held_since`` / ``released`` time that holding. ``reservation`` names the reservation a request
+    ran on (calendar mode: a delivered block's), so the block's release can tell what used it.
     """
 
     api: str
@@ -96,6 +97,7 @@ class RequestRecord:
     holds: bool = False
     held_since: str | None = None
     released: str | None = None
+    reservation: str | None = None
     v: int = RECORD_VERSION
 
     def __post_init__(self) -> None:

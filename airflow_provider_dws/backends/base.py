@@ -315,6 +315,7 @@ BACKENDS: dict[str, str] = {
     "tpu_queued_resource": "airflow_provider_dws.backends.tpu:TpuQueuedResourceBackend",
     "batch_job": "airflow_provider_dws.backends.batch:BatchJobBackend",
     "compute_resize_request": "airflow_provider_dws.backends.compute:ComputeResizeRequestBackend",
+    "compute_future_reservation": "airflow_provider_dws.backends.calendar:FutureReservationBackend",
 }
 
 

@@ -200,7 +200,50 @@ class _NoAsyncHook(DwsAsyncHookBase[DwsComputeHook, Any]):
     sync_hook_class = DwsComputeHook
 
 
-class ComputeResizeRequestBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
+class ComputeBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
+    """Base of the Compute Engine backends (resize requests, future reservations): the sync hook,
+    whose clients the async half runs in :func:`compute_pool`, and the polling of the operations
+    their ``*_unary()`` calls return."""
+
+    sync_hook_class = DwsComputeHook
+    async_hook_class = _NoAsyncHook
+
+    # -- operations --------------------------------------------------------------------------------
+
+    def wait_operation(
+        self, operation: Operation, what: str, timeout: float = OPERATION_TIMEOUT
+    ) -> Operation:
+        """Poll ``operation`` (zonal, regional or global, as it says) until DONE, on this hook's own
+        clients; raise the provider error of an operation that failed."""
+        from google.api_core import exceptions as gexc
+        from google.cloud.compute_v1 import Operation
+
+        hook = self.hook
+        client: Any
+        if operation.zone:
+            client, where = hook.get_zone_operations_client(), {"zone": operation.zone.rsplit("/", 1)[-1]}
+        elif operation.region:
+            client, where = (
+                hook.get_region_operations_client(),
+                {"region": operation.region.rsplit("/", 1)[-1]},
+            )
+        else:
+            client, where = hook.get_global_operations_client(), {}
+        deadline = time.monotonic() + timeout
+        while operation.status != Operation.Status.DONE:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what}: operation {operation.name} not done after {timeout:.0f}s")
+            operation = self._rpc(
+                f"wait for {what}", client.wait, project=self.project_id, operation=operation.name, **where
+            )
+        if operation.error.errors:
+            message = "; ".join(f"{e.code}: {e.message}" for e in operation.error.errors)
+            with translated():
+                raise gexc.from_http_status(operation.http_error_status_code or 400, f"{what}: {message}")
+        return operation
+
+
+class ComputeResizeRequestBackend(ComputeBackend):
     """Create, read, list, cancel and delete the resize requests of the MIGs of one zone or region.
 
     ``location`` is a zone (zonal MIGs) or a region (regional MIGs). A request is known by its full
@@ -211,8 +254,6 @@ class ComputeResizeRequestBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
 
     kind = "compute_resize_request"
     location_key = "location"
-    sync_hook_class = DwsComputeHook
-    async_hook_class = _NoAsyncHook
 
     @property
     def regional(self) -> bool:
@@ -267,40 +308,6 @@ class ComputeResizeRequestBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
             "instance_group_manager": where.instance_group_manager,
             "resize_request": where.resize_request,
         }
-
-    # -- operations --------------------------------------------------------------------------------
-
-    def wait_operation(
-        self, operation: Operation, what: str, timeout: float = OPERATION_TIMEOUT
-    ) -> Operation:
-        """Poll ``operation`` (zonal, regional or global, as it says) until DONE, on this hook's own
-        clients; raise the provider error of an operation that failed."""
-        from google.api_core import exceptions as gexc
-        from google.cloud.compute_v1 import Operation
-
-        hook = self.hook
-        client: Any
-        if operation.zone:
-            client, where = hook.get_zone_operations_client(), {"zone": operation.zone.rsplit("/", 1)[-1]}
-        elif operation.region:
-            client, where = (
-                hook.get_region_operations_client(),
-                {"region": operation.region.rsplit("/", 1)[-1]},
-            )
-        else:
-            client, where = hook.get_global_operations_client(), {}
-        deadline = time.monotonic() + timeout
-        while operation.status != Operation.Status.DONE:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{what}: operation {operation.name} not done after {timeout:.0f}s")
-            operation = self._rpc(
-                f"wait for {what}", client.wait, project=self.project_id, operation=operation.name, **where
-            )
-        if operation.error.errors:
-            message = "; ".join(f"{e.code}: {e.message}" for e in operation.error.errors)
-            with translated():
-                raise gexc.from_http_status(operation.http_error_status_code or 400, f"{what}: {message}")
-        return operation
 
     # -- sync (worker) -----------------------------------------------------------------------------
 

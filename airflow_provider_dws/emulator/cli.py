@@ -3,7 +3,9 @@
 ::
 
     dws-emulator serve [--host 127.0.0.1] [--port 0] [--seed 0] [--capacity LOC/ACC=N ...]
-                       [--faults SPEC ...]
+                       [--faults SPEC ...] [--calendar-capacity ZONE/ACC=N ...]
+                       [--calendar-approval-seconds S|manual] [--calendar-min-lead-seconds S]
+                       [--calendar-provision-seconds S]
     dws-emulator requests --port P [--host 127.0.0.1] [--json]
     dws-emulator capacity --port P [--host 127.0.0.1] [--json] [LOC/ACC=N ...]
     dws-emulator preempt --port P [--host 127.0.0.1] [--json] projects/P/locations/ZONE/queuedResources/ID
@@ -14,6 +16,11 @@
 Pools are ``LOCATION/ACCELERATOR=N``: a region and a Vertex accelerator for GPUs
 (``us-central1/NVIDIA_H100_80GB=8``, used by Vertex AI and Cloud Batch jobs alike), a zone and a TPU family counted in chips for TPUs
 (``us-west4-a/v5litepod=16``), or ``ZONE/FAMILY@RESERVATION=N`` for a TPU reservation.
+
+Calendar mode (future reservations) books on its own calendar of free capacity,
+``ZONE/ACCELERATOR=N`` units per day (``us-central1-a/NVIDIA_H100_80GB=64``, ``us-west4-a/v5litepod=256``);
+``--calendar-*`` set its approval delay (``manual``: only the control API decides), minimum lead
+time and provisioning delay, over the ``DWS_EMULATOR_CALENDAR_*`` environment variables.
 
 Fault rules are ``METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL]`` (``GetCustomJob=UNAVAILABLE@0.2``,
 ``*=latency:0.3``; see :mod:`.faults`). ``faults`` without rules shows the rules and what was
@@ -107,6 +114,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     try:
         capacity = None if args.capacity is None else _parse_pools(args.capacity)
+        calendar = None if args.calendar_capacity is None else _parse_pools(args.calendar_capacity)
         faults = parse_specs(args.faults or ())
     except ValueError as exc:
         print(f"dws-emulator: {exc}", file=sys.stderr)
@@ -114,8 +122,26 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s dws-emulator %(message)s")
     try:
         server = EmulatorServer(
-            capacity, seed=args.seed, host=args.host, port=args.port, faults=faults
-        ).start()
+            capacity,
+            seed=args.seed,
+            host=args.host,
+            port=args.port,
+            faults=faults,
+            calendar_capacity=calendar,
+        )
+    except ValueError as exc:  # a DWS_EMULATOR_CALENDAR_* variable that does not parse
+        print(f"dws-emulator: {exc}", file=sys.stderr)
+        return 2
+    settings = server.state.calendar.settings
+    if args.calendar_approval_seconds is not None:
+        manual = args.calendar_approval_seconds == "manual"
+        settings.approval_seconds = None if manual else float(args.calendar_approval_seconds)
+    if args.calendar_min_lead_seconds is not None:
+        settings.min_lead_seconds = args.calendar_min_lead_seconds
+    if args.calendar_provision_seconds is not None:
+        settings.provision_seconds = args.calendar_provision_seconds
+    try:
+        server.start()
     except OSError as exc:  # the port, or the REST front's port + 1, is taken
         print(f"dws-emulator: {exc}", file=sys.stderr)
         return 2
@@ -131,6 +157,12 @@ def _serve(args: argparse.Namespace) -> int:
     if faults:
         logging.getLogger("dws_emulator").info("faults: %s", ", ".join(rule.spec for rule in faults))
     logging.getLogger("dws_emulator").info("REST front (Compute Engine) at %s", server.rest_url)
+    logging.getLogger("dws_emulator").info(
+        "calendar mode: %s; capacity per day: %s",
+        ", ".join(f"{k}={v}" for k, v in settings.to_json().items()),
+        ", ".join(f"{k}={v}" for k, v in server.state.calendar.calendar.snapshot()["pools"].items())
+        or "(none)",
+    )
     print(f"{LISTENING}{server.address}", flush=True)
     while not stop.wait(0.5):
         pass
@@ -194,6 +226,13 @@ def _print_requests(requests: list[dict[str, Any]]) -> None:
         print(f"\n{r['kind']} {r['name']}\n  history: {history}")
         if r.get("nodes"):
             print(f"  nodes: {', '.join(r['nodes'])}")
+        if r["kind"] == "FutureReservation":
+            print(f"  block: {r['block_start']} -> {r['block_end']}")
+            if r["reservation"]:
+                print(f"  reservation: {r['reservation']}{'' if r['reservation_live'] else ' (not live)'}")
+            if r["consumers"]:
+                consumers = ", ".join(f"{c['kind']} {c['name']}" for c in r["consumers"])
+                print(f"  consumers: {consumers}")
         if r.get("instances"):
             vms = (
                 f"{vm['name']} ({vm['zone']}, {vm['internal_ip']}{', deleted' if vm['deleted'] else ''})"
@@ -317,6 +356,20 @@ def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lead_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"seconds must be >= 0, got {text!r}")
+    return value
+
+
+def _approval_seconds(text: str) -> float | str:
+    return "manual" if text == "manual" else _lead_seconds(text)
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -353,6 +406,34 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="fault rules METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL], e.g. GetCustomJob=UNAVAILABLE@0.2, "
         "*=RESOURCE_EXHAUSTED@0.05, CreateCustomJob=DEADLINE_EXCEEDED@1x1, *=latency:0.3",
+    )
+    serve.add_argument(
+        "--calendar-capacity",
+        action="extend",
+        nargs="+",
+        metavar="ZONE/ACCELERATOR=COUNT",
+        help="calendar mode's free capacity per day (GPUs by Vertex AI name, TPU families in chips); "
+        "when given, only these (default: the built-in calendar)",
+    )
+    serve.add_argument(
+        "--calendar-approval-seconds",
+        type=_approval_seconds,
+        metavar="S|manual",
+        help="seconds from a future reservation's submission to its approval or decline (default 1, "
+        "or DWS_EMULATOR_CALENDAR_APPROVAL_SECONDS); manual: only the control API decides",
+    )
+    serve.add_argument(
+        "--calendar-min-lead-seconds",
+        type=_lead_seconds,
+        metavar="S",
+        help="how far ahead a calendar block must start (default 0, or DWS_EMULATOR_CALENDAR_MIN_LEAD_SECONDS)",
+    )
+    serve.add_argument(
+        "--calendar-provision-seconds",
+        type=_lead_seconds,
+        metavar="S",
+        help="how long PROVISIONING lasts from a block's start (default 1, or "
+        "DWS_EMULATOR_CALENDAR_PROVISION_SECONDS)",
     )
     serve.set_defaults(func=_serve)
 

@@ -48,6 +48,65 @@ class EmulatorControl:
         """
         return dict(self.call("Preempt", {"name": name})["queued_resource"])
 
+    # -- calendar mode (future reservations; a name is ``projects/P/zones/Z/futureReservations/N``) --
+    def approve_future_reservation(self, name: str) -> dict[str, Any]:
+        """Approve a PENDING_APPROVAL future reservation now; returns its record.
+
+        FAILED_PRECONDITION in another status, NOT_FOUND for an unknown (or deleted) one.
+        """
+        return dict(self.call("ApproveFutureReservation", {"name": name})["future_reservation"])
+
+    def decline_future_reservation(self, name: str, reason: str = "") -> dict[str, Any]:
+        """Decline a PENDING_APPROVAL future reservation (``reason`` lands in its record's ``error``)."""
+        body = {"name": name, "reason": reason} if reason else {"name": name}
+        return dict(self.call("DeclineFutureReservation", body)["future_reservation"])
+
+    def partly_fulfil_future_reservation(self, name: str, count: int) -> dict[str, Any]:
+        """Deliver only ``count`` VMs (GPU blocks) or chips (TPU blocks) of a request not delivered
+        yet: FAILED_PARTIALLY_FULFILLED at its start, or FAILED for 0."""
+        return dict(
+            self.call("PartlyFulfilFutureReservation", {"name": name, "count": count})["future_reservation"]
+        )
+
+    def end_future_reservation(self, name: str) -> dict[str, Any]:
+        """End a delivered block now, as if its end time had come (its reservation and consumers too)."""
+        return dict(self.call("EndFutureReservation", {"name": name})["future_reservation"])
+
+    def calendar(self) -> dict[str, Any]:
+        """``{"settings", "pools", "days", "bookings"}``: calendar mode's settings and free capacity."""
+        return dict(self.call("GetCalendar"))
+
+    def set_calendar(
+        self,
+        *,
+        approval_seconds: float | str | None = None,
+        min_lead_seconds: float | None = None,
+        provision_seconds: float | None = None,
+        pools: Mapping[str, int] | None = None,
+        days: Mapping[str, Mapping[str, int]] | None = None,
+        replace: bool = False,
+    ) -> dict[str, Any]:
+        """Change calendar mode's settings (those given) and inventory; returns :meth:`calendar`.
+
+        ``approval_seconds``: seconds from submission to the automatic decision, or ``"manual"``
+        (only :meth:`approve_future_reservation` / :meth:`decline_future_reservation` decide);
+        ``pools``: ``{"ZONE/ACCELERATOR": units per day}`` (``replace`` drops the others first);
+        ``days``: ``{"YYYY-MM-DD": {"ZONE/ACCELERATOR": units}}`` for single UTC days.
+        """
+        body: dict[str, Any] = {"replace": replace}
+        for key, value in (
+            ("approval_seconds", approval_seconds),
+            ("min_lead_seconds", min_lead_seconds),
+            ("provision_seconds", provision_seconds),
+        ):
+            if value is not None:
+                body[key] = value
+        if pools is not None:
+            body["pools"] = dict(pools)
+        if days is not None:
+            body["days"] = {day: dict(entries) for day, entries in days.items()}
+        return dict(self.call("SetCalendar", body))
+
     def set_faults(
         self, specs: Iterable[str | Mapping[str, Any]], *, append: bool = False, seed: int | None = None
     ) -> dict[str, Any]:

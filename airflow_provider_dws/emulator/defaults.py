@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .batch import BATCH_SERVICE
 from .batch import METHODS as BATCH_METHODS
+from .calendar import CALENDAR_METHODS
 from .compute import COMPUTE_SERVICE
 from .compute import METHODS as COMPUTE_METHODS
 from .core.faults import register_methods
@@ -30,12 +31,27 @@ DEFAULT_CAPACITY: dict[str, int] = {
     "us-east1-d/v6e": 64,
 }
 
+#: The calendar of free capacity for calendar mode (future reservations) when ``serve`` gets no
+#: ``--calendar-capacity``: units free on every day, by zone and accelerator (GPUs by their Vertex
+#: AI name, TPU families in chips). Separate from the pools above: a delivered block is a pool of its own.
+DEFAULT_CALENDAR_CAPACITY: dict[str, int] = {
+    "us-central1-a/NVIDIA_H100_80GB": 64,
+    "us-central1-b/NVIDIA_H100_80GB": 64,
+    "us-east4-b/NVIDIA_H100_80GB": 64,
+    "us-central1-b/NVIDIA_B200": 32,
+    "us-west4-a/v5litepod": 256,
+    "us-central1-a/v5litepod": 128,
+    "us-east5-a/v5p": 128,
+    "us-east1-d/v6e": 256,
+}
+
 #: Every API's services (gRPC, and Compute Engine's REST service) and their emulated methods.
 SERVICES: dict[str, tuple[str, ...]] = {
     JOB_SERVICE: VERTEX_METHODS,
     TPU_SERVICE: TPU_METHODS,
     BATCH_SERVICE: BATCH_METHODS,
-    COMPUTE_SERVICE: COMPUTE_METHODS,
+    # Compute Engine and calendar mode are one REST service (``compute.v1``).
+    COMPUTE_SERVICE: COMPUTE_METHODS + CALENDAR_METHODS,
 }
 
 for _service, _methods in SERVICES.items():

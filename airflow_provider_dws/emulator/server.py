@@ -45,11 +45,17 @@ class EmulatorServer(ServerCore):
     """Runs the emulator in this process: ``EmulatorServer(capacity, seed).start()``.
 
     ``capacity`` maps ``"LOCATION/ACCELERATOR"`` (or ``PoolKey``) to a count; ``None`` uses
-    :data:`~.defaults.DEFAULT_CAPACITY`. The other arguments are :class:`ServerCore`'s.
+    :data:`~.defaults.DEFAULT_CAPACITY`. ``calendar_capacity`` is calendar mode's inventory (units per
+    day by ``"ZONE/ACCELERATOR"``; ``None``: :data:`~.defaults.DEFAULT_CALENDAR_CAPACITY`). The other
+    arguments are :class:`ServerCore`'s.
     """
 
     default_capacity = DEFAULT_CAPACITY
     state: EmulatorState
 
+    def __init__(self, *args: Any, calendar_capacity: Mapping[Any, int] | None = None, **kwargs: Any) -> None:
+        self._calendar_capacity = calendar_capacity
+        super().__init__(*args, **kwargs)
+
     def new_state(self, capacity: Mapping[Any, int], seed: int, clock: Callable[[], float]) -> EmulatorState:
-        return EmulatorState(capacity, seed=seed, clock=clock)
+        return EmulatorState(capacity, seed=seed, clock=clock, calendar_capacity=self._calendar_capacity)

@@ -1,8 +1,8 @@
 """The emulator's state as served: the shared core hosting every API package.
 
-`EmulatorState` is a :class:`~.core.state.CoreState` with the Vertex AI, Cloud TPU, Cloud Batch and
-Compute Engine APIs registered (``state.vertex``, ``state.tpu``, ``state.batch``, ``state.compute``),
-in that order (their tick hooks run in it). The
+`EmulatorState` is a :class:`~.core.state.CoreState` with the Vertex AI, Cloud TPU, Cloud Batch,
+Compute Engine and calendar-mode APIs registered (``state.vertex``, ``state.tpu``, ``state.batch``,
+``state.compute``, ``state.calendar``), in that order (their tick hooks run in it). The
 CustomJob methods are also reachable on the state itself (``state.create_custom_job(...)``,
 ``state.jobs``), as before the split into packages.
 """
@@ -13,18 +13,19 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import defaults  # noqa: F401  (registers every API's methods for fault rules)
 from .batch.state import BatchState
+from .calendar.state import CalendarState
 from .compute.state import ComputeState
 from .core.api import Api
 from .core.clock import iso
 from .core.clock import timestamp as _timestamp
 from .core.state import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, CoreState
+from .defaults import DEFAULT_CALENDAR_CAPACITY
 from .tpu.state import TpuState
 from .vertex.state import TERMINAL_STATES, JobRecord, JobState, VertexState
 
 #: The APIs every emulator hosts, in tick order.
-APIS: tuple[type[Api], ...] = (VertexState, TpuState, BatchState, ComputeState)
+APIS: tuple[type[Api], ...] = (VertexState, TpuState, BatchState, ComputeState, CalendarState)
 
 __all__ = [
     "APIS",
@@ -40,20 +41,29 @@ __all__ = [
 
 
 class EmulatorState(CoreState):
-    """All emulator state behind one lock, every API hosted. ``clock`` returns epoch seconds."""
+    """All emulator state behind one lock, every API hosted. ``clock`` returns epoch seconds.
+
+    ``calendar_capacity`` is calendar mode's inventory (``"ZONE/ACCELERATOR"``: units per day);
+    None uses :data:`~.defaults.DEFAULT_CALENDAR_CAPACITY`.
+    """
 
     vertex: VertexState
     tpu: TpuState
     batch: BatchState
     compute: ComputeState
+    calendar: CalendarState
 
     def __init__(
         self,
         capacity: Mapping[Any, int] | None = None,
         seed: int = 0,
         clock: Callable[[], float] = time.time,
+        calendar_capacity: Mapping[Any, int] | None = None,
     ) -> None:
         super().__init__(capacity, seed=seed, clock=clock, apis=APIS)
+        inventory = DEFAULT_CALENDAR_CAPACITY if calendar_capacity is None else calendar_capacity
+        for key, total in inventory.items():
+            self.calendar.calendar.set_total(key, total)
 
     # The CustomJob surface, kept on the state for the callers written before the split.
     @property

@@ -1,5 +1,5 @@
 """Compute Engine ``compute_v1`` clients: resize requests, instance group managers, instance
-templates, instances and operations.
+templates, instances, future reservations, calendar-mode advice, reservations and operations.
 
 google-cloud-compute speaks only REST and has no async client: the backend runs these sync
 clients in its small shared thread pool (:mod:`airflow_provider_dws.backends.compute`). In emulator
@@ -19,6 +19,8 @@ from airflow_provider_dws.hooks.base import DwsBaseHook
 
 if TYPE_CHECKING:
     from google.cloud.compute_v1 import (
+        AdviceClient,
+        FutureReservationsClient,
         GlobalOperationsClient,
         InstanceGroupManagerResizeRequestsClient,
         InstanceGroupManagersClient,
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
         RegionInstanceGroupManagerResizeRequestsClient,
         RegionInstanceGroupManagersClient,
         RegionOperationsClient,
+        ReservationsClient,
         ZoneOperationsClient,
     )
 
@@ -62,6 +65,18 @@ class DwsComputeHook(DwsBaseHook):
     def get_instances_client(self) -> InstancesClient:
         """VM instances (their network interfaces and internal IPs)."""
         return self._compute("InstancesClient")  # type: ignore[no-any-return]
+
+    def get_future_reservations_client(self) -> FutureReservationsClient:
+        """Future reservations (calendar mode: insert, get, list, cancel, delete)."""
+        return self._compute("FutureReservationsClient")  # type: ignore[no-any-return]
+
+    def get_advice_client(self) -> AdviceClient:
+        """Compute Engine advice (``calendarMode``: when and where a block of capacity is free)."""
+        return self._compute("AdviceClient")  # type: ignore[no-any-return]
+
+    def get_reservations_client(self) -> ReservationsClient:
+        """Reservations (those a future reservation creates when it is delivered)."""
+        return self._compute("ReservationsClient")  # type: ignore[no-any-return]
 
     def get_zone_operations_client(self) -> ZoneOperationsClient:
         """Zonal operations (what a zonal MIG's calls return)."""

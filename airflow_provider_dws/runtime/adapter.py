@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from airflow_provider_dws.backends.base import BackendCache
 from airflow_provider_dws.runtime.loop import resolve_project
-from airflow_provider_dws.scheduling.phases import Phase
+from airflow_provider_dws.scheduling.phases import Phase, reached
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -40,8 +40,9 @@ class RequestAdapter(Generic[_Op, _Backend]):
     (its parameters, already rendered) and the backends it uses, one per location.
     """
 
-    #: What the wait waits for: ``"end"`` (the workload ran and ended) or ``"running"`` (the
-    #: capacity is held and handed to later tasks, e.g. a TPU slice).
+    #: What the wait waits for: ``"end"`` (the workload ran and ended), ``"running"`` (the
+    #: capacity is held and handed to later tasks, e.g. a TPU slice) or ``"provisioning"`` (the
+    #: capacity is promised for later, e.g. a calendar block approved, or already held).
     target: ClassVar[str] = "end"
     #: How long a request may still wait past its max wait before the trigger cancels it: ``None``
     #: leaves time for an API that expires requests itself (the trigger's default); an API with no
@@ -119,11 +120,15 @@ class RequestAdapter(Generic[_Op, _Backend]):
 
     def is_done(self, status: RequestStatus) -> bool:
         """Whether the wait is over: the request ended, or reached :attr:`target`."""
-        return status.phase.terminal or (self.target == "running" and status.phase is Phase.RUNNING)
+        return reached(self.target, status.phase)
 
     def is_success(self, status: RequestStatus) -> bool:
         """Whether the request gave what the task needs."""
-        return status.phase is (Phase.RUNNING if self.target == "running" else Phase.SUCCEEDED)
+        if self.target == "end":
+            return status.phase is Phase.SUCCEEDED
+        return status.phase is Phase.RUNNING or (
+            self.target == "provisioning" and status.phase is Phase.PROVISIONING
+        )
 
     def wait_deadline(self, status: RequestStatus, max_wait: timedelta) -> datetime:
         """When a request still waiting for capacity is given up (its max wait from submission)."""

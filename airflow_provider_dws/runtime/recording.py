@@ -12,7 +12,7 @@ raised: it describes the work, it is not the work.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -29,6 +29,7 @@ from airflow_provider_dws.records import (
     upsert,
 )
 from airflow_provider_dws.runtime.loop import resolve_project
+from airflow_provider_dws.scheduling.phases import Phase
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -189,23 +190,29 @@ class Recorder:
             counted = known is not None and known.outcome is not None and known.phase == record_phase(status)
             timings = status.timings
             now = datetime.now(timezone.utc)
-            holds = success and self.loop.adapter.target == "running"
+            holds = success and self.loop.adapter.target != "end" and status.phase is Phase.RUNNING
+            # A wait that ends on a promise (a calendar block approved, delivered weeks later) leaves
+            # the request live: recorded waiting, not ended, until a later task sees it delivered.
+            promised = success and status.phase is Phase.PROVISIONING
             started = iso(timings.started) or record.started
-            record = replace(
-                record,
-                phase=record_phase(status),
-                started=started,
-                ended=None if holds else iso(timings.finished or now),
-                outcome="succeeded" if success else (status.outcome.failure or status.phase).value,
-                message=status.outcome.message,
-                holds=holds,
-                held_since=(started or iso(now)) if holds else record.held_since,
-            )
+            if promised:
+                record = replace(record, phase="waiting", started=started, message=status.outcome.message)
+            else:
+                record = replace(
+                    record,
+                    phase=record_phase(status),
+                    started=started,
+                    ended=None if holds else iso(timings.finished or now),
+                    outcome="succeeded" if success else (status.outcome.failure or status.phase).value,
+                    message=status.outcome.message,
+                    holds=holds,
+                    held_since=(started or iso(now)) if holds else record.held_since,
+                )
             self._push(context, record)
         except Exception:
             self.loop.log.warning("Could not write the request record of %s", status.name, exc_info=True)
             return
-        if counted:
+        if counted or promised:
             return
         # A request that never ran has no run time (the timings call it 0): no run timer for it.
         ran = not holds and timings.started is not None
@@ -234,15 +241,20 @@ def record_release(
     kind: str = "TPU queued resource",
     location_of: Callable[[str], str] | None = None,
     held_states: Collection[str] = ("ACTIVE",),
+    records_of: Sequence[str] | None = None,
+    held_between: Callable[[str], tuple[datetime | None, datetime | None]] | None = None,
 ) -> None:
-    """Records of the capacity a release task gave back (TPU slices, flex-start VMs), in the release
-    task's own ``dws_requests``.
+    """Records of the capacity a release task gave back (TPU slices, flex-start VMs, calendar
+    blocks), in the release task's own ``dws_requests``.
 
     Each is the setup's record of that request (same ``request_name``) with ``holds=False``, its
     ``released`` time and a final phase; a reader merges both, the latest write winning.
     ``released`` lists (name, state before the release); ``held_states`` are the states in which
     the request held capacity; ``api``, ``kind`` and ``location_of`` describe a request the setup
-    left no record of.
+    left no record of. ``records_of``: the tasks whose records describe the requests (default the
+    setup; a later one's record wins: a wait that saw a calendar block delivered after its reserve).
+    ``held_between``: when the API says a request began and stopped holding capacity (a calendar
+    block's start, and its end if that came before the release), ``None`` where it does not know.
     """
     if location_of is None:
         from airflow_provider_dws.runtime.tpu import zone_of
@@ -251,11 +263,13 @@ def record_release(
     if not released:
         return
     try:
-        setup = pull_records(context, op.setup_task_id) if op.setup_task_id else []
-        known = {r.request_name: r for r in setup}
+        sources = records_of if records_of is not None else ([op.setup_task_id] if op.setup_task_id else [])
+        known = {r.request_name: r for task_id in sources for r in pull_records(context, task_id)}
         own = pull_records(context)
-        now = datetime.now(timezone.utc)
+        released_at = datetime.now(timezone.utc)
         for name, state in released:
+            began, until = held_between(name) if held_between is not None else (None, None)
+            now = min(released_at, until) if until is not None else released_at
             record = known.get(name) or RequestRecord(
                 api=api,
                 kind=kind,
@@ -266,6 +280,13 @@ def record_release(
                 try_number=_try_number(context),
             )
             held = record.holds or record.phase == "running" or state in held_states
+            if held and began is not None:
+                record = replace(
+                    record,
+                    started=record.started or iso(began),
+                    held_since=record.held_since or iso(began),
+                    ended=None,
+                )
             record = replace(
                 record,
                 phase="succeeded" if held else ("cancelled" if record.phase == "waiting" else record.phase),
@@ -277,7 +298,7 @@ def record_release(
             own = read_records(upsert(own, record))
             since = parse_time(record.held_since)
             if held and since is not None:
-                end_metrics(record, None, (now - since) / timedelta(seconds=1))
+                end_metrics(record, None, max(0.0, (now - since) / timedelta(seconds=1)))
             elif record.phase == "cancelled":
                 end_metrics(record, None, None)
         context["ti"].xcom_push(key=XCOM_KEY, value=[r.to_dict() for r in own])

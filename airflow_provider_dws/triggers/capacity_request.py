@@ -18,7 +18,14 @@ from airflow_provider_dws.backends.base import (
     backend_from_spec,
 )
 from airflow_provider_dws.errors import RequestNotFoundError
-from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
+from airflow_provider_dws.scheduling.phases import (
+    WAIT_TARGETS,
+    FailureKind,
+    Outcome,
+    Phase,
+    RequestTimings,
+    reached,
+)
 from airflow_provider_dws.triggers.log_lines import LINES
 from airflow_provider_dws.triggers.poller import shared_backend, shared_poller
 
@@ -31,7 +38,7 @@ FIRST_READ_GRACE = timedelta(minutes=1)
 HEARTBEAT = timedelta(minutes=10)
 #: Bound on the cancel call made when a user kills the task.
 CANCEL_TIMEOUT_SECONDS = 60.0
-TARGETS = frozenset({"end", "running"})
+TARGETS = WAIT_TARGETS
 #: Cancels started by on_kill, kept referenced until done (the event loop holds tasks weakly).
 _KILL_TASKS: set[asyncio.Task[None]] = set()
 
@@ -70,7 +77,8 @@ class CapacityRequestTrigger(BaseTrigger):
         shutdown or the move of the trigger to another triggerer never cancels.
     :param target: ``"end"`` waits until the request ends (a Vertex job runs its workload to the
         end); ``"running"`` returns as soon as the capacity is held (a TPU slice is ACTIVE and the
-        workload runs in later tasks), or earlier if it ends without getting there.
+        workload runs in later tasks), or earlier if it ends without getting there;
+        ``"provisioning"`` as soon as it is promised (a calendar block approved) or held.
     :param task_deadline: ISO-8601 UTC time at which the task's ``execution_timeout`` ends. Airflow
         does not enforce it while a task is deferred, so the trigger does: at that time it cancels
         the request (unless ``cancel_on_kill`` is False) and reports ``timed_out``.
@@ -211,9 +219,7 @@ class CapacityRequestTrigger(BaseTrigger):
                     last_note = note
                 now = datetime.now(timezone.utc)
                 status = fresh or status
-                done = status is not None and (
-                    status.phase.terminal or (self.target == "running" and status.phase is Phase.RUNNING)
-                )
+                done = status is not None and reached(self.target, status.phase)
                 if status is not None and (status.phase is not last_phase or now - last_log >= HEARTBEAT):
                     # The last line before the event is not waited for: the event goes out at once.
                     await self._info("%s", self._describe(status), wait=not done)

@@ -13,7 +13,7 @@ import airflow_provider_dws.emulator as emulator_package
 
 ROOT = Path(emulator_package.__file__).parent
 PREFIX = "airflow_provider_dws.emulator"
-API_PACKAGES = ("vertex", "tpu", "batch", "compute", "kubernetes")
+API_PACKAGES = ("vertex", "tpu", "batch", "compute", "calendar", "kubernetes")
 
 
 def module_name(path: Path) -> str:

@@ -140,9 +140,13 @@ def test_serialize_round_trips_defaults() -> None:
         (
             {"kind": "gke"},
             ValueError,
-            r"kind must be one of \['batch_job', 'compute_resize_request', 'tpu_queued_resource', 'vertex_custom_job'\], got 'gke'",
+            r"kind must be one of \['batch_job', 'compute_future_reservation', 'compute_resize_request', 'tpu_queued_resource', 'vertex_custom_job'\], got 'gke'",
         ),
-        ({"target": "started"}, ValueError, r"target must be one of \['end', 'running'\], got 'started'"),
+        (
+            {"target": "started"},
+            ValueError,
+            r"target must be one of \['end', 'provisioning', 'running'\], got 'started'",
+        ),
         ({"request_name": ""}, ValueError, "request_name must be a non-empty string, got ''"),
         ({"request_name": None}, ValueError, "request_name must be a non-empty string, got None"),
         ({"backend_spec": [1]}, TypeError, "backend_spec must be a dict, got list"),

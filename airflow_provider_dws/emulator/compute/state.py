@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Container
 from typing import Any
 
@@ -14,17 +13,15 @@ from ..core.rest import RestError, RestRoute, not_found
 from . import COMPUTE_SERVICE, METHODS
 from .records import Mig, ResizeRecord, Template
 from .resources import (
-    MAX_WAIT_SECONDS,
     InstanceGroupManagerPb,
     InstanceTemplatePb,
-    OperationPb,
     ResizeRequestPb,
     check_name,
-    check_request_id,
     compile_filter,
     copy,
     invalid,
     link,
+    list_json,
     page,
     parse_body,
     region_of,
@@ -39,7 +36,6 @@ log = logging.getLogger("dws_emulator")
 
 CANCELLABLE = frozenset({"CREATING", "ACCEPTED"})
 DELETABLE = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
-_OP_STATUS = OperationPb.Status
 
 
 class ComputeState(Api, ComputeVms):
@@ -57,9 +53,6 @@ class ComputeState(Api, ComputeVms):
         self.resize_requests: dict[str, ResizeRecord] = {}  # by path: the live one with that name
         self.all_requests: list[ResizeRecord] = []
         self._by_holder: dict[str, ResizeRecord] = {}
-        self.operations: dict[str, Any] = {}  # path -> Operation pb
-        self._ops_due: list[str] = []
-        self._replies: dict[tuple[str, str], str] = {}  # (project, requestId) -> operation path
         self._due = Schedule()
         self._accepted: list[ResizeRecord] = []  # accepted in this tick: did they start at once?
 
@@ -73,63 +66,25 @@ class ComputeState(Api, ComputeVms):
     def requests(self) -> list[tuple[float, dict[str, Any]]]:
         return [(rec.created_at, self.record(rec)) for rec in self.all_requests]
 
-    # -- ids and operations ----------------------------------------------------------------
+    # -- ids and operations (the store is the core's, shared with the other compute.v1 APIs) ------
     def new_id(self) -> int:
-        return self.core.id_rng.getrandbits(63)
+        return self.core.gce_operations.new_id()
 
     def _operation(self, scope_path: str, op_type: str, target: str, target_id: int, now: float) -> Any:
-        rng = self.core.id_rng
-        name = f"operation-{int(now * 1000)}-{rng.getrandbits(52):013x}-{rng.getrandbits(32):08x}-{rng.getrandbits(32):08x}"
-        path = f"{scope_path}/operations/{name}"
-        op = OperationPb(
-            kind="compute#operation",
-            id=self.new_id(),
-            name=name,
-            operation_type=op_type,
-            target_link=link(target),
-            target_id=target_id,
-            status=_OP_STATUS.Value("RUNNING"),
-            progress=0,
-            insert_time=iso(now),
-            start_time=iso(now),
-            user="dws-emulator",
-            self_link=link(path),
-        )
-        kind = scope_path.split("/")[2]
-        if kind == "zones":
-            op.zone = link(scope_path)
-        elif kind == "regions":
-            op.region = link(scope_path)
-        self.operations[path] = op
-        self._ops_due.append(path)
-        return op
+        return self.core.gce_operations.start(scope_path, op_type, target, target_id, now)
 
     def _reply(self, project: str, request_id: str, op: Any) -> dict[str, Any]:
-        if request_id:
-            self._replies[(project, request_id)] = strip_link(op.self_link)
-        return to_json(op)
+        return self.core.gce_operations.reply(project, request_id, op)
 
     def _replayed(self, project: str, request_id: str) -> dict[str, Any] | None:
-        path = self._replies.get((project, check_request_id(request_id)))
-        return None if path is None or path not in self.operations else to_json(self.operations[path])
+        return self.core.gce_operations.replayed(project, request_id)
 
     def get_operation(self, scope_path: str, name: str) -> dict[str, Any]:
-        with self.core.lock:
-            self.core.tick()
-            path = f"{scope_path}/operations/{name}"
-            op = self.operations.get(path)
-            if op is None:
-                raise not_found(path)
-            return to_json(op)
+        return self.core.gce_operations.get(scope_path, name)
 
     def wait_operation(self, scope_path: str, name: str, stopping: threading.Event) -> dict[str, Any]:
-        """The operation once DONE, or as it is after :data:`MAX_WAIT_SECONDS` (real time)."""
-        deadline = time.monotonic() + MAX_WAIT_SECONDS
-        while True:
-            op = self.get_operation(scope_path, name)
-            if op.get("status") == "DONE" or time.monotonic() >= deadline or stopping.is_set():
-                return op
-            time.sleep(0.02)
+        """The operation once DONE, or as it is after ``MAX_WAIT_SECONDS`` (real time)."""
+        return self.core.gce_operations.wait(scope_path, name, stopping)
 
     # -- tick hooks ------------------------------------------------------------------------
     def before_advance(self, now: float) -> None:
@@ -162,13 +117,6 @@ class ComputeState(Api, ComputeVms):
                     "request. The resize request stays ACCEPTED and is retried until the capacity is "
                     "available or it is cancelled.",
                 )
-        due, self._ops_due = self._ops_due, []
-        for path in due:
-            op = self.operations.get(path)
-            if op is not None:
-                op.status = _OP_STATUS.Value("DONE")
-                op.progress = 100
-                op.end_time = iso(now)
 
     # -- resize request life cycle ---------------------------------------------------------
     def _set_state(self, rec: ResizeRecord, state: str, now: float) -> None:
@@ -540,13 +488,3 @@ class ComputeState(Api, ComputeVms):
             "history": [{"state": s, "time": iso(t)} for s, t in rec.history],
             "error": rec.error,
         }
-
-
-def list_json(kind: str, path: str, items: list[dict[str, Any]], token: str) -> dict[str, Any]:
-    """A Compute list response: ``kind``, ``id``, ``selfLink``, ``items`` (omitted when empty), ``nextPageToken``."""
-    out: dict[str, Any] = {"kind": kind, "id": path, "selfLink": link(path)}
-    if items:
-        out["items"] = items
-    if token:
-        out["nextPageToken"] = token
-    return out

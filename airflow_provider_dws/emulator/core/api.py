@@ -12,7 +12,9 @@ hands its class to :class:`~.state.CoreState`. What an API contributes:
   front, for an API whose clients speak JSON over HTTP (Compute Engine);
 * ``requests`` (the control API's inventory of requests) and ``control_methods`` (extra control
   calls, e.g. TPU ``Preempt``);
-* ``forget_operation``: a long-running operation of its own was deleted by a client.
+* ``forget_operation``: a long-running operation of its own was deleted by a client;
+* ``reservation_ended``: a reservation one of its holders consumes is gone
+  (:mod:`.reservations`): end that holder as the API would.
 
 Every hook runs under the core's lock.
 """
@@ -28,6 +30,8 @@ import grpc
 from google.longrunning import operations_pb2
 
 from .capacity import CapacityModel
+from .gce_operations import GceOperations
+from .reservations import Reservation, Reservations
 from .rest import RestRoute
 
 
@@ -38,9 +42,13 @@ class Core(Protocol):
     clock: Callable[[], float]
     capacity: CapacityModel
     operations: dict[str, operations_pb2.Operation]
+    gce_operations: GceOperations
+    reservations: Reservations
     id_rng: random.Random
 
     def tick(self) -> None: ...
+
+    def end_reservation(self, path: str, message: str, now: float) -> None: ...
 
     def new_operation_id(self) -> int: ...
 
@@ -94,3 +102,6 @@ class Api:
 
     def forget_operation(self, name: str) -> None:
         """A client deleted operation ``name``; drop any pending completion of it."""
+
+    def reservation_ended(self, holder: str, reservation: Reservation, message: str, now: float) -> None:
+        """``reservation``, which ``holder`` consumes (or waits for), is gone: end ``holder``."""

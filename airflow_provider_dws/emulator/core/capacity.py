@@ -155,6 +155,11 @@ class CapacityModel:
         """Locations that have a pool of ``accelerator`` (for error messages)."""
         return sorted(k.location for k in self._pools if k.accelerator == accelerator)
 
+    def pool_usage(self, key: PoolKey | str) -> tuple[int, int]:
+        """``(total, in_use)`` of one pool; ``(0, 0)`` for a pool that does not exist."""
+        pool = self._pools.get(self._key(key))
+        return (0, 0) if pool is None else (pool.total, pool.in_use)
+
     def inventory(self) -> dict[str, dict[str, int]]:
         """``{"loc/acc": {"total", "in_use", "free", "queued"}}`` sorted by pool."""
         return {

@@ -21,6 +21,8 @@ from google.longrunning import operations_pb2
 from .api import Api
 from .capacity import CapacityModel
 from .errors import EmulatorError
+from .gce_operations import GceOperations
+from .reservations import Reservations
 
 log = logging.getLogger("dws_emulator")
 
@@ -53,6 +55,9 @@ class CoreState:
         self._next_op_id = self.id_rng.randrange(10**18, 5 * 10**18)
         self.capacity = CapacityModel(capacity, clock=clock)
         self.operations: dict[str, operations_pb2.Operation] = {}
+        # Compute Engine's Operation resources (the REST APIs' own kind of operation).
+        self.gce_operations = GceOperations(self)
+        self.reservations = Reservations()
         self.apis: dict[str, Api] = {}
         for api_class in apis:
             api = api_class(self)
@@ -76,14 +81,39 @@ class CoreState:
         return op_id
 
     def services(self) -> dict[str, tuple[str, ...]]:
-        """Every hosted API's services and methods."""
-        return {svc: methods for api in self.apis.values() for svc, methods in api.services.items()}
+        """Every hosted API's services and methods (APIs sharing a service, ``compute.v1``, add up)."""
+        merged: dict[str, tuple[str, ...]] = {}
+        for api in self.apis.values():
+            for svc, methods in api.services.items():
+                merged[svc] = merged.get(svc, ()) + tuple(methods)
+        return merged
 
     def _owner(self, holder: str) -> Api:
+        api = self._owner_or_none(holder)
+        if api is None:
+            raise KeyError(f"no API owns capacity holder {holder}")
+        return api
+
+    def _owner_or_none(self, holder: str) -> Api | None:
         for api in self.apis.values():
             if api.owns(holder):
                 return api
-        raise KeyError(f"no API owns capacity holder {holder}")
+        return None
+
+    def end_reservation(self, path: str, message: str, now: float) -> None:
+        """Reservation ``path`` is gone: every consumer of it is ended by its API (``message`` says
+        why), and its pool holds nothing any more. Ending an ended reservation does nothing."""
+        reservation = self.reservations.get(path)
+        if reservation is None or reservation.ended:
+            return
+        reservation.ended = True
+        reservation.ended_message = message
+        for holder in list(reservation.consumers):
+            api = self._owner_or_none(holder)
+            if api is not None:
+                api.reservation_ended(holder, reservation, message, now)
+        self.capacity.set_total(reservation.pool, 0)
+        log.info("reservation %s ended: %s", path, message)
 
     # -- tick ------------------------------------------------------------------------------
     def tick(self) -> None:
@@ -101,6 +131,7 @@ class CoreState:
                 self._owner(holder).started(holder, now)
             for api in apis:
                 api.after_advance(now)
+            self.gce_operations.after_advance(now)
 
     # -- Operations RPCs -------------------------------------------------------------------
     def get_operation(self, name: str) -> operations_pb2.Operation:

@@ -1,0 +1,526 @@
+"""Calendar mode when the task runs: the Find task's advice and choice, the Reserve task's future
+reservation in the attempt loop (until approved, or delivered), and the Wait task's wait for
+delivery with its asset event. The release is in :mod:`.calendar_release`."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_dws import catalog
+from airflow_provider_dws.backends.calendar import (
+    BlockAsk,
+    FutureReservationBackend,
+    block_shape,
+    block_window,
+    build_future_reservation,
+    describe_length,
+    parse_future_reservation_name,
+    parse_reservation_name,
+)
+from airflow_provider_dws.backends.calendar_advice import advice_request, choose_offer, read_offers
+from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
+from airflow_provider_dws.exceptions import BadRequestError, CapacityNotObtainedError, RequestCancelledError
+from airflow_provider_dws.facts import CALENDAR_PROVISIONING_LIMIT
+from airflow_provider_dws.links import CalendarBlockLink, future_reservation_console_url
+from airflow_provider_dws.operators.calendar_checks import check_block_start, parse_moment, search_range
+from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
+from airflow_provider_dws.runtime.compute import _pulled
+from airflow_provider_dws.runtime.loop import resolve_project
+from airflow_provider_dws.scheduling.phases import FailureKind, Phase
+from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from google.cloud.compute_v1 import FutureReservation
+
+    from airflow_provider_dws.backends.base import RequestStatus
+    from airflow_provider_dws.catalog import CalendarShape
+    from airflow_provider_dws.operators.calendar import (
+        FindCalendarBlockOperator,
+        ReserveCalendarBlockOperator,
+        WaitForCalendarBlockOperator,
+    )
+    from airflow_provider_dws.scheduling.identity import RequestIdentity
+    from airflow_provider_dws.scheduling.policies import Placement
+
+_REFUSED = (InvalidRequestError, PermissionDeniedApiError)
+#: The XCom key of the future reservation a reserve made or adopted (the wait and release read it).
+NAME_KEY = "future_reservation_name"
+
+
+def region_of(zone: str) -> str:
+    """``us-central1`` for ``us-central1-a``."""
+    return zone.rsplit("-", 1)[0]
+
+
+def shape_of(op: Any) -> CalendarShape:
+    """The block's shape from the operator's (rendered, resolved) parameters."""
+    try:
+        return catalog.calendar_shape(
+            op.machine_type, op.vm_count, op.tpu_version, op.chip_count, op.workload_type
+        )
+    except ValueError as err:
+        raise op._param_error(str(err)) from None
+
+
+def _shape_fields(shape: CalendarShape, workload_type: str) -> dict[str, Any]:
+    return {
+        "machine_type": shape.machine_type,
+        "vm_count": shape.vm_count or None,
+        "tpu_version": shape.tpu_version,
+        "chip_count": shape.chip_count or None,
+        "workload_type": workload_type,
+        "accelerator_type": shape.accelerator_type,
+        "accelerator_count": shape.accelerator_count,
+    }
+
+
+# -- Find ------------------------------------------------------------------------------------------
+
+
+def find_block(op: FindCalendarBlockOperator, context: Context) -> dict[str, Any]:
+    """Ask each region's calendar-mode advice, choose a block as ``op.order`` says, log the choice and
+    the alternatives and return them; no block anywhere is capacity not obtained, with each zone's answer."""
+    shape = shape_of(op)
+    zones = [str(z) for z in op.zones]
+    earliest, latest = search_range(op)
+    project = resolve_project(op)
+    backend = FutureReservationBackend(project, zones[0], op.gcp_conn_id, op.impersonation_chain)
+    regions: dict[str, list[str]] = {}
+    for zone in zones:
+        regions.setdefault(region_of(zone), []).append(zone)
+    offers: list[Any] = []
+    unavailable: dict[str, str] = {}
+    for region, in_region in regions.items():
+        request = advice_request(shape, in_region, earliest, latest, op.duration, op.workload_type)
+        try:
+            response = backend.advise(region, request)
+        except _REFUSED as err:
+            raise BadRequestError(
+                f"Compute Engine refused the calendar-mode advice in {region}: {err.message}"
+            ) from None
+        found, why = read_offers(response, in_region)
+        offers += found
+        unavailable.update(why)
+    span = f"{shape.describe()} for {describe_length(op.duration)}, starting between {earliest:%Y-%m-%d %H:%M} and {latest:%Y-%m-%d %H:%M} UTC"
+    if not offers:
+        answers = "; ".join(f"{zone}: {unavailable.get(zone, 'no recommendation')}" for zone in zones)
+        raise CapacityNotObtainedError(f"no calendar block of {span} in {', '.join(zones)} ({answers})")
+    chosen, others = choose_offer(offers, op.order, zones)
+    op.log.info("Calendar-mode advice for %s:", span)
+    op.log.info(
+        "Chosen (%s): %s from %s to %s",
+        "earliest start" if op.order == "earliest" else "first zone in order",
+        chosen.zone,
+        chosen.start.isoformat(),
+        (chosen.start + op.duration).isoformat(),
+    )
+    for offer in others:
+        op.log.info(
+            "Alternative: %s from %s to %s", offer.zone, offer.start.isoformat(), offer.end.isoformat()
+        )
+    for zone, answer in unavailable.items():
+        op.log.info("Not offered in %s: %s", zone, answer)
+    return {
+        "zone": chosen.zone,
+        "region": region_of(chosen.zone),
+        "start_time": chosen.start.isoformat(),
+        "end_time": (chosen.start + op.duration).isoformat(),
+        "duration_seconds": int(op.duration.total_seconds()),
+        "recommendation_id": chosen.recommendation_id,
+        "order": op.order,
+        **_shape_fields(shape, op.workload_type),
+        "alternatives": [offer.to_dict() for offer in others],
+        "unavailable": unavailable,
+    }
+
+
+# -- Reserve ---------------------------------------------------------------------------------------
+
+
+def resolve_reserve(op: ReserveCalendarBlockOperator, context: Context) -> None:
+    """Fill the block from the Find task's choice (what the operator does not give itself); the operator
+    then knows its zone, start, length and shape. Called whenever the task runs or resumes."""
+    if op.find_task_id is not None:
+        choice = _pulled(context, op.find_task_id)
+        if not isinstance(choice, dict) or not choice.get("zone"):
+            raise op._param_error(
+                f"task {op.find_task_id!r} left no calendar block to reserve (did it run and succeed in this DAG run?)"
+            )
+        if op.zone is None:
+            op.zone = str(choice["zone"])
+        if op.start_time is None:
+            op.start_time = str(choice["start_time"])
+        if op.duration is None:
+            op.duration = timedelta(seconds=int(choice["duration_seconds"]))
+        if not op.has_shape():
+            op._set_shape(
+                choice.get("machine_type"),
+                choice.get("vm_count"),
+                choice.get("tpu_version"),
+                choice.get("chip_count"),
+                choice.get("workload_type") or "BATCH",
+            )
+    op.home_placement()  # the zone is valid now
+
+
+class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", FutureReservationBackend]):
+    """A future reservation per attempt, named ``<base>-t<try>-a<attempt>``; the wait ends when it is
+    approved (``wait_for_delivery``: delivered). The API has no max wait for approval: the trigger
+    cancels at ``max_wait`` with no grace, and an attempt that ends without its block leaves nothing."""
+
+    target = "provisioning"
+    wait_grace = timedelta(0)
+    op: ReserveCalendarBlockOperator
+
+    def __init__(self, operator: ReserveCalendarBlockOperator) -> None:
+        super().__init__(operator)
+        if operator.wait_for_delivery:
+            self.target = "running"  # type: ignore[misc]  # per operator: approved is not enough
+        self._ended: list[RequestStatus] = []
+
+    def backend(self, location: str | None = None) -> FutureReservationBackend:
+        """The backend of ``location`` (default: the block's zone)."""
+        return self.cached_backend(FutureReservationBackend, location or str(self.op.zone))
+
+    def location_of(self, name: str) -> str:
+        """The zone of a future reservation."""
+        return parse_future_reservation_name(name).zone
+
+    def ask(self) -> BlockAsk:
+        """The block the operator asks for (its parameters resolved)."""
+        op = self.op
+        assert op.duration is not None
+        # Whole seconds: the API's times have no fraction, and the block is compared with them.
+        start = parse_moment(op, "start_time", op.start_time).replace(microsecond=0)
+        return BlockAsk(shape_of(op), str(op.zone), start, op.duration, op.workload_type)
+
+    def build(self, identity: RequestIdentity) -> FutureReservation:
+        """This attempt's future reservation (its name and its reservation's from the identity)."""
+        ask = self.ask()
+        description = (
+            f"airflow-provider-dws {identity.dag_id}.{identity.task_id} try {identity.try_number} "
+            f"attempt {identity.attempt}: {ask.shape.describe()}"
+        )
+        return build_future_reservation(
+            resolve_project(self.op), identity.queued_resource_id(), ask, description
+        )
+
+    def find(self, context: Context, identity: RequestIdentity) -> Found | None:
+        """The newest live (pending, approved or delivered) block of any try and attempt of this task
+        instance in the zone: one list. Ended ones are deleted later (:meth:`delete_ended`)."""
+        statuses = self.backend().find(identity)
+        self._ended = [s for s in statuses if s.phase.terminal]
+        decision = choose_existing([Candidate(s.name, s.phase, s.timings.submitted) for s in statuses])
+        self.log.info("Identity %s: %s", identity.key, decision.reason)
+        if decision.name is None:
+            return None
+        status = next(s for s in statuses if s.name == decision.name)
+        self._remember(context, status)
+        return Found(status, self.op.home_placement(), int(status.details.get("attempt") or 1))
+
+    def delete_ended(self) -> None:
+        """Delete the ended requests (declined, failed, cancelled) the last :meth:`find` saw."""
+        for status in self._ended:
+            self.log.warning("An earlier request %s ended %s; deleting it", status.name, status.state)
+            self.backend(self.location_of(status.name)).discard(status.name)
+        self._ended = []
+
+    def _remember(self, context: Context, status: RequestStatus) -> None:
+        where = parse_future_reservation_name(status.name)
+        context["ti"].xcom_push(key=NAME_KEY, value=status.name)
+        self.log.info(
+            "Console: %s",
+            CalendarBlockLink.persist(context, where.project, where.zone, where.future_reservation),
+        )
+
+    def submit(
+        self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
+    ) -> RequestStatus:
+        """Create this attempt's future reservation (a request of that name already there is adopted)."""
+        ask = self.ask()
+        check_block_start(self.op, ask.start)
+        backend = self.backend(placement.location)
+        try:
+            status, created = backend.submit(self.build(identity), identity, identity.request_uuid())
+        except _REFUSED as err:
+            raise BadRequestError(
+                f"Compute Engine refused the calendar block {identity.queued_resource_id()} ({ask.shape.describe()} "
+                f"in {ask.zone} from {ask.start.isoformat()} for {ask.duration}): {err.message}"
+            ) from None
+        self.log.info(
+            "%s future reservation %s (attempt %d): %s in %s, ending %s; waiting up to %s for its approval%s",
+            "Created" if created else "Adopted",
+            status.name,
+            identity.attempt,
+            status.description,
+            ask.zone,
+            ask.end.isoformat(),
+            max_wait,
+            " and then for its delivery" if self.target == "running" else "",
+        )
+        self._remember(context, status)
+        return status
+
+    def cancel(self, name: str) -> None:
+        """Give the block up: cancel it if not delivered, then delete it (and any reservation it made)."""
+        self._discard(name)
+
+    def release_failed(self, status: RequestStatus, placement: Placement) -> None:
+        """Declined, failed, delivered in part, not approved in time, timed out: leave nothing of it."""
+        done = self._discard(status.name)
+        if done is not None:
+            what = ", ".join(done) or "already gone"
+            self.log.info("%s (%s): %s, so nothing is left behind", status.name, status.state, what)
+
+    def _discard(self, name: str) -> list[str] | None:
+        """:meth:`FutureReservationBackend.discard`; a block the API will not let go (locked before its
+        delivery) is said so in the log, with what to do (``None``)."""
+        try:
+            return self.backend(self.location_of(name)).discard(name)
+        except _REFUSED as err:
+            self.log.error("%s", locked_message(name, err.message))
+            return None
+
+    def ended(self, context: Context, status: RequestStatus) -> None:
+        """Note the approval (or delivery, or the end) in the task log."""
+        if status.phase in (Phase.PROVISIONING, Phase.RUNNING):
+            self.log.info(
+                "%s is %s [%s], %s after it was submitted: %s",
+                status.name,
+                "delivered" if status.phase is Phase.RUNNING else "approved",
+                status.state,
+                timedelta(seconds=round(status.timings.wait_seconds or 0)),
+                status.description,
+            )
+            return
+        super().ended(context, status)
+
+    def result(self, context: Context, status: RequestStatus) -> dict[str, Any]:
+        """The block: the future reservation's full name, zone, start, end and what it reserves."""
+        backend = self.backend(self.location_of(status.name))
+        fr = backend.get(status.name)
+        if fr is None:
+            raise RequestCancelledError(f"{status.name} disappeared right after it was {status.state}")
+        return block_result(fr, status.name, self.op.workload_type)
+
+    def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
+        """The block's accelerators (GPUs over every VM, or TPU chips), machine type, console page."""
+        return block_facts(shape_of(self.op), status.name)
+
+    def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
+        """The classified exception for a block that was not obtained."""
+        return block_error(status, max_wait)
+
+
+def locked_message(name: str, refusal: str) -> str:
+    """Why a block could not be released, and what then happens to it."""
+    return (
+        f"Compute Engine refused to cancel or delete {name} ({refusal}): a block locked for procurement "
+        "is delivered at its start time and billed until its end; release it once it is delivered "
+        "(ReleaseCalendarBlockOperator, or delete the future reservation)"
+    )
+
+
+def block_facts(shape: CalendarShape | None, name: str) -> dict[str, Any]:
+    """The request record's facts of a calendar block."""
+    where = parse_future_reservation_name(name)
+    return {
+        "api": FutureReservationBackend.kind,
+        "kind": "Compute Engine calendar block",
+        "accelerator_type": shape.accelerator_type if shape else None,
+        "accelerator_count": shape.accelerator_count if shape else 0,
+        "machine_type": shape.machine_type if shape else None,
+        "pricing_model": "calendar",
+        "console_url": future_reservation_console_url(where.project, where.zone, where.future_reservation),
+    }
+
+
+def block_result(fr: FutureReservation, name: str, workload_type: str = "BATCH") -> dict[str, Any]:
+    """What a reserve (and a wait) returns of a block."""
+    where = parse_future_reservation_name(name)
+    start, end = block_window(fr)
+    shape = block_shape(fr)
+    reservations = [_reservation_path(r) for r in fr.status.auto_created_reservations]
+    return {
+        "future_reservation": name,
+        "name": where.future_reservation,
+        "project_id": where.project,
+        "zone": where.zone,
+        "start_time": start.isoformat() if start else None,
+        "end_time": end.isoformat() if end else None,
+        "duration_seconds": int((end - start).total_seconds()) if start and end else None,
+        "procurement_status": fr.status.procurement_status,
+        "reservation_name": fr.reservation_name or None,
+        "reservations": reservations,
+        "reservation_names": [r.rsplit("/", 1)[-1] for r in reservations],
+        **(_shape_fields(shape, fr.aggregate_reservation.workload_type or workload_type) if shape else {}),
+    }
+
+
+def _reservation_path(url: str) -> str:
+    """``projects/P/zones/Z/reservations/R`` of a reservation URL (as the consumers name it)."""
+    return url.split("/compute/v1/", 1)[-1]
+
+
+def block_error(status: RequestStatus, max_wait: timedelta) -> Exception:
+    """The exception for a block that ended without being obtained (or ended before it was used)."""
+    message = status.outcome.message
+    detail = f"{status.name} [{status.state}]{': ' + message if message else ''}"
+    what = status.description or "the calendar block"
+    if status.outcome.failure is FailureKind.CAPACITY_NOT_OBTAINED:
+        if status.state in ("PENDING_APPROVAL", "DRAFTING", "PROCUREMENT_STATUS_UNSPECIFIED"):
+            return CapacityNotObtainedError(
+                f"{what} was not approved within max wait {max_wait}; the provider cancelled it ({detail})"
+            )
+        return CapacityNotObtainedError(f"{what} was not obtained ({detail})")
+    if status.outcome.failure is FailureKind.BAD_REQUEST:
+        return BadRequestError(f"Compute Engine refused {what} ({detail})")
+    if status.phase is Phase.SUCCEEDED:
+        return RequestCancelledError(
+            f"{what} has already ended: its reservations and everything on them were deleted ({detail})"
+        )
+    return RequestCancelledError(f"{what} was cancelled ({detail})")
+
+
+# -- Wait ------------------------------------------------------------------------------------------
+
+
+class CalendarWaitAdapter(RequestAdapter["WaitForCalendarBlockOperator", FutureReservationBackend]):
+    """Follow a reserve's block until it is delivered: the shared poller lists its zone once per
+    interval for every wait there. Nothing is submitted: no block is an error."""
+
+    target = "running"
+    op: WaitForCalendarBlockOperator
+
+    def __init__(self, operator: WaitForCalendarBlockOperator) -> None:
+        super().__init__(operator)
+        self._blocks: dict[str, FutureReservation] = {}
+
+    def backend(self, location: str | None = None) -> FutureReservationBackend:
+        """The backend of ``location`` (default: the block's zone)."""
+        return self.cached_backend(FutureReservationBackend, location or self.op.home_placement().location)
+
+    def location_of(self, name: str) -> str:
+        """The zone of a future reservation."""
+        return parse_future_reservation_name(name).zone
+
+    def block_name(self, context: Context) -> str:
+        """The block to wait for: given, in the reserve's XCom, or found by the reserve's identity."""
+        op = self.op
+        if op.future_reservation:
+            return str(op.future_reservation)
+        assert op.reserve_task_id is not None
+        result = _pulled(context, op.reserve_task_id)
+        pushed = result.get("future_reservation") if isinstance(result, dict) else None
+        pushed = pushed or _pulled(context, op.reserve_task_id, NAME_KEY)
+        if isinstance(pushed, str) and pushed:
+            return pushed
+        from airflow_provider_dws.runtime.calendar_release import reserve_candidates
+
+        names = reserve_candidates(op, context, op.reserve_task_id)
+        if not names:
+            raise RequestCancelledError(f"task {op.reserve_task_id!r} made no calendar block in this DAG run")
+        return names[0]
+
+    def find(self, context: Context, identity: RequestIdentity) -> Found | None:
+        """The block, as it is now; one that ended without delivery fails the task here."""
+        from airflow_provider_dws.scheduling.policies import Placement
+
+        name = self.block_name(context)
+        zone = self.location_of(name)
+        self.op._zone = zone
+        fr = self.backend(zone).get(name)
+        if fr is None:
+            raise RequestCancelledError(f"{name} no longer exists (deleted outside this task)")
+        self._blocks[name] = fr
+        from airflow_provider_dws.backends.calendar import future_reservation_status
+
+        status = future_reservation_status(fr, name)
+        placement = Placement(zone)
+        where = parse_future_reservation_name(name)
+        CalendarBlockLink.persist(context, where.project, zone, where.future_reservation)
+        if status.phase.terminal and status.phase is not Phase.RUNNING:
+            raise block_error(status, timedelta(0))
+        start, _ = block_window(fr)
+        self.log.info(
+            "Waiting for %s (%s) to be delivered%s; one list of %s per %.0fs serves every wait there",
+            name,
+            status.description,
+            f" at {start.isoformat()}" if start else "",
+            zone,
+            self.op.poll_interval,
+        )
+        return Found(status, placement, 1)
+
+    def submit(
+        self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
+    ) -> RequestStatus:
+        """Never: the wait makes nothing (:meth:`find` finds the block or fails)."""
+        raise RequestCancelledError("no calendar block to wait for")
+
+    def wait_deadline(self, status: RequestStatus, max_wait: timedelta) -> datetime:
+        """A block still not approved 24 hours past its start will not come: given up then."""
+        start = status.details.get("start_time")
+        if start:
+            return datetime.fromisoformat(start) + CALENDAR_PROVISIONING_LIMIT
+        return super().wait_deadline(status, max_wait)
+
+    def _block(self, name: str) -> FutureReservation | None:
+        if name not in self._blocks:
+            fr = self.backend(self.location_of(name)).get(name)
+            if fr is None:
+                return None
+            self._blocks[name] = fr
+        return self._blocks[name]
+
+    def result(self, context: Context, status: RequestStatus) -> dict[str, Any]:
+        """The delivered block's reservation(s), zone, start and end; emits the asset event with the same."""
+        self._blocks.pop(status.name, None)  # read it again: delivered now
+        fr = self._block(status.name)
+        if fr is None:
+            raise RequestCancelledError(f"{status.name} disappeared right after it was delivered")
+        result = block_result(fr, status.name)
+        if not result["reservations"] and fr.reservation_name:
+            where = parse_future_reservation_name(status.name)
+            result["reservations"] = [
+                f"projects/{where.project}/zones/{where.zone}/reservations/{fr.reservation_name}"
+            ]
+            result["reservation_names"] = [fr.reservation_name]
+        if result.get("tpu_version"):
+            # Cloud TPU names a reservation by location: a queued resource's ``reservation_name``.
+            result["tpu_reservation_names"] = [
+                "projects/{}/locations/{}/reservations/{}".format(*parse_reservation_name(r))
+                for r in result["reservations"]
+            ]
+        end = result["end_time"]
+        self.log.info(
+            "%s is delivered: reservation(s) %s in %s until %s (everything on them is deleted then)",
+            status.name,
+            ", ".join(result["reservation_names"]) or "?",
+            result["zone"],
+            end,
+        )
+        extra = {k: v for k, v in result.items() if v is not None}
+        ti = context["ti"]
+        extra.update({"dag_id": ti.dag_id, "run_id": ti.run_id})
+        events = context.get("outlet_events")
+        if events is not None:
+            events[self.op.asset].extra.update(extra)
+            self.log.info("Asset event for %s: %s", self.op.asset.uri, ", ".join(result["reservation_names"]))
+        return result
+
+    def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
+        """The block's facts, read from the block itself (the wait does not describe it)."""
+        fr = self._block(status.name)
+        return block_facts(block_shape(fr) if fr is not None else None, status.name)
+
+    def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
+        """The classified exception for a block that was not delivered."""
+        return block_error(status, max_wait)
+
+
+def utcnow() -> datetime:
+    """The clock."""
+    return datetime.now(timezone.utc)

@@ -405,3 +405,22 @@ def test_a_reservation_name_is_one_live_request_at_a_time(gce, clock) -> None:
     assert "shared" in conflict.value.message
     gce.frs.cancel_unary(project=P, zone=ZONE, future_reservation="a")
     insert(gce, gpu_block("b", clock() + 60, reservation="shared"))  # the cancelled one let it go
+
+
+def test_a_lost_insert_reply_is_recovered_by_its_request_id(gce, clock, emulator) -> None:
+    emulator.control.set_faults(["compute.futureReservations.insert=DEADLINE_EXCEEDEDx1"])
+    request_id = str(uuid.uuid4())
+    with pytest.raises(exceptions.GatewayTimeout):
+        insert(gce, gpu_block("block", clock() + 60), request_id=request_id)
+    assert status(gce, "block") == "PENDING_APPROVAL"  # applied, then the answer was lost
+    retried = insert(gce, gpu_block("block", clock() + 60), request_id=request_id)
+    assert retried.target_link == LINK + fr_path("block")  # the first call's operation, no 409
+    assert [r["name"] for r in emulator.control.requests()] == [fr_path("block")]
+    emulator.control.set_faults(["compute.advice.calendarMode=UNAVAILABLE"])
+    with pytest.raises(exceptions.ServiceUnavailable):
+        gce.advice.calendar_mode(
+            project=P,
+            region=REGION,
+            calendar_mode_advice_request_resource=compute_v1.CalendarModeAdviceRequest(),
+        )
+    emulator.control.clear_faults()

@@ -87,8 +87,11 @@ class BlockPlan:
 
 def parse_time(value: str, field: str) -> float:
     """RFC 3339 text as epoch seconds (a time zone is required)."""
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"  # Python 3.10's fromisoformat knows no "Z"
     try:
-        parsed = datetime.fromisoformat(value.strip())
+        parsed = datetime.fromisoformat(text)
     except ValueError:
         parsed = None
     if parsed is None or parsed.tzinfo is None:

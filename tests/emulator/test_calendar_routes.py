@@ -349,6 +349,11 @@ def test_reservations_get_list_aggregated_list_and_delete(gce, clock, emulator) 
 # -- validation ------------------------------------------------------------------------------------
 
 
+def _serving(fr: compute_v1.FutureReservation) -> compute_v1.FutureReservation:
+    fr.aggregate_reservation.workload_type = "SERVING"
+    return fr
+
+
 def _with(fr: compute_v1.FutureReservation, **changes: Any) -> compute_v1.FutureReservation:
     for key, value in changes.items():
         setattr(fr, key, value)
@@ -369,6 +374,10 @@ def _with(fr: compute_v1.FutureReservation, **changes: Any) -> compute_v1.Future
         (lambda t: gpu_block("x", t, count=0), "specificSkuProperties.totalCount"),
         (lambda t: tpu_block("x", t, chips=0), "acceleratorCount"),
         (lambda t: tpu_block("x", t + 121 * DAY), "120 days"),
+        (lambda t: gpu_block("x", t + 61 * DAY), "60 days"),
+        (lambda t: gpu_block("x", t, count=81), "from 1 to 80 VMs"),
+        (lambda t: tpu_block("x", t, chips=12), "one of 1, 4, 8, 16"),
+        (lambda t: _serving(tpu_block("x", t, chips=16)), "one of 1, 4, 8 chips"),
         (lambda t: gpu_block("x", t, reservation=None), "resource.reservationName"),
         (lambda t: gpu_block("x", t, prefix="a-prefix-longer-than-20"), "resource.namePrefix"),
         (lambda t: gpu_block("x", t, reservation="Bad_Name"), "resource.reservationName"),

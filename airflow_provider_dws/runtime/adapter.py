@@ -102,6 +102,14 @@ class RequestAdapter(Generic[_Op, _Backend]):
     def release_failed(self, status: RequestStatus, placement: Placement) -> None:
         """Leave nothing behind after an attempt that ended without success (default: nothing)."""
 
+    def kept_after_failed_wait(self, status: RequestStatus) -> str | None:
+        """Why a request whose wait failed on the task's last try is left as it is (``None``: it
+        is cancelled, as nobody will use what it waits for or holds). Default: a workload that is
+        already running (``target="end"``) goes on, billed as it would have been anyway."""
+        if self.target == "end" and status.phase is Phase.RUNNING:
+            return "its workload is running"
+        return None
+
     def ended(self, context: Context, status: RequestStatus) -> None:
         """Note an attempt's end in the task log (before the loop decides what comes next)."""
         timings = status.timings

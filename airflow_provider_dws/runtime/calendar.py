@@ -267,6 +267,13 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
         """Give the block up: cancel it if not delivered, then delete it (and any reservation it made)."""
         self._discard(name)
 
+    def kept_after_failed_wait(self, status: RequestStatus) -> str | None:
+        """Only a block still waiting for approval is given up with the wait: an approved one is
+        booked (and may be locked), and is the release task's to give back."""
+        if status.phase is Phase.WAITING:
+            return None
+        return "the block is approved; its release task gives it back"
+
     def release_failed(self, status: RequestStatus, placement: Placement) -> None:
         """Declined, failed, delivered in part, not approved in time, timed out: leave nothing of it."""
         done = self._discard(status.name)
@@ -393,6 +400,10 @@ class CalendarWaitAdapter(RequestAdapter["WaitForCalendarBlockOperator", FutureR
 
     target = "running"
     op: WaitForCalendarBlockOperator
+
+    def kept_after_failed_wait(self, status: RequestStatus) -> str | None:
+        """The block is its reserve task's: a wait that failed never gives it up."""
+        return "the block belongs to its reserve task, whose release gives it back"
 
     def __init__(self, operator: WaitForCalendarBlockOperator) -> None:
         super().__init__(operator)

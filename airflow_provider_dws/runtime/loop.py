@@ -386,8 +386,9 @@ class AttemptLoop:
     def wait_failed(self, context: Context, event: dict[str, Any], state: AttemptState) -> NoReturn:
         """The trigger's wait ended on an error (``wait_error``) while the request may still wait
         or hold capacity. A try with a retry left keeps it: the next try adopts it, in its place in
-        the queue. The last try cancels it, unless its workload is running (that work goes on and
-        is billed as it would have been) or ``cancel_on_kill=False``."""
+        the queue. The last try cancels it, unless the adapter keeps it
+        (:meth:`~.adapter.RequestAdapter.kept_after_failed_wait`: a workload that is running, a
+        calendar block already approved) or ``cancel_on_kill=False``."""
         from airflow_provider_dws.exceptions import WaitFailedError
         from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase
 
@@ -404,9 +405,9 @@ class AttemptLoop:
                 try_number + 1,
             )
             raise WaitFailedError(f"waiting on {name} failed: {error}; the next try adopts the request")
-        working = self.adapter.target == "end" and status.phase is Phase.RUNNING
-        if working or not self.op.cancel_on_kill:
-            why = "its workload is running" if working else "cancel_on_kill=False"
+        kept = self.adapter.kept_after_failed_wait(status)
+        if kept or not self.op.cancel_on_kill:
+            why = kept or "cancel_on_kill=False"
             self.log.warning(
                 "Waiting on %s failed (%s) and no retry is left; leaving it %s (%s)", name, error, phase, why
             )

@@ -335,3 +335,13 @@ def test_usage_counts_reserved_delivered_and_recorded_use() -> None:
     assert cost["reserved_hours"] == 16 * 48
     assert cost["delivered_hours"] == 16 * 24  # released after one day of two
     assert (cost["workloads"], cost["used_hours"]) == (1, 80.0)  # 8 GPUs x 10 h on this block only
+
+
+def test_a_failed_wait_gives_up_only_a_block_still_waiting_for_approval() -> None:
+    """The last try's wait ended on an error (``wait_error``): a pending block is cancelled like
+    any queued request; an approved one is booked, and the release task's to give back."""
+    reserving = reserve().adapter()
+    assert reserving.kept_after_failed_wait(status(Phase.WAITING, "PENDING_APPROVAL")) is None
+    assert "release task" in str(reserving.kept_after_failed_wait(status(Phase.PROVISIONING, "APPROVED")))
+    waiting = WaitForCalendarBlockOperator(task_id="wait", reserve_task_id="reserve_block").adapter()
+    assert "reserve task" in str(waiting.kept_after_failed_wait(status(Phase.PROVISIONING, "PROCURING")))

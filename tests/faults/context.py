@@ -48,6 +48,8 @@ LIVE_STATES = {
     "BatchJob": {"QUEUED", "SCHEDULED", "RUNNING", "CANCELLATION_IN_PROGRESS", "DELETION_IN_PROGRESS"},
     # A SUCCEEDED resize request stays SUCCEEDED: it is live while its VMs are (see is_live).
     "ResizeRequest": {"CREATING", "ACCEPTED"},
+    # A delivered block stays FULFILLED: it is live while its reservation is (see is_live).
+    "FutureReservation": {"DRAFTING", "PENDING_APPROVAL", "APPROVED", "PROCURING", "PROVISIONING"},
 }
 #: For duplicates, a request stops counting once it was given up: CANCELLING holds no new capacity.
 GIVEN_UP_STATES = {"JOB_STATE_CANCELLING", "SUSPENDING", "CANCELLATION_IN_PROGRESS", "DELETION_IN_PROGRESS"}
@@ -58,6 +60,8 @@ SUCCESS_STATES = {
     "QueuedResource": "ACTIVE",
     "BatchJob": "SUCCEEDED",
     "ResizeRequest": "SUCCEEDED",
+    # Booked: a block made after an approved one of the same attempt is a second booking.
+    "FutureReservation": "APPROVED",
 }
 #: Waiting for capacity (a Flex Start Batch job stays QUEUED until its VMs can be created).
 WAITING_STATES = {
@@ -67,6 +71,11 @@ WAITING_STATES = {
     "ACCEPTED",
     "WAITING_FOR_RESOURCES",
     "QUEUED",
+    # A calendar block waits for its approval, then for its start and delivery.
+    "PENDING_APPROVAL",
+    "APPROVED",
+    "PROCURING",
+    "PROVISIONING",
 }
 #: The first state that shows a request was being cancelled.
 CANCEL_STATES = {"JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED", "CANCELLATION_IN_PROGRESS", "CANCELLED"}
@@ -159,18 +168,29 @@ def final_state(record: dict[str, Any]) -> str:
             return "RELEASED"
         if record["deleted"] and state not in {"CANCELLED", "FAILED"}:
             return "DELETED"
+    if record["kind"] == "FutureReservation" and record["deleted"]:
+        # Released: its delivered block was given back (deleted, its reservation with it).
+        return "RELEASED" if state == "FULFILLED" else "DELETED" if state not in {"CANCELLED"} else state
     return state
 
 
 def is_live(record: dict[str, Any]) -> bool:
-    """Waiting, running or holding capacity; a resize request also while any of its VMs exists."""
+    """Waiting, running or holding capacity; a resize request also while any of its VMs exists, a
+    future reservation while its delivered reservation does."""
     if record["kind"] == "ResizeRequest" and record["state"] == "SUCCEEDED":
         return not record["vms_deleted"]
+    if record["kind"] == "FutureReservation" and record["state"] == "FULFILLED":
+        return bool(record["reservation_live"])
     return not record["deleted"] and record["state"] in LIVE_STATES[record["kind"]]
 
 
+#: Kinds without labels, whose name is derived from the task instance (their identity).
+NAMED_KINDS = {"ResizeRequest", "FutureReservation"}
+
+
 def _resize_identity(record: dict[str, Any]) -> tuple[str, int] | None:
-    """A resize request has no labels: its name is its identity (base and attempt)."""
+    """A resize request or a future reservation has no labels: its name is its identity (base and
+    attempt)."""
     from airflow_provider_dws.scheduling.identity import parse_attempt_name
 
     parsed = parse_attempt_name(record["display_name"])
@@ -179,13 +199,13 @@ def _resize_identity(record: dict[str, Any]) -> tuple[str, int] | None:
 
 def own_requests(records: Iterable[dict[str, Any]], ref: RunRef) -> list[dict[str, Any]]:
     """The requests one run's request task created (identity labels; TPU: on the slice's nodes;
-    a resize request: its name, derived from the task instance)."""
+    a resize request or a future reservation: its name, derived from the task instance)."""
     from airflow_provider_dws.scheduling.identity import RequestIdentity
 
     base = RequestIdentity(ref.dag_id, ref.request_task, ref.run_id).queued_resource_base()
     out = []
     for r in records:
-        if r["kind"] == "ResizeRequest":
+        if r["kind"] in NAMED_KINDS:
             identity = _resize_identity(r)
             if identity is not None and identity[0] == base:
                 out.append(r)
@@ -229,7 +249,7 @@ def count_duplicates(records: Sequence[dict[str, Any]]) -> int:
     by_identity: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for record in records:
         key = (record["labels"].get("dws_key", record["name"]), record["labels"].get("dws_attempt", "1"))
-        resize = _resize_identity(record) if record["kind"] == "ResizeRequest" else None
+        resize = _resize_identity(record) if record["kind"] in NAMED_KINDS else None
         if resize is not None:
             key = (resize[0], str(resize[1]))
         by_identity.setdefault(key, []).append(record)

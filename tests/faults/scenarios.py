@@ -484,12 +484,20 @@ def compute_user_marks_failed(ctx: ScenarioContext) -> None:
 
 def compute_triggerer_sigkill(ctx: ScenarioContext) -> None:
     """SIGKILL the only triggerer while the resize request waits; a new one must pick the wait up."""
+    ctx.emulator.set_capacity({VERTEX_POOL: 0})
+    ref = ctx.trigger(COMPUTE_DAG, "vm", COMPUTE_TASK, "1 RELEASED run=success", {"zone": _zone(ctx)})
+    _kill_the_only_triggerer_while_waiting(ctx, ref)
+    ctx.give(VERTEX_POOL, COMPUTE_GPUS)
+    ctx.wait_finished(240)
+
+
+def _kill_the_only_triggerer_while_waiting(ctx: ScenarioContext, ref: RunRef) -> None:
+    """Down to one triggerer; once ``ref``'s request waits and its trigger read it there, SIGKILL
+    that triggerer and start a new one, which must take the wait over and read the request."""
     dep = ctx.deployment
     while len(dep.triggerers) > 1:
         dep.stop_triggerer(dep.triggerers[0])
     [old] = dep.triggerers
-    ctx.emulator.set_capacity({VERTEX_POOL: 0})
-    ref = ctx.trigger(COMPUTE_DAG, "vm", COMPUTE_TASK, "1 RELEASED run=success", {"zone": _zone(ctx)})
     ctx.wait_waiting(ref)
     ctx.wait_polled(ref)
     ctx.wait_trigger_running([ref], {old.job_id})
@@ -499,8 +507,6 @@ def compute_triggerer_sigkill(ctx: ScenarioContext) -> None:
     ctx.wait_trigger_running([ref], {new.job_id})
     ctx.wait_polled(ref, starts=2)
     ctx.check("wait moved to the new triggerer", f"moved to {new.name}", True)
-    ctx.give(VERTEX_POOL, COMPUTE_GPUS)
-    ctx.wait_finished(240)
 
 
 def compute_emulator_outage(ctx: ScenarioContext) -> None:
@@ -508,6 +514,45 @@ def compute_emulator_outage(ctx: ScenarioContext) -> None:
     ctx.emulator.set_capacity({_compute_pool(ctx): 0})
     ref = ctx.trigger(COMPUTE_DAG, "vm", COMPUTE_TASK, "1 RELEASED run=success", {"zone": _zone(ctx)})
     _outage_while_waiting(ctx, ref, _compute_pool(ctx), COMPUTE_GPUS)
+
+
+# -- Calendar mode: a block booked, delivered at its start, used and released (1 x a3-highgpu-8g) ----
+
+CALENDAR_DAG = "dws_fault_calendar_block"
+CALENDAR_TASK = "reserve_block"
+
+
+def _calendar_zone(ctx: ScenarioContext, lead_seconds: int) -> dict[str, Any]:
+    """The run's params: a zone with a calendar of its own (8 H100s a day, one block's worth),
+    approvals after 1 s and deliveries 1 s after the start, and the block's start."""
+    zone = _zone(ctx)
+    ctx.emulator.set_calendar(
+        approval_seconds=1, min_lead_seconds=0, provision_seconds=1, pools={f"{zone}/{H100}": 8}
+    )
+    return {"zone": zone, "lead_seconds": lead_seconds}
+
+
+def calendar_worker_sigkill_after_submit(ctx: ScenarioContext) -> None:
+    """The worker dies right after the future reservation was created: the retry must adopt that
+    block (never book a second one), wait for its delivery, and the teardown release it."""
+    # The block starts 60 s after the run: try 2 defers long before the delivery, whose event
+    # then cannot meet Airflow 3.3's stale defer-exit race (apache/airflow#72716).
+    params = _calendar_zone(ctx, 60)
+    ref = ctx.trigger(
+        "dws_fault_calendar_kill_after_submit", "cal", CALENDAR_TASK, "1+0 RELEASED run=success", params
+    )
+    ctx.wait_waiting(ref, timeout=180, try_number=2)
+    ctx.wait_finished(300)
+    ctx.check_killed_after_submit(ref)
+
+
+def calendar_triggerer_sigkill(ctx: ScenarioContext) -> None:
+    """SIGKILL the only triggerer while an approved block waits for its start; a new one must take
+    the wait over and see the delivery."""
+    params = _calendar_zone(ctx, 90)
+    ref = ctx.trigger(CALENDAR_DAG, "cal", CALENDAR_TASK, "1 RELEASED run=success", params)
+    _kill_the_only_triggerer_while_waiting(ctx, ref)
+    ctx.wait_finished(300)
 
 
 SCENARIOS: list[Scenario] = [
@@ -603,6 +648,17 @@ SCENARIOS: list[Scenario] = [
         compute_emulator_outage,
         shared=True,
     ),
+    Scenario(
+        "calendar_worker_sigkill_after_submit",
+        "Calendar: SIGKILL the worker after the reserve request",
+        calendar_worker_sigkill_after_submit,
+    ),
+    Scenario(
+        "calendar_triggerer_sigkill",
+        "Calendar: SIGKILL the triggerer while the block waits for delivery",
+        calendar_triggerer_sigkill,
+        shared=True,
+    ),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 #: Side-by-side scenarios on an example DAG ask where its ``DWS_EXAMPLE_REGION`` (one per
@@ -624,6 +680,7 @@ REGIONS = {
                 "us-east4",
                 "asia-northeast1",
                 "northamerica-northeast1",
+                "europe-west1",
             ],
             strict=False,
         )
@@ -643,6 +700,8 @@ DAG_IDS = [
     "dws_fault_batch_kill_after_submit",
     COMPUTE_DAG,
     "dws_fault_compute_kill_after_submit",
+    CALENDAR_DAG,
+    "dws_fault_calendar_kill_after_submit",
 ]
 
 

@@ -484,20 +484,27 @@ def compute_user_marks_failed(ctx: ScenarioContext) -> None:
 
 def compute_triggerer_sigkill(ctx: ScenarioContext) -> None:
     """SIGKILL the only triggerer while the resize request waits; a new one must pick the wait up."""
+    old = _only_triggerer(ctx)
     ctx.emulator.set_capacity({VERTEX_POOL: 0})
     ref = ctx.trigger(COMPUTE_DAG, "vm", COMPUTE_TASK, "1 RELEASED run=success", {"zone": _zone(ctx)})
-    _kill_the_only_triggerer_while_waiting(ctx, ref)
+    _kill_the_triggerer_while_waiting(ctx, ref, old)
     ctx.give(VERTEX_POOL, COMPUTE_GPUS)
     ctx.wait_finished(240)
 
 
-def _kill_the_only_triggerer_while_waiting(ctx: ScenarioContext, ref: RunRef) -> None:
-    """Down to one triggerer; once ``ref``'s request waits and its trigger read it there, SIGKILL
-    that triggerer and start a new one, which must take the wait over and read the request."""
+def _only_triggerer(ctx: ScenarioContext) -> Any:
+    """Stop triggerers until one is left, before the run starts: its wait can only go there."""
     dep = ctx.deployment
     while len(dep.triggerers) > 1:
         dep.stop_triggerer(dep.triggerers[0])
-    [old] = dep.triggerers
+    [only] = dep.triggerers
+    return only
+
+
+def _kill_the_triggerer_while_waiting(ctx: ScenarioContext, ref: RunRef, old: Any) -> None:
+    """Once ``ref``'s request waits and its trigger read it on ``old``, the only triggerer,
+    SIGKILL it and start a new one, which must take the wait over and read the request."""
+    dep = ctx.deployment
     ctx.wait_waiting(ref)
     ctx.wait_polled(ref)
     ctx.wait_trigger_running([ref], {old.job_id})
@@ -549,9 +556,10 @@ def calendar_worker_sigkill_after_submit(ctx: ScenarioContext) -> None:
 def calendar_triggerer_sigkill(ctx: ScenarioContext) -> None:
     """SIGKILL the only triggerer while an approved block waits for its start; a new one must take
     the wait over and see the delivery."""
+    old = _only_triggerer(ctx)
     params = _calendar_zone(ctx, 90)
     ref = ctx.trigger(CALENDAR_DAG, "cal", CALENDAR_TASK, "1 RELEASED run=success", params)
-    _kill_the_only_triggerer_while_waiting(ctx, ref)
+    _kill_the_triggerer_while_waiting(ctx, ref, old)
     ctx.wait_finished(300)
 
 

@@ -9,6 +9,10 @@ Life cycle (``JobStatus.State``); each change appends a ``STATUS_CHANGED`` statu
   :data:`QUEUED_LIMIT_SECONDS` (2 days, as the Batch quotas page says) it FAILS on its own.
 * STANDARD / SPOT (and unset, PREEMPTIBLE, RESERVATION_BOUND): the GPUs are taken at create if
   free; on the next tick SCHEDULED, or FAILED with a resources-unavailable event (a stock-out).
+* on a reservation (``policy.reservation``, RESERVATION_BOUND or STANDARD): like FLEX_START, but
+  in the reservation's own pool (:mod:`..core.reservations`; QUEUED until it is delivered and has
+  room). An unknown or ended reservation, or one for another machine type, is INVALID_ARGUMENT.
+  When it ends the job FAILS with the reservation's message in its last status event.
 * jobs without GPUs use no pool and start at once.
 * cancel (QUEUED, SCHEDULED, RUNNING): CANCELLATION_IN_PROGRESS, capacity released at once,
   CANCELLED :attr:`BatchState.cancel_seconds` later. delete (any state): DELETION_IN_PROGRESS,
@@ -40,6 +44,7 @@ from ..core.clock import Schedule, iso
 from ..core.clock import timestamp as _timestamp
 from ..core.errors import EmulatorError
 from ..core.operations import finish_operation, start_operation
+from ..core.reservations import Reservation
 from . import BATCH_SERVICE, METHODS
 from .reads import BatchReads
 from .service import BatchServicer
@@ -84,6 +89,7 @@ class BatchJobRecord:
     stock_out: bool = False  # no GPUs at create (on-demand): FAILED on the next tick
     error_code: int | None = None  # google.rpc code of a FAILED job, for the control API
     deleted: bool = False
+    reservation: Reservation | None = None  # the calendar-mode reservation it consumes
 
     @property
     def state(self) -> int:
@@ -160,7 +166,7 @@ class BatchState(Api, BatchReads):
         ):
             if rec.until is not None:
                 self._due.at(rec.name, rec.until)
-        elif state == State.QUEUED and not rec.plan.flex_start:
+        elif state == State.QUEUED and not rec.plan.queued:
             self._due.next_tick(rec.name)
 
     def _sync_status(self, rec: BatchJobRecord, now: float) -> None:
@@ -230,7 +236,7 @@ class BatchState(Api, BatchReads):
             if rec is None or rec.deleted:
                 continue
             state = rec.state
-            if state == State.QUEUED and not rec.plan.flex_start:
+            if state == State.QUEUED and not rec.plan.queued:
                 self._schedule(rec, now)
                 if rec.stock_out:
                     self._end(
@@ -326,7 +332,8 @@ class BatchState(Api, BatchReads):
                 return replayed
             project, location = parse_parent(parent)
             plan = validate_job(parent, job_id, job)
-            pool = plan.pool(location)
+            reservation = self._reservation(plan, project, location) if plan.reservation else None
+            pool = reservation.pool if reservation is not None else plan.pool(location)
             if pool is not None and not core.capacity.has_pool(pool):
                 elsewhere = core.capacity.locations_for(pool.accelerator)
                 hint = f" Available in: {', '.join(elsewhere)}." if elsewhere else ""
@@ -351,7 +358,9 @@ class BatchState(Api, BatchReads):
             stored.task_groups[0].name = f"{name}/taskGroups/{GROUP}"
             stored.task_groups[0].task_count = plan.task_count
             stored.task_groups[0].parallelism = plan.parallelism
-            rec = BatchJobRecord(name, project, location, self._seq, stored, plan, now)
+            rec = BatchJobRecord(
+                name, project, location, self._seq, stored, plan, now, reservation=reservation
+            )
             self._seq += 1
             self.jobs.pop(name, None)  # a deleted one with the same id makes way (kept in all_records)
             self.jobs[name] = rec
@@ -362,7 +371,9 @@ class BatchState(Api, BatchReads):
                 plan.provisioning_model,
                 self._resources(rec) if pool else "no GPUs",
             )
-            if pool is not None and plan.flex_start:
+            if reservation is not None:
+                core.reservations.consume(name, reservation, "BatchJob")
+            if pool is not None and plan.queued:
                 core.capacity.enqueue(name, pool, plan.gpus, QUEUED_LIMIT_SECONDS)
             elif pool is not None:
                 rec.stock_out = not core.capacity.acquire_now(name, pool, plan.gpus)
@@ -370,6 +381,33 @@ class BatchState(Api, BatchReads):
             if request_id:
                 self._replies[("create", request_id)] = rec
             return self._copy(rec)
+
+    def _reservation(self, plan: BatchPlan, project: str, location: str) -> Reservation:
+        """The live reservation the job's VMs consume, or INVALID_ARGUMENT."""
+        assert plan.reservation is not None
+        field = "Invalid value for field 'job.allocation_policy.instances[0].policy.reservation': "
+        res = self.core.reservations.resolve(plan.reservation, project, region=location)
+        if res is None or res.ended:
+            raise EmulatorError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{field}reservation {plan.reservation} does not exist in project {project}, region {location}.",
+            )
+        if res.accelerator != plan.accelerator or (
+            res.machine_type and res.machine_type != plan.machine_type
+        ):
+            raise EmulatorError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{field}reservation {res.path} holds {res.machine_type or res.accelerator} machines, not "
+                f"{plan.machine_type}.",
+            )
+        return res
+
+    def reservation_ended(self, holder: str, reservation: Reservation, message: str, now: float) -> None:
+        rec = self.jobs.get(holder)
+        if rec is None or rec.deleted or rec.state not in CANCELLABLE:
+            return
+        code = code_pb2.UNAVAILABLE if rec.started_at is not None else code_pb2.RESOURCE_EXHAUSTED
+        self._end(rec, State.FAILED, now, message, code)
 
     def get(self, name: str) -> Any:
         with self.core.lock:
@@ -424,7 +462,7 @@ class BatchState(Api, BatchReads):
     def record(self, rec: BatchJobRecord) -> dict[str, Any]:
         plan = rec.plan
         events = rec.job.status.status_events
-        pool = plan.pool(rec.location)
+        pool = rec.reservation.pool if rec.reservation is not None else plan.pool(rec.location)
         return {
             "kind": "BatchJob",
             "name": rec.name,
@@ -440,6 +478,7 @@ class BatchState(Api, BatchReads):
             "task_count": plan.task_count,
             "parallelism": plan.parallelism,
             "pool": str(pool) if pool else None,
+            "reservation": rec.reservation.path if rec.reservation is not None else plan.reservation,
             "state": State(rec.state).name,
             "deleted": rec.deleted,
             "create_time": iso(rec.created_at),

@@ -80,10 +80,17 @@ class BatchPlan:
     run_seconds: float
     exit_code: int
     max_run: float | None  # task_spec.max_run_duration in seconds
+    #: ``instances[0].policy.reservation``: the reservation its VMs consume (None: none named).
+    reservation: str | None = None
 
     @property
     def flex_start(self) -> bool:
         return self.provisioning_model == "FLEX_START"
+
+    @property
+    def queued(self) -> bool:
+        """Waits in a pool's queue for all its GPUs at once: FLEX_START, or on a reservation."""
+        return self.flex_start or self.reservation is not None
 
     @property
     def gpus(self) -> int:
@@ -141,11 +148,12 @@ def _task_group(job: Any) -> tuple[Any, int, int, int]:
     return group, task_count, parallelism, per_node
 
 
-def _instance_policy(job: Any) -> tuple[str, str, str | None, int]:
-    """(provisioning model, machine type, pool accelerator or None, GPUs per VM) from ``allocation_policy``."""
+def _instance_policy(job: Any) -> tuple[str, str, str | None, int, str | None]:
+    """(provisioning model, machine type, pool accelerator or None, GPUs per VM, reservation or None)
+    from ``allocation_policy``."""
     instances = list(job.allocation_policy.instances) if job.HasField("allocation_policy") else []
     if not instances:
-        return "STANDARD", "e2-standard-4", None, 0
+        return "STANDARD", "e2-standard-4", None, 0, None
     flex = any(
         item.WhichOneof("policy_template") == "policy"
         and item.policy.provisioning_model == ProvisioningModel.FLEX_START
@@ -209,7 +217,17 @@ def _instance_policy(job: Any) -> tuple[str, str, str | None, int]:
             f"{field}.policy.provisioning_model",
             "FLEX_START needs GPUs: give accelerators or an accelerator-optimized machine type.",
         )
-    return model, machine, accelerator, per_vm
+    reservation = policy.reservation if policy.reservation not in ("", "NO_RESERVATION") else None
+    if reservation is not None and model in ("FLEX_START", "SPOT", "PREEMPTIBLE"):
+        raise batch_error(
+            f"{field}.policy.reservation",
+            f"A {model} VM cannot consume a specific reservation; use RESERVATION_BOUND (or STANDARD).",
+        )
+    if reservation is not None and accelerator is None:
+        raise batch_error(
+            f"{field}.policy.reservation", "dws-emulator emulates reservations of GPU machines only."
+        )
+    return model, machine, accelerator, per_vm, reservation
 
 
 def validate_job(parent: str, job_id: str, job: Any) -> BatchPlan:
@@ -226,7 +244,7 @@ def validate_job(parent: str, job_id: str, job: Any) -> BatchPlan:
         )
     check_labels(job.labels, "job.labels", batch_error)
     group, task_count, parallelism, per_node = _task_group(job)
-    model, machine, accelerator, per_vm = _instance_policy(job)
+    model, machine, accelerator, per_vm, reservation = _instance_policy(job)
     env = _variables(group.task_spec)
     run_seconds, exit_code = parse_workload(
         env.get(RUN_SECONDS_ENV),
@@ -251,4 +269,5 @@ def validate_job(parent: str, job_id: str, job: Any) -> BatchPlan:
         run_seconds=run_seconds,
         exit_code=exit_code,
         max_run=max_run,
+        reservation=reservation,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.reservations import Reservation
 from .validation import VmPlan
 
 
@@ -53,6 +54,7 @@ class ResizeRecord:
     run_until: float | None = None
     error: dict[str, str] | None = None
     deleted: bool = False
+    reservation: Reservation | None = None  # a RESERVATION_BOUND template's calendar reservation
 
     @property
     def state(self) -> str:

@@ -9,9 +9,11 @@ from typing import Any
 
 from ..core.api import Api, Core
 from ..core.clock import Schedule, iso
+from ..core.reservations import Reservation
 from ..core.rest import RestError, RestRoute, not_found
 from . import COMPUTE_SERVICE, METHODS
 from .records import Mig, ResizeRecord, Template
+from .reserved import RESERVATION_ENDED, bound_reservation
 from .resources import (
     InstanceGroupManagerPb,
     InstanceTemplatePb,
@@ -111,9 +113,12 @@ class ComputeState(Api, ComputeVms):
         for rec in accepted:
             if rec.state == "ACCEPTED":  # waits: its first attempt found too few GPUs, as the API reports it
                 zone = f"projects/{rec.mig.project}/zones/{rec.mig.zones[0]}"
+                where = f"The zone '{zone}' does not"
+                if rec.reservation is not None:
+                    where = f"The reservation '{rec.reservation.path}' does not (yet)"
                 rec.pb.status.last_attempt.error.errors.add(
                     code="ZONE_RESOURCE_POOL_EXHAUSTED",
-                    message=f"The zone '{zone}' does not have enough resources available to fulfill the "
+                    message=f"{where} have enough resources available to fulfill the "
                     "request. The resize request stays ACCEPTED and is retried until the capacity is "
                     "available or it is cancelled.",
                 )
@@ -145,12 +150,20 @@ class ComputeState(Api, ComputeVms):
                 rec,
                 "CONDITION_NOT_MET",
                 f"Resize requests need an instance template for flex-start VMs (scheduling.provisioningModel "
-                f"FLEX_START, scheduling.onHostMaintenance TERMINATE, scheduling.automaticRestart false); "
+                f"FLEX_START, scheduling.onHostMaintenance TERMINATE, scheduling.automaticRestart false) or "
+                f"reservation-bound ones (RESERVATION_BOUND, TERMINATE, a specific reservation affinity); "
                 f"instance template '{template.path}': {plan.not_flex_ready}.",
                 now,
             )
             return
         pool = plan.pool(rec.mig.zones[0])
+        if plan.reservation is not None:
+            found = bound_reservation(self.core.reservations, rec.mig, plan)
+            if isinstance(found, tuple):
+                self._fail(rec, *found, now)
+                return
+            rec.reservation, pool = found, found.pool
+            self.core.reservations.consume(rec.holder, found, "ResizeRequest")
         if pool is not None and not self.core.capacity.has_pool(pool):
             accel = f"projects/{rec.mig.project}/zones/{rec.mig.zones[0]}/acceleratorTypes/{plan.compute_accelerator}"
             self._fail(rec, "RESOURCE_NOT_FOUND", f"The resource '{accel}' was not found", now)
@@ -165,12 +178,32 @@ class ComputeState(Api, ComputeVms):
     def _succeed(self, rec: ResizeRecord, now: float) -> None:
         assert rec.plan is not None
         template = self.templates[rec.mig.template_path]
-        rec.vms = [self.create_vm(rec.mig, rec, template.pb, rec.plan, now) for _ in range(rec.pb.resize_by)]
+        zone = rec.reservation.zone if rec.reservation is not None else None
+        rec.vms = [
+            self.create_vm(rec.mig, rec, template.pb, rec.plan, now, zone) for _ in range(rec.pb.resize_by)
+        ]
         rec.pb.status.ClearField("last_attempt")
         rec.started_at = now
-        rec.run_until = now + rec.run_seconds
-        self._due.at(rec.holder, rec.run_until)
+        if rec.reservation is None or rec.pb.HasField("requested_run_duration"):
+            rec.run_until = now + rec.run_seconds
+            self._due.at(rec.holder, rec.run_until)
+        # else: reservation-bound VMs without a run duration live until the reservation ends
         self._set_state(rec, "SUCCEEDED", now)
+
+    def reservation_ended(self, holder: str, reservation: Reservation, message: str, now: float) -> None:
+        """A reservation-bound request's VMs are deleted (it stays SUCCEEDED, the message in
+        ``status.lastAttempt.error``); one still waiting for it FAILS."""
+        rec = self._by_holder.get(holder)
+        if rec is None:
+            return
+        if rec.state in CANCELLABLE:
+            self.core.capacity.release(holder)
+            self._fail(rec, RESERVATION_ENDED, message, now)
+        elif rec.state == "SUCCEEDED":
+            rec.run_until = None
+            rec.pb.status.last_attempt.error.errors.add(code=RESERVATION_ENDED, message=message)
+            rec.history.append(("RESERVATION_ENDED", now))
+            self.delete_vms([vm for vm in rec.vms if vm.deleted_at is None], now)
 
     def _cancel(self, rec: ResizeRecord, now: float) -> None:
         self.core.capacity.release(rec.holder)
@@ -469,7 +502,7 @@ class ComputeState(Api, ComputeVms):
             "project": mig.project,
             "location": mig.location,
             "labels": {},
-            "strategy": "FLEX_START",
+            "strategy": "RESERVATION_BOUND" if plan and plan.reservation else "FLEX_START",
             "instance_group_manager": mig.path,
             "instance_template": mig.template_path,
             "machine_type": plan.machine_type if plan else None,
@@ -477,7 +510,10 @@ class ComputeState(Api, ComputeVms):
             "accelerator_count": rec.pb.resize_by * plan.gpus_per_vm if plan else 0,
             "resize_by": rec.pb.resize_by,
             "requested_run_duration_seconds": rec.run_seconds,
-            "pool": str(plan.pool(mig.zones[0])) if plan and plan.accelerator else None,
+            "pool": str(rec.reservation.pool)
+            if rec.reservation is not None
+            else (str(plan.pool(mig.zones[0])) if plan and plan.accelerator else None),
+            "reservation": rec.reservation.path if rec.reservation is not None else None,
             "state": rec.state,
             "deleted": rec.deleted,
             "create_time": iso(rec.created_at),

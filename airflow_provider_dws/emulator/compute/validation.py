@@ -7,6 +7,7 @@ from typing import Any
 
 from ...facts import COMPUTE_GPU_NAMES, GPU_MACHINE_ROWS
 from ..core.capacity import PoolKey
+from ..core.reservations import RESERVATION_KEY
 from .resources import check_name, invalid, strip_link
 
 #: ``requestedRunDuration`` bounds (seconds), and the VMs' lifetime when it is absent.
@@ -25,8 +26,10 @@ class VmPlan:
     machine_type: str
     accelerator: str | None  # the pools' (Vertex AI) GPU name; None: no GPUs
     gpus_per_vm: int
-    #: Why the template is not flex-start ready ("" when it is).
+    #: Why the template is neither flex-start nor reservation-bound ready ("" when it is one).
     not_flex_ready: str
+    #: The reservation a RESERVATION_BOUND template's VMs consume (its affinity's one value).
+    reservation: str | None = None
 
     def pool(self, zone: str) -> PoolKey | None:
         """The pool a VM in ``zone`` draws from: its region's pool of the GPU."""
@@ -79,17 +82,32 @@ def vm_plan(template: Any) -> VmPlan:
         count = sum(a.accelerator_count for a in props.guest_accelerators)
     sched = props.scheduling
     problems = []
-    if sched.provisioning_model != "FLEX_START":
+    reservation = None
+    if sched.provisioning_model == "RESERVATION_BOUND":
+        affinity = props.reservation_affinity
+        if (
+            affinity.consume_reservation_type != "SPECIFIC_RESERVATION"
+            or affinity.key != RESERVATION_KEY
+            or len(affinity.values) != 1
+        ):
+            problems.append(
+                "a RESERVATION_BOUND template needs reservationAffinity {consumeReservationType: "
+                f"SPECIFIC_RESERVATION, key: {RESERVATION_KEY}, values: [the reservation]}}"
+            )
+        else:
+            reservation = str(affinity.values[0])
+    elif sched.provisioning_model != "FLEX_START":
         problems.append(
-            f"scheduling.provisioningModel is {sched.provisioning_model or 'unset'}, not FLEX_START"
+            f"scheduling.provisioningModel is {sched.provisioning_model or 'unset'}, not FLEX_START "
+            "(or RESERVATION_BOUND)"
         )
     if sched.on_host_maintenance != "TERMINATE":
         problems.append(
             f"scheduling.onHostMaintenance is {sched.on_host_maintenance or 'unset'}, not TERMINATE"
         )
-    if not sched.HasField("automatic_restart") or sched.automatic_restart:
+    if reservation is None and (not sched.HasField("automatic_restart") or sched.automatic_restart):
         problems.append("scheduling.automaticRestart is not false")
-    return VmPlan(machine, accelerator, count, "; ".join(problems))
+    return VmPlan(machine, accelerator, count, "; ".join(problems), reservation)
 
 
 def run_seconds(request: Any) -> float:

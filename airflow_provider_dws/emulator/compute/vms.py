@@ -40,15 +40,19 @@ class ComputeVms:
         self._ips = 0
 
     # -- life cycle ------------------------------------------------------------------------
-    def create_vm(self, mig: Mig, rec: ResizeRecord, template: Any, plan: VmPlan, now: float) -> Vm:
-        """A RUNNING VM of ``mig`` for ``rec``, in the MIG's next zone; the MIG's target size grows."""
+    def create_vm(
+        self, mig: Mig, rec: ResizeRecord, template: Any, plan: VmPlan, now: float, zone: str | None = None
+    ) -> Vm:
+        """A RUNNING VM of ``mig`` for ``rec``, in ``zone`` (a reservation's) or the MIG's next zone;
+        the MIG's target size grows."""
         rng = self.core.id_rng
         policy = mig.pb.distribution_policy
-        zone = (
-            mig.zones[0]
-            if policy.target_shape == "ANY_SINGLE_ZONE"
-            else mig.zones[mig.pb.target_size % len(mig.zones)]
-        )
+        if zone is None:
+            zone = (
+                mig.zones[0]
+                if policy.target_shape == "ANY_SINGLE_ZONE"
+                else mig.zones[mig.pb.target_size % len(mig.zones)]
+            )
         while True:
             name = f"{mig.pb.base_instance_name}-{''.join(rng.choice(_SUFFIX_CHARS) for _ in range(4))}"
             if (
@@ -73,6 +77,8 @@ class ComputeVms:
             cpu_platform="Intel Sapphire Rapids",
         )
         vm.scheduling.CopyFrom(props.scheduling)
+        if props.HasField("reservation_affinity"):
+            vm.reservation_affinity.CopyFrom(props.reservation_affinity)
         vm.labels.update(props.labels)
         vm.metadata.CopyFrom(props.metadata)
         vm.metadata.kind = "compute#metadata"

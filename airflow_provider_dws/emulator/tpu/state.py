@@ -20,6 +20,8 @@ valid-until time, the end of PROVISIONING or DELETING):
   FAILED_PRECONDITION "already being deleted", as the real API answers.
 * preempt (control API, Spot only, ACTIVE only): SUSPENDING, nodes PREEMPTED and capacity
   released at once; SUSPENDED on the next tick.
+* on a calendar-mode reservation, see :mod:`.reserved`: when it ends, ACTIVE -> SUSPENDING ->
+  SUSPENDED (nodes PREEMPTED, ``health_description`` says why); not yet ACTIVE: FAILED.
 
 Every state other than CREATING and DELETING is recorded with state_initiator SERVICE.
 
@@ -47,8 +49,10 @@ from ..core.clock import Schedule, iso
 from ..core.clock import timestamp as _timestamp
 from ..core.errors import EmulatorError
 from ..core.operations import finish_operation, start_operation
+from ..core.reservations import Reservation
 from . import METHODS as TPU_METHODS
 from . import TPU_SERVICE
+from .reserved import calendar_reservation
 from .service import TpuServicer
 from .validation import TPU_PORT, QueuedResourcePlan, parse_parent, validate_queued_resource
 
@@ -386,6 +390,7 @@ class TpuState(Api):
             now = core.clock()
             plan = validate_queued_resource(parent, queued_resource_id, qr, now, both_tiers)
             capacity = core.capacity
+            reservation = calendar_reservation(core.reservations, plan)
             if not capacity.has_pool(plan.pool):
                 if plan.reservation:
                     raise EmulatorError(
@@ -429,6 +434,8 @@ class TpuState(Api):
             self.resources.pop(name, None)  # a deleted one with the same id makes way (kept in all_records)
             self.resources[name] = rec
             self.all_records.append(rec)
+            if reservation is not None:
+                core.reservations.consume(name, reservation, "QueuedResource")
             log.info(
                 "QueuedResource %s created: %d x %s (%d chips) tier=%s%s",
                 name,
@@ -442,6 +449,24 @@ class TpuState(Api):
             if plan.valid_after is None or now >= plan.valid_after:
                 self._enqueue(rec, now)
             return self._new_operation("create", rec, now)
+
+    def reservation_ended(self, holder: str, reservation: Reservation, message: str, now: float) -> None:
+        rec = self.resources.get(holder)
+        if rec is None or rec.deleted or rec.plan.reservation is None:
+            return
+        state = rec.state
+        if state == QrState.ACTIVE:
+            self.core.capacity.release(holder)
+            rec.enqueued = False
+            self._set_node_states(rec, NodeState.PREEMPTED)
+            for node_name in rec.nodes:
+                node = self.nodes.get(node_name)
+                if node is not None:
+                    node.health_description = message
+            self._set_state(rec, QrState.SUSPENDING, now)
+            log.info("QueuedResource %s: suspended, its reservation ended", holder)
+        elif state in WAITING_STATES or state == QrState.PROVISIONING:
+            self._fail(rec, now, message)
 
     def get(self, name: str) -> Any:
         with self.core.lock:

@@ -11,6 +11,12 @@ Life cycle of a CustomJob (``JobState`` names without the ``JOB_STATE_`` prefix)
   max wait passes first it FAILS with RESOURCE_EXHAUSTED and no start_time.
 * STANDARD / SPOT / unspecified: the whole set is taken at create (PENDING, RUNNING on the next
   tick) or the job FAILS at once with RESOURCE_EXHAUSTED (a stock-out). No queueing.
+* on a reservation (``machine_spec.reservation_affinity`` SPECIFIC_RESERVATION, any other strategy
+  than FLEX_START and SPOT): like FLEX_START, but in the reservation's own pool
+  (:mod:`..core.reservations`) and without a max wait, so a job created before the reservation is
+  delivered waits for it. An unknown or ended reservation, one in another region, for another
+  machine type or GPU is INVALID_ARGUMENT. When the reservation ends the job FAILS (code 14
+  UNAVAILABLE once it ran, 8 RESOURCE_EXHAUSTED before), with the reservation's message.
 * jobs without accelerators use no pool and run at once.
 * cancel: CANCELLING (capacity released immediately), CANCELLED on the next tick.
 
@@ -40,10 +46,11 @@ from ..core.clock import Schedule, iso
 from ..core.clock import timestamp as _timestamp
 from ..core.errors import EmulatorError
 from ..core.filters import FilterError, compile_job_filter
+from ..core.reservations import Reservation
 from ..core.state import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
 from . import JOB_SERVICE, METHODS
 from .service import JobServiceServicer
-from .validation import JobPlan, validate_custom_job
+from .validation import JobPlan, invalid, validate_custom_job
 
 log = logging.getLogger("dws_emulator")
 
@@ -276,7 +283,11 @@ class VertexState(Api):
             project, location = self._parse_parent(parent)
             plan = validate_custom_job(job)
             pool = None
-            if plan.accelerator is not None:
+            reservation = None
+            if plan.reservation is not None:
+                reservation = self._reservation(plan, project, location)
+                pool = reservation.pool
+            elif plan.accelerator is not None:
                 pool = PoolKey(location, plan.accelerator)
                 if not self.capacity.has_pool(pool):
                     elsewhere = self.capacity.locations_for(plan.accelerator)
@@ -300,6 +311,8 @@ class VertexState(Api):
             stored.create_time.CopyFrom(_timestamp(now))
             rec = JobRecord(name, project, location, stored, plan, now, pool=pool)
             self.jobs[name] = rec
+            if reservation is not None:
+                self.core.reservations.consume(name, reservation, "CustomJob")
             log.info(
                 "CustomJob %s (%r) created: strategy=%s accelerators=%s",
                 name,
@@ -307,9 +320,10 @@ class VertexState(Api):
                 plan.strategy,
                 f"{plan.accelerator_count} x {plan.accelerator}" if pool else "none",
             )
-            if plan.flex_start:
+            if plan.queued:
                 if pool is not None:
-                    self.capacity.enqueue(name, pool, plan.accelerator_count, plan.max_wait)
+                    max_wait = None if reservation is not None else plan.max_wait
+                    self.capacity.enqueue(name, pool, plan.accelerator_count, max_wait)
                 self._set_state(rec, JobState.JOB_STATE_QUEUED, now)
             elif pool is not None and not self.capacity.acquire_now(name, pool, plan.accelerator_count):
                 self._set_state(rec, JobState.JOB_STATE_PENDING, now)
@@ -326,6 +340,34 @@ class VertexState(Api):
                 self._set_state(rec, JobState.JOB_STATE_PENDING, now)
                 self._to_start[name] = None
             return self._copy(rec)
+
+    def _reservation(self, plan: JobPlan, project: str, location: str) -> Reservation:
+        """The live reservation the job consumes, or INVALID_ARGUMENT."""
+        assert plan.reservation is not None
+        field = "custom_job.job_spec.worker_pool_specs[0].machine_spec"
+        res = self.core.reservations.resolve(plan.reservation, project, region=location)
+        if res is None or res.ended:
+            raise invalid(
+                f"{field}.reservation_affinity.values",
+                f"Reservation {plan.reservation} does not exist in project {project}, region {location}.",
+            )
+        if res.accelerator != plan.accelerator or (
+            res.machine_type and res.machine_type != plan.machine_type
+        ):
+            raise invalid(
+                f"{field}.machine_type",
+                f"Reservation {res.path} holds {res.machine_type or res.accelerator} machines; the job asks for "
+                f"{plan.machine_type} with {plan.accelerator}.",
+            )
+        return res
+
+    def reservation_ended(self, holder: str, reservation: Reservation, message: str, now: float) -> None:
+        rec = self.jobs[holder]
+        if rec.terminal or rec.state == JobState.JOB_STATE_CANCELLING:
+            return
+        self._to_start.pop(holder, None)
+        code = code_pb2.UNAVAILABLE if rec.started_at is not None else code_pb2.RESOURCE_EXHAUSTED
+        self._finish(rec, JobState.JOB_STATE_FAILED, now, code, message)
 
     @staticmethod
     def _copy(rec: JobRecord) -> Any:
@@ -453,6 +495,7 @@ class VertexState(Api):
                         "accelerator_type": rec.plan.accelerator,
                         "accelerator_count": rec.plan.accelerator_count,
                         "pool": str(rec.pool) if rec.pool else None,
+                        "reservation": rec.plan.reservation,
                         "state": JobState(rec.state).name,
                         "deleted": rec.deleted,
                         "create_time": iso(rec.created_at),

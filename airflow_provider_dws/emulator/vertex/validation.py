@@ -6,6 +6,7 @@ so that callers asserting on the field path see the same text they would in prod
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from google.cloud.aiplatform_v1.types import custom_job as gca_custom_job
 from google.protobuf import duration_pb2
 
 from ..core.errors import EmulatorError, check_labels
+from ..core.reservations import RESERVATION_KEY
 from ..core.workload import EXIT_CODE_ENV, RUN_SECONDS_ENV, parse_workload
 
 DEFAULT_MAX_WAIT_SECONDS = 24 * 3600.0  # the API default when max_wait_duration is unset
@@ -23,6 +25,11 @@ MAX_FLEX_TIMEOUT_SECONDS = 7 * 24 * 3600.0
 
 Strategy = gca_custom_job.Scheduling.Strategy
 AcceleratorType = gca_accelerator_type.AcceleratorType
+#: ``ReservationAffinity.Type.SPECIFIC_RESERVATION`` (aiplatform_v1).
+SPECIFIC_RESERVATION = 3
+_RESERVATION_NAME_RE = re.compile(
+    r"projects/[^/]+/zones/[^/]+/reservations/[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+)
 
 
 def invalid(field: str, message: str) -> EmulatorError:
@@ -43,10 +50,18 @@ class JobPlan:
     exit_code: int
     timeout: float | None  # scheduling.timeout in seconds, None when unset
     max_wait: float | None  # seconds; None = wait indefinitely (only meaningful for FLEX_START)
+    #: The full name of the reservation its machines consume (SPECIFIC_RESERVATION), or None.
+    reservation: str | None = None
+    machine_type: str = ""  # the machine type of the accelerated worker pools
 
     @property
     def flex_start(self) -> bool:
         return self.strategy == "FLEX_START"
+
+    @property
+    def queued(self) -> bool:
+        """Waits in a pool's queue for its whole set: Flex Start, or on a reservation."""
+        return self.flex_start or self.reservation is not None
 
 
 def _seconds(d: duration_pb2.Duration) -> float:
@@ -89,6 +104,8 @@ def validate_custom_job(job: Any) -> JobPlan:
     accelerator: str | None = None
     total = 0
     first_machine = None
+    reservations: set[str | None] = set()
+    machine_type = ""
     for i, pool in enumerate(pools):
         field = f"custom_job.job_spec.worker_pool_specs[{i}]"
         # The API accepts empty placeholder pools after the first one (e.g. to skip pool 1).
@@ -127,6 +144,8 @@ def validate_custom_job(job: Any) -> JobPlan:
                 )
             accelerator = name
             total += pool.replica_count * machine.accelerator_count
+            machine_type = machine_type or machine.machine_type
+            reservations.add(_reservation(machine, f"{field}.machine_spec.reservation_affinity"))
         if flex:
             if first_machine is None:
                 first_machine = machine
@@ -159,6 +178,18 @@ def validate_custom_job(job: Any) -> JobPlan:
             if max_wait == 0:
                 max_wait = None  # the API documents 0 as "wait indefinitely"
 
+    if len(reservations) > 1:
+        raise invalid(
+            "custom_job.job_spec.worker_pool_specs",
+            "All worker pools with accelerators must consume the same reservation, or none.",
+        )
+    reservation = next(iter(reservations), None)
+    if reservation is not None and strategy in ("FLEX_START", "SPOT"):
+        raise invalid(
+            "custom_job.job_spec.scheduling.strategy",
+            f"{strategy} cannot be combined with a specific reservation (machine_spec.reservation_affinity).",
+        )
+
     container = pools[0].container_spec
     run_text = _env_value(container, RUN_SECONDS_ENV)
     exit_text = _env_value(container, EXIT_CODE_ENV)
@@ -173,4 +204,26 @@ def validate_custom_job(job: Any) -> JobPlan:
         exit_code=exit_code,
         timeout=timeout,
         max_wait=max_wait,
+        reservation=reservation,
+        machine_type=machine_type,
     )
+
+
+def _reservation(machine: Any, field: str) -> str | None:
+    """The reservation a ``machine_spec`` names with SPECIFIC_RESERVATION (others consume none here)."""
+    if not machine.HasField("reservation_affinity"):
+        return None
+    affinity = machine.reservation_affinity
+    if affinity.reservation_affinity_type != SPECIFIC_RESERVATION:
+        return None
+    if affinity.key != RESERVATION_KEY:
+        raise invalid(
+            f"{field}.key", f"Must be {RESERVATION_KEY} for SPECIFIC_RESERVATION, got {affinity.key!r}."
+        )
+    if len(affinity.values) != 1 or not _RESERVATION_NAME_RE.fullmatch(affinity.values[0]):
+        raise invalid(
+            f"{field}.values",
+            "Exactly one value is required: the full reservation name "
+            "projects/{project}/zones/{zone}/reservations/{reservation}.",
+        )
+    return str(affinity.values[0])

@@ -18,9 +18,15 @@ Engine) on the next port, ``http://HOST:PORT+1`` (:mod:`.core.rest`):
   zonal and regional instance group managers and their ``resizeRequests``, the VMs, and zone,
   region and global operations; its methods are named by Discovery id
   (``compute.instanceGroupManagerResizeRequests.insert``) under the service ``compute.v1``;
+* Compute Engine calendar mode (:mod:`.calendar`, same REST service): future reservations,
+  ``advice/calendarMode`` and the reservations they deliver, procured on the emulator's clock from
+  a calendar of free capacity; Vertex AI jobs, TPU queued resources, Batch jobs and MIG VMs
+  consume a delivered reservation and end with it;
 * a JSON control service (``dws.emulator.v1.Control``: ``ListRequests``, ``GetCapacity``,
   ``SetCapacity``, ``Preempt``, ``SetFaults``, ``GetFaults``, ``ClearFaults``, ``Outage``,
-  ``GetStats``, ``ResetStats``) that lets tests and users inspect every request ever created,
+  ``GetStats``, ``ResetStats``, and calendar mode's ``ApproveFutureReservation``,
+  ``DeclineFutureReservation``, ``PartlyFulfilFutureReservation``, ``EndFutureReservation``,
+  ``GetCalendar``, ``SetCalendar``) that lets tests and users inspect every request ever created,
   resize pools while it runs, preempt Spot TPUs, inject faults and count the calls received.
 
 GPUs and TPUs share one capacity model (:mod:`.core.capacity`): pools keyed ``LOCATION/ACCELERATOR``

@@ -276,3 +276,21 @@ def test_settings_come_from_the_environment(monkeypatch, dws_emulator_server_fac
         "provision_seconds": 0.0,
     }
     assert started.control.calendar()["pools"][H100_A] == 64  # the default calendar
+
+
+def test_the_cli_shows_a_block_and_parses_the_calendar_options(gce, clock, emulator, capsys) -> None:
+    from airflow_provider_dws.emulator.cli import build_parser, main
+
+    insert(gce, gpu_block("shown", clock() + 60))
+    deliver(gce, clock, "shown")
+    assert main(["requests", "--port", str(emulator.port)]) == 0
+    out = capsys.readouterr().out
+    assert "CALENDAR" in out and "16 x NVIDIA_H100_80GB" in out and "FULFILLED" in out
+    assert f"FutureReservation {fr_path('shown')}" in out and f"reservation: {res_path('shown-res')}" in out
+    serve = "serve --calendar-approval-seconds manual --calendar-min-lead-seconds 30"
+    serve += f" --calendar-provision-seconds 0 --calendar-capacity {H100_A}=8"
+    args = build_parser().parse_args(serve.split())
+    assert (args.calendar_approval_seconds, args.calendar_min_lead_seconds) == ("manual", 30.0)
+    assert args.calendar_provision_seconds == 0.0 and args.calendar_capacity == [f"{H100_A}=8"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--calendar-min-lead-seconds", "-1"])

@@ -349,6 +349,11 @@ def test_reservations_get_list_aggregated_list_and_delete(gce, clock, emulator) 
 # -- validation ------------------------------------------------------------------------------------
 
 
+def _serving(fr: compute_v1.FutureReservation) -> compute_v1.FutureReservation:
+    fr.aggregate_reservation.workload_type = "SERVING"
+    return fr
+
+
 def _with(fr: compute_v1.FutureReservation, **changes: Any) -> compute_v1.FutureReservation:
     for key, value in changes.items():
         setattr(fr, key, value)
@@ -369,6 +374,10 @@ def _with(fr: compute_v1.FutureReservation, **changes: Any) -> compute_v1.Future
         (lambda t: gpu_block("x", t, count=0), "specificSkuProperties.totalCount"),
         (lambda t: tpu_block("x", t, chips=0), "acceleratorCount"),
         (lambda t: tpu_block("x", t + 121 * DAY), "120 days"),
+        (lambda t: gpu_block("x", t + 61 * DAY), "60 days"),
+        (lambda t: gpu_block("x", t, count=81), "from 1 to 80 VMs"),
+        (lambda t: tpu_block("x", t, chips=12), "one of 1, 4, 8, 16"),
+        (lambda t: _serving(tpu_block("x", t, chips=16)), "one of 1, 4, 8 chips"),
         (lambda t: gpu_block("x", t, reservation=None), "resource.reservationName"),
         (lambda t: gpu_block("x", t, prefix="a-prefix-longer-than-20"), "resource.namePrefix"),
         (lambda t: gpu_block("x", t, reservation="Bad_Name"), "resource.reservationName"),
@@ -405,3 +414,22 @@ def test_a_reservation_name_is_one_live_request_at_a_time(gce, clock) -> None:
     assert "shared" in conflict.value.message
     gce.frs.cancel_unary(project=P, zone=ZONE, future_reservation="a")
     insert(gce, gpu_block("b", clock() + 60, reservation="shared"))  # the cancelled one let it go
+
+
+def test_a_lost_insert_reply_is_recovered_by_its_request_id(gce, clock, emulator) -> None:
+    emulator.control.set_faults(["compute.futureReservations.insert=DEADLINE_EXCEEDEDx1"])
+    request_id = str(uuid.uuid4())
+    with pytest.raises(exceptions.GatewayTimeout):
+        insert(gce, gpu_block("block", clock() + 60), request_id=request_id)
+    assert status(gce, "block") == "PENDING_APPROVAL"  # applied, then the answer was lost
+    retried = insert(gce, gpu_block("block", clock() + 60), request_id=request_id)
+    assert retried.target_link == LINK + fr_path("block")  # the first call's operation, no 409
+    assert [r["name"] for r in emulator.control.requests()] == [fr_path("block")]
+    emulator.control.set_faults(["compute.advice.calendarMode=UNAVAILABLE"])
+    with pytest.raises(exceptions.ServiceUnavailable):
+        gce.advice.calendar_mode(
+            project=P,
+            region=REGION,
+            calendar_mode_advice_request_resource=compute_v1.CalendarModeAdviceRequest(),
+        )
+    emulator.control.clear_faults()

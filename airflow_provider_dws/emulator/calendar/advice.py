@@ -4,7 +4,8 @@ For each zone the request allows (the region's zones with an inventory of the ac
 zones its location policy ALLOWs, minus the DENYed ones) the earliest start that fits: candidate
 starts are the earliest possible one (``startTimeNotEarlierThan``, but no sooner than the minimum
 lead time plus :data:`ADVICE_SLACK_SECONDS` from now, in whole seconds) and then every UTC
-midnight up to ``startTimeNotLaterThan`` (default: :data:`SEARCH_DAYS` days on); at a start the
+midnight up to ``startTimeNotLaterThan`` (at most as far ahead as a block may start: 60 days for
+GPUs, 120 for TPUs); at a start the
 block runs as long as it fits, at most ``maxDuration``, and is a fit when that is at least
 ``minDuration``. Each zone with a fit gives one recommendation, earliest first (then by zone), whose
 ``otherLocations`` tell how every other allowed zone fared (RECOMMENDED, NO_CAPACITY,
@@ -20,13 +21,11 @@ from typing import Any
 
 from ..core.clock import iso
 from .inventory import DAY, CapacityCalendar
-from .validation import AdviceSpec
+from .validation import GPU_HORIZON_SECONDS, TPU_HORIZON_SECONDS, AdviceSpec
 
 #: Seconds between the advice and the earliest start it recommends, beyond the minimum lead time,
 #: so that a future reservation made from it right away still starts late enough.
 ADVICE_SLACK_SECONDS = 5.0
-#: How far the search looks when the request gives no ``startTimeNotLaterThan``.
-SEARCH_DAYS = 120
 
 
 def _candidates(low: float, high: float) -> list[float]:
@@ -60,7 +59,8 @@ def advise(
     """The CalendarModeAdviceResponse JSON for ``spec`` in ``region``."""
     ask = spec.ask
     low = float(math.ceil(max(spec.earliest or 0.0, now + min_lead + ADVICE_SLACK_SECONDS)))
-    high = spec.latest if spec.latest is not None else low + SEARCH_DAYS * DAY
+    horizon = now + (GPU_HORIZON_SECONDS if ask.machine_type else TPU_HORIZON_SECONDS)
+    high = horizon if spec.latest is None else min(spec.latest, horizon)
     zones = sorted(
         ({z for z in calendar.zones(ask.accelerator) if z.rsplit("-", 1)[0] == region} | set(spec.allowed))
         - {z for z, allow in spec.allowed.items() if not allow}

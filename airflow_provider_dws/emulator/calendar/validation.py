@@ -25,8 +25,17 @@ from ..core.rest import RestError
 DAY = 86400.0
 MIN_BLOCK_SECONDS = DAY
 MAX_BLOCK_SECONDS = 90 * DAY
-#: TPU calendar capacity can be reserved up to 120 days ahead (the documents; GPUs: not stated).
+# The limits below are the ones the provider's calendar-mode tables give (``facts.CALENDAR_*`` on the
+# provider's branch, read from the Compute Engine documents); import them from there once merged.
+#: How far ahead a block may start: GPU VMs 60 days, TPUs 120 days.
+GPU_HORIZON_SECONDS = 60 * DAY
 TPU_HORIZON_SECONDS = 120 * DAY
+#: GPU VMs one request may reserve.
+MAX_GPU_VMS = 80
+#: TPU chips one request may reserve (a v5e SERVING block: 1, 4 or 8), and the workload types.
+TPU_CHIPS = (1, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+TPU_SERVING_CHIPS = (1, 4, 8)
+TPU_WORKLOADS = ("", "UNSPECIFIED", "BATCH", "SERVING")
 #: The longest reservation name prefix (the API's ``namePrefix`` limit).
 MAX_NAME_PREFIX = 20
 
@@ -87,8 +96,11 @@ class BlockPlan:
 
 def parse_time(value: str, field: str) -> float:
     """RFC 3339 text as epoch seconds (a time zone is required)."""
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"  # Python 3.10's fromisoformat knows no "Z"
     try:
-        parsed = datetime.fromisoformat(value.strip())
+        parsed = datetime.fromisoformat(text)
     except ValueError:
         parsed = None
     if parsed is None or parsed.tzinfo is None:
@@ -116,7 +128,7 @@ def check_block_length(seconds: float, field: str) -> None:
 
 
 def check_start(start: float, now: float, min_lead: float, field: str, tpu: bool) -> None:
-    """``start`` is at least ``min_lead`` seconds from ``now`` (and, for TPUs, within 120 days)."""
+    """``start`` is at least ``min_lead`` seconds from ``now``, and within 60 days (GPUs) or 120 (TPUs)."""
     if start < now + min_lead or start <= now:
         raise invalid(
             field,
@@ -124,8 +136,12 @@ def check_start(start: float, now: float, min_lead: float, field: str, tpu: bool
             f"The start time must be in the future, at least {min_lead:g}s after the request "
             f"(now {iso(now)}).",
         )
-    if tpu and start > now + TPU_HORIZON_SECONDS:
-        raise invalid(field, iso(start), "TPU capacity can be reserved at most 120 days ahead.")
+    horizon = TPU_HORIZON_SECONDS if tpu else GPU_HORIZON_SECONDS
+    if start > now + horizon:
+        what = "TPU" if tpu else "GPU"
+        raise invalid(
+            field, iso(start), f"{what} capacity can be reserved at most {horizon / DAY:g} days ahead."
+        )
 
 
 def gpu_ask(machine_type: str, count: int, field: str, count_field: str) -> Ask:
@@ -139,13 +155,14 @@ def gpu_ask(machine_type: str, count: int, field: str, count_field: str) -> Ask:
             f"Calendar mode offers A3-or-newer GPU machine types ({offered}); TPUs are reserved by "
             "aggregate resources.",
         )
-    if count <= 0:
-        raise invalid(count_field, count, "Must be greater than 0.")
+    if not 0 < count <= MAX_GPU_VMS:
+        raise invalid(count_field, count, f"Must be from 1 to {MAX_GPU_VMS} VMs.")
     return Ask(row[0], count, machine_type, row[1])
 
 
-def tpu_ask(vm_family: str, chips: int, field: str, count_field: str) -> Ask:
-    """``chips`` TPU chips of a calendar-mode ``vm_family``."""
+def tpu_ask(vm_family: str, chips: int, workload: str, where: str, count_field: str) -> Ask:
+    """``chips`` TPU chips of a calendar-mode ``vm_family`` for a ``workload`` type (fields under ``where``)."""
+    field = f"{where}.vmFamily"
     family = TPU_VM_FAMILIES.get(vm_family)
     if family is None:
         raise invalid(
@@ -153,8 +170,13 @@ def tpu_ask(vm_family: str, chips: int, field: str, count_field: str) -> Ask:
             vm_family,
             f"Calendar mode offers TPU v5e, v5p and v6e: one of {', '.join(TPU_VM_FAMILIES)}.",
         )
-    if chips <= 0:
-        raise invalid(count_field, chips, "Must be greater than 0.")
+    if workload not in TPU_WORKLOADS:
+        raise invalid(f"{where}.workloadType", workload, "Must be BATCH or SERVING.")
+    offered = TPU_SERVING_CHIPS if (family, workload) == ("v5litepod", "SERVING") else TPU_CHIPS
+    if chips not in offered:
+        raise invalid(
+            count_field, chips, f"A calendar-mode TPU block has one of {', '.join(map(str, offered))} chips."
+        )
     return Ask(family, chips, vm_family=vm_family)
 
 
@@ -195,7 +217,8 @@ def _tpu_of_reservation(fr: Any) -> Ask:
     return tpu_ask(
         agg.vm_family,
         chips,
-        f"{where}.vmFamily",
+        agg.workload_type,
+        where,
         f"{where}.reservedResources[0].accelerator.acceleratorCount",
     )
 
@@ -307,7 +330,8 @@ def check_advice(body: Any, region: str) -> AdviceSpec:
         ask = tpu_ask(
             agg.vm_family,
             agg.accelerator_count,
-            f"{where}.targetResources.aggregateResources.vmFamily",
+            agg.workload_type,
+            f"{where}.targetResources.aggregateResources",
             f"{where}.targetResources.aggregateResources.acceleratorCount",
         )
     span = spec.time_range_spec

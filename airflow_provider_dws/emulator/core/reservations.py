@@ -127,8 +127,3 @@ class Reservations:
     def consume(holder: str, reservation: Reservation, kind: str) -> None:
         """``holder`` (a capacity holder of ``kind``) consumes ``reservation``: it is ended with it."""
         reservation.consumers[holder] = kind
-
-
-def not_delivered_message(reservation: Reservation, why: str) -> str:
-    """The error of a consumer whose reservation will never be delivered (``why``: what happened)."""
-    return f"The reservation {reservation.path} will not be delivered: {why}."

@@ -454,19 +454,20 @@ class TpuState(Api):
         rec = self.resources.get(holder)
         if rec is None or rec.deleted or rec.plan.reservation is None:
             return
-        state = rec.state
-        if state == QrState.ACTIVE:
-            self.core.capacity.release(holder)
-            rec.enqueued = False
-            self._set_node_states(rec, NodeState.PREEMPTED)
-            for node_name in rec.nodes:
-                node = self.nodes.get(node_name)
-                if node is not None:
-                    node.health_description = message
-            self._set_state(rec, QrState.SUSPENDING, now)
+        if rec.state == QrState.ACTIVE:
+            self._suspend(rec, now, message)
             log.info("QueuedResource %s: suspended, its reservation ended", holder)
-        elif state in WAITING_STATES or state == QrState.PROVISIONING:
+        elif rec.state in WAITING_STATES or rec.state == QrState.PROVISIONING:
             self._fail(rec, now, message)
+
+    def _suspend(self, rec: QueuedResourceRecord, now: float, why: str = "") -> None:
+        """ACTIVE -> SUSPENDING: chips released, nodes PREEMPTED (``why`` in their health description)."""
+        self.core.capacity.release(rec.name)
+        rec.enqueued = False
+        self._set_node_states(rec, NodeState.PREEMPTED)
+        for node in filter(None, (self.nodes.get(n) for n in rec.nodes)):
+            node.health_description = why or node.health_description
+        self._set_state(rec, QrState.SUSPENDING, now)
 
     def get(self, name: str) -> Any:
         with self.core.lock:
@@ -540,11 +541,7 @@ class TpuState(Api):
                     f"QueuedResource {name} is in state {QrState(rec.state).name}; only an ACTIVE one "
                     "can be preempted.",
                 )
-            now = self.core.clock()
-            self.core.capacity.release(name)
-            rec.enqueued = False
-            self._set_node_states(rec, NodeState.PREEMPTED)
-            self._set_state(rec, QrState.SUSPENDING, now)
+            self._suspend(rec, self.core.clock())
             log.info("QueuedResource %s: preempted (Spot capacity reclaimed)", name)
             return self.record(rec)
 

@@ -403,3 +403,36 @@ def test_a_block_round_trips_through_its_xcom_form() -> None:
     assert Block.from_dict(GPU_BLOCK.to_dict()) == GPU_BLOCK
     assert Block.from_dict(None) is None
     assert GPU_BLOCK.region == "us-central1" and GPU_BLOCK.name == "block-1"
+
+
+def test_the_release_counts_a_request_recorded_by_its_setup_and_its_release_once() -> None:
+    from dataclasses import replace
+
+    from google.cloud import compute_v1
+
+    from airflow_provider_dws.backends.calendar import BlockAsk, build_future_reservation
+    from airflow_provider_dws.catalog import calendar_shape
+    from airflow_provider_dws.records import RequestRecord
+    from airflow_provider_dws.runtime.calendar_release import usage
+
+    start = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    ask = BlockAsk(calendar_shape(None, None, "v5e", 8), "us-west4-a", start, timedelta(days=1))
+    fr = build_future_reservation(P, "tpu-block", ask, "d")
+    fr.status = compute_v1.FutureReservationStatus(procurement_status="FULFILLED")
+    held = RequestRecord(
+        api="tpu_queued_resource",
+        kind="k",
+        project=P,
+        location="us-west4-a",
+        request_name="qr",
+        phase="running",
+        accelerator_count=8,
+        started=(start + timedelta(hours=1)).isoformat(),
+        holds=True,
+        reservation=TPU_BLOCK.tpu_reservation,
+    )
+    released = replace(held, phase="succeeded", holds=False, ended=(start + timedelta(hours=3)).isoformat())
+    released = replace(released, released=released.ended)
+    name = f"projects/{P}/zones/us-west4-a/futureReservations/tpu-block"
+    cost = usage(fr, name, [held, released], start + timedelta(hours=12))
+    assert (cost["workloads"], cost["used_hours"]) == (1, 16.0)  # 8 chips x 2 h, not twice

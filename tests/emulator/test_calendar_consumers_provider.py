@@ -215,26 +215,33 @@ def _fresh(task: Any) -> Any:
     return fresh
 
 
+@pytest.mark.parametrize(
+    ("task_id", "kind", "running"),
+    [("train", "CustomJob", "JOB_STATE_RUNNING"), ("shard", "BatchJob", "RUNNING")],
+)
 def test_a_consumer_whose_block_ends_fails_as_capacity_revoked(
     emulator: Callable[..., Any],  # noqa: F811
+    task_id: str,
+    kind: str,
+    running: str,
 ) -> None:
     emu = emulator()
     tasks, run = block_dag(run_seconds=3600), Run()
     booked = run.execute(tasks["reserve"])
     run.execute(tasks["wait"])
     errors: list[BaseException] = []
-    context = run.context("train")
+    context = run.context(task_id)
 
     def train() -> None:
         try:
-            tasks["train"].execute(context)
+            tasks[task_id].execute(context)
         except BaseException as err:
             errors.append(err)
 
     thread = threading.Thread(target=train, daemon=True)
     thread.start()
     wait_until(
-        lambda: [j for j in kinds(emu, "CustomJob") if j["state"] == "JOB_STATE_RUNNING"] or None,
+        lambda: [j for j in kinds(emu, kind) if j["state"] == running] or None,
         what="the job running on the block",
     )
     emu.control.end_future_reservation(booked["future_reservation"])
@@ -243,5 +250,5 @@ def test_a_consumer_whose_block_ends_fails_as_capacity_revoked(
     [error] = errors
     assert isinstance(error, CapacityRevokedError), error
     assert "capacity revoked" in str(error) and booked["end_time"] in str(error)
-    [record] = run.records("train")
+    [record] = run.records(task_id)
     assert record.outcome == "preempted" and record.reservation

@@ -17,6 +17,11 @@ class CapacityPreemptedError(DwsError):
     """The capacity was obtained and then taken back (a spot slice was preempted)."""
 
 
+class CapacityRevokedError(CapacityPreemptedError):
+    """The reservation a workload ran on (or waited in) ended: a calendar block's end, or the
+    reservation was deleted. Its capacity was taken back; the workload itself did not fail."""
+
+
 class WorkloadFailedError(DwsError):
     """The capacity was obtained and the workload ran, but it failed."""
 

@@ -212,6 +212,8 @@ CALENDAR_ORDERS = ("earliest", "zone_order")
 CALENDAR_DEFAULT_APPROVAL_WAIT = timedelta(hours=1)
 #: How long PROVISIONING may last past the block's start before the service fails the request.
 CALENDAR_PROVISIONING_LIMIT = timedelta(hours=24)
+#: The reservation affinity key that names a specific reservation (Compute Engine, Vertex AI).
+RESERVATION_AFFINITY_KEY = "compute.googleapis.com/reservation-name"
 
 
 def calendar_gpu_machine(machine_type: object) -> bool:

@@ -3,7 +3,8 @@
 
 * :func:`flex_start_template`: an ``InstanceTemplate`` built for flex-start VMs (FLEX_START
   provisioning model, TERMINATE on host maintenance, no automatic restart, deleted at the end of
-  the run duration); :func:`ensure_template` and :func:`ensure_group` create them, or adopt those of
+  the run duration), :func:`reservation_bound_template` one for VMs on a calendar block's
+  reservation; :func:`ensure_template` and :func:`ensure_group` create them, or adopt those of
   the same name (a retried task finds its own).
 * :func:`managed_instances`, :func:`instance_summary`: the VMs of a MIG and what a workload needs
   of each (name, zone, internal IP, machine type, GPUs).
@@ -62,6 +63,36 @@ def flex_start_template(name: str, spec: VmSpec) -> InstanceTemplate:
     does not come with them."""
     from google.cloud import compute_v1
 
+    scheduling = compute_v1.Scheduling(
+        provisioning_model="FLEX_START",
+        on_host_maintenance="TERMINATE",
+        automatic_restart=False,
+        instance_termination_action="DELETE",
+    )
+    return _template(name, spec, scheduling, "flex-start VMs of airflow-provider-dws")
+
+
+def reservation_bound_template(name: str, spec: VmSpec, reservation: str) -> InstanceTemplate:
+    """The instance template of VMs bound to one reservation (a calendar block's): RESERVATION_BOUND,
+    TERMINATE on host maintenance, and a specific reservation affinity to ``reservation`` (its name,
+    or ``projects/P/reservations/R`` for another project's); they live as long as the reservation."""
+    from google.cloud import compute_v1
+
+    from airflow_provider_dws.facts import RESERVATION_AFFINITY_KEY
+
+    scheduling = compute_v1.Scheduling(
+        provisioning_model="RESERVATION_BOUND", on_host_maintenance="TERMINATE"
+    )
+    template = _template(name, spec, scheduling, f"VMs of airflow-provider-dws on reservation {reservation}")
+    template.properties.reservation_affinity = compute_v1.ReservationAffinity(
+        consume_reservation_type="SPECIFIC_RESERVATION", key=RESERVATION_AFFINITY_KEY, values=[reservation]
+    )
+    return template
+
+
+def _template(name: str, spec: VmSpec, scheduling: Any, description: str) -> InstanceTemplate:
+    from google.cloud import compute_v1
+
     boot = compute_v1.AttachedDiskInitializeParams(source_image=spec.image)
     if spec.boot_disk_size_gb:
         boot.disk_size_gb = spec.boot_disk_size_gb
@@ -74,12 +105,7 @@ def flex_start_template(name: str, spec: VmSpec) -> InstanceTemplate:
         machine_type=spec.machine_type,
         disks=[compute_v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=boot)],
         network_interfaces=[interface],
-        scheduling=compute_v1.Scheduling(
-            provisioning_model="FLEX_START",
-            on_host_maintenance="TERMINATE",
-            automatic_restart=False,
-            instance_termination_action="DELETE",
-        ),
+        scheduling=scheduling,
         labels=dict(spec.labels or {}),
     )
     gpus = spec.gpus()
@@ -97,9 +123,7 @@ def flex_start_template(name: str, spec: VmSpec) -> InstanceTemplate:
         properties.metadata = compute_v1.Metadata(
             items=[compute_v1.Items(key=k, value=v) for k, v in spec.metadata.items()]
         )
-    return compute_v1.InstanceTemplate(
-        name=name, description="flex-start VMs of airflow-provider-dws", properties=properties
-    )
+    return compute_v1.InstanceTemplate(name=name, description=description, properties=properties)
 
 
 def _adopt(backend: ComputeResizeRequestBackend, what: str, get: Any, insert: Any) -> Any:

@@ -19,8 +19,9 @@ from airflow_provider_dws.operators.base import (
     _labels_ok,
 )
 from airflow_provider_dws.operators.checks import Check, duration, flag, int_in, matches, non_empty_str
+from airflow_provider_dws.operators.reserved import BLOCK_CHECKS, BlockConsumer
 
-__all__ = ["CreateBatchFlexStartJobOperator"]
+__all__ = ["CreateBatchFlexStartJobOperator", "CreateBatchReservedJobOperator"]
 
 if TYPE_CHECKING:
     from google.cloud.batch_v1 import Job
@@ -330,3 +331,52 @@ class CreateBatchFlexStartJobOperator(DwsRequestOperator):
     ) -> Job:
         """The ``Job`` an attempt submits (see :meth:`BatchFlexStartAdapter.build`)."""
         return self.adapter().build(identity, placement, max_wait)
+
+
+class CreateBatchReservedJobOperator(BlockConsumer, CreateBatchFlexStartJobOperator):
+    """Run a Cloud Batch job on a calendar block's reservation instead of Flex Start.
+
+    Every instance policy gets the ``RESERVATION_BOUND`` provisioning model and
+    ``InstancePolicy.reservation`` (the block's reservation, by full name), and the job's VMs are
+    placed in the reservation's zone (``allocation_policy.location``). The job runs in the
+    reservation's region (``region`` may be left out) on the block's machine type. A task started
+    before the block is delivered waits for it, deferred, then submits; a job whose tasks'
+    ``max_run`` would outlast the block is refused unless ``allow_past_block_end=True``; a job
+    stopped by the block's end fails with :class:`~airflow_provider_dws.exceptions.CapacityRevokedError`.
+    Identity, reattach and the result are the Flex Start operator's; ``max_wait`` bounds the wait for
+    room on the delivered reservation. See :mod:`airflow_provider_dws.operators.reserved`.
+
+    :param block_task_id: the Reserve or WaitFor task of the block, in this DAG; or
+    :param reservation: the block's future reservation or reservation, by full name (templated).
+    :param allow_past_block_end: submit even when ``max_run`` would outlast the block (default False).
+    :param region: the job's region; default (and only choice): the reservation's.
+    :param machine_type: the block's machine type (e.g. ``a3-highgpu-8g``); the other parameters are
+        :class:`CreateBatchFlexStartJobOperator`'s (no ``failover``).
+    """
+
+    template_fields: Sequence[str] = (*CreateBatchFlexStartJobOperator.template_fields, "reservation")
+    ADAPTER = "airflow_provider_dws.runtime.batch:BatchReservedAdapter"
+    CHECKS: tuple[Check, ...] = (
+        *(c for c in CreateBatchFlexStartJobOperator.CHECKS if c.name != "region"),
+        Check(
+            "region",
+            matches(facts.REGION_PATTERN),
+            "must be a Cloud Batch region such as 'us-central1'",
+            templated=True,
+            optional=True,
+        ),
+        *BLOCK_CHECKS,
+    )
+
+    def __init__(
+        self,
+        *,
+        block_task_id: str | None = None,
+        reservation: str | None = None,
+        allow_past_block_end: bool = False,
+        region: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        failover = kwargs.pop("failover", None)
+        super().__init__(region=region, **kwargs)  # type: ignore[arg-type]  # None: the block's
+        self.init_block(block_task_id, reservation, allow_past_block_end, failover=failover)

@@ -404,7 +404,8 @@ class WaitForCalendarBlockOperator(DwsRequestOperator):
     :param reserve_task_id: the :class:`ReserveCalendarBlockOperator` of this DAG whose block to wait
         for; or :param future_reservation: its full name (templated). Exactly one.
     :param asset: the asset to emit an event of (an ``Asset`` or its URI); default
-        ``dws-calendar://<dag_id>/<reserve_task_id>``.
+        ``x-dws-calendar://<dag_id>/<reserve_task_id>`` (an ``x-`` scheme: Airflow normalizes it
+        without loading every provider's asset handlers, which would cost a DAG file's parse seconds).
     :param poll_interval: seconds between the zone's lists (default 300).
     :param cancel_on_kill: cancel the block when a user kills the waiting task (default True).
     :param project_id, gcp_conn_id, impersonation_chain, deferrable: as for the other operators.
@@ -473,7 +474,7 @@ class WaitForCalendarBlockOperator(DwsRequestOperator):
         if asset is not None:
             raise self._param_error(f"asset must be an Asset or its URI, got {asset!r}")
         dag = self.dag_id if self.has_dag() else "any"
-        return Asset(f"dws-calendar://{dag}/{self.reserve_task_id or 'block'}")
+        return Asset(f"x-dws-calendar://{dag}/{self.reserve_task_id or 'block'}")
 
     def home_placement(self) -> Placement:
         """The block's zone: from its name (given, or found when the task runs or resumes)."""

@@ -14,8 +14,9 @@ from airflow_provider_dws.facts import COMPUTE_MAX_RUN, COMPUTE_MIN_RUN, DEFAULT
 from airflow_provider_dws.links import ComputeFlexStartMIGLink
 from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsRequestOperator
 from airflow_provider_dws.operators.checks import Check, duration, int_in, matches, non_empty_str
+from airflow_provider_dws.operators.reserved import BLOCK_CHECKS, BlockConsumer
 
-__all__ = ["CreateComputeFlexStartVMsOperator"]
+__all__ = ["CreateComputeFlexStartVMsOperator", "CreateComputeReservedVMsOperator"]
 
 if TYPE_CHECKING:
     from airflow_provider_dws.runtime.compute import ComputeFlexStartAdapter
@@ -107,7 +108,7 @@ class CreateComputeFlexStartVMsOperator(DwsRequestOperator):
     ADAPTER = "airflow_provider_dws.runtime.compute:ComputeFlexStartAdapter"
     operator_extra_links = (ComputeFlexStartMIGLink(),)
     ui_color = "#d2e3fc"
-    CHECKS = (
+    CHECKS: tuple[Check, ...] = (
         *CONNECTION_CHECKS,
         *WAIT_CHECKS,
         Check(
@@ -240,6 +241,10 @@ class CreateComputeFlexStartVMsOperator(DwsRequestOperator):
         """A zone or a region; an existing MIG or a machine type, not both."""
         if (self.zone is None) == (self.region is None):
             raise self._param_error("pass exactly one of zone (a zonal MIG) and region (a regional MIG)")
+        self._check_vms()
+
+    def _check_vms(self) -> None:
+        """An existing MIG or a machine type, not both."""
         if self.instance_group_manager is not None:
             given = [name for name in SPEC_PARAMETERS if getattr(self, name) is not None]
             if given:
@@ -269,3 +274,54 @@ class CreateComputeFlexStartVMsOperator(DwsRequestOperator):
     def adapter(self) -> ComputeFlexStartAdapter:
         """This task run's Compute Engine adapter."""
         return super().adapter()  # type: ignore[return-value]
+
+
+class CreateComputeReservedVMsOperator(BlockConsumer, CreateComputeFlexStartVMsOperator):
+    """Get ``resize_by`` VMs at once on a calendar block's reservation instead of Flex Start.
+
+    The operator's MIG (in the reservation's zone; ``zone`` may be left out) grows through a resize
+    request on a RESERVATION_BOUND instance template whose ``reservation_affinity`` is
+    SPECIFIC_RESERVATION to the block's reservation, with no ``requested_run_duration``: the VMs live
+    until they are released or the block ends (the service then deletes them). Or give an existing
+    zonal MIG (``instance_group_manager``) whose template is already bound to the reservation. A task
+    started before the block is delivered waits for it, deferred, then submits. The task ends when
+    the VMs exist, as for :class:`CreateComputeFlexStartVMsOperator` (whose release,
+    ``DeleteComputeFlexStartVMsOperator``, gives them back early). See
+    :mod:`airflow_provider_dws.operators.reserved`.
+
+    :param block_task_id: the Reserve or WaitFor task of the block, in this DAG; or
+    :param reservation: the block's future reservation or reservation, by full name (templated).
+    :param zone: the MIG's zone; default (and only choice): the reservation's. No regional MIG.
+    :param machine_type: the block's machine type (e.g. ``a3-highgpu-8g``); the other parameters are
+        :class:`CreateComputeFlexStartVMsOperator`'s but ``max_run`` and ``failover``.
+    """
+
+    template_fields: Sequence[str] = (*CreateComputeFlexStartVMsOperator.template_fields, "reservation")
+    ADAPTER = "airflow_provider_dws.runtime.compute_reserved:ComputeReservedAdapter"
+    CHECKS: tuple[Check, ...] = (*CreateComputeFlexStartVMsOperator.CHECKS, *BLOCK_CHECKS)
+    LOCATION_FIELD = "zone"
+
+    def __init__(
+        self,
+        *,
+        block_task_id: str | None = None,
+        reservation: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        failover = kwargs.pop("failover", None)
+        if "max_run" in kwargs:
+            raise TypeError(
+                f"{type(self).__name__} takes no max_run: VMs on a reservation live until released or until "
+                "the block ends"
+            )
+        super().__init__(max_run=COMPUTE_MAX_RUN, **kwargs)
+        self.max_run = None  # type: ignore[assignment]  # no run duration: the block's end is the VMs'
+        self.init_block(block_task_id, reservation, False, failover=failover)
+
+    def _check_shape(self) -> None:
+        """A zone (or none: the reservation's), never a region; an existing MIG or a machine type."""
+        if self.region is not None:
+            raise self._param_error(
+                "a reservation is zonal: give zone (or leave it out to use the reservation's), not region"
+            )
+        self._check_vms()

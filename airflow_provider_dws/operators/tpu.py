@@ -19,6 +19,7 @@ from airflow_provider_dws.operators.base import (
     DwsRequestOperator,
 )
 from airflow_provider_dws.operators.checks import Check, duration, flag, int_in, matches, non_empty_str
+from airflow_provider_dws.operators.reserved import BLOCK_CHECKS, BlockConsumer
 
 __all__ = ["CreateTPUQueuedResourceOperator"]
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from google.cloud.tpu_v2 import QueuedResource
 
     from airflow_provider_dws.backends.tpu import TpuQueuedResourceBackend
+    from airflow_provider_dws.runtime.reserved import Block
     from airflow_provider_dws.runtime.tpu import TPUQueuedResourceAdapter
     from airflow_provider_dws.scheduling.identity import RequestIdentity
     from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
@@ -54,7 +56,7 @@ def check_accelerator(op: Any, value: Any, is_unrendered: Any = lambda _: False)
         )
 
 
-class CreateTPUQueuedResourceOperator(DwsRequestOperator):
+class CreateTPUQueuedResourceOperator(BlockConsumer, DwsRequestOperator):
     """Ask Dynamic Workload Scheduler for a Cloud TPU slice; finish when it is ACTIVE.
 
     Creates a queued resource (or reattaches to this task instance's own: its id is derived from
@@ -79,6 +81,13 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
     :param spot: ask for spot capacity (cheaper, can be preempted).
     :param guaranteed: ask for guaranteed capacity. At most one of ``spot``/``guaranteed``.
     :param reservation_name: ``projects/P/locations/ZONE/reservations/NAME`` to consume.
+    :param block_task_id: run on a calendar block instead: the Reserve or WaitFor task of the block,
+        in this DAG; or :param reservation: the block's future reservation or reservation, by full
+        name (templated). Its reservation becomes ``reservation_name``; ``zone`` may then be left out
+        (it is the reservation's); a task started before the block is delivered waits for it,
+        deferred, then creates the queued resource on it; no spot, no failover. A request stopped by
+        the block's end fails with :class:`~airflow_provider_dws.exceptions.CapacityRevokedError`
+        (see :mod:`airflow_provider_dws.operators.reserved`).
     :param max_wait: how long the request may wait for capacity (valid-until; default 24 h, at
         most 7 days), counted from when it becomes valid (see ``valid_after``).
     :param valid_after: do not provision before this long after creation (e.g. an off-peak start).
@@ -109,6 +118,7 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
         "runtime_version",
         "queued_resource_id",
         "reservation_name",
+        "reservation",
         "network",
         "subnetwork",
         "service_account",
@@ -116,13 +126,15 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
         "impersonation_chain",
     )
     template_fields_renderers = {"labels": "json"}
-    ADAPTER = "airflow_provider_dws.runtime.tpu:TPUQueuedResourceAdapter"
+    ADAPTER = "airflow_provider_dws.runtime.tpu:TPUQueuedResourceBlockAdapter"
+    LOCATION_FIELD = "zone"
     operator_extra_links = (TPUQueuedResourceLink(),)
     ui_color = "#fce8b2"
     CHECKS = (
         *CONNECTION_CHECKS,
         *WAIT_CHECKS,
-        ZONE_CHECK,
+        Check("zone", ZONE_CHECK.ok, ZONE_CHECK.message, templated=True, optional=True),
+        *(c for c in BLOCK_CHECKS if c.name != "allow_past_block_end"),  # a slice has no max run
         Check("accelerator_type", facts.tpu_type_offered, templated=True, explain=check_accelerator),
         Check(
             "runtime_version",
@@ -149,9 +161,11 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
     def __init__(
         self,
         *,
-        zone: str,
+        zone: str | None = None,
         accelerator_type: str,
         runtime_version: str,
+        block_task_id: str | None = None,
+        reservation: str | None = None,
         project_id: str | None = None,
         queued_resource_id: str | None = None,
         node_count: int = 1,
@@ -201,6 +215,12 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
             None if valid_after is None else duration(self, "valid_after", valid_after, MAX_WAIT_LIMIT)
         )
         self.check_parameters(rendered=False)
+        self.init_block(block_task_id, reservation, False, required=False, failover=failover)
+        if zone is None and not self.on_block:
+            raise self._param_error(
+                f"zone {ZONE_CHECK.message}, got None (it may be left out only on a calendar block, whose "
+                "zone it takes)"
+            )
         self._check_tier()
         self.init_policies(window, deadline, capacity_retry, failover)
         if self.valid_after and (self.window is not None or self.deadline is not None):
@@ -219,6 +239,19 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
             raise self._param_error(
                 "a reservation is not spot capacity: pass reservation_name or spot=True, not both"
             )
+        if self.spot and self.on_block:
+            raise self._param_error(
+                "a calendar block is not spot capacity: pass a block or spot=True, not both"
+            )
+        if self.reservation_name and self.on_block:
+            raise self._param_error(
+                "pass reservation_name (a reservation) or a calendar block (block_task_id, reservation), not both"
+            )
+
+    def use_block(self, block: Block) -> None:
+        """Run on ``block``: its zone, and its reservation as Cloud TPU names it."""
+        super().use_block(block)
+        self.reservation_name = block.tpu_reservation
 
     def check_placement(self, placement: Placement) -> None:
         """Failover placements must be TPU zones, with a valid accelerator type and tier."""
@@ -230,6 +263,8 @@ class CreateTPUQueuedResourceOperator(DwsRequestOperator):
         """The operator's own zone."""
         from airflow_provider_dws.scheduling.policies import Placement
 
+        if self.zone is None:
+            raise self._param_error("the zone is not known yet (it is the block's, found when the task runs)")
         return Placement(location=self.zone)
 
     # -- what the task run uses (see runtime.tpu) -----------------------------------------------

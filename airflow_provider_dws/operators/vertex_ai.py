@@ -18,11 +18,13 @@ from airflow_provider_dws.facts import (
 from airflow_provider_dws.links import VertexAIFlexStartJobLink
 from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsRequestOperator
 from airflow_provider_dws.operators.checks import Check, duration, matches, str_len_in
+from airflow_provider_dws.operators.reserved import BLOCK_CHECKS, BlockConsumer
 
 __all__ = [
     "FLEX_START_ACCELERATORS",
     "WORKER_POOL_FIELDS",
     "CreateVertexAIFlexStartJobOperator",
+    "CreateVertexAIReservedJobOperator",
 ]
 
 #: GPU types Dynamic Workload Scheduler Flex Start accepts for Vertex AI training.
@@ -144,7 +146,7 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
     ADAPTER = "airflow_provider_dws.runtime.vertex_ai:VertexFlexStartAdapter"
     operator_extra_links = (VertexAIFlexStartJobLink(),)
     ui_color = "#c5e1f5"
-    CHECKS = (
+    CHECKS: tuple[Check, ...] = (
         *CONNECTION_CHECKS,
         *WAIT_CHECKS,
         Check(
@@ -278,6 +280,58 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
 
     def _backend(self, region: str | None = None) -> VertexCustomJobBackend:
         return self.adapter().backend(region)
+
+
+class CreateVertexAIReservedJobOperator(BlockConsumer, CreateVertexAIFlexStartJobOperator):
+    """Run a Vertex AI custom job on a calendar block's reservation instead of Flex Start.
+
+    Every accelerated worker pool's ``machine_spec.reservation_affinity`` names the block's
+    reservation (SPECIFIC_RESERVATION, key ``compute.googleapis.com/reservation-name``, its full
+    name); no Flex Start scheduling. The job runs in the reservation's region (``region`` may be left
+    out) on the block's machine type. A task started before the block is delivered waits for it,
+    deferred, then submits; a job that would run past the block's end (``max_run`` from now) is
+    refused unless ``allow_past_block_end=True``; a job stopped by the block's end fails with
+    :class:`~airflow_provider_dws.exceptions.CapacityRevokedError`. Identity, reattach, retries and
+    the result are the Flex Start operator's. See :mod:`airflow_provider_dws.operators.reserved`.
+
+    :param block_task_id: the Reserve or WaitFor task of the block, in this DAG; or
+    :param reservation: the block's future reservation or reservation, by full name (templated).
+    :param allow_past_block_end: submit even when ``max_run`` would outlast the block (default False).
+    :param region: the job's region; default (and only choice): the reservation's.
+    :param max_run: the job's ``scheduling.timeout``; default none of the provider's (the API's own),
+        and then no end check.
+    :param max_wait: how long the job may wait for room on the delivered reservation (default 24 h);
+        the other parameters are :class:`CreateVertexAIFlexStartJobOperator`'s (no ``failover``).
+    """
+
+    template_fields: Sequence[str] = (*CreateVertexAIFlexStartJobOperator.template_fields, "reservation")
+    ADAPTER = "airflow_provider_dws.runtime.vertex_ai:VertexReservedAdapter"
+    CHECKS: tuple[Check, ...] = (
+        *(c for c in CreateVertexAIFlexStartJobOperator.CHECKS if c.name != "region"),
+        Check(
+            "region",
+            matches(facts.REGION_PATTERN),
+            "must be a Vertex AI region such as 'us-central1'",
+            templated=True,
+            optional=True,
+        ),
+        *BLOCK_CHECKS,
+    )
+
+    def __init__(
+        self,
+        *,
+        block_task_id: str | None = None,
+        reservation: str | None = None,
+        allow_past_block_end: bool = False,
+        region: str | None = None,
+        max_run: timedelta | int | float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        failover = kwargs.pop("failover", None)
+        super().__init__(region=region, **kwargs)  # type: ignore[arg-type]  # None: the block's
+        self.max_run = None if max_run is None else duration(self, "max_run", max_run, MAX_RUN_LIMIT)  # type: ignore[assignment]
+        self.init_block(block_task_id, reservation, allow_past_block_end, failover=failover)
 
 
 def __getattr__(name: str) -> Any:

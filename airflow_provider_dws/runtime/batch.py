@@ -24,6 +24,7 @@ from airflow_provider_dws.links import BatchFlexStartJobLink, BatchJobLogsLink, 
 from airflow_provider_dws.operators.batch_checks import as_job_dict
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.loop import resolve_project
+from airflow_provider_dws.runtime.reserved import ReservedSteps, check_machine
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind
 from airflow_provider_dws.scheduling.policies import Placement
@@ -57,6 +58,8 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
 
     target = "end"
     wait_grace = timedelta(0)
+    #: What the job is, in the task log.
+    label = "Flex Start"
     op: CreateBatchFlexStartJobOperator
 
     def backend(self, location: str | None = None) -> BatchJobBackend:
@@ -199,9 +202,10 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
         if not created and job.phase.terminal:
             self.log.warning("Job %s of this attempt already ended %s", job.name, job.state)
         self.log.info(
-            "%s Flex Start Batch job %s (attempt %d, %s); the provider cancels it if it still waits "
+            "%s %s Batch job %s (attempt %d, %s); the provider cancels it if it still waits "
             "for capacity after %s",
             "Submitted" if created else "Adopted",
+            self.label,
             job.name,
             identity.attempt,
             job.description,
@@ -293,3 +297,29 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
         counts = task_counts(job) if job is not None else {}
         total = sum(counts.values())
         return f"{counts.get('FAILED', 0)} of {total} tasks failed" if total else "a task failed"
+
+
+class BatchReservedAdapter(ReservedSteps, BatchFlexStartAdapter):
+    """A Cloud Batch job on the block's reservation: RESERVATION_BOUND VMs that consume only it, in
+    its zone; the wait ends when the job ends."""
+
+    label = "reserved"
+
+    def build(
+        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
+    ) -> Job:
+        """The Flex Start job's spec, bound to the block's reservation instead."""
+        from google.cloud.batch_v1 import AllocationPolicy
+
+        job = super().build(identity, placement, max_wait)
+        block = self.block
+        assert block is not None, "the block is found before a job is built"
+        for instance in job.allocation_policy.instances:
+            policy = instance.policy
+            check_machine(self.op, block, policy.machine_type)
+            policy.provisioning_model = AllocationPolicy.ProvisioningModel.RESERVATION_BOUND  # type: ignore[assignment]
+            policy.reservation = block.reservation
+        job.allocation_policy.location = AllocationPolicy.LocationPolicy(
+            allowed_locations=[f"zones/{block.zone}"]
+        )
+        return job

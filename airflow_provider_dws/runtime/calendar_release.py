@@ -152,8 +152,15 @@ def usage(
         delivered = ((min(now, end) if end else now) - start).total_seconds() / 3600.0
     reservations = {r.rsplit("/", 1)[-1] for r in fr.status.auto_created_reservations}
     reservations.add(fr.reservation_name or parse_future_reservation_name(name).future_reservation)
-    used, workloads = 0.0, 0
+    # One request may be recorded by several tasks (its setup, and the release that deleted it, as
+    # for a TPU slice): counted once, the release's record (it knows when the request ended) winning.
+    merged: dict[str, RequestRecord] = {}
     for record in records:
+        known = merged.get(record.request_name)
+        if known is None or record.released or not known.released:
+            merged[record.request_name] = record
+    used, workloads = 0.0, 0
+    for record in merged.values():
         if not record.reservation or record.reservation.rsplit("/", 1)[-1] not in reservations:
             continue
         workloads += 1

@@ -68,6 +68,8 @@ class ComputeFlexStartAdapter(
 
     target = "running"
     wait_grace = timedelta(0)
+    #: What the request is, in the task log.
+    label = "flex-start"
     op: CreateComputeFlexStartVMsOperator
 
     def __init__(self, operator: CreateComputeFlexStartVMsOperator) -> None:
@@ -133,12 +135,18 @@ class ComputeFlexStartAdapter(
         return InstanceGroupManagerResizeRequest(
             name=identity.resize_request_name(),
             resize_by=self.op.resize_by,
-            requested_run_duration=Duration(seconds=int(self.op.max_run.total_seconds())),
+            requested_run_duration=(
+                Duration(seconds=int(self.op.max_run.total_seconds())) if self.op.max_run else None
+            ),
             description=(
                 f"airflow-provider-dws {identity.dag_id}.{identity.task_id} try {identity.try_number} "
                 f"attempt {identity.attempt}; max_wait={round(wait.total_seconds())}s"
             ),
         )
+
+    def template_for(self, name: str, placement: Placement) -> Any:
+        """The instance template the operator makes for a placement's MIG (flex-start VMs)."""
+        return groups.flex_start_template(name, self.spec_for(placement))
 
     def ensure_group(self, identity: RequestIdentity, placement: Placement) -> str:
         """The MIG to grow: the given one, or the flex-start template and MIG of this task instance,
@@ -147,7 +155,7 @@ class ComputeFlexStartAdapter(
         if self.op.instance_group_manager:
             return mig
         backend = self.backend(placement.location)
-        template = groups.flex_start_template(mig, self.spec_for(placement))
+        template = self.template_for(mig, placement)
         try:
             url = groups.ensure_template(backend, template)
             groups.ensure_group(backend, mig, url)
@@ -214,9 +222,10 @@ class ComputeFlexStartAdapter(
                 f"Compute Engine refused the resize request {identity.resize_request_name()} of MIG {mig}: {err.message}"
             ) from None
         self.log.info(
-            "%s resize request %s (attempt %d): %s of %s; the provider cancels it if it still waits for "
+            "%s %s resize request %s (attempt %d): %s of %s; the provider cancels it if it still waits for "
             "capacity after %s",
             "Created" if created else "Adopted",
+            self.label,
             status.name,
             identity.attempt,
             status.description,
@@ -272,7 +281,7 @@ class ComputeFlexStartAdapter(
             status.name,
             timedelta(seconds=round(status.timings.wait_seconds or 0)),
             ", ".join(f"{vm['name']} {vm['internal_ip']}" for vm in vms) or "no VM found",
-            self.op.max_run,
+            self.op.max_run or "its reservation's end",
         )
         return {
             "resize_request": status.name,
@@ -280,7 +289,7 @@ class ComputeFlexStartAdapter(
             "location": where.location,
             "instance_group_manager": where.instance_group_manager,
             "resize_by": self.op.resize_by,
-            "run_duration_seconds": int(self.op.max_run.total_seconds()),
+            "run_duration_seconds": int(self.op.max_run.total_seconds()) if self.op.max_run else None,
             "machine_type": machine,
             "accelerators": accelerators,
             "gpus": sum(a["count"] for vm in vms for a in vm["accelerators"]),

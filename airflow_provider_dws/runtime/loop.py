@@ -70,6 +70,21 @@ def loop_of(op: DwsRequestOperator) -> AttemptLoop:
     return loop  # type: ignore[no-any-return]
 
 
+def wait_for_event(op: Any, trigger: Any, method_name: str) -> dict[str, Any]:
+    """Wait on ``trigger``: deferred (``op.deferrable``; the task resumes in ``method_name`` and this
+    never returns), or in this worker, running the same trigger coroutine to its first event.
+
+    No defer timeout: the trigger enforces ``execution_timeout`` itself (and cancels its request
+    first, where it should), whereas Airflow's trigger timeout would stop the wait without that.
+    """
+    if op.deferrable:
+        op.defer(trigger=trigger, method_name=method_name)
+    from airflow_provider_dws.triggers.capacity_request import first_event
+
+    op.log.info("deferrable=False: waiting in this worker")
+    return asyncio.run(first_event(trigger))
+
+
 def resolve_project(op: Any) -> str:
     """The operator's ``project_id``, or the project of its connection when it is not set."""
     if op.project_id:
@@ -307,15 +322,9 @@ class AttemptLoop:
         if self.op.deferrable:
             self._remember_waiting(context, status.name)
             self.log.info("Deferring: the request waits in the DWS queue without holding a worker slot")
-            # No defer timeout: the trigger enforces execution_timeout itself and cancels the request
-            # first, whereas Airflow's trigger timeout would stop the wait without cancelling it.
-            self.op.defer(trigger=trigger, method_name="complete_attempt")
-        from airflow_provider_dws.triggers.capacity_request import first_event
-
-        self.log.info("deferrable=False: waiting in this worker")
         self.waiting_on = status.name
         try:
-            event = asyncio.run(first_event(trigger))
+            event = wait_for_event(self.op, trigger, "complete_attempt")
         finally:
             self.waiting_on = None
         return self.complete(context, event, {})

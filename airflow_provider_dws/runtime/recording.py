@@ -48,6 +48,7 @@ _FACT_FIELDS = (
     "machine_type",
     "pricing_model",
     "console_url",
+    "reservation",
 )
 
 

@@ -22,6 +22,7 @@ from airflow_provider_dws.exceptions import (
 from airflow_provider_dws.links import TPUQueuedResourceLink, queued_resource_console_url
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.loop import resolve_project, task_identity
+from airflow_provider_dws.runtime.reserved import ReservedSteps
 from airflow_provider_dws.scheduling.identity import is_attempt_of, parse_attempt_name
 from airflow_provider_dws.scheduling.phases import FailureKind
 
@@ -74,7 +75,7 @@ class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator",
 
     def backend(self, location: str | None = None) -> TpuQueuedResourceBackend:
         """The Cloud TPU backend of ``location`` (default: the operator's zone)."""
-        return self.cached_backend(TpuQueuedResourceBackend, location or self.op.zone)
+        return self.cached_backend(TpuQueuedResourceBackend, location or str(self.op.zone))
 
     def location_of(self, name: str) -> str:
         """The zone of a queued resource."""
@@ -311,6 +312,12 @@ class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator",
         return RequestCancelledError(f"the queued resource was deleted before it became ACTIVE{detail}")
 
 
+class TPUQueuedResourceBlockAdapter(ReservedSteps, TPUQueuedResourceAdapter):
+    """The operator's adapter: a queued resource, on a calendar block's reservation when the operator
+    names one (its ``reservation_name`` is then the block's; the record names it, and a request
+    stopped by the block's end is capacity revoked)."""
+
+
 # -- the release (DeleteTPUQueuedResourceOperator) -------------------------------------------------
 
 
@@ -337,7 +344,9 @@ def _targets(
     setup = _setup_of(op)
     if setup is not None:
         home = setup.render_template(setup.zone, context) if has_template(setup.zone) else setup.zone
-        zones += [str(home), *(p.location for p in (setup.failover.placements if setup.failover else ()))]
+        # A setup on a calendar block may leave its zone to the block: its pushed name says where.
+        zones += [str(home)] if home else []
+        zones += [p.location for p in (setup.failover.placements if setup.failover else ())]
     else:
         op.log.warning(
             "Task %r is not a CreateTPUQueuedResourceOperator of this DAG: searching %s only",

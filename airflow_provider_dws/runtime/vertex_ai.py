@@ -15,10 +15,12 @@ from airflow_provider_dws.exceptions import (
     RequestCancelledError,
     WorkloadFailedError,
 )
+from airflow_provider_dws.facts import RESERVATION_AFFINITY_KEY
 from airflow_provider_dws.links import VertexAIFlexStartJobLink, custom_job_console_url
 from airflow_provider_dws.operators.vertex_pools import as_dict
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.loop import resolve_project
+from airflow_provider_dws.runtime.reserved import ReservedSteps, check_machine
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind
 from airflow_provider_dws.scheduling.policies import Placement
@@ -40,6 +42,8 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
     """A Flex Start ``CustomJob`` per attempt; the wait ends when the job ends."""
 
     target = "end"
+    #: What the job is, in the task log.
+    label = "Flex Start"
     op: CreateVertexAIFlexStartJobOperator
 
     def backend(self, location: str | None = None) -> VertexCustomJobBackend:
@@ -144,13 +148,14 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
         except InvalidRequestError as err:
             raise BadRequestError(f"Vertex AI refused the job: {err.message}") from None
         self.log.info(
-            "%s Flex Start job %s (attempt %d, %s); it may wait up to %s for capacity and run up to %s",
+            "%s %s job %s (attempt %d, %s); it may wait up to %s for capacity and run up to %s",
             "Submitted" if created else "Adopted",
+            self.label,
             job.name,
             identity.attempt,
             job.description,
             max_wait,
-            self.op.max_run,
+            self.op.max_run or "its block's end",
         )
         self._remember(context, job)
         return job
@@ -195,3 +200,39 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
         return RequestCancelledError(
             f"job {status.name} was cancelled before it finished{': ' + message if message else ''}"
         )
+
+
+class VertexReservedAdapter(ReservedSteps, VertexFlexStartAdapter):
+    """A ``CustomJob`` on the block's reservation (``machine_spec.reservation_affinity``, no Flex
+    Start); the API has no max wait for it, so the trigger cancels at ``max_wait`` with no grace."""
+
+    label = "reserved"
+    wait_grace = timedelta(0)
+
+    def build(
+        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
+    ) -> CustomJob:
+        """The Flex Start job's spec, on the block's reservation instead (its own scheduling)."""
+        from google.cloud.aiplatform_v1 import ReservationAffinity, Scheduling
+
+        job = super().build(identity, placement, max_wait)
+        block = self.block
+        assert block is not None, "the block is found before a job is built"
+        spec = job.job_spec
+        old = spec.scheduling
+        spec.scheduling = Scheduling(
+            restart_job_on_worker_restart=old.restart_job_on_worker_restart,
+            disable_retries=old.disable_retries,
+        )
+        if self.op.max_run is not None:
+            spec.scheduling.timeout = self.op.max_run
+        for pool in spec.worker_pool_specs:
+            machine = pool.machine_spec
+            if machine.accelerator_count:
+                check_machine(self.op, block, machine.machine_type)
+                machine.reservation_affinity = ReservationAffinity(
+                    reservation_affinity_type=ReservationAffinity.Type.SPECIFIC_RESERVATION,
+                    key=RESERVATION_AFFINITY_KEY,
+                    values=[block.reservation],
+                )
+        return job

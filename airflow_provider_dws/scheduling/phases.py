@@ -64,6 +64,33 @@ class FailureKind(str, enum.Enum):
 _INVALID_ARGUMENT = 3
 _FAILED_PRECONDITION = 9
 
+# A workload on a calendar-mode reservation is ended by the service when the reservation ends (the
+# block's end time, or the reservation deleted): its capacity is revoked, the workload did not
+# fail. The APIs have no state for it, so it is told by the error (Vertex AI ``error.message``, a
+# TPU ``failed_data.error``, a Batch status event, a resize request's error): the words below are
+# the dws-emulator's, modelled on Compute Engine's own ("The reservation ... ended at ...; it was
+# deleted"). NOT VERIFIED against the real services' wording: a message that does not match is
+# classified as before (after a start, a workload failure).
+RESERVATION_ENDED = re.compile(
+    r"\breservations?\b[^;]*?\b(ended|expired|was deleted|has been deleted|is being deleted|no longer exists)\b",
+    re.IGNORECASE,
+)
+#: A reservation whose future reservation was cancelled, declined or failed: never delivered.
+RESERVATION_NOT_DELIVERED = re.compile(r"\breservations?\b[^;]*?\bwill not be delivered\b", re.IGNORECASE)
+#: Compute Engine error reasons of a request whose reservation ended (the emulator's; not verified).
+COMPUTE_RESERVATION_ENDED_REASONS = frozenset({"RESERVATION_ENDED"})
+
+
+def reservation_outcome(message: str, phase: Phase = Phase.FAILED) -> Outcome | None:
+    """The outcome of a workload whose error says its reservation ended (capacity revoked:
+    PREEMPTED) or will never be delivered (capacity not obtained); ``None`` for any other error."""
+    if RESERVATION_NOT_DELIVERED.search(message):
+        return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, message)
+    if RESERVATION_ENDED.search(message):
+        return Outcome(phase, FailureKind.PREEMPTED, message)
+    return None
+
+
 # The one table from Vertex AI ``JobState`` names to phases. Vertex has no separate
 # provisioning state: a Flex Start job sits in QUEUED then PENDING until its whole set of
 # machines is free, so both are WAITING. FAILED and EXPIRED are refined by
@@ -130,6 +157,9 @@ def classify_vertex_job(
     if state_name == "JOB_STATE_CANCELLING" and started:
         return Outcome(Phase.RUNNING, None, error_message)
     if phase is Phase.FAILED:
+        ended = reservation_outcome(error_message)
+        if ended is not None:
+            return ended
         if error_code in (_INVALID_ARGUMENT, _FAILED_PRECONDITION) and not started:
             return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, error_message)
         if not started:
@@ -175,6 +205,9 @@ def classify_tpu_queued_resource(state_name: str, *, error_code: int = 0, error_
     """
     phase = tpu_phase(state_name)
     if state_name == "FAILED":
+        ended = reservation_outcome(error_message)
+        if ended is not None:
+            return ended
         if error_code in (_INVALID_ARGUMENT, _FAILED_PRECONDITION, _PERMISSION_DENIED):
             return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, error_message)
         return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, error_message)
@@ -238,6 +271,11 @@ def classify_batch_job(
     phase = BATCH_JOB_STATE_PHASES.get(state_name, Phase.WAITING)
     message = message or (events[-1] if events else "")
     if phase is Phase.FAILED:
+        ended = next(
+            (found for found in (reservation_outcome(e) for e in reversed(events)) if found is not None), None
+        )
+        if ended is not None:
+            return ended
         if started:
             return Outcome(Phase.FAILED, FailureKind.WORKLOAD_FAILED, message)
         capacity = [e for e in events if BATCH_CAPACITY_EVENT.search(e)]
@@ -303,6 +341,13 @@ def classify_compute_resize_request(
     """
     phase = COMPUTE_RESIZE_REQUEST_STATE_PHASES.get(state_name, Phase.WAITING)
     if state_name == "FAILED":
+        ended = reservation_outcome(message)
+        if any(reason.upper() in COMPUTE_RESERVATION_ENDED_REASONS for reason in reasons) or (
+            ended is not None and ended.failure is FailureKind.PREEMPTED
+        ):
+            return Outcome(Phase.FAILED, FailureKind.PREEMPTED, message)
+        if ended is not None:
+            return ended
         if any(reason.upper() in COMPUTE_BAD_REQUEST_REASONS for reason in reasons):
             return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, message)
         return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, message)
@@ -494,10 +539,13 @@ __all__ = [
     "BATCH_JOB_STATES",
     "BATCH_JOB_STATE_PHASES",
     "COMPUTE_BAD_REQUEST_REASONS",
+    "COMPUTE_RESERVATION_ENDED_REASONS",
     "COMPUTE_RESIZE_REQUEST_STATES",
     "COMPUTE_RESIZE_REQUEST_STATE_PHASES",
     "FUTURE_RESERVATION_STATES",
     "FUTURE_RESERVATION_STATE_PHASES",
+    "RESERVATION_ENDED",
+    "RESERVATION_NOT_DELIVERED",
     "TPU_QUEUED_RESOURCE_STATES",
     "TPU_QUEUED_RESOURCE_STATE_PHASES",
     "VERTEX_JOB_STATES",
@@ -514,6 +562,7 @@ __all__ = [
     "classify_tpu_queued_resource",
     "classify_vertex_job",
     "reached",
+    "reservation_outcome",
     "tpu_phase",
     "vertex_phase",
 ]

@@ -135,7 +135,7 @@ def test_wait_and_release_parameters() -> None:
     assert wait.outlets == [Asset("dws-calendar://training")]
     with DAG(dag_id="cal_dag", schedule=None, start_date=datetime(2026, 1, 1)):
         default = WaitForCalendarBlockOperator(task_id="w", reserve_task_id="reserve_block")
-    assert default.asset == Asset("dws-calendar://cal_dag/reserve_block")
+    assert default.asset == Asset("x-dws-calendar://cal_dag/reserve_block")
     with pytest.raises(ValueError, match="must be a task id"):
         ReleaseCalendarBlockOperator(task_id="r", setup_task_id="")
 

@@ -37,6 +37,7 @@ PARSE_PATH = {
     "airflow_provider_dws.operators.checks",
     "airflow_provider_dws.operators.compute",
     "airflow_provider_dws.operators.compute_release",
+    "airflow_provider_dws.operators.reserved",
     "airflow_provider_dws.operators.tpu",
     "airflow_provider_dws.operators.tpu_release",
     "airflow_provider_dws.operators.vertex_ai",

@@ -2,7 +2,8 @@
 
 Starts ``dws-emulator`` on a free loopback port with its default inventory, prepares a throwaway
 Airflow home (SQLite), runs ``airflow dags test`` for the Vertex AI Flex Start example and then
-the TPU queued-resource, Cloud Batch and Compute Engine flex-start VM examples, prints every request's final state with its wait and run times
+the TPU queued-resource, Cloud Batch, Compute Engine flex-start VM and calendar-mode examples, prints
+every request's final state with its wait and run times
 as the emulator recorded them, and stops the emulator (``--emulator HOST:PORT`` uses a running one and
 leaves it running).
 """
@@ -26,6 +27,7 @@ DAG_IDS = (
     "dws_tpu_queued_resource",
     "dws_batch_flex_start",
     "dws_compute_flex_start_vms",
+    "dws_calendar_reservation",
 )
 
 
@@ -79,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "DWS_EMULATOR_HOST": address,
             "DWS_EXAMPLE_POLL_INTERVAL": "1",
+            # The calendar example's blocks may start 20 s ahead (the emulator delivers at the start).
+            "DWS_EXAMPLE_CALENDAR_EARLIEST_START_SECONDS": "20",
         }
     )
     try:
@@ -122,6 +126,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"{waited or 0:.1f}s for capacity, VMs deleted: {req['vms_deleted']}, request deleted: "
                 f"{req['deleted']}"
             )
+        elif req["kind"] == "FutureReservation":
+            print(
+                f"    a block of {req['accelerator_count']} x {req['accelerator_type']} in "
+                f"{req['location']} from {req['block_start']}: delivered {req['start_time'] or 'never'}, "
+                f"released {req['deleted']}"
+            )
         else:
             times = {step["state"]: step["time"] for step in req["history"]}
             waited = _seconds(req["create_time"], times.get("ACTIVE"))
@@ -135,14 +145,19 @@ def main(argv: list[str] | None = None) -> int:
     slices = [r for r in requests if r["kind"] == "QueuedResource"]
     batch_jobs = [r for r in requests if r["kind"] == "BatchJob"]
     resizes = [r for r in requests if r["kind"] == "ResizeRequest"]
+    blocks = [r for r in requests if r["kind"] == "FutureReservation"]
+    # The Vertex AI example's job and the calendar example's training job; its TPU slice and the
+    # TPU example's; the calendar example's GPU and TPU blocks.
     ok = (
         all(code == 0 for code in codes.values())
-        and [j["state"] for j in jobs] == ["JOB_STATE_SUCCEEDED"]
+        and [j["state"] for j in jobs] == ["JOB_STATE_SUCCEEDED"] * 2
         and [j["state"] for j in batch_jobs] == ["SUCCEEDED"]
-        and len(slices) == 1
+        and len(slices) == 2
         and all(s["deleted"] for s in slices)
         and [r["state"] for r in resizes] == ["SUCCEEDED"]
         and all(r["deleted"] and r["vms_deleted"] for r in resizes)
+        and len(blocks) == 2
+        and all(b["deleted"] and b["start_time"] and not b["reservation_live"] for b in blocks)
     )
     return 0 if ok else 1
 

@@ -183,7 +183,7 @@ def vertex_emulator(monkeypatch: pytest.MonkeyPatch, dws_emulator_server_factory
 #: ``airflow dags test`` run is 1).
 SLOW_TESTS: dict[str, int] = {
     "tests/faults/test_fault_matrix.py::test_ci_fault_matrix": 6,
-    "tests/airflow/test_dws_page_after_demo.py::test_the_examples_and_the_page_after_the_demo_dags_ran": 5,
+    "tests/airflow/test_dws_page_after_demo.py::test_the_examples_and_the_page_after_the_demo_dags_ran": 6,
     "tests/airflow/": 1,
 }
 

@@ -62,7 +62,7 @@ def check_example(run: ExampleRun) -> None:
     assert "JOB_STATE_SUCCEEDED" in line
     run_seconds = float(_RESULT.search(line)["run"])  # type: ignore[index]
     assert "Deferring: the request waits in the DWS queue" in run.log
-    jobs = _jobs(run.emulator)
+    jobs = [j for j in _jobs(run.emulator) if j["labels"].get("dws_dag") == DAG_ID]  # not the demo's others
     assert len(jobs) == 1
     job = jobs[0]
     # The job's own run time (end - start), and at least the 5 s the example asks for.

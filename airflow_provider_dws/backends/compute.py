@@ -295,12 +295,18 @@ class ComputeBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
         return None if resource is None else self._classify(resource, name)
 
     def submit(
-        self, request: Any, identity: RequestIdentity, request_id: str | None = None
+        self,
+        request: Any,
+        identity: RequestIdentity,
+        request_id: str | None = None,
+        *,
+        before_create: Callable[[], None] | None = None,
     ) -> tuple[RequestStatus, bool]:
         """Create the resource (its name is the identity's), with ``request_id`` (default
         :meth:`RequestIdentity.request_uuid`) so a repeated insert is answered once; one of that name
-        already there (looked up first, or ALREADY_EXISTS) is adopted. Returns it and whether this
-        call created it."""
+        already there (looked up first, or ALREADY_EXISTS) is adopted. ``before_create`` runs only
+        when nothing of that name exists (a check that applies to a new request, not an adopted one).
+        Returns it and whether this call created it."""
         token = request_id or identity.request_uuid()
         name, message = self._insert(request, token)
 
@@ -315,6 +321,8 @@ class ComputeBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
         existing = self.get_status(name)  # a try that made it before: adopt, without an insert
         if existing is not None:
             return existing, False
+        if before_create is not None:
+            before_create()
         try:
             return self._create(f"create {name}", create, lambda: self.get_status(name))
         except RequestAlreadyExistsError:

@@ -205,7 +205,7 @@ class FindCalendarBlockOperator(_ShapeMixin, DwsBaseOperator):
             "must be a list of distinct Compute Engine zones such as ['us-central1-a']",
             templated=True,
         ),
-        # No quick test: the range is checked as a whole, against the clock, on every parse (cheap).
+        # No quick test: their form and time zone are checked; the range against the clock when the task runs.
         Check("latest_start", templated=True, explain=check_search_range),
         Check("earliest_start", templated=True, optional=True, explain=check_search_range),
         Check("order", lambda v: v in facts.CALENDAR_ORDERS, f"must be one of {list(facts.CALENDAR_ORDERS)}"),

@@ -238,12 +238,19 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
     def submit(
         self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
     ) -> RequestStatus:
-        """Create this attempt's future reservation (a request of that name already there is adopted)."""
+        """Create this attempt's future reservation, its start checked to lie ahead within the horizon
+        (a request of that name already there is adopted, unchecked)."""
         ask = self.ask()
-        check_block_start(self.op, ask.start)
         backend = self.backend(placement.location)
         try:
-            status, created = backend.submit(self.build(identity), identity, identity.request_uuid())
+            # Whether the start still lies ahead matters for a new block only: one a lost reply made
+            # is adopted whenever it starts.
+            status, created = backend.submit(
+                self.build(identity),
+                identity,
+                identity.request_uuid(),
+                before_create=lambda: check_block_start(self.op, ask.start),
+            )
         except _REFUSED as err:
             raise BadRequestError(
                 f"Compute Engine refused the calendar block {identity.queued_resource_id()} ({ask.shape.describe()} "

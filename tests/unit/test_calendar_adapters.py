@@ -1,0 +1,146 @@
+"""Calendar mode's adapters without a server: when a block's start is checked, what a wait task and a
+failed wait may give up, which zones a retry looks in, what is deleted of an earlier try's block, the
+result of a delivered block, and the messages that tell the user what happened."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from airflow_provider_dws.backends.base import RequestStatus
+from airflow_provider_dws.backends.calendar import FutureReservationBackend
+from airflow_provider_dws.operators.calendar import (
+    FindCalendarBlockOperator,
+    ReserveCalendarBlockOperator,
+)
+from airflow_provider_dws.operators.calendar_checks import search_range
+from airflow_provider_dws.scheduling.identity import RequestIdentity
+from airflow_provider_dws.scheduling.phases import Outcome, Phase, RequestTimings
+from airflow_provider_dws.scheduling.policies import Placement
+
+PAST = datetime(2020, 1, 1, tzinfo=timezone.utc)
+SOON = datetime.now(timezone.utc) + timedelta(days=10)
+WHO = RequestIdentity("cal_dag", "reserve_block", "manual__1")
+ZONE = "us-central1-a"
+
+
+class TI:
+    """A task instance whose XComs live in a dict shared by the tasks of one run."""
+
+    dag_id, run_id, map_index, task_id = "cal_dag", "manual__1", -1, "reserve_block"
+
+    def __init__(self, store: dict[tuple[str, str], Any] | None = None, try_number: int = 1) -> None:
+        self.store = {} if store is None else store
+        self.try_number, self.max_tries = try_number, 0
+        self.start_date = datetime.now(timezone.utc)
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.store[(self.task_id, key)] = value
+
+    def xcom_pull(self, task_ids: Any = None, key: str = "return_value", **_: Any) -> Any:
+        if isinstance(task_ids, list):
+            return [self.store.get((t, key)) for t in task_ids]
+        return self.store.get((task_ids or self.task_id, key))
+
+
+def reserve(**kwargs: Any) -> ReserveCalendarBlockOperator:
+    args: dict[str, Any] = {
+        "task_id": "reserve_block",
+        "project_id": "my-project",
+        "zone": ZONE,
+        "start_time": SOON,
+        "duration": timedelta(days=7),
+        "machine_type": "a3-highgpu-8g",
+        "vm_count": 8,
+    }
+    args.update(kwargs)
+    return ReserveCalendarBlockOperator(**args)
+
+
+def status(state: str, phase: Phase, name: str | None = None, **details: Any) -> RequestStatus:
+    return RequestStatus(
+        name=name or FutureReservationBackend("my-project", ZONE).name_of(WHO.queued_resource_id()),
+        state=state,
+        outcome=Outcome(phase),
+        timings=RequestTimings(submitted=datetime.now(timezone.utc) - timedelta(minutes=5)),
+        description="8 x a3-highgpu-8g",
+        details=details,
+    )
+
+
+# -- B1: a literal start that passed breaks nothing -------------------------------------------------
+
+
+def test_a_literal_time_that_passed_still_parses_and_renders() -> None:
+    """A DAG file keeps parsing once its block started, and a retry still renders its task."""
+    op = reserve(start_time=PAST)
+    op.check_parameters(rendered=True)
+    found = FindCalendarBlockOperator(
+        task_id="find",
+        zones=[ZONE],
+        machine_type="a3-highgpu-8g",
+        vm_count=8,
+        duration=timedelta(days=7),
+        latest_start=PAST,
+    )
+    found.check_parameters(rendered=True)
+    with pytest.raises(ValueError, match="has passed"):
+        search_range(found)  # when the Find task runs
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"latest_start": timedelta(days=61)}, "more than 60 days ahead"),
+        ({"latest_start": PAST}, "has passed"),
+        ({"earliest_start": timedelta(weeks=5)}, "is before earliest_start"),
+    ],
+)
+def test_the_find_range_is_checked_when_the_task_runs(kwargs: dict[str, Any], message: str) -> None:
+    args: dict[str, Any] = {
+        "task_id": "find",
+        "zones": [ZONE],
+        "machine_type": "a3-highgpu-8g",
+        "vm_count": 8,
+        "duration": timedelta(days=7),
+        "latest_start": timedelta(weeks=4),
+        **kwargs,
+    }
+    with pytest.raises(ValueError, match=message):
+        search_range(FindCalendarBlockOperator(**args))
+
+
+def _backend(monkeypatch: pytest.MonkeyPatch, existing: RequestStatus | None) -> list[str]:
+    """The reserve's backend answers ``existing`` for its name; returns the creates it was asked for."""
+    created: list[str] = []
+    monkeypatch.setattr(FutureReservationBackend, "get_status", lambda self, name: existing)
+
+    def create(self: Any, what: str, make: Any, adopt: Any) -> tuple[RequestStatus, bool]:
+        created.append(what)
+        return status("PENDING_APPROVAL", Phase.WAITING), True
+
+    monkeypatch.setattr(FutureReservationBackend, "_create", create)
+    return created
+
+
+def test_a_new_block_must_start_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    created = _backend(monkeypatch, None)
+    adapter = reserve(start_time=PAST).adapter()
+    with pytest.raises(ValueError, match="start_time 2020-01-01T00:00:00\\+00:00 has passed"):
+        adapter.submit({"ti": TI()}, WHO, Placement(ZONE), timedelta(hours=1))
+    assert created == []
+    adapter = reserve(start_time=SOON + timedelta(days=60)).adapter()
+    with pytest.raises(ValueError, match="more than 60 days ahead"):
+        adapter.submit({"ti": TI()}, WHO, Placement(ZONE), timedelta(hours=1))
+    assert created == []
+
+
+def test_an_adopted_block_is_taken_whenever_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A try whose reply was lost adopts the block it made, even after its start time."""
+    made = status("FULFILLED", Phase.RUNNING)
+    created = _backend(monkeypatch, made)
+    adapter = reserve(start_time=PAST).adapter()
+    assert adapter.submit({"ti": TI()}, WHO, Placement(ZONE), timedelta(hours=1)) is made
+    assert created == []

@@ -406,7 +406,8 @@ class WaitForCalendarBlockOperator(DwsRequestOperator):
     :param asset: the asset to emit an event of (an ``Asset`` or its URI); default
         ``dws-calendar://<dag_id>/<reserve_task_id>``.
     :param poll_interval: seconds between the zone's lists (default 300).
-    :param cancel_on_kill: cancel the block when a user kills the waiting task (default True).
+    :param cancel_on_kill: has no effect: a wait never cancels the block, which is its reserve task's
+        (killed, cleared or timed out, the wait only stops; the release gives the block back).
     :param project_id, gcp_conn_id, impersonation_chain, deferrable: as for the other operators.
     """
 

@@ -400,17 +400,27 @@ def block_error(status: RequestStatus, max_wait: timedelta) -> Exception:
 
 # -- Wait ------------------------------------------------------------------------------------------
 
+#: Why a wait task never gives its block up.
+OWNED_BY_RESERVE = "the block belongs to its reserve task, whose release gives it back"
+
 
 class CalendarWaitAdapter(RequestAdapter["WaitForCalendarBlockOperator", FutureReservationBackend]):
     """Follow a reserve's block until it is delivered: the shared poller lists its zone once per
     interval for every wait there. Nothing is submitted: no block is an error."""
 
     target = "running"
+    #: The block is the reserve task's: its trigger never cancels it (kill, timeout, give-up).
+    releases = False
     op: WaitForCalendarBlockOperator
 
     def kept_after_failed_wait(self, status: RequestStatus) -> str | None:
         """The block is its reserve task's: a wait that failed never gives it up."""
-        return "the block belongs to its reserve task, whose release gives it back"
+        return OWNED_BY_RESERVE
+
+    def cancel(self, name: str) -> str | None:
+        """Never: the block is its reserve task's (killed, cleared or timed out, a wait only stops)."""
+        self.log.info("Leaving %s alone: %s", name, OWNED_BY_RESERVE)
+        return OWNED_BY_RESERVE
 
     def __init__(self, operator: WaitForCalendarBlockOperator) -> None:
         super().__init__(operator)

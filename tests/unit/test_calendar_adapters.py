@@ -144,3 +144,61 @@ def test_an_adopted_block_is_taken_whenever_it_starts(monkeypatch: pytest.Monkey
     adapter = reserve(start_time=PAST).adapter()
     assert adapter.submit({"ti": TI()}, WHO, Placement(ZONE), timedelta(hours=1)) is made
     assert created == []
+
+
+# -- B2: a wait task never gives its block up ------------------------------------------------------
+
+
+def _wait(**kwargs: Any) -> Any:
+    from airflow_provider_dws.operators.calendar import WaitForCalendarBlockOperator
+
+    name = FutureReservationBackend("my-project", ZONE).name_of(WHO.queued_resource_id())
+    return WaitForCalendarBlockOperator(
+        task_id="wait", project_id="my-project", future_reservation=name, **kwargs
+    )
+
+
+def test_the_wait_s_trigger_cancels_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    adapter = _wait(cancel_on_kill=True).adapter()
+    pending = status("PENDING_APPROVAL", Phase.WAITING, start_time=SOON.isoformat())
+    trigger = adapter.trigger(pending, Placement(ZONE), timedelta(days=7), {})
+    assert trigger.releases is False and trigger.serialize()[1]["releases"] is False
+
+
+def test_the_wait_s_cancel_leaves_the_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cleared, killed or timed-out wait (every path to the adapter's cancel) leaves the block."""
+    released: list[str] = []
+    monkeypatch.setattr(FutureReservationBackend, "release", lambda self, name, **_: released.append(name))
+    monkeypatch.setattr(FutureReservationBackend, "discard", lambda self, name: released.append(name))
+    adapter = _wait().adapter()
+    assert "reserve task" in str(adapter.cancel(status("APPROVED", Phase.PROVISIONING).name))
+    assert released == []
+
+
+def test_a_cleared_wait_follows_its_block_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Try 2 of a wait whose try 1 was cleared while deferred adopts the block (nothing is submitted)."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    op = _wait(deferrable=True)
+    block = status("APPROVED", Phase.PROVISIONING, start_time=SOON.isoformat())
+    adapter = op.adapter()
+    monkeypatch.setattr(op, "adapter", lambda: adapter)
+    monkeypatch.setattr(adapter, "find", lambda context, identity: _found(block))
+    monkeypatch.setattr(FutureReservationBackend, "release", lambda *a, **k: pytest.fail("released"))
+
+    class Store(dict[str, Any]):
+        def set(self, key: str, value: Any) -> None:
+            self[key] = value
+
+        def delete(self, key: str) -> None:
+            self.pop(key, None)
+
+    store = Store({"dws_waiting": {"request": block.name, "try": 1}})
+    with pytest.raises(TaskDeferred):
+        op.attempt_loop().run({"ti": TI(try_number=2), "task_state_store": store})
+
+
+def _found(block: RequestStatus) -> Any:
+    from airflow_provider_dws.runtime.adapter import Found
+
+    return Found(block, Placement(ZONE), 1)

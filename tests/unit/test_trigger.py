@@ -681,3 +681,27 @@ def test_first_event_writes_the_last_line_before_the_loop_ends(fake: Any) -> Non
     t._log = SlowLog()  # type: ignore[assignment]
     assert asyncio.run(first_event(t))["phase"] == "succeeded"
     assert "ended succeeded" in t._log.lines[-1][1]  # type: ignore[attr-defined]
+
+
+# -- a request another task owns (a calendar block a wait task follows) ----------------------------
+
+
+def test_releases_false_round_trips_and_only_then_is_written() -> None:
+    path, kwargs = trigger(releases=False).serialize()
+    assert kwargs["releases"] is False
+    assert CapacityRequestTrigger(**kwargs).serialize() == (path, kwargs)
+    assert "releases" not in trigger().serialize()[1]  # triggers stored before it stay valid
+    with pytest.raises(TypeError, match="releases must be True or False"):
+        trigger(releases="no")
+
+
+def test_a_trigger_that_does_not_own_its_request_never_cancels_it(fake: Any) -> None:
+    """Killed, timed out or past its wait's deadline, a wait on another task's request only reports."""
+    backend = fake([status("PENDING_APPROVAL", Phase.WAITING, submitted=T0)])
+    asyncio.run(trigger(releases=False, cancel_on_kill=True).on_kill())
+    past = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()
+    (timed_out,) = run_all(trigger(releases=False, task_deadline=past))
+    assert timed_out["failure"] == "timed_out" and "left as it was" in timed_out["message"]
+    (given_up,) = run_all(trigger(releases=False, wait_deadline=past, wait_grace=0))
+    assert given_up["phase"] == "not_obtained" and "left to its owner" in given_up["message"]
+    assert backend.cancelled == []

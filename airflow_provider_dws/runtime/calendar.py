@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.calendar import (
+    DELIVERED,
+    UNDELIVERED,
     BlockAsk,
     FutureReservationBackend,
     block_shape,
@@ -45,6 +47,8 @@ if TYPE_CHECKING:
     from airflow_provider_dws.scheduling.policies import Placement
 
 _REFUSED = (InvalidRequestError, PermissionDeniedApiError)
+#: A block given up with its task: not approved yet (nothing is booked for it).
+AWAITING_APPROVAL = ("DRAFTING", "PENDING_APPROVAL")
 #: The XCom key of the future reservation a reserve made or adopted (the wait and release read it).
 NAME_KEY = "future_reservation_name"
 
@@ -270,9 +274,26 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
         self._remember(context, status)
         return status
 
-    def cancel(self, name: str) -> None:
-        """Give the block up: cancel it if not delivered, then delete it (and any reservation it made)."""
-        self._discard(name)
+    def cancel(self, name: str) -> str | None:
+        """Give the block up if it still waits for approval (read again now: the trigger's last status
+        may be old): cancel it, then delete it. One approved, locked or delivered since is booked and
+        kept (returns why: its release task gives it back); one that ended is deleted. A refused
+        cancel raises (the caller says to cancel it by hand)."""
+        backend = self.backend(self.location_of(name))
+        current = backend.get(name)
+        if current is not None and current.status.procurement_status in AWAITING_APPROVAL:
+            backend.cancel(name)
+            current = backend.get(name)
+        if current is None:
+            return None
+        state = current.status.procurement_status
+        if state in UNDELIVERED or state in DELIVERED:
+            why = f"the block is {state}: booked, its release task gives it back"
+            self.log.warning("Keeping %s: %s", name, why)
+            return why
+        done = backend.discard(name)  # ended (cancelled, declined, failed): leave nothing of it
+        self.log.info("%s (%s): %s", name, state, ", ".join(done) or "already gone")
+        return None
 
     def kept_after_failed_wait(self, status: RequestStatus) -> str | None:
         """Only a block still waiting for approval is given up with the wait: an approved one is

@@ -17,8 +17,9 @@ import pytest
 from airflow.sdk import DAG
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
+from airflow_provider_dws.backends.base import WAIT_ERROR, RequestStatus
 from airflow_provider_dws.backends.calendar import FutureReservationBackend
-from airflow_provider_dws.exceptions import CapacityNotObtainedError
+from airflow_provider_dws.exceptions import CapacityNotObtainedError, WaitFailedError
 from airflow_provider_dws.operators.calendar import (
     FindCalendarBlockOperator,
     ReleaseCalendarBlockOperator,
@@ -27,6 +28,7 @@ from airflow_provider_dws.operators.calendar import (
 )
 from airflow_provider_dws.records import XCOM_KEY, read_records
 from airflow_provider_dws.scheduling.identity import RequestIdentity
+from airflow_provider_dws.scheduling.phases import Outcome, Phase, RequestTimings
 from airflow_provider_dws.triggers import poller
 from tests.conftest import wait_until
 
@@ -364,3 +366,63 @@ def test_the_trigger_cancel_leaves_a_delivered_block_alone(emulator: Callable[..
     backend.discard(status.name)
     assert asyncio.run(backend.arelease(status.name)) is False  # gone
     assert [b["state"] for b in blocks(emu)] == ["CANCELLED"]
+
+
+def _submitted(tasks: dict[str, Any], run: Run) -> tuple[FutureReservationBackend, str]:
+    """The reserve's block, made as its first attempt would (without waiting on it)."""
+    reserve = tasks["reserve"]
+    reserve.resolve_block(run.context("reserve"))
+    who = RequestIdentity("calendar_dag", "reserve", run.id)
+    backend = FutureReservationBackend(PROJECT, ZONE)
+    status, _ = backend.submit(reserve.adapter().build(who), who, who.request_uuid())
+    return backend, status.name
+
+
+def _failed_wait(name: str) -> dict[str, Any]:
+    """The trigger's last word on the last try: the block still pending (as it last saw it), and an error."""
+    event = RequestStatus(
+        name=name,
+        state="PENDING_APPROVAL",
+        outcome=Outcome(Phase.WAITING),
+        timings=RequestTimings(submitted=datetime.now(timezone.utc)),
+    ).to_event()
+    event[WAIT_ERROR] = "PermissionDeniedApiError: the credentials lost access"
+    return event
+
+
+def test_a_failed_last_wait_keeps_a_block_approved_since(emulator: Callable[..., Any]) -> None:
+    """The trigger saw it pending; it was approved since: booked, kept for the release task."""
+    emu = emulator(approval="manual")
+    tasks, run = dag_tasks(), Run()
+    _choice(run, days=10)
+    backend, name = _submitted(tasks, run)
+    emu.control.call("ApproveFutureReservation", {"name": name})
+    with pytest.raises(WaitFailedError, match=r"the request was kept \(the block is APPROVED"):
+        tasks["reserve"].complete_attempt(run.context("reserve"), _failed_wait(name))
+    [block] = blocks(emu)
+    assert (block["state"], block["deleted"]) == ("APPROVED", False)
+    backend.discard(name)
+
+
+def test_a_failed_last_wait_keeps_a_block_delivered_since(emulator: Callable[..., Any]) -> None:
+    emu = emulator()
+    tasks, run = dag_tasks(), Run()
+    _choice(run, days=0.00005)  # starts in about 4 s
+    backend, name = _submitted(tasks, run)
+    wait_until(lambda: backend.get_status(name).state == "FULFILLED", what="the delivery")  # type: ignore[union-attr]
+    with pytest.raises(WaitFailedError, match=r"kept \(the block is FULFILLED"):
+        tasks["reserve"].complete_attempt(run.context("reserve"), _failed_wait(name))
+    [block] = blocks(emu)
+    assert (block["state"], block["deleted"], block["reservation_live"]) == ("FULFILLED", False, True)
+    backend.discard(name)
+
+
+def test_a_failed_last_wait_gives_up_a_block_still_pending(emulator: Callable[..., Any]) -> None:
+    emu = emulator(approval="manual")
+    tasks, run = dag_tasks(), Run()
+    _choice(run, days=10)
+    _, name = _submitted(tasks, run)
+    with pytest.raises(WaitFailedError, match="so the request was cancelled"):
+        tasks["reserve"].complete_attempt(run.context("reserve"), _failed_wait(name))
+    [block] = blocks(emu)
+    assert (block["state"], block["deleted"]) == ("CANCELLED", True)

@@ -202,3 +202,37 @@ def _found(block: RequestStatus) -> Any:
     from airflow_provider_dws.runtime.adapter import Found
 
     return Found(block, Placement(ZONE), 1)
+
+
+# -- B3: a failed wait on the last try acts on the block as it is now --------------------------------
+
+
+def _block(state: str) -> Any:
+    from google.cloud import compute_v1
+
+    from airflow_provider_dws.backends.calendar import BlockAsk, build_future_reservation
+    from airflow_provider_dws.catalog import calendar_shape
+
+    ask = BlockAsk(calendar_shape("a3-highgpu-8g", 8), ZONE, SOON, timedelta(days=7))
+    fr = build_future_reservation("my-project", WHO.queued_resource_id(), ask, "d")
+    fr.status = compute_v1.FutureReservationStatus(procurement_status=state)
+    return fr
+
+
+def test_a_refused_cancel_after_a_failed_wait_says_to_cancel_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_dws.backends.base import WAIT_ERROR
+    from airflow_provider_dws.errors import ConflictError
+    from airflow_provider_dws.exceptions import WaitFailedError
+
+    def refuse(self: Any, name: str) -> bool:
+        raise ConflictError("The future reservation is locked")
+
+    deleted: list[str] = []
+    monkeypatch.setattr(FutureReservationBackend, "get", lambda self, name: _block("PENDING_APPROVAL"))
+    monkeypatch.setattr(FutureReservationBackend, "cancel", refuse)
+    monkeypatch.setattr(FutureReservationBackend, "discard", lambda self, name: deleted.append(name))
+    event = status("PENDING_APPROVAL", Phase.WAITING).to_event()
+    event[WAIT_ERROR] = "PermissionDeniedApiError: the credentials lost access"
+    with pytest.raises(WaitFailedError, match="cancelling the request failed: cancel it by hand"):
+        reserve().complete_attempt({"ti": TI()}, event)  # type: ignore[arg-type]
+    assert deleted == []

@@ -49,6 +49,8 @@ UNDELIVERED = tuple(
     for state, phase in FUTURE_RESERVATION_STATES.phases.items()
     if phase.value in ("waiting", "provisioning")
 )
+#: Not approved yet: nothing is booked for it; the only states a max wait gives up.
+AWAITING_APPROVAL = ("DRAFTING", "PENDING_APPROVAL")
 #: Delivered, wholly or in part: reservations exist; a release deletes them and the request.
 DELIVERED = ("FULFILLED", "FAILED_PARTIALLY_FULFILLED")
 #: Namespace of the cancel and delete calls' request ids (one per resource and verb).
@@ -439,3 +441,23 @@ class FutureReservationBackend(ComputeBackend):
             _each(pages), wanted, lambda fr: future_reservation_status(fr, self.name_of(fr.name))
         )
         return {status.name: status for status in listed.values()}
+
+    async def agive_up(self, name: str) -> RequestStatus | None:
+        """The max wait for approval passed: cancel the block if it still awaits approval (read again
+        now). One approved (or locked, or delivered) meanwhile is booked for its task and not
+        cancelled: its status is returned, and the wait ends on it. ``None`` once given up or gone."""
+        try:
+            current = await self._acall(f"get {name}", in_pool, self._get_once, name)
+            if self._state(current) in AWAITING_APPROVAL:
+                await self._acall(f"cancel {name}", in_pool, self._cancel_once, name)
+                return None
+        except RequestNotFoundError:
+            return None
+        except (ConflictError, InvalidRequestError):
+            try:
+                current = await self._acall(f"get {name}", in_pool, self._get_once, name)
+            except RequestNotFoundError:
+                return None
+            if self._state(current) in AWAITING_APPROVAL:
+                raise
+        return self._classify(current, name)

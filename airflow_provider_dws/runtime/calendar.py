@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.calendar import (
+    AWAITING_APPROVAL,
     DELIVERED,
     UNDELIVERED,
     BlockAsk,
@@ -47,8 +48,6 @@ if TYPE_CHECKING:
     from airflow_provider_dws.scheduling.policies import Placement
 
 _REFUSED = (InvalidRequestError, PermissionDeniedApiError)
-#: A block given up with its task: not approved yet (nothing is booked for it).
-AWAITING_APPROVAL = ("DRAFTING", "PENDING_APPROVAL")
 #: The XCom key of the future reservation a reserve made or adopted (the wait and release read it).
 NAME_KEY = "future_reservation_name"
 

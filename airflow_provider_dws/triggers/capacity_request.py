@@ -14,6 +14,7 @@ from airflow_provider_dws.backends.base import (
     EVENT_MESSAGE_LIMIT,
     WAIT_ERROR,
     AsyncRequestBackend,
+    GivesUpWaiting,
     RequestStatus,
     backend_from_spec,
 )
@@ -243,8 +244,16 @@ class CapacityRequestTrigger(BaseTrigger):
                     and status.phase is Phase.WAITING
                     and now >= self._deadline + self._grace
                 ):
-                    yield TriggerEvent(self._payload(await self._give_up(status)))
-                    return
+                    ended, status = await self._give_up(status)
+                    if ended:
+                        yield TriggerEvent(self._payload(status))
+                        return
+                    # It moved on just before the give-up (a block approved): not given up.
+                    await self._info("%s", self._describe(status), wait=False)
+                    last_phase, last_log = status.phase, now
+                    if reached(self.target, status.phase):
+                        yield TriggerEvent(self._payload(await self._ended(status)))
+                        return
                 if self._task_deadline is not None and now >= self._timeout_at(self._task_deadline, status):
                     yield TriggerEvent(self._payload(await self._time_out(status or self._unknown())))
                     return
@@ -376,7 +385,9 @@ class CapacityRequestTrigger(BaseTrigger):
             payload["echo"] = {key: value for key, value in self.echo.items() if value not in (None, [], {})}
         return payload
 
-    async def _give_up(self, status: RequestStatus) -> RequestStatus:
+    async def _give_up(self, status: RequestStatus) -> tuple[bool, RequestStatus]:
+        """Give up a request still waiting at its max wait: ``(True, the status to report)``, or
+        ``(False, its status now)`` when the backend found it no longer waiting (nothing cancelled)."""
         if not self.releases:
             self.log.warning(
                 "%s is still waiting at %s, when this wait gives up; leaving it alone (another task's "
@@ -384,7 +395,7 @@ class CapacityRequestTrigger(BaseTrigger):
                 self.request_name,
                 self.wait_deadline,
             )
-            return RequestStatus(
+            return True, RequestStatus(
                 name=status.name,
                 state=status.state,
                 outcome=Outcome(
@@ -411,7 +422,19 @@ class CapacityRequestTrigger(BaseTrigger):
                 self.request_name,
                 self.wait_deadline,
             )
-        await self.backend.arelease(self.request_name)
+        backend = self.backend
+        if isinstance(backend, GivesUpWaiting):
+            fresh = await backend.agive_up(self.request_name)
+            if fresh is not None:
+                self.log.info(
+                    "%s is %s [%s] now: it no longer waits, so it is not given up",
+                    self.request_name,
+                    fresh.phase.value,
+                    fresh.state,
+                )
+                return False, fresh
+        else:
+            await backend.arelease(self.request_name)
         ended = RequestStatus(
             name=status.name,
             state=status.state,
@@ -424,7 +447,7 @@ class CapacityRequestTrigger(BaseTrigger):
             description=status.description,
             details=status.details,
         )
-        return ended
+        return True, ended
 
     async def on_kill(self) -> None:
         """A user killed the task: cancel the request so it stops waiting (and billing).

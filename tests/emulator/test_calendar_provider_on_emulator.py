@@ -426,3 +426,31 @@ def test_a_failed_last_wait_gives_up_a_block_still_pending(emulator: Callable[..
         tasks["reserve"].complete_attempt(run.context("reserve"), _failed_wait(name))
     [block] = blocks(emu)
     assert (block["state"], block["deleted"]) == ("CANCELLED", True)
+
+
+def test_the_give_up_at_max_wait_cancels_only_a_block_awaiting_approval(emulator: Callable[..., Any]) -> None:
+    """``agive_up`` (the trigger at the max wait): an approval that just landed, or a block already
+    locked for procurement, is not cancelled; its status is the wait's end."""
+    emu = emulator(approval="manual")
+    tasks, run = dag_tasks(), Run()
+    _choice(run, days=10)
+    backend, approved = _submitted(tasks, run)
+    emu.control.call("ApproveFutureReservation", {"name": approved})
+    now = asyncio.run(backend.agive_up(approved))
+    assert now is not None and (now.state, now.phase) == ("APPROVED", Phase.PROVISIONING)
+    locked_run = Run()
+    _choice(locked_run, days=2)  # starts within 4 days: locked at its approval
+    _, locked = _submitted(dag_tasks(), locked_run)
+    emu.control.call("ApproveFutureReservation", {"name": locked})
+    assert asyncio.run(backend.agive_up(locked)).state == "PROCURING"  # type: ignore[union-attr]
+    pending_run = Run()
+    _choice(pending_run, days=10)
+    _, pending = _submitted(dag_tasks(), pending_run)
+    assert asyncio.run(backend.agive_up(pending)) is None
+    assert {b["name"]: b["state"] for b in blocks(emu)} == {
+        approved: "APPROVED",
+        locked: "PROCURING",
+        pending: "CANCELLED",
+    }
+    for name in (approved, pending):
+        backend.discard(name)

@@ -705,3 +705,69 @@ def test_a_trigger_that_does_not_own_its_request_never_cancels_it(fake: Any) -> 
     (given_up,) = run_all(trigger(releases=False, wait_deadline=past, wait_grace=0))
     assert given_up["phase"] == "not_obtained" and "left to its owner" in given_up["message"]
     assert backend.cancelled == []
+
+
+# -- a backend whose requests may move on just before the max wait ends ----------------------------
+
+
+def _install(monkeypatch: pytest.MonkeyPatch, backend: FakeBackend) -> Any:
+    """The shared poller (and the trigger) use ``backend``."""
+    monkeypatch.setattr(poller, "backend_from_spec", lambda kind, spec: backend)
+    return backend
+
+
+class GivingUpBackend(FakeBackend):
+    """A backend with ``agive_up``: the request was approved just before its max wait ended."""
+
+    def __init__(self, script: list[RequestStatus | Exception], now: RequestStatus | None) -> None:
+        super().__init__(script)
+        self.now, self.given_up = now, 0
+
+    async def agive_up(self, name: str) -> RequestStatus | None:
+        self.given_up += 1
+        return self.now
+
+
+def test_a_request_approved_just_before_its_max_wait_ends_on_that_status(
+    fake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not cancelled: the wait ends on the fresh status (its target reached)."""
+    backend = GivingUpBackend(
+        [status("PENDING_APPROVAL", Phase.WAITING, submitted=T0)], status("APPROVED", Phase.PROVISIONING)
+    )
+    backend = _install(monkeypatch, backend)
+    past = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()
+    (event,) = run_all(trigger(wait_deadline=past, wait_grace=0, target="provisioning"))
+    assert (event["phase"], event["state"]) == ("provisioning", "APPROVED")
+    assert backend.given_up == 1 and backend.cancelled == []
+
+
+def test_a_request_approved_before_its_max_wait_waits_on_for_its_target(
+    fake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Approved, not delivered, for a wait until delivery: the wait goes on (never given up again)."""
+    backend = GivingUpBackend(
+        [
+            status("PENDING_APPROVAL", Phase.WAITING, submitted=T0),
+            status("APPROVED", Phase.PROVISIONING),
+            status("FULFILLED", Phase.RUNNING),
+        ],
+        status("APPROVED", Phase.PROVISIONING),
+    )
+    backend = _install(monkeypatch, backend)
+    past = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()
+    (event,) = run_all(trigger(wait_deadline=past, wait_grace=0, target="running"))
+    assert (event["phase"], event["state"]) == ("running", "FULFILLED")
+    assert backend.given_up == 1 and backend.cancelled == []
+
+
+def test_a_request_given_up_by_its_backend_is_not_obtained(
+    fake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = _install(
+        monkeypatch, GivingUpBackend([status("PENDING_APPROVAL", Phase.WAITING, submitted=T0)], None)
+    )
+    past = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()
+    (event,) = run_all(trigger(wait_deadline=past, wait_grace=0, target="provisioning"))
+    assert event["phase"] == "not_obtained" and backend.given_up == 1
+    assert backend.cancelled == []  # agive_up did it, not arelease

@@ -212,16 +212,38 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
 
     def find(self, context: Context, identity: RequestIdentity) -> Found | None:
         """The newest live (pending, approved or delivered) block of any try and attempt of this task
-        instance in the zone: one list. Ended ones are deleted later (:meth:`delete_ended`)."""
-        statuses = self.backend().find(identity)
+        instance, in its zone and every zone its Find task considered (a Find run again may have
+        chosen another zone since an earlier try booked): one list per zone, as the release looks.
+        Ended ones are deleted later (:meth:`delete_ended`)."""
+        from airflow_provider_dws.runtime.calendar_release import zones_of
+        from airflow_provider_dws.scheduling.policies import Placement
+
+        statuses: list[RequestStatus] = []
+        for zone in dict.fromkeys([str(self.op.zone), *zones_of(self.op, context)]):
+            statuses += self.backend(zone).find(identity)
         self._ended = [s for s in statuses if s.phase.terminal]
         decision = choose_existing([Candidate(s.name, s.phase, s.timings.submitted) for s in statuses])
         self.log.info("Identity %s: %s", identity.key, decision.reason)
         if decision.name is None:
             return None
         status = next(s for s in statuses if s.name == decision.name)
+        self._say_differences(status)
         self._remember(context, status)
-        return Found(status, self.op.home_placement(), int(status.details.get("attempt") or 1))
+        zone = self.location_of(status.name)
+        return Found(status, Placement(zone), int(status.details.get("attempt") or 1))
+
+    def _say_differences(self, status: RequestStatus) -> None:
+        """Log how an adopted block differs from what this try asks (its Find task chose again, or
+        its parameters changed): it is adopted as booked, never booked twice."""
+        fr = self.backend(self.location_of(status.name)).get(status.name)
+        differences = [] if fr is None else block_differences(fr, self.ask())
+        if differences:
+            self.log.warning(
+                "Adopting %s as an earlier try booked it, which differs from what this try asks: %s. "
+                "A block is never booked twice; release it and run again to book another",
+                status.name,
+                "; ".join(differences),
+            )
 
     def delete_ended(self) -> None:
         """Delete the ended requests (declined, failed, cancelled) the last :meth:`find` saw."""
@@ -346,6 +368,28 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
     def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
         """The classified exception for a block that was not obtained."""
         return block_error(status, max_wait)
+
+
+def block_differences(fr: FutureReservation, ask: BlockAsk) -> list[str]:
+    """How a booked block differs from ``ask`` (zone, window, shape), in words; empty when it does not."""
+    where = parse_future_reservation_name(fr.self_link) if fr.self_link else None
+    start, end = block_window(fr)
+    shape = block_shape(fr)
+    out = []
+    if where is not None and where.zone != ask.zone:
+        out.append(f"zone {where.zone}, not {ask.zone}")
+    if (start, end) != (ask.start, ask.end):
+        out.append(
+            f"from {start.isoformat() if start else '?'} to {end.isoformat() if end else '?'}, "
+            f"not {ask.start.isoformat()} to {ask.end.isoformat()}"
+        )
+    if shape is None or (shape.accelerator_type, shape.accelerator_count, shape.vm_count) != (
+        ask.shape.accelerator_type,
+        ask.shape.accelerator_count,
+        ask.shape.vm_count,
+    ):
+        out.append(f"{shape.describe() if shape else 'another shape'}, not {ask.shape.describe()}")
+    return out
 
 
 def locked_message(name: str, refusal: str) -> str:

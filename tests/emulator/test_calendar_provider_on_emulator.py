@@ -454,3 +454,23 @@ def test_the_give_up_at_max_wait_cancels_only_a_block_awaiting_approval(emulator
     }
     for name in (approved, pending):
         backend.discard(name)
+
+
+def test_a_retry_finds_its_block_in_a_zone_its_find_task_no_longer_chooses(
+    emulator: Callable[..., Any],
+) -> None:
+    """Try 1 booked in us-central1-a; the Find task ran again and chose us-central1-b, later: try 2
+    looks in every zone Find considered and adopts try 1's block instead of booking a second one."""
+    emu = emulator()
+    tasks, run = dag_tasks(), Run()
+    _choice(run, days=10)
+    booked = run.execute(tasks["reserve"])
+    choice = dict(run.store[("find", "return_value")])
+    choice.update(
+        zone="us-central1-b", start_time=(datetime.now(timezone.utc) + timedelta(days=12)).isoformat()
+    )
+    run.store[("find", "return_value")] = choice
+    again = run.execute(dag_tasks()["reserve"], try_number=2)
+    assert again["future_reservation"] == booked["future_reservation"] and again["zone"] == ZONE
+    assert len(blocks(emu)) == 1
+    run.execute(tasks["release"])

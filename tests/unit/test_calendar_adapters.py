@@ -236,3 +236,26 @@ def test_a_refused_cancel_after_a_failed_wait_says_to_cancel_by_hand(monkeypatch
     with pytest.raises(WaitFailedError, match="cancelling the request failed: cancel it by hand"):
         reserve().complete_attempt({"ti": TI()}, event)  # type: ignore[arg-type]
     assert deleted == []
+
+
+# -- B5: an adopted block that differs from the ask is said so --------------------------------------
+
+
+def test_block_differences_name_the_zone_window_and_shape() -> None:
+    from airflow_provider_dws.backends.calendar import BlockAsk
+    from airflow_provider_dws.catalog import calendar_shape
+    from airflow_provider_dws.runtime.calendar import block_differences
+
+    fr = _block("APPROVED")
+    fr.self_link = "https://compute.googleapis.com/compute/v1/" + status("APPROVED", Phase.PROVISIONING).name
+    same = BlockAsk(calendar_shape("a3-highgpu-8g", 8), ZONE, SOON.replace(microsecond=0), timedelta(days=7))
+    fr.time_window.start_time = same.start.strftime("%Y-%m-%dT%H:%M:%SZ")
+    fr.time_window.end_time = same.end.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert block_differences(fr, same) == []
+    other = BlockAsk(
+        calendar_shape("a3-highgpu-8g", 4), "us-east4-b", same.start + timedelta(days=1), same.duration
+    )
+    zone, window, shape = block_differences(fr, other)
+    assert zone == f"zone {ZONE}, not us-east4-b"
+    assert window.startswith(f"from {same.start.isoformat()}")
+    assert shape == "8 x a3-highgpu-8g (64 x nvidia-h100-80gb), not 4 x a3-highgpu-8g (32 x nvidia-h100-80gb)"

@@ -246,8 +246,17 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
             )
 
     def delete_ended(self) -> None:
-        """Delete the ended requests (declined, failed, cancelled) the last :meth:`find` saw."""
+        """Delete the ended requests (declined, failed, cancelled) the last :meth:`find` saw. One that
+        was delivered (in part, or whose block is over) is left to the release task: its reservations
+        may still run workloads."""
         for status in self._ended:
+            if status.state in DELIVERED:
+                self.log.info(
+                    "An earlier request %s ended %s; it was delivered, so the release task deletes it",
+                    status.name,
+                    status.state,
+                )
+                continue
             self.log.warning("An earlier request %s ended %s; deleting it", status.name, status.state)
             self.backend(self.location_of(status.name)).discard(status.name)
         self._ended = []

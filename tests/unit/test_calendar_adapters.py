@@ -259,3 +259,28 @@ def test_block_differences_name_the_zone_window_and_shape() -> None:
     assert zone == f"zone {ZONE}, not us-east4-b"
     assert window.startswith(f"from {same.start.isoformat()}")
     assert shape == "8 x a3-highgpu-8g (64 x nvidia-h100-80gb), not 4 x a3-highgpu-8g (32 x nvidia-h100-80gb)"
+
+
+# -- B7: an earlier try's delivered block is the release's ---------------------------------------------
+
+
+def test_delete_ended_leaves_a_delivered_block_to_the_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = FutureReservationBackend("my-project", ZONE)
+    names = {
+        state: backend.name_of(f"dws-reserve-block-0123456789abcdef-t{i}-a1")
+        for i, state in enumerate(
+            ("FAILED_PARTIALLY_FULFILLED", "FULFILLED", "DECLINED", "CANCELLED"), start=1
+        )
+    }
+    ended = [
+        status(state, Phase.SUCCEEDED if state == "FULFILLED" else Phase.NOT_OBTAINED, name=name)
+        for state, name in names.items()
+    ]
+    monkeypatch.setattr(FutureReservationBackend, "find", lambda self, identity: ended)
+    monkeypatch.setattr(FutureReservationBackend, "get", lambda self, name: None)
+    discarded: list[str] = []
+    monkeypatch.setattr(FutureReservationBackend, "discard", lambda self, name: discarded.append(name) or [])
+    adapter = reserve().adapter()
+    adapter.find({"ti": TI()}, WHO)
+    adapter.delete_ended()
+    assert discarded == [names["DECLINED"], names["CANCELLED"]]

@@ -396,7 +396,9 @@ class FutureReservationBackend(ComputeBackend):
 
     def discard(self, name: str) -> list[str]:
         """Leave nothing of a block: cancel it if it is not delivered, delete the reservations it
-        delivered, then delete it. Returns what was done (empty when it was gone)."""
+        delivered and the one it names (``reservation_name``: created at its approval, INACTIVE until
+        its start, and left behind by a block that was cancelled or failed), then delete it. Returns
+        what was done (empty when it was gone)."""
         current = self.get(name)
         if current is None:
             return []
@@ -410,9 +412,14 @@ class FutureReservationBackend(ComputeBackend):
                 # Locked (PROCURING): a cancel is refused there, a delete may not be.
                 log.warning("%s is %s and its cancel was refused (%s); deleting it", name, state, err.message)
             current = self.get(name) or current
-        for url in current.status.auto_created_reservations:
-            if self.delete_reservation(url):
-                done.append(f"deleted reservation {url.rsplit('/', 1)[-1]}")
+        urls = [parse_reservation_name(url) for url in current.status.auto_created_reservations]
+        where = parse_future_reservation_name(name)
+        if current.reservation_name and current.status.procurement_status not in UNDELIVERED:
+            # Still to be delivered (locked): its reservation is delivered with it, not deleted now.
+            urls.append((where.project, where.zone, current.reservation_name))
+        for project, zone, reservation in dict.fromkeys(urls):
+            if self.delete_reservation(f"projects/{project}/zones/{zone}/reservations/{reservation}"):
+                done.append(f"deleted reservation {reservation}")
         if self.delete(name):
             done.append("deleted")
         return done

@@ -258,10 +258,14 @@ def test_an_approved_block_released_before_its_start_is_cancelled(emulator: Call
     _choice(run, days=10)  # lock time is a day after the approval: still cancellable
     booked = run.execute(tasks["reserve"])
     assert booked["procurement_status"] == "APPROVED"
+    reservation = f"projects/{PROJECT}/zones/{ZONE}/reservations/{booked['reservation_name']}"
+    backend = FutureReservationBackend(PROJECT, ZONE)
+    assert backend.get_reservation(reservation).status == "INACTIVE"  # created at the approval
     out = run.execute(tasks["release"])
     assert out["states_before"] == ["APPROVED"]
     [block] = blocks(emu)
     assert block["state"] == "CANCELLED" and block["deleted"]
+    assert backend.get_reservation(reservation) is None and not block["reservation_live"]  # nothing left
     assert out["usage"][0]["delivered_hours"] == 0
 
 

@@ -363,11 +363,13 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
         super().ended(context, status)
 
     def result(self, context: Context, status: RequestStatus) -> dict[str, Any]:
-        """The block: the future reservation's full name, zone, start, end and what it reserves."""
-        backend = self.backend(self.location_of(status.name))
-        fr = backend.get(status.name)
+        """The block: the future reservation's full name, zone, start, end and what it reserves; once
+        delivered (``wait_for_delivery``) its reservations too, with the asset event, as a wait's."""
+        fr = self.backend(self.location_of(status.name)).get(status.name)
         if fr is None:
             raise RequestCancelledError(f"{status.name} disappeared right after it was {status.state}")
+        if status.phase is Phase.RUNNING:
+            return delivered(self, context, fr, status.name)
         return block_result(fr, status.name, self.op.workload_type)
 
     def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
@@ -425,12 +427,15 @@ def block_facts(shape: CalendarShape | None, name: str) -> dict[str, Any]:
 
 
 def block_result(fr: FutureReservation, name: str, workload_type: str = "BATCH") -> dict[str, Any]:
-    """What a reserve (and a wait) returns of a block."""
+    """What a reserve (and a wait) returns of a block: once delivered, its reservations as the
+    consumers name them (a TPU block's also as Cloud TPU does: ``tpu_reservation_names``)."""
     where = parse_future_reservation_name(name)
     start, end = block_window(fr)
     shape = block_shape(fr)
     reservations = [_reservation_path(r) for r in fr.status.auto_created_reservations]
-    return {
+    if not reservations and fr.reservation_name and fr.status.procurement_status in DELIVERED:
+        reservations = [f"projects/{where.project}/zones/{where.zone}/reservations/{fr.reservation_name}"]
+    result = {
         "future_reservation": name,
         "name": where.future_reservation,
         "project_id": where.project,
@@ -444,6 +449,39 @@ def block_result(fr: FutureReservation, name: str, workload_type: str = "BATCH")
         "reservation_names": [r.rsplit("/", 1)[-1] for r in reservations],
         **(_shape_fields(shape, fr.aggregate_reservation.workload_type or workload_type) if shape else {}),
     }
+    if result.get("tpu_version"):
+        # Cloud TPU names a reservation by location: a queued resource's ``reservation_name``.
+        result["tpu_reservation_names"] = [
+            "projects/{}/locations/{}/reservations/{}".format(*parse_reservation_name(r))
+            for r in reservations
+        ]
+    return result
+
+
+def delivered(
+    adapter: CalendarReserveAdapter | CalendarWaitAdapter, context: Context, fr: FutureReservation, name: str
+) -> dict[str, Any]:
+    """A delivered block's result (:func:`block_result`), logged, and the event of the task's asset
+    with the same as extra (a wait's, or a reserve's with ``wait_for_delivery``)."""
+    result = block_result(
+        fr, name, adapter.op.workload_type if isinstance(adapter, CalendarReserveAdapter) else "BATCH"
+    )
+    adapter.log.info(
+        "%s is delivered: reservation(s) %s in %s until %s (everything on them is deleted then)",
+        name,
+        ", ".join(result["reservation_names"]) or "?",
+        result["zone"],
+        result["end_time"],
+    )
+    asset = getattr(adapter.op, "asset", None)
+    events = context.get("outlet_events")
+    if asset is not None and events is not None:
+        ti = context["ti"]
+        extra = {k: v for k, v in result.items() if v is not None}
+        extra.update({"dag_id": ti.dag_id, "run_id": ti.run_id})
+        events[asset].extra.update(extra)
+        adapter.log.info("Asset event for %s: %s", asset.uri, ", ".join(result["reservation_names"]))
+    return result
 
 
 def _reservation_path(url: str) -> str:
@@ -582,35 +620,7 @@ class CalendarWaitAdapter(RequestAdapter["WaitForCalendarBlockOperator", FutureR
         fr = self._block(status.name)
         if fr is None:
             raise RequestCancelledError(f"{status.name} disappeared right after it was delivered")
-        result = block_result(fr, status.name)
-        if not result["reservations"] and fr.reservation_name:
-            where = parse_future_reservation_name(status.name)
-            result["reservations"] = [
-                f"projects/{where.project}/zones/{where.zone}/reservations/{fr.reservation_name}"
-            ]
-            result["reservation_names"] = [fr.reservation_name]
-        if result.get("tpu_version"):
-            # Cloud TPU names a reservation by location: a queued resource's ``reservation_name``.
-            result["tpu_reservation_names"] = [
-                "projects/{}/locations/{}/reservations/{}".format(*parse_reservation_name(r))
-                for r in result["reservations"]
-            ]
-        end = result["end_time"]
-        self.log.info(
-            "%s is delivered: reservation(s) %s in %s until %s (everything on them is deleted then)",
-            status.name,
-            ", ".join(result["reservation_names"]) or "?",
-            result["zone"],
-            end,
-        )
-        extra = {k: v for k, v in result.items() if v is not None}
-        ti = context["ti"]
-        extra.update({"dag_id": ti.dag_id, "run_id": ti.run_id})
-        events = context.get("outlet_events")
-        if events is not None:
-            events[self.op.asset].extra.update(extra)
-            self.log.info("Asset event for %s: %s", self.op.asset.uri, ", ".join(result["reservation_names"]))
-        return result
+        return delivered(self, context, fr, status.name)
 
     def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
         """The block's facts, read from the block itself (the wait does not describe it)."""

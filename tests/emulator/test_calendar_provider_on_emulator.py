@@ -340,16 +340,20 @@ def test_a_tpu_block_is_delivered_with_the_name_a_queued_resource_consumes(
     booked = run.execute(reserve)
     assert booked["procurement_status"] == "FULFILLED"
     assert (booked["accelerator_type"], booked["accelerator_count"]) == ("v6e-32", 32)
+    # Delivered in the reserve task: it ends as a wait task would (the same result and asset event).
+    tpu_name = f"projects/{PROJECT}/locations/us-east5-a/reservations/{booked['reservation_name']}"
+    assert booked["tpu_reservation_names"] == [tpu_name]
+    assert reserve.asset.uri == "dws-calendar://calendar_dag/reserve"
+    assert run.events[reserve.asset].extra["tpu_reservation_names"] == [tpu_name]
     [held] = run.records("reserve")
     assert held.holds and held.accelerator_type == "v6e-32"
     wait = WaitForCalendarBlockOperator(
         task_id="wait", project_id=PROJECT, future_reservation=booked["future_reservation"]
     )
     delivered = run.execute(wait)
-    name = booked["reservation_name"]
-    assert delivered["tpu_reservation_names"] == [
-        f"projects/{PROJECT}/locations/us-east5-a/reservations/{name}"
-    ]
+    assert {k: v for k, v in delivered.items() if k != "procurement_status"} == {
+        k: v for k, v in booked.items() if k != "procurement_status"
+    }
     assert run.execute(release)["states_before"] == ["FULFILLED"]
 
 

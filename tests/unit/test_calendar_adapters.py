@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from airflow.sdk import DAG
 
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.calendar import FutureReservationBackend
@@ -284,3 +285,41 @@ def test_delete_ended_leaves_a_delivered_block_to_the_release(monkeypatch: pytes
     adapter.find({"ti": TI()}, WHO)
     adapter.delete_ended()
     assert discarded == [names["DECLINED"], names["CANCELLED"]]
+
+
+# -- D2: a block delivered in the reserve task ends as a wait's -------------------------------------
+
+
+def test_a_reserve_that_waits_for_delivery_has_the_wait_s_asset() -> None:
+    with DAG("cal_dag", schedule=None):
+        op = reserve(wait_for_delivery=True)
+        wait = _wait()
+    assert op.asset is not None and op.asset.uri == "dws-calendar://cal_dag/reserve_block"
+    assert op.asset in op.outlets
+    assert reserve().asset is None
+    with pytest.raises(ValueError, match="asset is emitted on delivery"):
+        reserve(asset="dws-calendar://x/y")
+    assert wait.asset.uri == "dws-calendar://cal_dag/block"
+
+
+def test_a_delivered_block_s_result_names_its_reservations_once() -> None:
+    """One function for a reserve's and a wait's result: a delivered TPU block's reservation is named
+    as Compute Engine and Cloud TPU consumers name it; an approved one has none yet."""
+    from google.cloud import compute_v1
+
+    from airflow_provider_dws.backends.calendar import BlockAsk, build_future_reservation
+    from airflow_provider_dws.catalog import calendar_shape
+    from airflow_provider_dws.runtime.calendar import block_result
+
+    ask = BlockAsk(calendar_shape(None, None, "v6e", 32), "us-east5-a", SOON, timedelta(days=2))
+    fr = build_future_reservation("my-project", "tpu-block", ask, "d")
+    name = "projects/my-project/zones/us-east5-a/futureReservations/tpu-block"
+    fr.status = compute_v1.FutureReservationStatus(procurement_status="APPROVED")
+    approved = block_result(fr, name)
+    assert approved["reservations"] == approved["tpu_reservation_names"] == []
+    fr.status = compute_v1.FutureReservationStatus(procurement_status="FULFILLED")
+    result = block_result(fr, name)
+    assert result["reservations"] == ["projects/my-project/zones/us-east5-a/reservations/tpu-block"]
+    assert result["tpu_reservation_names"] == [
+        "projects/my-project/locations/us-east5-a/reservations/tpu-block"
+    ]

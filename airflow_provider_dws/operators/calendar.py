@@ -244,7 +244,7 @@ class FindCalendarBlockOperator(_ShapeMixin, DwsBaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Ask the advice of each region, pick a block, log the choice and the alternatives."""
-        from airflow_provider_dws.runtime.calendar import find_block
+        from airflow_provider_dws.runtime.calendar_find import find_block
 
         self.check_parameters(rendered=True)
         return find_block(self, context)

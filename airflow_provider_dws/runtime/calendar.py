@@ -1,6 +1,6 @@
-"""Calendar mode when the task runs: the Find task's advice and choice, the Reserve task's future
-reservation in the attempt loop (until approved, or delivered), and the Wait task's wait for
-delivery with its asset event. The release is in :mod:`.calendar_release`."""
+"""Calendar mode when the task runs: the Reserve task's future reservation in the attempt loop (until
+approved, or delivered), and the Wait task's wait for delivery with its asset event. The Find task's
+advice and choice are in :mod:`.calendar_find`, the release in :mod:`.calendar_release`."""
 
 from __future__ import annotations
 
@@ -17,16 +17,14 @@ from airflow_provider_dws.backends.calendar import (
     block_shape,
     block_window,
     build_future_reservation,
-    describe_length,
     parse_future_reservation_name,
     parse_reservation_name,
 )
-from airflow_provider_dws.backends.calendar_advice import advice_request, choose_offer, read_offers
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import BadRequestError, CapacityNotObtainedError, RequestCancelledError
 from airflow_provider_dws.facts import CALENDAR_PROVISIONING_LIMIT
 from airflow_provider_dws.links import CalendarBlockLink, future_reservation_console_url
-from airflow_provider_dws.operators.calendar_checks import check_block_start, parse_moment, search_range
+from airflow_provider_dws.operators.calendar_checks import check_block_start, parse_moment
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.compute import _pulled
 from airflow_provider_dws.runtime.loop import resolve_project
@@ -40,7 +38,6 @@ if TYPE_CHECKING:
     from airflow_provider_dws.backends.base import RequestStatus
     from airflow_provider_dws.catalog import CalendarShape
     from airflow_provider_dws.operators.calendar import (
-        FindCalendarBlockOperator,
         ReserveCalendarBlockOperator,
         WaitForCalendarBlockOperator,
     )
@@ -50,11 +47,6 @@ if TYPE_CHECKING:
 _REFUSED = (InvalidRequestError, PermissionDeniedApiError)
 #: The XCom key of the future reservation a reserve made or adopted (the wait and release read it).
 NAME_KEY = "future_reservation_name"
-
-
-def region_of(zone: str) -> str:
-    """``us-central1`` for ``us-central1-a``."""
-    return zone.rsplit("-", 1)[0]
 
 
 def shape_of(op: Any) -> CalendarShape:
@@ -67,7 +59,8 @@ def shape_of(op: Any) -> CalendarShape:
         raise op._param_error(str(err)) from None
 
 
-def _shape_fields(shape: CalendarShape, workload_type: str) -> dict[str, Any]:
+def shape_fields(shape: CalendarShape, workload_type: str) -> dict[str, Any]:
+    """What a block reserves, as the tasks return it (and the reserve reads back from a Find)."""
     return {
         "machine_type": shape.machine_type,
         "vm_count": shape.vm_count or None,
@@ -76,66 +69,6 @@ def _shape_fields(shape: CalendarShape, workload_type: str) -> dict[str, Any]:
         "workload_type": workload_type,
         "accelerator_type": shape.accelerator_type,
         "accelerator_count": shape.accelerator_count,
-    }
-
-
-# -- Find ------------------------------------------------------------------------------------------
-
-
-def find_block(op: FindCalendarBlockOperator, context: Context) -> dict[str, Any]:
-    """Ask each region's calendar-mode advice, choose a block as ``op.order`` says, log the choice and
-    the alternatives and return them; no block anywhere is capacity not obtained, with each zone's answer."""
-    shape = shape_of(op)
-    zones = [str(z) for z in op.zones]
-    earliest, latest = search_range(op)
-    project = resolve_project(op)
-    backend = FutureReservationBackend(project, zones[0], op.gcp_conn_id, op.impersonation_chain)
-    regions: dict[str, list[str]] = {}
-    for zone in zones:
-        regions.setdefault(region_of(zone), []).append(zone)
-    offers: list[Any] = []
-    unavailable: dict[str, str] = {}
-    for region, in_region in regions.items():
-        request = advice_request(shape, in_region, earliest, latest, op.duration, op.workload_type)
-        try:
-            response = backend.advise(region, request)
-        except _REFUSED as err:
-            raise BadRequestError(
-                f"Compute Engine refused the calendar-mode advice in {region}: {err.message}"
-            ) from None
-        found, why = read_offers(response, in_region)
-        offers += found
-        unavailable.update(why)
-    span = f"{shape.describe()} for {describe_length(op.duration)}, starting between {earliest:%Y-%m-%d %H:%M} and {latest:%Y-%m-%d %H:%M} UTC"
-    if not offers:
-        answers = "; ".join(f"{zone}: {unavailable.get(zone, 'no recommendation')}" for zone in zones)
-        raise CapacityNotObtainedError(f"no calendar block of {span} in {', '.join(zones)} ({answers})")
-    chosen, others = choose_offer(offers, op.order, zones)
-    op.log.info("Calendar-mode advice for %s:", span)
-    op.log.info(
-        "Chosen (%s): %s from %s to %s",
-        "earliest start" if op.order == "earliest" else "first zone in order",
-        chosen.zone,
-        chosen.start.isoformat(),
-        (chosen.start + op.duration).isoformat(),
-    )
-    for offer in others:
-        op.log.info(
-            "Alternative: %s from %s to %s", offer.zone, offer.start.isoformat(), offer.end.isoformat()
-        )
-    for zone, answer in unavailable.items():
-        op.log.info("Not offered in %s: %s", zone, answer)
-    return {
-        "zone": chosen.zone,
-        "region": region_of(chosen.zone),
-        "start_time": chosen.start.isoformat(),
-        "end_time": (chosen.start + op.duration).isoformat(),
-        "duration_seconds": int(op.duration.total_seconds()),
-        "recommendation_id": chosen.recommendation_id,
-        "order": op.order,
-        **_shape_fields(shape, op.workload_type),
-        "alternatives": [offer.to_dict() for offer in others],
-        "unavailable": unavailable,
     }
 
 
@@ -351,12 +284,20 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
     def ended(self, context: Context, status: RequestStatus) -> None:
         """Note the approval (or delivery, or the end) in the task log."""
         if status.phase in (Phase.PROVISIONING, Phase.RUNNING):
+            # An approval has no time of its own in the API: timed when this task learns of it.
+            timings = status.timings
+            at = timings.started or timings.finished or utcnow()
+            after = (
+                f", {timedelta(seconds=round((at - timings.submitted).total_seconds()))} after it was submitted"
+                if timings.submitted is not None
+                else ""
+            )
             self.log.info(
-                "%s is %s [%s], %s after it was submitted: %s",
+                "%s is %s [%s]%s: %s",
                 status.name,
                 "delivered" if status.phase is Phase.RUNNING else "approved",
                 status.state,
-                timedelta(seconds=round(status.timings.wait_seconds or 0)),
+                after,
                 status.description,
             )
             return
@@ -447,7 +388,7 @@ def block_result(fr: FutureReservation, name: str, workload_type: str = "BATCH")
         "reservation_name": fr.reservation_name or None,
         "reservations": reservations,
         "reservation_names": [r.rsplit("/", 1)[-1] for r in reservations],
-        **(_shape_fields(shape, fr.aggregate_reservation.workload_type or workload_type) if shape else {}),
+        **(shape_fields(shape, fr.aggregate_reservation.workload_type or workload_type) if shape else {}),
     }
     if result.get("tpu_version"):
         # Cloud TPU names a reservation by location: a queued resource's ``reservation_name``.
@@ -628,7 +569,15 @@ class CalendarWaitAdapter(RequestAdapter["WaitForCalendarBlockOperator", FutureR
         return block_facts(block_shape(fr) if fr is not None else None, status.name)
 
     def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
-        """The classified exception for a block that was not delivered."""
+        """The classified exception for a block that was not delivered (one still awaiting approval
+        when the wait gave up: said so, and left to its reserve task)."""
+        if status.outcome.failure is FailureKind.CAPACITY_NOT_OBTAINED and status.state in AWAITING_APPROVAL:
+            message = status.outcome.message
+            return CapacityNotObtainedError(
+                f"{status.description or 'the calendar block'} was not delivered: {status.name} was still "
+                f"{status.state} {CALENDAR_PROVISIONING_LIMIT} after its start, so it will not come; "
+                f"{OWNED_BY_RESERVE}{' (' + message + ')' if message else ''}"
+            )
         return block_error(status, max_wait)
 
 

@@ -253,9 +253,21 @@ def _log_cost(op: Any, name: str, cost: dict[str, Any]) -> None:
         if cost["accelerator_type"]
         else "VMs without accelerators"
     )
+    booked = "%s reserved %.1f accelerator-hours (%s), %.1f of them delivered"
+    if not cost["workloads"]:
+        # Nothing to count from: "used 0" would claim the block sat idle.
+        op.log.info(
+            booked + "; no consumer records of this DAG run name this reservation, so its use is not known",
+            name,
+            cost["reserved_hours"],
+            what,
+            cost["delivered_hours"],
+        )
+        return
     op.log.info(
-        "%s reserved %.1f accelerator-hours (%s), %.1f of them delivered; the %d workload(s) of this DAG run "
-        "recorded on it used %.1f (%s); work not recorded on it (other DAGs) is not counted",
+        booked
+        + "; the %d workload(s) of this DAG run recorded on it used %.1f (%s); work not recorded on it "
+        "(other DAGs) is not counted",
         name,
         cost["reserved_hours"],
         what,

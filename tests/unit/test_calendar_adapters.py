@@ -323,3 +323,132 @@ def test_a_delivered_block_s_result_names_its_reservations_once() -> None:
     assert result["tpu_reservation_names"] == [
         "projects/my-project/locations/us-east5-a/reservations/tpu-block"
     ]
+
+
+# -- M: messages that say what happened ---------------------------------------------------------------
+
+
+class Lines:
+    """A logger that keeps its lines."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def _keep(self, message: str, *args: Any, **_: Any) -> None:
+        self.lines.append(message % args if args else message)
+
+    info = warning = error = exception = _keep
+
+
+def test_an_approval_is_timed_from_its_submission(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = Lines()
+    monkeypatch.setattr(ReserveCalendarBlockOperator, "log", lines)
+    reserve().adapter().ended({"ti": TI()}, status("APPROVED", Phase.PROVISIONING))  # type: ignore[arg-type]
+    [line] = lines.lines
+    assert "is approved [APPROVED], 0:05:00 after it was submitted" in line
+
+
+def test_a_wait_that_gives_up_says_the_block_was_not_delivered() -> None:
+    from airflow_provider_dws.exceptions import CapacityNotObtainedError
+    from airflow_provider_dws.scheduling.phases import FailureKind
+
+    given_up = RequestStatus(
+        name=status("PENDING_APPROVAL", Phase.WAITING).name,
+        state="PENDING_APPROVAL",
+        outcome=Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, "the wait's deadline passed"),
+        timings=RequestTimings(),
+        description="8 x a3-highgpu-8g",
+    )
+    error = _wait().adapter().error(given_up, Placement(ZONE), timedelta(days=7))
+    assert isinstance(error, CapacityNotObtainedError)
+    assert "was not delivered" in str(error) and "1 day, 0:00:00 after its start" in str(error)
+    assert "max wait" not in str(error) and "reserve task" in str(error)
+
+
+def test_the_release_does_not_claim_a_use_nobody_recorded() -> None:
+    from airflow_provider_dws.runtime.calendar_release import _log_cost
+
+    lines = Lines()
+    op = type("Op", (), {"log": lines})()
+    cost = {
+        "accelerator_type": "nvidia-h100-80gb",
+        "accelerators": 64,
+        "reserved_hours": 64 * 24.0,
+        "delivered_hours": 64 * 2.0,
+        "used_hours": 0.0,
+        "workloads": 0,
+    }
+    _log_cost(op, "block", cost)
+    _log_cost(op, "block", {**cost, "workloads": 1, "used_hours": 32.0})
+    unknown, counted = lines.lines
+    assert "no consumer records of this DAG run name this reservation" in unknown and "used 0" not in unknown
+    assert "the 1 workload(s) of this DAG run recorded on it used 32.0 (25% of the delivered)" in counted
+
+
+def test_a_zone_the_advice_also_recommends_is_not_unavailable() -> None:
+    from google.cloud import compute_v1
+
+    from airflow_provider_dws.backends.calendar_advice import read_offers
+
+    response = compute_v1.CalendarModeAdviceResponse(
+        recommendations=[
+            compute_v1.CalendarModeRecommendation(
+                recommendations_per_spec={
+                    "block": compute_v1.FutureResourcesRecommendation(
+                        location="zones/us-central1-a",
+                        start_time="2026-12-21T08:00:00Z",
+                        end_time="2026-12-28T08:00:00Z",
+                        other_locations={
+                            "zones/us-central1-b": compute_v1.FutureResourcesRecommendationOtherLocation(
+                                status="RECOMMENDED", details="fits there too"
+                            ),
+                            "zones/us-central1-c": compute_v1.FutureResourcesRecommendationOtherLocation(
+                                status="NO_CAPACITY", details="full"
+                            ),
+                        },
+                    )
+                }
+            )
+        ]
+    )
+    offers, unavailable = read_offers(response, ["us-central1-a", "us-central1-b", "us-central1-c"])
+    assert [o.zone for o in offers] == ["us-central1-a"]
+    assert unavailable == {"us-central1-c": "NO_CAPACITY: full"}
+
+
+def test_one_region_refusing_the_advice_is_that_region_s_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    from google.cloud import compute_v1
+
+    from airflow_provider_dws.errors import InvalidRequestError
+    from airflow_provider_dws.exceptions import BadRequestError
+    from airflow_provider_dws.runtime.calendar_find import find_block
+
+    start = (SOON.replace(microsecond=0)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def advise(self: Any, region: str, request: Any) -> Any:
+        if region == "us-east4":
+            raise InvalidRequestError("calendar mode is not offered to this project in us-east4")
+        item = compute_v1.FutureResourcesRecommendation(
+            location=f"zones/{ZONE}", start_time=start, end_time=start
+        )
+        return compute_v1.CalendarModeAdviceResponse(
+            recommendations=[compute_v1.CalendarModeRecommendation(recommendations_per_spec={"block": item})]
+        )
+
+    monkeypatch.setattr(FutureReservationBackend, "advise", advise)
+    monkeypatch.setattr(FindCalendarBlockOperator, "log", Lines())
+    find = FindCalendarBlockOperator(
+        task_id="find",
+        project_id="my-project",
+        zones=["us-east4-b", ZONE],
+        machine_type="a3-highgpu-8g",
+        vm_count=8,
+        duration=timedelta(days=7),
+        latest_start=timedelta(weeks=4),
+    )
+    choice = find_block(find, {"ti": TI()})  # type: ignore[arg-type]
+    assert choice["zone"] == ZONE
+    assert "refused: calendar mode is not offered" in choice["unavailable"]["us-east4-b"]
+    find.zones = ["us-east4-b"]
+    with pytest.raises(BadRequestError, match="refused the calendar-mode advice \\(us-east4: calendar mode"):
+        find_block(find, {"ti": TI()})  # type: ignore[arg-type]

@@ -144,6 +144,6 @@ def test_backend_spec_round_trip() -> None:
 def test_unknown_backend_kind() -> None:
     with pytest.raises(
         ValueError,
-        match=r"unknown DWS backend kind 'gke'; known: \['batch_job', 'compute_resize_request', 'tpu_queued_resource', 'vertex_custom_job'\]",
+        match=r"unknown DWS backend kind 'gke'; known: \['batch_job', 'compute_future_reservation', 'compute_resize_request', 'tpu_queued_resource', 'vertex_custom_job'\]",
     ):
         backend_from_spec("gke", {})

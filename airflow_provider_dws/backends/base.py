@@ -258,6 +258,19 @@ class GroupedLister(Protocol):
 
 
 @runtime_checkable
+class GivesUpWaiting(Protocol):
+    """A backend whose requests may leave waiting for a state that is not yet the wait's target and
+    must not be cancelled then (a calendar block approved: booked for its task). The trigger gives a
+    request up at its max wait through :meth:`agive_up`; other backends' requests are released
+    (:meth:`AsyncRequestBackend.arelease`)."""
+
+    async def agive_up(self, name: str) -> RequestStatus | None:
+        """Cancel ``name`` if it still waits (read again now); ``None`` when it was given up or is
+        gone, else its status now (it moved on meanwhile: nothing was cancelled). Errors propagate."""
+        ...
+
+
+@runtime_checkable
 class RequestBackend(AsyncRequestBackend, Protocol):
     """The whole backend contract: the sync half (operators, in a worker) and the async half.
 

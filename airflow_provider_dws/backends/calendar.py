@@ -25,11 +25,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_provider_dws.backends.base import RequestStatus, classify_listed
 from airflow_provider_dws.backends.compute import ComputeBackend, _each, _when, in_pool
-from airflow_provider_dws.backends.google import translated
 from airflow_provider_dws.errors import (
     ConflictError,
     InvalidRequestError,
-    RequestAlreadyExistsError,
     RequestNotFoundError,
 )
 from airflow_provider_dws.facts import CALENDAR_TPU_ROWS
@@ -51,6 +49,8 @@ UNDELIVERED = tuple(
     for state, phase in FUTURE_RESERVATION_STATES.phases.items()
     if phase.value in ("waiting", "provisioning")
 )
+#: Not approved yet: nothing is booked for it; the only states a max wait gives up.
+AWAITING_APPROVAL = ("DRAFTING", "PENDING_APPROVAL")
 #: Delivered, wholly or in part: reservations exist; a release deletes them and the request.
 DELIVERED = ("FULFILLED", "FAILED_PARTIALLY_FULFILLED")
 #: Namespace of the cancel and delete calls' request ids (one per resource and verb).
@@ -278,6 +278,9 @@ class FutureReservationBackend(ComputeBackend):
 
     kind = "compute_future_reservation"
     location_key = "location"
+    call_namespace = _CALL_NAMESPACE
+    #: Cancelled while not delivered (the API refuses once the block is locked for procurement).
+    cancellable = UNDELIVERED
 
     @property
     def zone(self) -> str:
@@ -288,8 +291,29 @@ class FutureReservationBackend(ComputeBackend):
         """The full name of ``future_reservation`` here."""
         return FutureReservationName(self.project_id, self.zone, future_reservation).path
 
-    def _client(self) -> Any:
+    def _api(self) -> Any:
         return self.hook.get_future_reservations_client()
+
+    def _message(self, verb: str, **fields: Any) -> Any:
+        from google.cloud import compute_v1
+
+        return getattr(compute_v1, f"{verb}FutureReservationRequest")(**fields)
+
+    def _insert(self, request: FutureReservation, token: str) -> tuple[str, Any]:
+        message = self._message(
+            "Insert",
+            project=self.project_id,
+            zone=self.zone,
+            future_reservation_resource=request,
+            request_id=token,
+        )
+        return self.name_of(request.name), message
+
+    def _state(self, resource: FutureReservation) -> str:
+        return str(resource.status.procurement_status)
+
+    def _classify(self, resource: FutureReservation, name: str) -> RequestStatus:
+        return future_reservation_status(resource, name)
 
     def _key(self, name: str) -> dict[str, Any]:
         where = parse_future_reservation_name(name)
@@ -304,21 +328,9 @@ class FutureReservationBackend(ComputeBackend):
 
     # -- sync (worker) -----------------------------------------------------------------------------
 
-    def get(self, name: str) -> FutureReservation | None:
-        """Read one future reservation; ``None`` when it does not exist."""
-        try:
-            return self._rpc(f"get {name}", self._client().get, **self._key(name))
-        except RequestNotFoundError:
-            return None
-
-    def get_status(self, name: str) -> RequestStatus | None:
-        """Read one future reservation, classified; ``None`` when gone."""
-        fr = self.get(name)
-        return None if fr is None else future_reservation_status(fr, name)
-
     def list_zone(self) -> list[RequestStatus]:
         """Every future reservation of the zone (all pages), classified."""
-        client = self._client()
+        client = self._api()
 
         def list_all() -> list[Any]:
             return list(client.list(request=self._list_message(), timeout=self.rpc_timeout))
@@ -334,77 +346,6 @@ class FutureReservationBackend(ComputeBackend):
             for status in self.list_zone()
             if is_attempt_of(parse_future_reservation_name(status.name).future_reservation, base)
         ]
-
-    def submit(
-        self, request: FutureReservation, identity: RequestIdentity, request_id: str | None = None
-    ) -> tuple[RequestStatus, bool]:
-        """Create the future reservation (named as the identity says), with ``request_id`` (default
-        :meth:`RequestIdentity.request_uuid`) so a repeated insert is answered once; one of that name
-        already there (looked up first, or ALREADY_EXISTS) is adopted. Returns it and whether this call
-        created it."""
-        from google.cloud.compute_v1 import InsertFutureReservationRequest
-
-        name = self.name_of(request.name)
-        token = request_id or identity.request_uuid()
-
-        def create() -> RequestStatus:
-            message = InsertFutureReservationRequest(
-                project=self.project_id, zone=self.zone, future_reservation_resource=request, request_id=token
-            )
-            operation = self._client().insert_unary(request=message, timeout=self.rpc_timeout)
-            self.wait_operation(operation, f"create {name}")
-            created = self.get_status(name)
-            if created is None:
-                raise RequestNotFoundError(f"{name} vanished right after it was created")
-            return created
-
-        existing = self.get_status(name)  # a try that made it before: adopt, without an insert
-        if existing is not None:
-            return existing, False
-        try:
-            return self._create(f"create {name}", create, lambda: self.get_status(name))
-        except RequestAlreadyExistsError:
-            existing = self.get_status(name)
-            if existing is None:
-                raise
-            return existing, False
-
-    def _verb(self, verb: str, name: str) -> bool:
-        """``cancel`` or ``delete`` one future reservation and wait for its operation; False when gone."""
-        from google.cloud import compute_v1
-
-        token = str(uuid.uuid5(_CALL_NAMESPACE, f"{verb}:{name}"))
-        message = getattr(compute_v1, f"{verb.capitalize()}FutureReservationRequest")(
-            request_id=token, **self._key(name)
-        )
-        try:
-            operation = self._rpc(f"{verb} {name}", getattr(self._client(), f"{verb}_unary"), request=message)
-            self.wait_operation(operation, f"{verb} {name}")
-        except RequestNotFoundError:
-            return False
-        return True
-
-    def cancel(self, name: str) -> bool:
-        """Cancel a block not delivered yet; one that was delivered or ended meanwhile is left (the API
-        refuses there). False when there was nothing to cancel."""
-        try:
-            return self._verb("cancel", name)
-        except (ConflictError, InvalidRequestError):
-            current = self.get(name)
-            if current is None or current.status.procurement_status not in UNDELIVERED:
-                log.info(
-                    "%s is %s: nothing to cancel",
-                    name,
-                    current.status.procurement_status if current else "gone",
-                )
-                return False
-            raise
-
-    def delete(self, name: str) -> bool:
-        """Delete the future reservation; False when it was gone (looked up first)."""
-        if self.get(name) is None:
-            return False
-        return self._verb("delete", name)
 
     def delete_reservation(self, url: str) -> bool:
         """Delete one reservation a delivered block created (its full name or URL); False when gone."""
@@ -455,7 +396,9 @@ class FutureReservationBackend(ComputeBackend):
 
     def discard(self, name: str) -> list[str]:
         """Leave nothing of a block: cancel it if it is not delivered, delete the reservations it
-        delivered, then delete it. Returns what was done (empty when it was gone)."""
+        delivered and the one it names (``reservation_name``: created at its approval, INACTIVE until
+        its start, and left behind by a block that was cancelled or failed), then delete it. Returns
+        what was done (empty when it was gone)."""
         current = self.get(name)
         if current is None:
             return []
@@ -469,9 +412,14 @@ class FutureReservationBackend(ComputeBackend):
                 # Locked (PROCURING): a cancel is refused there, a delete may not be.
                 log.warning("%s is %s and its cancel was refused (%s); deleting it", name, state, err.message)
             current = self.get(name) or current
-        for url in current.status.auto_created_reservations:
-            if self.delete_reservation(url):
-                done.append(f"deleted reservation {url.rsplit('/', 1)[-1]}")
+        urls = [parse_reservation_name(url) for url in current.status.auto_created_reservations]
+        where = parse_future_reservation_name(name)
+        if current.reservation_name and current.status.procurement_status not in UNDELIVERED:
+            # Still to be delivered (locked): its reservation is delivered with it, not deleted now.
+            urls.append((where.project, where.zone, current.reservation_name))
+        for project, zone, reservation in dict.fromkeys(urls):
+            if self.delete_reservation(f"projects/{project}/zones/{zone}/reservations/{reservation}"):
+                done.append(f"deleted reservation {reservation}")
         if self.delete(name):
             done.append("deleted")
         return done
@@ -488,20 +436,6 @@ class FutureReservationBackend(ComputeBackend):
 
     # -- async (triggerer), in the shared pool -----------------------------------------------------
 
-    def _get_once(self, name: str) -> FutureReservation:
-        with translated():
-            return self._client().get(timeout=self.rpc_timeout, **self._key(name))
-
-    async def aget_status(self, name: str) -> RequestStatus:
-        """Read one block, classified: one call in the pool; errors propagate (the poller retries)."""
-        return future_reservation_status(await in_pool(self._get_once, name), name)
-
-    def _pages(self) -> list[list[Any]]:
-        """Every page of the zone's future reservations, one call each, not retried (the poller retries)."""
-        with translated():
-            pager = self._client().list(request=self._list_message(), timeout=self.rpc_timeout)
-            return [list(page.items) for page in pager.pages]
-
     async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
         """The zone's blocks named in ``only`` (all when ``None``), classified, with one paged list in the
         pool: one list per zone per interval serves every wait there, whenever the blocks start. Ended
@@ -509,40 +443,28 @@ class FutureReservationBackend(ComputeBackend):
         wanted: set[str] | None = None
         if isinstance(only, Iterable):
             wanted = {parse_future_reservation_name(name).future_reservation for name in only}
-        pages = await in_pool(self._pages)
+        pages = await in_pool(self._pages, self._list_message())
         listed = await classify_listed(
             _each(pages), wanted, lambda fr: future_reservation_status(fr, self.name_of(fr.name))
         )
         return {status.name: status for status in listed.values()}
 
-    def _cancel_once(self, name: str) -> None:
-        from google.cloud.compute_v1 import CancelFutureReservationRequest
-
-        token = str(uuid.uuid5(_CALL_NAMESPACE, f"cancel:{name}"))
-        with translated():
-            message = CancelFutureReservationRequest(request_id=token, **self._key(name))
-            operation = self._client().cancel_unary(request=message, timeout=self.rpc_timeout)
-        self.wait_operation(operation, f"cancel {name}")
-
-    async def arelease(self, name: str) -> bool:
-        """Cancel a block not delivered yet, from the event loop: each call in the pool, transient
-        errors retried with async backoff. One delivered, ended or gone is left (False): a delivered
-        block is the release task's to delete."""
+    async def agive_up(self, name: str) -> RequestStatus | None:
+        """The max wait for approval passed: cancel the block if it still awaits approval (read again
+        now). One approved (or locked, or delivered) meanwhile is booked for its task and not
+        cancelled: its status is returned, and the wait ends on it. ``None`` once given up or gone."""
         try:
             current = await self._acall(f"get {name}", in_pool, self._get_once, name)
-            if current.status.procurement_status not in UNDELIVERED:
-                log.info("%s is %s: nothing to cancel", name, current.status.procurement_status)
-                return False
-            await self._acall(f"cancel {name}", in_pool, self._cancel_once, name)
+            if self._state(current) in AWAITING_APPROVAL:
+                await self._acall(f"cancel {name}", in_pool, self._cancel_once, name)
+                return None
         except RequestNotFoundError:
-            log.info("%s is already gone", name)
-            return False
+            return None
         except (ConflictError, InvalidRequestError):
             try:
                 current = await self._acall(f"get {name}", in_pool, self._get_once, name)
             except RequestNotFoundError:
-                return False
-            if current.status.procurement_status in UNDELIVERED:
+                return None
+            if self._state(current) in AWAITING_APPROVAL:
                 raise
-            return False
-        return True
+        return self._classify(current, name)

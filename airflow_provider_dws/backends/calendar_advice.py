@@ -88,12 +88,14 @@ def advice_request(
 
 def read_offers(response: Any, zones: Container[str]) -> tuple[list[BlockOffer], dict[str, str]]:
     """The offers of an advice response in ``zones`` (its order kept), and what it says of the zones it
-    did not recommend (``zone -> "NO_CAPACITY: details"``)."""
+    did not recommend (``zone -> "NO_CAPACITY: details"``; a zone it names RECOMMENDED is not one)."""
     offers: list[BlockOffer] = []
     others: dict[str, str] = {}
     for recommendation in response.recommendations:
         for item in recommendation.recommendations_per_spec.values():
             for location, other in item.other_locations.items():
+                if other.status == "RECOMMENDED":
+                    continue  # offered too (its own recommendation, if any, gives the block)
                 zone = location.rsplit("/", 1)[-1]
                 others[zone] = f"{other.status}: {other.details}" if other.details else str(other.status)
             zone = (item.location or "").rsplit("/", 1)[-1]

@@ -25,7 +25,7 @@ from collections.abc import Callable, Container, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 
 from airflow_provider_dws.backends.base import RequestStatus, classify_listed
 from airflow_provider_dws.backends.google import GoogleBackend, translated
@@ -202,11 +202,49 @@ class _NoAsyncHook(DwsAsyncHookBase[DwsComputeHook, Any]):
 
 class ComputeBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
     """Base of the Compute Engine backends (resize requests, future reservations): the sync hook,
-    whose clients the async half runs in :func:`compute_pool`, and the polling of the operations
-    their ``*_unary()`` calls return."""
+    whose clients the async half runs in :func:`compute_pool`, the polling of the operations their
+    ``*_unary()`` calls return, and the calls both make the same way (get, create with a request id
+    and adopt, cancel, delete, and their async halves), driven by a few hooks:
+
+    :meth:`_api` (the resource's client), :meth:`_key` (a full name as call fields), :meth:`_message`
+    (a verb's request message), :meth:`_insert` (a create's full name and message),
+    :meth:`_state` and :meth:`_classify` (a resource's state, and its status), with
+    :attr:`call_namespace` and :attr:`cancellable`.
+    """
 
     sync_hook_class = DwsComputeHook
     async_hook_class = _NoAsyncHook
+    #: Namespace of the cancel and delete calls' request ids (one per resource and verb).
+    call_namespace: ClassVar[uuid.UUID]
+    #: The states in which the API takes a cancel (it refuses elsewhere).
+    cancellable: ClassVar[tuple[str, ...]] = ()
+
+    # -- hooks -------------------------------------------------------------------------------------
+
+    def _api(self) -> Any:
+        """The client of this backend's resource."""
+        raise NotImplementedError
+
+    def _key(self, name: str) -> dict[str, Any]:
+        """The call fields naming the resource ``name`` (its full name)."""
+        raise NotImplementedError
+
+    def _message(self, verb: str, **fields: Any) -> Any:
+        """The request message of ``verb`` (``Insert``, ``Cancel``, ``Delete``): ``request_id``
+        travels only on a message (the flattened arguments lack it)."""
+        raise NotImplementedError
+
+    def _insert(self, request: Any, token: str) -> tuple[str, Any]:
+        """The full name ``request`` creates and its insert message (``request_id=token``)."""
+        raise NotImplementedError
+
+    def _state(self, resource: Any) -> str:
+        """A resource's state as the API spells it."""
+        raise NotImplementedError
+
+    def _classify(self, resource: Any, name: str) -> RequestStatus:
+        """A resource in the shared vocabulary (no API call)."""
+        raise NotImplementedError
 
     # -- operations --------------------------------------------------------------------------------
 
@@ -242,6 +280,135 @@ class ComputeBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
                 raise gexc.from_http_status(operation.http_error_status_code or 400, f"{what}: {message}")
         return operation
 
+    # -- sync (worker) -----------------------------------------------------------------------------
+
+    def get(self, name: str) -> Any | None:
+        """Read one resource; ``None`` when it (or what holds it) does not exist."""
+        try:
+            return self._rpc(f"get {name}", self._api().get, **self._key(name))
+        except RequestNotFoundError:
+            return None
+
+    def get_status(self, name: str) -> RequestStatus | None:
+        """Read one resource, classified; ``None`` when gone."""
+        resource = self.get(name)
+        return None if resource is None else self._classify(resource, name)
+
+    def submit(
+        self,
+        request: Any,
+        identity: RequestIdentity,
+        request_id: str | None = None,
+        *,
+        before_create: Callable[[], None] | None = None,
+    ) -> tuple[RequestStatus, bool]:
+        """Create the resource (its name is the identity's), with ``request_id`` (default
+        :meth:`RequestIdentity.request_uuid`) so a repeated insert is answered once; one of that name
+        already there (looked up first, or ALREADY_EXISTS) is adopted. ``before_create`` runs only
+        when nothing of that name exists (a check that applies to a new request, not an adopted one).
+        Returns it and whether this call created it."""
+        token = request_id or identity.request_uuid()
+        name, message = self._insert(request, token)
+
+        def create() -> RequestStatus:
+            operation = self._api().insert_unary(request=message, timeout=self.rpc_timeout)
+            self.wait_operation(operation, f"create {name}")
+            created = self.get_status(name)
+            if created is None:
+                raise RequestNotFoundError(f"{name} vanished right after it was created")
+            return created
+
+        existing = self.get_status(name)  # a try that made it before: adopt, without an insert
+        if existing is not None:
+            return existing, False
+        if before_create is not None:
+            before_create()
+        try:
+            return self._create(f"create {name}", create, lambda: self.get_status(name))
+        except RequestAlreadyExistsError:
+            existing = self.get_status(name)
+            if existing is None:
+                raise
+            return existing, False
+
+    def _token(self, verb: str, name: str) -> str:
+        return str(uuid.uuid5(self.call_namespace, f"{verb}:{name}"))
+
+    def _verb(self, verb: str, name: str) -> bool:
+        """``cancel`` or ``delete`` one resource and wait for its operation; False when it is gone."""
+        method = getattr(self._api(), f"{verb}_unary")
+        try:
+            message = self._message(verb.capitalize(), request_id=self._token(verb, name), **self._key(name))
+            operation = self._rpc(f"{verb} {name}", method, request=message)
+            self.wait_operation(operation, f"{verb} {name}")
+        except RequestNotFoundError:
+            return False
+        return True
+
+    def cancel(self, name: str) -> bool:
+        """Cancel a resource in a :attr:`cancellable` state; one that left those states meanwhile is
+        fine (the API refuses it there). False when there was nothing to cancel."""
+        try:
+            return self._verb("cancel", name)
+        except (ConflictError, InvalidRequestError):
+            current = self.get(name)
+            if current is None or self._state(current) not in self.cancellable:
+                log.info("%s is %s: nothing to cancel", name, self._state(current) if current else "gone")
+                return False
+            raise
+
+    def delete(self, name: str) -> bool:
+        """Delete the resource; False when it was gone (looked up first: a repeated delete's
+        ``request_id`` is answered again)."""
+        if self.get(name) is None:
+            return False
+        return self._verb("delete", name)
+
+    # -- async (triggerer), in the shared pool -----------------------------------------------------
+
+    def _get_once(self, name: str) -> Any:
+        with translated():
+            return self._api().get(timeout=self.rpc_timeout, **self._key(name))
+
+    async def aget_status(self, name: str) -> RequestStatus:
+        """Read one resource, classified: one call in the pool; errors propagate (the poller retries)."""
+        return self._classify(await in_pool(self._get_once, name), name)
+
+    def _pages(self, message: Any) -> list[list[Any]]:
+        """Every page of the list ``message`` asks for, one call each, not retried (the poller retries)."""
+        with translated():
+            pager = self._api().list(request=message, timeout=self.rpc_timeout)
+            return [list(page.items) for page in pager.pages]
+
+    def _cancel_once(self, name: str) -> None:
+        with translated():
+            message = self._message("Cancel", request_id=self._token("cancel", name), **self._key(name))
+            operation = self._api().cancel_unary(request=message, timeout=self.rpc_timeout)
+        self.wait_operation(operation, f"cancel {name}")
+
+    async def arelease(self, name: str) -> bool:
+        """Cancel a resource in a :attr:`cancellable` state from the event loop: each call in the
+        pool, transient errors retried with async backoff (no pool thread sleeps). One in another
+        state, or gone, is left (False)."""
+        try:
+            current = await self._acall(f"get {name}", in_pool, self._get_once, name)
+            if self._state(current) not in self.cancellable:
+                log.info("%s is %s: nothing to cancel", name, self._state(current))
+                return False
+            await self._acall(f"cancel {name}", in_pool, self._cancel_once, name)
+        except RequestNotFoundError:
+            log.info("%s is already gone", name)
+            return False
+        except (ConflictError, InvalidRequestError):
+            try:
+                current = await self._acall(f"get {name}", in_pool, self._get_once, name)
+            except RequestNotFoundError:
+                return False
+            if self._state(current) in self.cancellable:
+                raise
+            return False
+        return True
+
 
 class ComputeResizeRequestBackend(ComputeBackend):
     """Create, read, list, cancel and delete the resize requests of the MIGs of one zone or region.
@@ -254,6 +421,8 @@ class ComputeResizeRequestBackend(ComputeBackend):
 
     kind = "compute_resize_request"
     location_key = "location"
+    call_namespace = _CALL_NAMESPACE
+    cancellable = CANCELLABLE
 
     @property
     def regional(self) -> bool:
@@ -309,19 +478,28 @@ class ComputeResizeRequestBackend(ComputeBackend):
             "resize_request": where.resize_request,
         }
 
+    def _api(self) -> Any:
+        return self._requests()
+
+    def _insert(self, request: ResizeAsk, token: str) -> tuple[str, Any]:
+        resource = request.resize_request
+        message = self._message(
+            "Insert",
+            project=self.project_id,
+            **self.scope,
+            instance_group_manager=request.instance_group_manager,
+            instance_group_manager_resize_request_resource=resource,
+            request_id=token,
+        )
+        return self.name_of(request.instance_group_manager, resource.name), message
+
+    def _state(self, resource: InstanceGroupManagerResizeRequest) -> str:
+        return str(resource.state)
+
+    def _classify(self, resource: InstanceGroupManagerResizeRequest, name: str) -> RequestStatus:
+        return resize_request_status(resource, name)
+
     # -- sync (worker) -----------------------------------------------------------------------------
-
-    def get(self, name: str) -> InstanceGroupManagerResizeRequest | None:
-        """Read one resize request; ``None`` when it (or its MIG) does not exist."""
-        try:
-            return self._rpc(f"get {name}", self._requests().get, **self._key(name))
-        except RequestNotFoundError:
-            return None
-
-    def get_status(self, name: str) -> RequestStatus | None:
-        """Read one resize request, classified; ``None`` when gone."""
-        rr = self.get(name)
-        return None if rr is None else resize_request_status(rr, name)
 
     def list_mig(self, mig: str) -> list[RequestStatus]:
         """Every resize request of ``mig`` (all pages), classified; a MIG that does not exist has none."""
@@ -346,75 +524,6 @@ class ComputeResizeRequestBackend(ComputeBackend):
             for status in self.list_mig(mig or identity.group_name())
             if is_attempt_of(parse_resize_request_name(status.name).resize_request, base)
         ]
-
-    def submit(
-        self, request: ResizeAsk, identity: RequestIdentity, request_id: str | None = None
-    ) -> tuple[RequestStatus, bool]:
-        """Create the resize request (its ``name`` is the identity's), with ``request_id`` (default
-        :meth:`RequestIdentity.request_uuid`) so a repeated insert is answered once; a request of
-        that name already there (looked up first, or ALREADY_EXISTS) is adopted. Returns it and
-        whether this call created it."""
-        resource = request.resize_request
-        name = self.name_of(request.instance_group_manager, resource.name)
-        token = request_id or identity.request_uuid()
-
-        def create() -> RequestStatus:
-            message = self._message(
-                "Insert",
-                project=self.project_id,
-                **self.scope,
-                instance_group_manager=request.instance_group_manager,
-                instance_group_manager_resize_request_resource=resource,
-                request_id=token,
-            )
-            operation = self._requests().insert_unary(request=message, timeout=self.rpc_timeout)
-            self.wait_operation(operation, f"create {name}")
-            created = self.get_status(name)
-            if created is None:
-                raise RequestNotFoundError(f"{name} vanished right after it was created")
-            return created
-
-        existing = self.get_status(name)  # a try that made it before: adopt, without an insert
-        if existing is not None:
-            return existing, False
-        try:
-            return self._create(f"create {name}", create, lambda: self.get_status(name))
-        except RequestAlreadyExistsError:
-            existing = self.get_status(name)
-            if existing is None:
-                raise
-            return existing, False
-
-    def _verb(self, verb: str, name: str) -> bool:
-        """``cancel`` or ``delete`` one request and wait for its operation; False when it is gone."""
-        method = getattr(self._requests(), f"{verb}_unary")
-        token = str(uuid.uuid5(_CALL_NAMESPACE, f"{verb}:{name}"))
-        try:
-            message = self._message(verb.capitalize(), request_id=token, **self._key(name))
-            operation = self._rpc(f"{verb} {name}", method, request=message)
-            self.wait_operation(operation, f"{verb} {name}")
-        except RequestNotFoundError:
-            return False
-        return True
-
-    def cancel(self, name: str) -> bool:
-        """Cancel a waiting request (CREATING, ACCEPTED); one that left those states meanwhile is
-        fine (the API refuses it there). False when there was nothing to cancel."""
-        try:
-            return self._verb("cancel", name)
-        except (ConflictError, InvalidRequestError):
-            current = self.get(name)
-            if current is None or current.state not in CANCELLABLE:
-                log.info("%s is %s: nothing to cancel", name, current.state if current else "gone")
-                return False
-            raise
-
-    def delete(self, name: str) -> bool:
-        """Delete an ended request (SUCCEEDED, FAILED, CANCELLED; deleting it deletes no VM). False
-        when it was gone (looked up first: a repeated delete's ``request_id`` is answered again)."""
-        if self.get(name) is None:
-            return False
-        return self._verb("delete", name)
 
     def release(self, name: str, *, wait: bool = False) -> bool:
         """Give the capacity back: cancel a waiting request (and, with ``wait``, delete it once
@@ -452,20 +561,6 @@ class ComputeResizeRequestBackend(ComputeBackend):
 
     # -- async (triggerer), in the shared pool -----------------------------------------------------
 
-    def _get_once(self, name: str) -> InstanceGroupManagerResizeRequest:
-        with translated():
-            return self._requests().get(timeout=self.rpc_timeout, **self._key(name))
-
-    async def aget_status(self, name: str) -> RequestStatus:
-        """Read one request, classified: one call in the pool; errors propagate (the poller retries)."""
-        return resize_request_status(await in_pool(self._get_once, name), name)
-
-    def _pages(self, mig: str) -> list[list[Any]]:
-        """Every page of ``mig``'s resize requests, one call each, not retried (the poller retries)."""
-        with translated():
-            pager = self._requests().list(request=self._list_message(mig), timeout=self.rpc_timeout)
-            return [list(page.items) for page in pager.pages]
-
     async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
         """The requests of every MIG named in ``only`` (the shared poller's group: one MIG),
         classified, with one paged list per MIG in the pool. Resize requests are listed per MIG, not
@@ -479,41 +574,12 @@ class ComputeResizeRequestBackend(ComputeBackend):
             wanted.setdefault(where.instance_group_manager, set()).add(where.resize_request)
         found: dict[str, RequestStatus] = {}
         for mig, names in wanted.items():
-            pages = await in_pool(self._pages, mig)
+            pages = await in_pool(self._pages, self._list_message(mig))
             listed = await classify_listed(
                 _each(pages), names, lambda rr, mig=mig: resize_request_status(rr, self.name_of(mig, rr.name))
             )
             found.update({status.name: status for status in listed.values()})
         return found
-
-    def _cancel_once(self, name: str) -> None:
-        token = str(uuid.uuid5(_CALL_NAMESPACE, f"cancel:{name}"))
-        with translated():
-            message = self._message("Cancel", request_id=token, **self._key(name))
-            operation = self._requests().cancel_unary(request=message, timeout=self.rpc_timeout)
-        self.wait_operation(operation, f"cancel {name}")
-
-    async def arelease(self, name: str) -> bool:
-        """Cancel a waiting request from the event loop: each call in the pool, transient errors
-        retried with async backoff (no pool thread sleeps). One ended or gone is fine (False)."""
-        try:
-            current = await self._acall(f"get {name}", in_pool, self._get_once, name)
-            if current.state not in CANCELLABLE:
-                log.info("%s is %s: nothing to cancel", name, current.state)
-                return False
-            await self._acall(f"cancel {name}", in_pool, self._cancel_once, name)
-        except RequestNotFoundError:
-            log.info("%s is already gone", name)
-            return False
-        except (ConflictError, InvalidRequestError):
-            try:
-                current = await self._acall(f"get {name}", in_pool, self._get_once, name)
-            except RequestNotFoundError:
-                return False
-            if current.state in CANCELLABLE:
-                raise
-            return False
-        return True
 
 
 async def _each(pages: Sequence[list[Any]]) -> Any:

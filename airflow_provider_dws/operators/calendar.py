@@ -205,7 +205,7 @@ class FindCalendarBlockOperator(_ShapeMixin, DwsBaseOperator):
             "must be a list of distinct Compute Engine zones such as ['us-central1-a']",
             templated=True,
         ),
-        # No quick test: the range is checked as a whole, against the clock, on every parse (cheap).
+        # No quick test: their form and time zone are checked; the range against the clock when the task runs.
         Check("latest_start", templated=True, explain=check_search_range),
         Check("earliest_start", templated=True, optional=True, explain=check_search_range),
         Check("order", lambda v: v in facts.CALENDAR_ORDERS, f"must be one of {list(facts.CALENDAR_ORDERS)}"),
@@ -244,7 +244,7 @@ class FindCalendarBlockOperator(_ShapeMixin, DwsBaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Ask the advice of each region, pick a block, log the choice and the alternatives."""
-        from airflow_provider_dws.runtime.calendar import find_block
+        from airflow_provider_dws.runtime.calendar_find import find_block
 
         self.check_parameters(rendered=True)
         return find_block(self, context)
@@ -265,7 +265,8 @@ class ReserveCalendarBlockOperator(_ShapeMixin, DwsRequestOperator):
     slot) and fails with :class:`~airflow_provider_dws.exceptions.CapacityNotObtainedError` and the
     reason when it is DECLINED or FAILED (the request is then deleted: nothing is left). A request not
     approved within ``max_wait`` is cancelled. With ``wait_for_delivery=True`` it waits on until the
-    block is delivered (as :class:`WaitForCalendarBlockOperator` does).
+    block is delivered and ends as :class:`WaitForCalendarBlockOperator` does: it returns the
+    reservation(s) too and emits an event of ``asset``.
 
     Returns the future reservation's full name, zone, start, end and what it reserves. Give it back
     with :class:`ReleaseCalendarBlockOperator` as a teardown.
@@ -277,6 +278,9 @@ class ReserveCalendarBlockOperator(_ShapeMixin, DwsRequestOperator):
     :param machine_type, vm_count, tpu_version, chip_count, workload_type: what it reserves (as for
         :class:`FindCalendarBlockOperator`).
     :param wait_for_delivery: wait until delivered, not only approved (default False).
+    :param asset: with ``wait_for_delivery``, the asset whose event says the block is delivered (an
+        ``Asset`` or its URI); default ``x-dws-calendar://<dag_id>/<task_id>``, the one a
+        :class:`WaitForCalendarBlockOperator` of this task emits.
     :param max_wait: how long to wait for approval (default 1 hour, at most 7 days).
     :param deadline: nothing is submitted, and no wait extends, past it.
     :param project_id, gcp_conn_id, impersonation_chain: as for the other operators.
@@ -318,6 +322,7 @@ class ReserveCalendarBlockOperator(_ShapeMixin, DwsRequestOperator):
         chip_count: int | None = None,
         workload_type: str = "BATCH",
         wait_for_delivery: bool = False,
+        asset: Asset | str | None = None,
         max_wait: timedelta | int | float = facts.CALENDAR_DEFAULT_APPROVAL_WAIT,
         deadline: Deadline | timedelta | datetime | None = None,
         project_id: str | None = None,
@@ -354,6 +359,12 @@ class ReserveCalendarBlockOperator(_ShapeMixin, DwsRequestOperator):
                 )
         if self.has_shape():
             _check_shape(self)
+        self.asset: Asset | None = None
+        if wait_for_delivery is True:
+            self.asset = block_asset(self, asset, self.task_id)
+            self.outlets = [*self.outlets, self.asset]
+        elif asset is not None:
+            raise self._param_error("asset is emitted on delivery: pass it with wait_for_delivery=True")
         self.init_policies(None, deadline, None, None)
 
     def home_placement(self) -> Placement:
@@ -407,7 +418,8 @@ class WaitForCalendarBlockOperator(DwsRequestOperator):
         ``x-dws-calendar://<dag_id>/<reserve_task_id>`` (an ``x-`` scheme: Airflow normalizes it
         without loading every provider's asset handlers, which would cost a DAG file's parse seconds).
     :param poll_interval: seconds between the zone's lists (default 300).
-    :param cancel_on_kill: cancel the block when a user kills the waiting task (default True).
+    :param cancel_on_kill: has no effect: a wait never cancels the block, which is its reserve task's
+        (killed, cleared or timed out, the wait only stops; the release gives the block back).
     :param project_id, gcp_conn_id, impersonation_chain, deferrable: as for the other operators.
     """
 
@@ -460,21 +472,9 @@ class WaitForCalendarBlockOperator(DwsRequestOperator):
         if (reserve_task_id is None) == (future_reservation is None):
             raise self._param_error("pass exactly one of reserve_task_id and future_reservation")
         self.check_parameters(rendered=False)
-        self.asset = self._asset(asset)
+        self.asset = block_asset(self, asset, reserve_task_id or "block")
         self.outlets = [*self.outlets, self.asset]
         self.init_policies(None, None, None, None)
-
-    def _asset(self, asset: Asset | str | None) -> Asset:
-        from airflow.sdk import Asset
-
-        if isinstance(asset, Asset):
-            return asset
-        if isinstance(asset, str) and asset.strip():
-            return Asset(asset)
-        if asset is not None:
-            raise self._param_error(f"asset must be an Asset or its URI, got {asset!r}")
-        dag = self.dag_id if self.has_dag() else "any"
-        return Asset(f"x-dws-calendar://{dag}/{self.reserve_task_id or 'block'}")
 
     def home_placement(self) -> Placement:
         """The block's zone: from its name (given, or found when the task runs or resumes)."""
@@ -538,6 +538,23 @@ class ReleaseCalendarBlockOperator(DwsBaseOperator):
 
         self.check_parameters(rendered=True)
         return release_blocks(self, context)
+
+
+def block_asset(op: Any, asset: Asset | str | None, task_id: str) -> Asset:
+    """The asset of a block's delivery: ``asset`` (an ``Asset`` or its URI), or
+    ``x-dws-calendar://<dag_id>/<task_id>`` (``task_id``: the reserve task's). An ``x-`` scheme: Airflow
+    normalizes it without loading every provider's asset handlers, which would cost a DAG file's
+    parse seconds (and import the Google provider)."""
+    from airflow.sdk import Asset
+
+    if isinstance(asset, Asset):
+        return asset
+    if isinstance(asset, str) and asset.strip():
+        return Asset(asset)
+    if asset is not None:
+        raise op._param_error(f"asset must be an Asset or its URI, got {asset!r}")
+    dag = op.dag_id if op.has_dag() else "any"
+    return Asset(f"x-dws-calendar://{dag}/{task_id}")
 
 
 def duration_limit(op: Any, name: str, value: Any) -> timedelta:

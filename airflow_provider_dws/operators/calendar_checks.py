@@ -1,6 +1,11 @@
-"""The calendar operators' detailed checks: the times of a block (run on every parse: they are
-cheap, stdlib and :mod:`~airflow_provider_dws.facts` only) and why a shape is refused (the catalog is
-imported only then)."""
+"""The calendar operators' detailed checks: the times of a block and why a shape is refused (the
+catalog is imported only then).
+
+A time given as a literal is checked at every parse for its form and time zone only: whether it lies
+ahead, within what calendar mode books, depends on the clock, and a DAG whose block has started must
+still parse (and its tasks adopt their block). That is checked when it matters: the Find task's range
+when it asks the advice (:func:`search_range`), a block's start when a new block is submitted
+(:func:`check_block_start`), never when a retry adopts the block it made."""
 
 from __future__ import annotations
 
@@ -82,17 +87,18 @@ def search_range(op: Any, *, now: datetime | None = None) -> tuple[datetime, dat
 
 
 def check_search_range(op: Any, value: Any, is_unrendered: Callable[[Any], bool]) -> None:
-    """``earliest_start`` / ``latest_start``: valid moments, and, once both are known, a range ahead."""
-    if is_unrendered(op.latest_start) or is_unrendered(op.earliest_start):
-        return
-    search_range(op)
+    """``earliest_start`` / ``latest_start``: valid moments (their range is checked when the task runs)."""
+    for name in ("latest_start", "earliest_start"):
+        moment = getattr(op, name)
+        if moment is not None and not is_unrendered(moment):
+            parse_moment(op, name, moment)
 
 
 def check_start_time(op: Any, value: Any, is_unrendered: Callable[[Any], bool]) -> None:
-    """``start_time``: an aware moment in the future, within the horizon."""
+    """``start_time``: an aware moment (whether it lies ahead is checked when a new block is submitted)."""
     if is_unrendered(value):
         return
-    check_block_start(op, parse_moment(op, "start_time", value))
+    parse_moment(op, "start_time", value)
 
 
 def check_block_start(op: Any, start: datetime, *, now: datetime | None = None) -> None:

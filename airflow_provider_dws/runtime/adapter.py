@@ -48,6 +48,9 @@ class RequestAdapter(Generic[_Op, _Backend]):
     #: leaves time for an API that expires requests itself (the trigger's default); an API with no
     #: max wait of its own sets ``timedelta(0)``.
     wait_grace: ClassVar[timedelta | None] = None
+    #: Whether this task owns its requests, and its trigger may give them up (on a kill, at the
+    #: task's deadline, at the max wait); False for a task that follows another task's request.
+    releases: ClassVar[bool] = True
 
     def __init__(self, operator: _Op) -> None:
         self.op = operator
@@ -122,9 +125,11 @@ class RequestAdapter(Generic[_Op, _Backend]):
             f", ran {timedelta(seconds=round(timings.run_seconds))}" if timings.run_seconds else "",
         )
 
-    def cancel(self, name: str) -> None:
-        """Cancel or release one request by name, from the worker; an ended or gone one is fine."""
+    def cancel(self, name: str) -> str | None:
+        """Cancel or release one request by name, from the worker; an ended or gone one is fine.
+        Returns why the request was kept instead, if it was (``None``: released, or nothing left)."""
         self.backend(self.location_of(name)).release(name)  # type: ignore[attr-defined]
+        return None
 
     def is_done(self, status: RequestStatus) -> bool:
         """Whether the wait is over: the request ended, or reached :attr:`target`."""
@@ -166,6 +171,7 @@ class RequestAdapter(Generic[_Op, _Backend]):
             echo=echo,
             task_deadline=task_deadline.isoformat() if task_deadline else None,
             wait_grace=None if self.wait_grace is None else self.wait_grace.total_seconds(),
+            releases=self.releases,
         )
 
     def cached_backend(self, cls: type[_Backend], location: str) -> _Backend:

@@ -1,6 +1,6 @@
-"""Calendar mode when the task runs: the Find task's advice and choice, the Reserve task's future
-reservation in the attempt loop (until approved, or delivered), and the Wait task's wait for
-delivery with its asset event. The release is in :mod:`.calendar_release`."""
+"""Calendar mode when the task runs: the Reserve task's future reservation in the attempt loop (until
+approved, or delivered), and the Wait task's wait for delivery with its asset event. The Find task's
+advice and choice are in :mod:`.calendar_find`, the release in :mod:`.calendar_release`."""
 
 from __future__ import annotations
 
@@ -9,21 +9,22 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.calendar import (
+    AWAITING_APPROVAL,
+    DELIVERED,
+    UNDELIVERED,
     BlockAsk,
     FutureReservationBackend,
     block_shape,
     block_window,
     build_future_reservation,
-    describe_length,
     parse_future_reservation_name,
     parse_reservation_name,
 )
-from airflow_provider_dws.backends.calendar_advice import advice_request, choose_offer, read_offers
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import BadRequestError, CapacityNotObtainedError, RequestCancelledError
 from airflow_provider_dws.facts import CALENDAR_PROVISIONING_LIMIT
 from airflow_provider_dws.links import CalendarBlockLink, future_reservation_console_url
-from airflow_provider_dws.operators.calendar_checks import check_block_start, parse_moment, search_range
+from airflow_provider_dws.operators.calendar_checks import check_block_start, parse_moment
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.compute import _pulled
 from airflow_provider_dws.runtime.loop import resolve_project
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from airflow_provider_dws.backends.base import RequestStatus
     from airflow_provider_dws.catalog import CalendarShape
     from airflow_provider_dws.operators.calendar import (
-        FindCalendarBlockOperator,
         ReserveCalendarBlockOperator,
         WaitForCalendarBlockOperator,
     )
@@ -47,11 +47,6 @@ if TYPE_CHECKING:
 _REFUSED = (InvalidRequestError, PermissionDeniedApiError)
 #: The XCom key of the future reservation a reserve made or adopted (the wait and release read it).
 NAME_KEY = "future_reservation_name"
-
-
-def region_of(zone: str) -> str:
-    """``us-central1`` for ``us-central1-a``."""
-    return zone.rsplit("-", 1)[0]
 
 
 def shape_of(op: Any) -> CalendarShape:
@@ -64,7 +59,8 @@ def shape_of(op: Any) -> CalendarShape:
         raise op._param_error(str(err)) from None
 
 
-def _shape_fields(shape: CalendarShape, workload_type: str) -> dict[str, Any]:
+def shape_fields(shape: CalendarShape, workload_type: str) -> dict[str, Any]:
+    """What a block reserves, as the tasks return it (and the reserve reads back from a Find)."""
     return {
         "machine_type": shape.machine_type,
         "vm_count": shape.vm_count or None,
@@ -73,66 +69,6 @@ def _shape_fields(shape: CalendarShape, workload_type: str) -> dict[str, Any]:
         "workload_type": workload_type,
         "accelerator_type": shape.accelerator_type,
         "accelerator_count": shape.accelerator_count,
-    }
-
-
-# -- Find ------------------------------------------------------------------------------------------
-
-
-def find_block(op: FindCalendarBlockOperator, context: Context) -> dict[str, Any]:
-    """Ask each region's calendar-mode advice, choose a block as ``op.order`` says, log the choice and
-    the alternatives and return them; no block anywhere is capacity not obtained, with each zone's answer."""
-    shape = shape_of(op)
-    zones = [str(z) for z in op.zones]
-    earliest, latest = search_range(op)
-    project = resolve_project(op)
-    backend = FutureReservationBackend(project, zones[0], op.gcp_conn_id, op.impersonation_chain)
-    regions: dict[str, list[str]] = {}
-    for zone in zones:
-        regions.setdefault(region_of(zone), []).append(zone)
-    offers: list[Any] = []
-    unavailable: dict[str, str] = {}
-    for region, in_region in regions.items():
-        request = advice_request(shape, in_region, earliest, latest, op.duration, op.workload_type)
-        try:
-            response = backend.advise(region, request)
-        except _REFUSED as err:
-            raise BadRequestError(
-                f"Compute Engine refused the calendar-mode advice in {region}: {err.message}"
-            ) from None
-        found, why = read_offers(response, in_region)
-        offers += found
-        unavailable.update(why)
-    span = f"{shape.describe()} for {describe_length(op.duration)}, starting between {earliest:%Y-%m-%d %H:%M} and {latest:%Y-%m-%d %H:%M} UTC"
-    if not offers:
-        answers = "; ".join(f"{zone}: {unavailable.get(zone, 'no recommendation')}" for zone in zones)
-        raise CapacityNotObtainedError(f"no calendar block of {span} in {', '.join(zones)} ({answers})")
-    chosen, others = choose_offer(offers, op.order, zones)
-    op.log.info("Calendar-mode advice for %s:", span)
-    op.log.info(
-        "Chosen (%s): %s from %s to %s",
-        "earliest start" if op.order == "earliest" else "first zone in order",
-        chosen.zone,
-        chosen.start.isoformat(),
-        (chosen.start + op.duration).isoformat(),
-    )
-    for offer in others:
-        op.log.info(
-            "Alternative: %s from %s to %s", offer.zone, offer.start.isoformat(), offer.end.isoformat()
-        )
-    for zone, answer in unavailable.items():
-        op.log.info("Not offered in %s: %s", zone, answer)
-    return {
-        "zone": chosen.zone,
-        "region": region_of(chosen.zone),
-        "start_time": chosen.start.isoformat(),
-        "end_time": (chosen.start + op.duration).isoformat(),
-        "duration_seconds": int(op.duration.total_seconds()),
-        "recommendation_id": chosen.recommendation_id,
-        "order": op.order,
-        **_shape_fields(shape, op.workload_type),
-        "alternatives": [offer.to_dict() for offer in others],
-        "unavailable": unavailable,
     }
 
 
@@ -209,20 +145,51 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
 
     def find(self, context: Context, identity: RequestIdentity) -> Found | None:
         """The newest live (pending, approved or delivered) block of any try and attempt of this task
-        instance in the zone: one list. Ended ones are deleted later (:meth:`delete_ended`)."""
-        statuses = self.backend().find(identity)
+        instance, in its zone and every zone its Find task considered (a Find run again may have
+        chosen another zone since an earlier try booked): one list per zone, as the release looks.
+        Ended ones are deleted later (:meth:`delete_ended`)."""
+        from airflow_provider_dws.runtime.calendar_release import zones_of
+        from airflow_provider_dws.scheduling.policies import Placement
+
+        statuses: list[RequestStatus] = []
+        for zone in dict.fromkeys([str(self.op.zone), *zones_of(self.op, context)]):
+            statuses += self.backend(zone).find(identity)
         self._ended = [s for s in statuses if s.phase.terminal]
         decision = choose_existing([Candidate(s.name, s.phase, s.timings.submitted) for s in statuses])
         self.log.info("Identity %s: %s", identity.key, decision.reason)
         if decision.name is None:
             return None
         status = next(s for s in statuses if s.name == decision.name)
+        self._say_differences(status)
         self._remember(context, status)
-        return Found(status, self.op.home_placement(), int(status.details.get("attempt") or 1))
+        zone = self.location_of(status.name)
+        return Found(status, Placement(zone), int(status.details.get("attempt") or 1))
+
+    def _say_differences(self, status: RequestStatus) -> None:
+        """Log how an adopted block differs from what this try asks (its Find task chose again, or
+        its parameters changed): it is adopted as booked, never booked twice."""
+        fr = self.backend(self.location_of(status.name)).get(status.name)
+        differences = [] if fr is None else block_differences(fr, self.ask())
+        if differences:
+            self.log.warning(
+                "Adopting %s as an earlier try booked it, which differs from what this try asks: %s. "
+                "A block is never booked twice; release it and run again to book another",
+                status.name,
+                "; ".join(differences),
+            )
 
     def delete_ended(self) -> None:
-        """Delete the ended requests (declined, failed, cancelled) the last :meth:`find` saw."""
+        """Delete the ended requests (declined, failed, cancelled) the last :meth:`find` saw. One that
+        was delivered (in part, or whose block is over) is left to the release task: its reservations
+        may still run workloads."""
         for status in self._ended:
+            if status.state in DELIVERED:
+                self.log.info(
+                    "An earlier request %s ended %s; it was delivered, so the release task deletes it",
+                    status.name,
+                    status.state,
+                )
+                continue
             self.log.warning("An earlier request %s ended %s; deleting it", status.name, status.state)
             self.backend(self.location_of(status.name)).discard(status.name)
         self._ended = []
@@ -238,12 +205,19 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
     def submit(
         self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
     ) -> RequestStatus:
-        """Create this attempt's future reservation (a request of that name already there is adopted)."""
+        """Create this attempt's future reservation, its start checked to lie ahead within the horizon
+        (a request of that name already there is adopted, unchecked)."""
         ask = self.ask()
-        check_block_start(self.op, ask.start)
         backend = self.backend(placement.location)
         try:
-            status, created = backend.submit(self.build(identity), identity, identity.request_uuid())
+            # Whether the start still lies ahead matters for a new block only: one a lost reply made
+            # is adopted whenever it starts.
+            status, created = backend.submit(
+                self.build(identity),
+                identity,
+                identity.request_uuid(),
+                before_create=lambda: check_block_start(self.op, ask.start),
+            )
         except _REFUSED as err:
             raise BadRequestError(
                 f"Compute Engine refused the calendar block {identity.queued_resource_id()} ({ask.shape.describe()} "
@@ -263,9 +237,26 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
         self._remember(context, status)
         return status
 
-    def cancel(self, name: str) -> None:
-        """Give the block up: cancel it if not delivered, then delete it (and any reservation it made)."""
-        self._discard(name)
+    def cancel(self, name: str) -> str | None:
+        """Give the block up if it still waits for approval (read again now: the trigger's last status
+        may be old): cancel it, then delete it. One approved, locked or delivered since is booked and
+        kept (returns why: its release task gives it back); one that ended is deleted. A refused
+        cancel raises (the caller says to cancel it by hand)."""
+        backend = self.backend(self.location_of(name))
+        current = backend.get(name)
+        if current is not None and current.status.procurement_status in AWAITING_APPROVAL:
+            backend.cancel(name)
+            current = backend.get(name)
+        if current is None:
+            return None
+        state = current.status.procurement_status
+        if state in UNDELIVERED or state in DELIVERED:
+            why = f"the block is {state}: booked, its release task gives it back"
+            self.log.warning("Keeping %s: %s", name, why)
+            return why
+        done = backend.discard(name)  # ended (cancelled, declined, failed): leave nothing of it
+        self.log.info("%s (%s): %s", name, state, ", ".join(done) or "already gone")
+        return None
 
     def kept_after_failed_wait(self, status: RequestStatus) -> str | None:
         """Only a block still waiting for approval is given up with the wait: an approved one is
@@ -293,23 +284,33 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
     def ended(self, context: Context, status: RequestStatus) -> None:
         """Note the approval (or delivery, or the end) in the task log."""
         if status.phase in (Phase.PROVISIONING, Phase.RUNNING):
+            # An approval has no time of its own in the API: timed when this task learns of it.
+            timings = status.timings
+            at = timings.started or timings.finished or utcnow()
+            after = (
+                f", {timedelta(seconds=round((at - timings.submitted).total_seconds()))} after it was submitted"
+                if timings.submitted is not None
+                else ""
+            )
             self.log.info(
-                "%s is %s [%s], %s after it was submitted: %s",
+                "%s is %s [%s]%s: %s",
                 status.name,
                 "delivered" if status.phase is Phase.RUNNING else "approved",
                 status.state,
-                timedelta(seconds=round(status.timings.wait_seconds or 0)),
+                after,
                 status.description,
             )
             return
         super().ended(context, status)
 
     def result(self, context: Context, status: RequestStatus) -> dict[str, Any]:
-        """The block: the future reservation's full name, zone, start, end and what it reserves."""
-        backend = self.backend(self.location_of(status.name))
-        fr = backend.get(status.name)
+        """The block: the future reservation's full name, zone, start, end and what it reserves; once
+        delivered (``wait_for_delivery``) its reservations too, with the asset event, as a wait's."""
+        fr = self.backend(self.location_of(status.name)).get(status.name)
         if fr is None:
             raise RequestCancelledError(f"{status.name} disappeared right after it was {status.state}")
+        if status.phase is Phase.RUNNING:
+            return delivered(self, context, fr, status.name)
         return block_result(fr, status.name, self.op.workload_type)
 
     def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
@@ -319,6 +320,28 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
     def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
         """The classified exception for a block that was not obtained."""
         return block_error(status, max_wait)
+
+
+def block_differences(fr: FutureReservation, ask: BlockAsk) -> list[str]:
+    """How a booked block differs from ``ask`` (zone, window, shape), in words; empty when it does not."""
+    where = parse_future_reservation_name(fr.self_link) if fr.self_link else None
+    start, end = block_window(fr)
+    shape = block_shape(fr)
+    out = []
+    if where is not None and where.zone != ask.zone:
+        out.append(f"zone {where.zone}, not {ask.zone}")
+    if (start, end) != (ask.start, ask.end):
+        out.append(
+            f"from {start.isoformat() if start else '?'} to {end.isoformat() if end else '?'}, "
+            f"not {ask.start.isoformat()} to {ask.end.isoformat()}"
+        )
+    if shape is None or (shape.accelerator_type, shape.accelerator_count, shape.vm_count) != (
+        ask.shape.accelerator_type,
+        ask.shape.accelerator_count,
+        ask.shape.vm_count,
+    ):
+        out.append(f"{shape.describe() if shape else 'another shape'}, not {ask.shape.describe()}")
+    return out
 
 
 def locked_message(name: str, refusal: str) -> str:
@@ -345,12 +368,15 @@ def block_facts(shape: CalendarShape | None, name: str) -> dict[str, Any]:
 
 
 def block_result(fr: FutureReservation, name: str, workload_type: str = "BATCH") -> dict[str, Any]:
-    """What a reserve (and a wait) returns of a block."""
+    """What a reserve (and a wait) returns of a block: once delivered, its reservations as the
+    consumers name them (a TPU block's also as Cloud TPU does: ``tpu_reservation_names``)."""
     where = parse_future_reservation_name(name)
     start, end = block_window(fr)
     shape = block_shape(fr)
     reservations = [_reservation_path(r) for r in fr.status.auto_created_reservations]
-    return {
+    if not reservations and fr.reservation_name and fr.status.procurement_status in DELIVERED:
+        reservations = [f"projects/{where.project}/zones/{where.zone}/reservations/{fr.reservation_name}"]
+    result = {
         "future_reservation": name,
         "name": where.future_reservation,
         "project_id": where.project,
@@ -362,8 +388,41 @@ def block_result(fr: FutureReservation, name: str, workload_type: str = "BATCH")
         "reservation_name": fr.reservation_name or None,
         "reservations": reservations,
         "reservation_names": [r.rsplit("/", 1)[-1] for r in reservations],
-        **(_shape_fields(shape, fr.aggregate_reservation.workload_type or workload_type) if shape else {}),
+        **(shape_fields(shape, fr.aggregate_reservation.workload_type or workload_type) if shape else {}),
     }
+    if result.get("tpu_version"):
+        # Cloud TPU names a reservation by location: a queued resource's ``reservation_name``.
+        result["tpu_reservation_names"] = [
+            "projects/{}/locations/{}/reservations/{}".format(*parse_reservation_name(r))
+            for r in reservations
+        ]
+    return result
+
+
+def delivered(
+    adapter: CalendarReserveAdapter | CalendarWaitAdapter, context: Context, fr: FutureReservation, name: str
+) -> dict[str, Any]:
+    """A delivered block's result (:func:`block_result`), logged, and the event of the task's asset
+    with the same as extra (a wait's, or a reserve's with ``wait_for_delivery``)."""
+    result = block_result(
+        fr, name, adapter.op.workload_type if isinstance(adapter, CalendarReserveAdapter) else "BATCH"
+    )
+    adapter.log.info(
+        "%s is delivered: reservation(s) %s in %s until %s (everything on them is deleted then)",
+        name,
+        ", ".join(result["reservation_names"]) or "?",
+        result["zone"],
+        result["end_time"],
+    )
+    asset = getattr(adapter.op, "asset", None)
+    events = context.get("outlet_events")
+    if asset is not None and events is not None:
+        ti = context["ti"]
+        extra = {k: v for k, v in result.items() if v is not None}
+        extra.update({"dag_id": ti.dag_id, "run_id": ti.run_id})
+        events[asset].extra.update(extra)
+        adapter.log.info("Asset event for %s: %s", asset.uri, ", ".join(result["reservation_names"]))
+    return result
 
 
 def _reservation_path(url: str) -> str:
@@ -393,17 +452,27 @@ def block_error(status: RequestStatus, max_wait: timedelta) -> Exception:
 
 # -- Wait ------------------------------------------------------------------------------------------
 
+#: Why a wait task never gives its block up.
+OWNED_BY_RESERVE = "the block belongs to its reserve task, whose release gives it back"
+
 
 class CalendarWaitAdapter(RequestAdapter["WaitForCalendarBlockOperator", FutureReservationBackend]):
     """Follow a reserve's block until it is delivered: the shared poller lists its zone once per
     interval for every wait there. Nothing is submitted: no block is an error."""
 
     target = "running"
+    #: The block is the reserve task's: its trigger never cancels it (kill, timeout, give-up).
+    releases = False
     op: WaitForCalendarBlockOperator
 
     def kept_after_failed_wait(self, status: RequestStatus) -> str | None:
         """The block is its reserve task's: a wait that failed never gives it up."""
-        return "the block belongs to its reserve task, whose release gives it back"
+        return OWNED_BY_RESERVE
+
+    def cancel(self, name: str) -> str | None:
+        """Never: the block is its reserve task's (killed, cleared or timed out, a wait only stops)."""
+        self.log.info("Leaving %s alone: %s", name, OWNED_BY_RESERVE)
+        return OWNED_BY_RESERVE
 
     def __init__(self, operator: WaitForCalendarBlockOperator) -> None:
         super().__init__(operator)
@@ -492,35 +561,7 @@ class CalendarWaitAdapter(RequestAdapter["WaitForCalendarBlockOperator", FutureR
         fr = self._block(status.name)
         if fr is None:
             raise RequestCancelledError(f"{status.name} disappeared right after it was delivered")
-        result = block_result(fr, status.name)
-        if not result["reservations"] and fr.reservation_name:
-            where = parse_future_reservation_name(status.name)
-            result["reservations"] = [
-                f"projects/{where.project}/zones/{where.zone}/reservations/{fr.reservation_name}"
-            ]
-            result["reservation_names"] = [fr.reservation_name]
-        if result.get("tpu_version"):
-            # Cloud TPU names a reservation by location: a queued resource's ``reservation_name``.
-            result["tpu_reservation_names"] = [
-                "projects/{}/locations/{}/reservations/{}".format(*parse_reservation_name(r))
-                for r in result["reservations"]
-            ]
-        end = result["end_time"]
-        self.log.info(
-            "%s is delivered: reservation(s) %s in %s until %s (everything on them is deleted then)",
-            status.name,
-            ", ".join(result["reservation_names"]) or "?",
-            result["zone"],
-            end,
-        )
-        extra = {k: v for k, v in result.items() if v is not None}
-        ti = context["ti"]
-        extra.update({"dag_id": ti.dag_id, "run_id": ti.run_id})
-        events = context.get("outlet_events")
-        if events is not None:
-            events[self.op.asset].extra.update(extra)
-            self.log.info("Asset event for %s: %s", self.op.asset.uri, ", ".join(result["reservation_names"]))
-        return result
+        return delivered(self, context, fr, status.name)
 
     def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
         """The block's facts, read from the block itself (the wait does not describe it)."""
@@ -528,7 +569,15 @@ class CalendarWaitAdapter(RequestAdapter["WaitForCalendarBlockOperator", FutureR
         return block_facts(block_shape(fr) if fr is not None else None, status.name)
 
     def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
-        """The classified exception for a block that was not delivered."""
+        """The classified exception for a block that was not delivered (one still awaiting approval
+        when the wait gave up: said so, and left to its reserve task)."""
+        if status.outcome.failure is FailureKind.CAPACITY_NOT_OBTAINED and status.state in AWAITING_APPROVAL:
+            message = status.outcome.message
+            return CapacityNotObtainedError(
+                f"{status.description or 'the calendar block'} was not delivered: {status.name} was still "
+                f"{status.state} {CALENDAR_PROVISIONING_LIMIT} after its start, so it will not come; "
+                f"{OWNED_BY_RESERVE}{' (' + message + ')' if message else ''}"
+            )
         return block_error(status, max_wait)
 
 

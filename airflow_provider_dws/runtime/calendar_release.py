@@ -51,13 +51,16 @@ def _reserve_of(op: Any, task_id: str) -> ReserveCalendarBlockOperator | None:
 
 
 def reserve_zones(op: Any, context: Context, task_id: str) -> list[str]:
-    """The zones the reserve task may have booked in: its own (rendered), its Find task's choice, and
+    """The zones the reserve task ``task_id`` of ``op``'s DAG may have booked in (:func:`zones_of`)."""
+    reserve = _reserve_of(op, task_id)
+    return [] if reserve is None else zones_of(reserve, context)
+
+
+def zones_of(reserve: ReserveCalendarBlockOperator, context: Context) -> list[str]:
+    """The zones a reserve task may have booked in: its own (rendered), its Find task's choice, and
     the zones that Find task considered (a Find run again may have chosen another)."""
     from airflow_provider_dws.operators.checks import has_template
 
-    reserve = _reserve_of(op, task_id)
-    if reserve is None:
-        return []
     zones: list[str] = []
     if reserve.zone is not None:
         zones.append(
@@ -69,7 +72,7 @@ def reserve_zones(op: Any, context: Context, task_id: str) -> list[str]:
         choice = _pulled(context, reserve.find_task_id)
         if isinstance(choice, dict) and isinstance(choice.get("zone"), str):
             zones.append(choice["zone"])
-        find = _task(op, reserve.find_task_id)
+        find = _task(reserve, reserve.find_task_id)
         considered = getattr(find, "zones", None)
         if find is not None and considered is not None:
             rendered = (
@@ -257,9 +260,21 @@ def _log_cost(op: Any, name: str, cost: dict[str, Any]) -> None:
         if cost["accelerator_type"]
         else "VMs without accelerators"
     )
+    booked = "%s reserved %.1f accelerator-hours (%s), %.1f of them delivered"
+    if not cost["workloads"]:
+        # Nothing to count from: "used 0" would claim the block sat idle.
+        op.log.info(
+            booked + "; no consumer records of this DAG run name this reservation, so its use is not known",
+            name,
+            cost["reserved_hours"],
+            what,
+            cost["delivered_hours"],
+        )
+        return
     op.log.info(
-        "%s reserved %.1f accelerator-hours (%s), %.1f of them delivered; the %d workload(s) of this DAG run "
-        "recorded on it used %.1f (%s); work not recorded on it (other DAGs) is not counted",
+        booked
+        + "; the %d workload(s) of this DAG run recorded on it used %.1f (%s); work not recorded on it "
+        "(other DAGs) is not counted",
         name,
         cost["reserved_hours"],
         what,

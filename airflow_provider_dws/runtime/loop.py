@@ -178,7 +178,9 @@ class AttemptLoop:
         if name and self.op.cancel_on_kill:
             self.log.warning("Task killed while waiting on %s; cancelling it", name)
             try:
-                self.adapter.cancel(name)
+                kept = self.adapter.cancel(name)
+                if kept:
+                    self.log.warning("%s is kept: %s", name, kept)
             except Exception:
                 self.log.exception("Could not cancel %s; cancel it by hand", name)
 
@@ -211,13 +213,17 @@ class AttemptLoop:
             self._forget_waiting(context)
             return None
         self.log.warning(
-            "Try %d ended while deferred on %s (the task was cleared, marked or timed out): cancelling "
-            "that request and starting a new one",
+            "Try %d ended while deferred on %s (the task was cleared, marked or timed out): giving "
+            "that request up",
             waited_try,
             name,
         )
-        self.adapter.cancel(name)
+        kept = self.adapter.cancel(name)
         self._forget_waiting(context)
+        if kept:
+            self.log.info("%s is kept (%s): this try adopts it", name, kept)
+            return None
+        self.log.info("Cancelled %s; this try starts a new request", name)
         return name
 
     def _remember_waiting(self, context: Context, name: str) -> None:
@@ -438,14 +444,23 @@ class AttemptLoop:
             ),
         )
         try:
-            self.adapter.cancel(name)
-            self.adapter.release_failed(cancelled, state.placement)
+            kept = self.adapter.cancel(name)
+            if not kept:
+                self.adapter.release_failed(cancelled, state.placement)
         except Exception:
             self.log.exception("Could not cancel %s; cancel it by hand", name)
             raise WaitFailedError(
                 f"waiting on {name} failed: {error}; no retry is left, and cancelling the request failed: "
                 "cancel it by hand"
             ) from None
+        if kept:
+            # A fresher read than the trigger's last one: the request moved on and is kept.
+            self.log.warning(
+                "Waiting on %s failed (%s) and no retry is left; it is kept (%s)", name, error, kept
+            )
+            raise WaitFailedError(
+                f"waiting on {name} failed: {error}; no retry is left, and the request was kept ({kept})"
+            )
         self.recorder.ended(context, cancelled, state, False)
         raise WaitFailedError(
             f"waiting on {name} failed: {error}; no retry is left, so the request was cancelled"

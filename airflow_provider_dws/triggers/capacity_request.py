@@ -14,6 +14,7 @@ from airflow_provider_dws.backends.base import (
     EVENT_MESSAGE_LIMIT,
     WAIT_ERROR,
     AsyncRequestBackend,
+    GivesUpWaiting,
     RequestStatus,
     backend_from_spec,
 )
@@ -88,6 +89,9 @@ class CapacityRequestTrigger(BaseTrigger):
         cancels it: time for an API that expires its requests itself (Vertex AI, Cloud TPU) to do
         so. ``None``: :data:`WAIT_DEADLINE_GRACE`; ``0`` for an API with no max wait of its own
         (Cloud Batch), whose requests the provider gives up exactly at ``wait_deadline``.
+    :param releases: whether the trigger may give the request up (on a kill, at ``task_deadline``,
+        at ``wait_deadline``). False for a request another task owns (the calendar block a wait
+        task follows is its reserve task's): the trigger then only reports, and cancels nothing.
     """
 
     def __init__(
@@ -102,6 +106,7 @@ class CapacityRequestTrigger(BaseTrigger):
         echo: dict[str, Any] | None = None,
         task_deadline: str | None = None,
         wait_grace: float | None = None,
+        releases: bool = True,
     ) -> None:
         super().__init__()
         if target not in TARGETS:
@@ -120,6 +125,9 @@ class CapacityRequestTrigger(BaseTrigger):
             isinstance(wait_grace, bool) or not isinstance(wait_grace, (int, float)) or wait_grace < 0
         ):
             raise ValueError(f"wait_grace must be a number of seconds >= 0, got {wait_grace!r}")
+        if not isinstance(releases, bool):
+            raise TypeError(f"releases must be True or False, got {releases!r}")
+        self.releases = releases
         self.wait_grace = wait_grace
         self._grace = WAIT_DEADLINE_GRACE if wait_grace is None else timedelta(seconds=wait_grace)
         self._deadline = _aware("wait_deadline", wait_deadline)
@@ -153,6 +161,8 @@ class CapacityRequestTrigger(BaseTrigger):
         }
         if self.wait_grace is not None:  # only where it differs: triggers stored before it stay valid
             kwargs["wait_grace"] = self.wait_grace
+        if not self.releases:
+            kwargs["releases"] = False
         return "airflow_provider_dws.triggers.capacity_request.CapacityRequestTrigger", kwargs
 
     @property
@@ -234,8 +244,16 @@ class CapacityRequestTrigger(BaseTrigger):
                     and status.phase is Phase.WAITING
                     and now >= self._deadline + self._grace
                 ):
-                    yield TriggerEvent(self._payload(await self._give_up(status)))
-                    return
+                    ended, status = await self._give_up(status)
+                    if ended:
+                        yield TriggerEvent(self._payload(status))
+                        return
+                    # It moved on just before the give-up (a block approved): not given up.
+                    await self._info("%s", self._describe(status), wait=False)
+                    last_phase, last_log = status.phase, now
+                    if reached(self.target, status.phase):
+                        yield TriggerEvent(self._payload(await self._ended(status)))
+                        return
                 if self._task_deadline is not None and now >= self._timeout_at(self._task_deadline, status):
                     yield TriggerEvent(self._payload(await self._time_out(status or self._unknown())))
                     return
@@ -320,7 +338,14 @@ class CapacityRequestTrigger(BaseTrigger):
         return status if refine is None else await refine(status)
 
     async def _time_out(self, status: RequestStatus) -> RequestStatus:
-        if self.cancel_on_kill:
+        if not self.releases:
+            self.log.warning(
+                "The task's execution_timeout ended at %s; leaving %s alone (another task's to give up)",
+                self.task_deadline,
+                self.request_name,
+            )
+            note = "the task's execution_timeout passed; the request, another task's, was left as it was"
+        elif self.cancel_on_kill:
             self.log.warning(
                 "The task's execution_timeout ended at %s while %s was %s; cancelling the request",
                 self.task_deadline,
@@ -360,7 +385,28 @@ class CapacityRequestTrigger(BaseTrigger):
             payload["echo"] = {key: value for key, value in self.echo.items() if value not in (None, [], {})}
         return payload
 
-    async def _give_up(self, status: RequestStatus) -> RequestStatus:
+    async def _give_up(self, status: RequestStatus) -> tuple[bool, RequestStatus]:
+        """Give up a request still waiting at its max wait: ``(True, the status to report)``, or
+        ``(False, its status now)`` when the backend found it no longer waiting (nothing cancelled)."""
+        if not self.releases:
+            self.log.warning(
+                "%s is still waiting at %s, when this wait gives up; leaving it alone (another task's "
+                "to give up)",
+                self.request_name,
+                self.wait_deadline,
+            )
+            return True, RequestStatus(
+                name=status.name,
+                state=status.state,
+                outcome=Outcome(
+                    Phase.NOT_OBTAINED,
+                    FailureKind.CAPACITY_NOT_OBTAINED,
+                    "the wait's deadline passed without capacity; the request was left to its owner",
+                ),
+                timings=RequestTimings(status.timings.submitted, None, datetime.now(timezone.utc)),
+                description=status.description,
+                details=status.details,
+            )
         if self._grace:
             self.log.warning(
                 "%s is still waiting %s after its max wait ended (%s); cancelling it so it cannot "
@@ -376,7 +422,19 @@ class CapacityRequestTrigger(BaseTrigger):
                 self.request_name,
                 self.wait_deadline,
             )
-        await self.backend.arelease(self.request_name)
+        backend = self.backend
+        if isinstance(backend, GivesUpWaiting):
+            fresh = await backend.agive_up(self.request_name)
+            if fresh is not None:
+                self.log.info(
+                    "%s is %s [%s] now: it no longer waits, so it is not given up",
+                    self.request_name,
+                    fresh.phase.value,
+                    fresh.state,
+                )
+                return False, fresh
+        else:
+            await backend.arelease(self.request_name)
         ended = RequestStatus(
             name=status.name,
             state=status.state,
@@ -389,7 +447,7 @@ class CapacityRequestTrigger(BaseTrigger):
             description=status.description,
             details=status.details,
         )
-        return ended
+        return True, ended
 
     async def on_kill(self) -> None:
         """A user killed the task: cancel the request so it stops waiting (and billing).
@@ -415,6 +473,9 @@ class CapacityRequestTrigger(BaseTrigger):
             raise
 
     async def _cancel_for_kill(self) -> None:
+        if not self.releases:
+            self.log.info("Task killed; leaving %s alone (another task's to give up)", self.request_name)
+            return
         if not self.cancel_on_kill:
             self.log.info("Task killed; leaving %s alone (cancel_on_kill=False)", self.request_name)
             return

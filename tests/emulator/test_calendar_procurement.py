@@ -196,8 +196,8 @@ def test_partial_and_failed_delivery(gce, clock, emulator) -> None:
     assert emulator.control.capacity()[f"{H100_A}@part-res"]["total"] == 8
     failed = get(gce, "none", "us-west4-a")
     assert failed.status.procurement_status == "FAILED" and not failed.status.auto_created_reservations
-    with pytest.raises(exceptions.NotFound):
-        gce.reservations.get(project=P, zone="us-west4-a", reservation="none-res")
+    # Created at the approval, never delivered: INACTIVE until deleted.
+    assert gce.reservations.get(project=P, zone="us-west4-a", reservation="none-res").status == "INACTIVE"
     with pytest.raises(grpc.RpcError) as delivered:
         emulator.control.partly_fulfil_future_reservation(fr_path("part"), 0)
     assert delivered.value.code() == grpc.StatusCode.FAILED_PRECONDITION

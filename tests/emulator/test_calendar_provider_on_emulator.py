@@ -17,8 +17,9 @@ import pytest
 from airflow.sdk import DAG
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
+from airflow_provider_dws.backends.base import WAIT_ERROR, RequestStatus
 from airflow_provider_dws.backends.calendar import FutureReservationBackend
-from airflow_provider_dws.exceptions import CapacityNotObtainedError
+from airflow_provider_dws.exceptions import CapacityNotObtainedError, WaitFailedError
 from airflow_provider_dws.operators.calendar import (
     FindCalendarBlockOperator,
     ReleaseCalendarBlockOperator,
@@ -27,6 +28,7 @@ from airflow_provider_dws.operators.calendar import (
 )
 from airflow_provider_dws.records import XCOM_KEY, read_records
 from airflow_provider_dws.scheduling.identity import RequestIdentity
+from airflow_provider_dws.scheduling.phases import Outcome, Phase, RequestTimings
 from airflow_provider_dws.triggers import poller
 from tests.conftest import wait_until
 
@@ -256,10 +258,14 @@ def test_an_approved_block_released_before_its_start_is_cancelled(emulator: Call
     _choice(run, days=10)  # lock time is a day after the approval: still cancellable
     booked = run.execute(tasks["reserve"])
     assert booked["procurement_status"] == "APPROVED"
+    reservation = f"projects/{PROJECT}/zones/{ZONE}/reservations/{booked['reservation_name']}"
+    backend = FutureReservationBackend(PROJECT, ZONE)
+    assert backend.get_reservation(reservation).status == "INACTIVE"  # created at the approval
     out = run.execute(tasks["release"])
     assert out["states_before"] == ["APPROVED"]
     [block] = blocks(emu)
     assert block["state"] == "CANCELLED" and block["deleted"]
+    assert backend.get_reservation(reservation) is None and not block["reservation_live"]  # nothing left
     assert out["usage"][0]["delivered_hours"] == 0
 
 
@@ -334,16 +340,20 @@ def test_a_tpu_block_is_delivered_with_the_name_a_queued_resource_consumes(
     booked = run.execute(reserve)
     assert booked["procurement_status"] == "FULFILLED"
     assert (booked["accelerator_type"], booked["accelerator_count"]) == ("v6e-32", 32)
+    # Delivered in the reserve task: it ends as a wait task would (the same result and asset event).
+    tpu_name = f"projects/{PROJECT}/locations/us-east5-a/reservations/{booked['reservation_name']}"
+    assert booked["tpu_reservation_names"] == [tpu_name]
+    assert reserve.asset.uri == "dws-calendar://calendar_dag/reserve"
+    assert run.events[reserve.asset].extra["tpu_reservation_names"] == [tpu_name]
     [held] = run.records("reserve")
     assert held.holds and held.accelerator_type == "v6e-32"
     wait = WaitForCalendarBlockOperator(
         task_id="wait", project_id=PROJECT, future_reservation=booked["future_reservation"]
     )
     delivered = run.execute(wait)
-    name = booked["reservation_name"]
-    assert delivered["tpu_reservation_names"] == [
-        f"projects/{PROJECT}/locations/us-east5-a/reservations/{name}"
-    ]
+    assert {k: v for k, v in delivered.items() if k != "procurement_status"} == {
+        k: v for k, v in booked.items() if k != "procurement_status"
+    }
     assert run.execute(release)["states_before"] == ["FULFILLED"]
 
 
@@ -364,3 +374,111 @@ def test_the_trigger_cancel_leaves_a_delivered_block_alone(emulator: Callable[..
     backend.discard(status.name)
     assert asyncio.run(backend.arelease(status.name)) is False  # gone
     assert [b["state"] for b in blocks(emu)] == ["CANCELLED"]
+
+
+def _submitted(tasks: dict[str, Any], run: Run) -> tuple[FutureReservationBackend, str]:
+    """The reserve's block, made as its first attempt would (without waiting on it)."""
+    reserve = tasks["reserve"]
+    reserve.resolve_block(run.context("reserve"))
+    who = RequestIdentity("calendar_dag", "reserve", run.id)
+    backend = FutureReservationBackend(PROJECT, ZONE)
+    status, _ = backend.submit(reserve.adapter().build(who), who, who.request_uuid())
+    return backend, status.name
+
+
+def _failed_wait(name: str) -> dict[str, Any]:
+    """The trigger's last word on the last try: the block still pending (as it last saw it), and an error."""
+    event = RequestStatus(
+        name=name,
+        state="PENDING_APPROVAL",
+        outcome=Outcome(Phase.WAITING),
+        timings=RequestTimings(submitted=datetime.now(timezone.utc)),
+    ).to_event()
+    event[WAIT_ERROR] = "PermissionDeniedApiError: the credentials lost access"
+    return event
+
+
+def test_a_failed_last_wait_keeps_a_block_approved_since(emulator: Callable[..., Any]) -> None:
+    """The trigger saw it pending; it was approved since: booked, kept for the release task."""
+    emu = emulator(approval="manual")
+    tasks, run = dag_tasks(), Run()
+    _choice(run, days=10)
+    backend, name = _submitted(tasks, run)
+    emu.control.call("ApproveFutureReservation", {"name": name})
+    with pytest.raises(WaitFailedError, match=r"the request was kept \(the block is APPROVED"):
+        tasks["reserve"].complete_attempt(run.context("reserve"), _failed_wait(name))
+    [block] = blocks(emu)
+    assert (block["state"], block["deleted"]) == ("APPROVED", False)
+    backend.discard(name)
+
+
+def test_a_failed_last_wait_keeps_a_block_delivered_since(emulator: Callable[..., Any]) -> None:
+    emu = emulator()
+    tasks, run = dag_tasks(), Run()
+    _choice(run, days=0.00005)  # starts in about 4 s
+    backend, name = _submitted(tasks, run)
+    wait_until(lambda: backend.get_status(name).state == "FULFILLED", what="the delivery")  # type: ignore[union-attr]
+    with pytest.raises(WaitFailedError, match=r"kept \(the block is FULFILLED"):
+        tasks["reserve"].complete_attempt(run.context("reserve"), _failed_wait(name))
+    [block] = blocks(emu)
+    assert (block["state"], block["deleted"], block["reservation_live"]) == ("FULFILLED", False, True)
+    backend.discard(name)
+
+
+def test_a_failed_last_wait_gives_up_a_block_still_pending(emulator: Callable[..., Any]) -> None:
+    emu = emulator(approval="manual")
+    tasks, run = dag_tasks(), Run()
+    _choice(run, days=10)
+    _, name = _submitted(tasks, run)
+    with pytest.raises(WaitFailedError, match="so the request was cancelled"):
+        tasks["reserve"].complete_attempt(run.context("reserve"), _failed_wait(name))
+    [block] = blocks(emu)
+    assert (block["state"], block["deleted"]) == ("CANCELLED", True)
+
+
+def test_the_give_up_at_max_wait_cancels_only_a_block_awaiting_approval(emulator: Callable[..., Any]) -> None:
+    """``agive_up`` (the trigger at the max wait): an approval that just landed, or a block already
+    locked for procurement, is not cancelled; its status is the wait's end."""
+    emu = emulator(approval="manual")
+    tasks, run = dag_tasks(), Run()
+    _choice(run, days=10)
+    backend, approved = _submitted(tasks, run)
+    emu.control.call("ApproveFutureReservation", {"name": approved})
+    now = asyncio.run(backend.agive_up(approved))
+    assert now is not None and (now.state, now.phase) == ("APPROVED", Phase.PROVISIONING)
+    locked_run = Run()
+    _choice(locked_run, days=2)  # starts within 4 days: locked at its approval
+    _, locked = _submitted(dag_tasks(), locked_run)
+    emu.control.call("ApproveFutureReservation", {"name": locked})
+    assert asyncio.run(backend.agive_up(locked)).state == "PROCURING"  # type: ignore[union-attr]
+    pending_run = Run()
+    _choice(pending_run, days=10)
+    _, pending = _submitted(dag_tasks(), pending_run)
+    assert asyncio.run(backend.agive_up(pending)) is None
+    assert {b["name"]: b["state"] for b in blocks(emu)} == {
+        approved: "APPROVED",
+        locked: "PROCURING",
+        pending: "CANCELLED",
+    }
+    for name in (approved, pending):
+        backend.discard(name)
+
+
+def test_a_retry_finds_its_block_in_a_zone_its_find_task_no_longer_chooses(
+    emulator: Callable[..., Any],
+) -> None:
+    """Try 1 booked in us-central1-a; the Find task ran again and chose us-central1-b, later: try 2
+    looks in every zone Find considered and adopts try 1's block instead of booking a second one."""
+    emu = emulator()
+    tasks, run = dag_tasks(), Run()
+    _choice(run, days=10)
+    booked = run.execute(tasks["reserve"])
+    choice = dict(run.store[("find", "return_value")])
+    choice.update(
+        zone="us-central1-b", start_time=(datetime.now(timezone.utc) + timedelta(days=12)).isoformat()
+    )
+    run.store[("find", "return_value")] = choice
+    again = run.execute(dag_tasks()["reserve"], try_number=2)
+    assert again["future_reservation"] == booked["future_reservation"] and again["zone"] == ZONE
+    assert len(blocks(emu)) == 1
+    run.execute(tasks["release"])

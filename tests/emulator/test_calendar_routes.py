@@ -433,3 +433,49 @@ def test_a_lost_insert_reply_is_recovered_by_its_request_id(gce, clock, emulator
             calendar_mode_advice_request_resource=compute_v1.CalendarModeAdviceRequest(),
         )
     emulator.control.clear_faults()
+
+
+def test_a_block_s_reservation_exists_inactive_from_its_approval(gce, clock, emulator) -> None:
+    """``FutureReservation.reservation_name``: created at approval, INACTIVE until the start; READY
+    (the same resource) at delivery; a cancelled block's stays INACTIVE until deleted, and one still
+    to be delivered cannot be deleted."""
+    insert(gce, gpu_block("block", clock() + 60, count=3))
+    insert(gce, gpu_block("gone", clock() + 40 * DAY))
+    with pytest.raises(exceptions.NotFound):
+        gce.reservations.get(project=P, zone=ZONE, reservation="block-res")  # pending: not yet
+    clock.advance(1)
+    inactive = gce.reservations.get(project=P, zone=ZONE, reservation="block-res")
+    assert inactive.status == "INACTIVE" and inactive.specific_reservation.count == 3
+    assert inactive.specific_reservation.assured_count == 0
+    assert {r.name: r.status for r in gce.reservations.list(project=P, zone=ZONE)} == {
+        "block-res": "INACTIVE",
+        "gone-res": "INACTIVE",
+    }
+    with pytest.raises(exceptions.PreconditionFailed, match="cancel that first"):
+        gce.reservations.delete_unary(project=P, zone=ZONE, reservation="gone-res")
+    gce.frs.cancel_unary(project=P, zone=ZONE, future_reservation="gone")
+    gce.frs.delete_unary(project=P, zone=ZONE, future_reservation="gone")
+    assert gce.reservations.get(project=P, zone=ZONE, reservation="gone-res").status == "INACTIVE"
+    gce.reservations.delete_unary(project=P, zone=ZONE, reservation="gone-res")
+    with pytest.raises(exceptions.NotFound):
+        gce.reservations.get(project=P, zone=ZONE, reservation="gone-res")
+    clock.advance(60)
+    clock.advance(1)
+    ready = gce.reservations.get(project=P, zone=ZONE, reservation="block-res")
+    assert (ready.status, ready.id, ready.specific_reservation.assured_count) == ("READY", inactive.id, 3)
+
+
+def test_the_emulator_s_calendar_limits_are_the_provider_s_tables() -> None:
+    """One set of facts: the emulator refuses what the provider's parse-time checks refuse."""
+    from airflow_provider_dws import facts
+    from airflow_provider_dws.emulator.calendar import validation
+
+    assert validation.TPU_CHIPS is facts.CALENDAR_TPU_CHIPS
+    assert validation.TPU_SERVING_CHIPS is facts.CALENDAR_TPU_SERVING_CHIPS
+    assert validation.MAX_GPU_VMS == facts.CALENDAR_MAX_GPU_VMS
+    assert facts.CALENDAR_GPU_HORIZON.total_seconds() == validation.GPU_HORIZON_SECONDS
+    assert facts.CALENDAR_TPU_HORIZON.total_seconds() == validation.TPU_HORIZON_SECONDS
+    assert set(validation.TPU_VM_FAMILIES) == {row[0] for row in facts.CALENDAR_TPU_ROWS.values()}
+    assert set(validation.CALENDAR_MACHINES) == {
+        m for m in facts.GPU_MACHINE_ROWS if facts.calendar_gpu_machine(m)
+    }

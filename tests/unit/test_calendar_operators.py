@@ -77,11 +77,8 @@ def reserve(**kwargs: Any) -> ReserveCalendarBlockOperator:
         ({"zones": ["us-central1-a", "us-central1-a"]}, "distinct"),
         ({"zones": ["us-central1"]}, "zones must be a list"),
         ({"order": "cheapest"}, "order must be one of"),
-        ({"latest_start": timedelta(days=61)}, "more than 60 days ahead"),
-        ({"latest_start": datetime(2020, 1, 1, tzinfo=timezone.utc)}, "has passed"),
         ({"latest_start": datetime(2030, 1, 1)}, "must carry a time zone"),
         ({"latest_start": "next week"}, "ISO 8601"),
-        ({"earliest_start": timedelta(weeks=5)}, "is before earliest_start"),
         (
             {"machine_type": None, "vm_count": None, "tpu_version": "v4", "chip_count": 8},
             "tpu_version must be a TPU version calendar mode offers",
@@ -106,9 +103,9 @@ def test_find_accepts_tpus_up_to_120_days_and_templates() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"start_time": datetime(2020, 1, 1, tzinfo=timezone.utc)}, "has passed"),
-        ({"start_time": SOON + timedelta(days=60)}, "more than 60 days ahead"),
         ({"zone": "us-central1"}, "must be a Compute Engine zone"),
+        ({"start_time": datetime(2030, 1, 1)}, "must carry a time zone"),
+        ({"start_time": "next week"}, "ISO 8601"),
         ({"duration": None}, "pass find_task_id"),
         ({"machine_type": None, "vm_count": None}, "pass find_task_id"),
         ({"wait_for_delivery": "yes"}, "must be True or False"),

@@ -681,3 +681,93 @@ def test_first_event_writes_the_last_line_before_the_loop_ends(fake: Any) -> Non
     t._log = SlowLog()  # type: ignore[assignment]
     assert asyncio.run(first_event(t))["phase"] == "succeeded"
     assert "ended succeeded" in t._log.lines[-1][1]  # type: ignore[attr-defined]
+
+
+# -- a request another task owns (a calendar block a wait task follows) ----------------------------
+
+
+def test_releases_false_round_trips_and_only_then_is_written() -> None:
+    path, kwargs = trigger(releases=False).serialize()
+    assert kwargs["releases"] is False
+    assert CapacityRequestTrigger(**kwargs).serialize() == (path, kwargs)
+    assert "releases" not in trigger().serialize()[1]  # triggers stored before it stay valid
+    with pytest.raises(TypeError, match="releases must be True or False"):
+        trigger(releases="no")
+
+
+def test_a_trigger_that_does_not_own_its_request_never_cancels_it(fake: Any) -> None:
+    """Killed, timed out or past its wait's deadline, a wait on another task's request only reports."""
+    backend = fake([status("PENDING_APPROVAL", Phase.WAITING, submitted=T0)])
+    asyncio.run(trigger(releases=False, cancel_on_kill=True).on_kill())
+    past = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()
+    (timed_out,) = run_all(trigger(releases=False, task_deadline=past))
+    assert timed_out["failure"] == "timed_out" and "left as it was" in timed_out["message"]
+    (given_up,) = run_all(trigger(releases=False, wait_deadline=past, wait_grace=0))
+    assert given_up["phase"] == "not_obtained" and "left to its owner" in given_up["message"]
+    assert backend.cancelled == []
+
+
+# -- a backend whose requests may move on just before the max wait ends ----------------------------
+
+
+def _install(monkeypatch: pytest.MonkeyPatch, backend: FakeBackend) -> Any:
+    """The shared poller (and the trigger) use ``backend``."""
+    monkeypatch.setattr(poller, "backend_from_spec", lambda kind, spec: backend)
+    return backend
+
+
+class GivingUpBackend(FakeBackend):
+    """A backend with ``agive_up``: the request was approved just before its max wait ended."""
+
+    def __init__(self, script: list[RequestStatus | Exception], now: RequestStatus | None) -> None:
+        super().__init__(script)
+        self.now, self.given_up = now, 0
+
+    async def agive_up(self, name: str) -> RequestStatus | None:
+        self.given_up += 1
+        return self.now
+
+
+def test_a_request_approved_just_before_its_max_wait_ends_on_that_status(
+    fake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not cancelled: the wait ends on the fresh status (its target reached)."""
+    backend = GivingUpBackend(
+        [status("PENDING_APPROVAL", Phase.WAITING, submitted=T0)], status("APPROVED", Phase.PROVISIONING)
+    )
+    backend = _install(monkeypatch, backend)
+    past = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()
+    (event,) = run_all(trigger(wait_deadline=past, wait_grace=0, target="provisioning"))
+    assert (event["phase"], event["state"]) == ("provisioning", "APPROVED")
+    assert backend.given_up == 1 and backend.cancelled == []
+
+
+def test_a_request_approved_before_its_max_wait_waits_on_for_its_target(
+    fake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Approved, not delivered, for a wait until delivery: the wait goes on (never given up again)."""
+    backend = GivingUpBackend(
+        [
+            status("PENDING_APPROVAL", Phase.WAITING, submitted=T0),
+            status("APPROVED", Phase.PROVISIONING),
+            status("FULFILLED", Phase.RUNNING),
+        ],
+        status("APPROVED", Phase.PROVISIONING),
+    )
+    backend = _install(monkeypatch, backend)
+    past = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()
+    (event,) = run_all(trigger(wait_deadline=past, wait_grace=0, target="running"))
+    assert (event["phase"], event["state"]) == ("running", "FULFILLED")
+    assert backend.given_up == 1 and backend.cancelled == []
+
+
+def test_a_request_given_up_by_its_backend_is_not_obtained(
+    fake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = _install(
+        monkeypatch, GivingUpBackend([status("PENDING_APPROVAL", Phase.WAITING, submitted=T0)], None)
+    )
+    past = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()
+    (event,) = run_all(trigger(wait_deadline=past, wait_grace=0, target="provisioning"))
+    assert event["phase"] == "not_obtained" and backend.given_up == 1
+    assert backend.cancelled == []  # agive_up did it, not arelease

@@ -121,7 +121,7 @@ class CalendarControls:
 
     def _control_end(self, body: dict[str, Any]) -> Any:
         def act(rec: FutureRecord, now: float) -> None:
-            if rec.reservation_pb is None:
+            if rec.delivered_at is None or rec.ended_at is not None:
                 raise _refused(rec, "only a delivered block that has not ended can be ended.")
             self.end_block(rec, now, f"its block ended at {iso(now)}")
 

@@ -85,7 +85,7 @@ class FutureRecord:
     #: Units (VMs or chips) a partial delivery gives (control ``PartlyFulfil``), None: all.
     partial: int | None = None
     reservation: Reservation | None = None
-    reservation_pb: Any = None  # the delivered Reservation message, while it exists
+    reservation_pb: Any = None  # its Reservation message while served (INACTIVE from approval, READY)
     reason: str = ""  # why it was declined, failed or ended
     deleted: bool = False
 

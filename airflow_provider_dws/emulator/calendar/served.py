@@ -1,5 +1,8 @@
-"""What calendar mode serves besides future reservations: the reservations it delivered (get, list,
-aggregated list, delete) and the calendar-mode advice. Mixed into :class:`~.state.CalendarState`;
+"""What calendar mode serves besides future reservations: the reservations its blocks create (get,
+list, aggregated list, delete) and the calendar-mode advice. A block's reservation exists from its
+approval, ``INACTIVE`` and empty (as ``FutureReservation.reservation_name`` documents), ``READY``
+with the block's capacity from its delivery, and is deleted at the block's end; one whose block
+never came (cancelled, failed) stays ``INACTIVE`` until it is deleted. Mixed into :class:`~.state.CalendarState`;
 every method runs under the core's lock."""
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from google.cloud.compute_v1.types import compute as gce
 from ..core.clock import iso
 from ..core.gce import aggregated_json, compile_filter, copy, link, list_json, page, parse_body, to_json
 from ..core.reservations import Reservation
-from ..core.rest import not_found
+from ..core.rest import RestError, not_found
 from .advice import advise
 from .records import FutureRecord
 from .validation import check_advice
@@ -28,22 +31,26 @@ class ServedReservations:
     core: Any
     calendar: Any
     settings: Any
-    delivered: dict[str, FutureRecord]
+    served: dict[str, FutureRecord]
 
     def end_block(self, rec: FutureRecord, now: float, why: str) -> None: ...
 
-    # -- the delivered reservations --------------------------------------------------------
-    def reservation_pb(self, rec: FutureRecord, res: Reservation, count: int, now: float) -> Any:
-        """The Reservation message of a delivered block (``count`` VMs or chips)."""
+    # -- the blocks' reservations ----------------------------------------------------------
+    def reservation_pb(
+        self, rec: FutureRecord, res: Reservation, count: int, now: float, status: str = "READY"
+    ) -> Any:
+        """The Reservation message of a block (``count`` VMs or chips): ``INACTIVE`` from its approval,
+        ``READY`` once delivered (the same resource: its id and creation time are kept)."""
         fr = rec.pb
+        before = rec.reservation_pb
         out = ReservationPb(
             kind="compute#reservation",
-            id=self.core.gce_operations.new_id(),
+            id=before.id if before is not None else self.core.gce_operations.new_id(),
             name=res.name,
-            creation_timestamp=iso(now),
+            creation_timestamp=before.creation_timestamp if before is not None else iso(now),
             self_link=link(res.path),
             zone=link(f"projects/{res.project}/zones/{res.zone}"),
-            status="READY",
+            status=status,
             specific_reservation_required=fr.specific_reservation_required
             if fr.HasField("specific_reservation_required")
             else True,
@@ -53,7 +60,7 @@ class ServedReservations:
         )
         if res.machine_type:
             out.specific_reservation.count = count
-            out.specific_reservation.assured_count = count
+            out.specific_reservation.assured_count = count if status == "READY" else 0
             out.specific_reservation.in_use_count = 0
             out.specific_reservation.instance_properties.CopyFrom(
                 fr.specific_sku_properties.instance_properties
@@ -82,7 +89,7 @@ class ServedReservations:
 
     def _reservation(self, project: str, zone: str, name: str) -> FutureRecord:
         path = f"projects/{project}/zones/{zone}/reservations/{name}"
-        rec = self.delivered.get(path)
+        rec = self.served.get(path)
         if rec is None:
             raise not_found(path)
         return rec
@@ -96,8 +103,9 @@ class ServedReservations:
         matches = compile_filter(query.get("filter", ""), ("name", "status"))
         found = [
             (path, rec)
-            for path, rec in self.delivered.items()
-            if path.startswith(prefix) and matches({"name": path.rsplit("/", 1)[1], "status": "READY"})
+            for path, rec in self.served.items()
+            if path.startswith(prefix)
+            and matches({"name": path.rsplit("/", 1)[1], "status": str(rec.reservation_pb.status)})
         ]
         return sorted(found, key=lambda item: (item[1].zone, item[0]))
 
@@ -119,7 +127,9 @@ class ServedReservations:
 
     def delete_reservation(self, project: str, zone: str, name: str, request_id: str) -> dict[str, Any]:
         """Deleting a delivered reservation ends its block at once, consumers included (the emulator's
-        choice: whether the real API lets a calendar-mode reservation go early is not documented)."""
+        choice: whether the real API lets a calendar-mode reservation go early is not documented). An
+        ``INACTIVE`` one is deleted once its block will not come (cancelled, declined, failed); while
+        the block is still to be delivered it is refused (412: cancel the future reservation first)."""
         ops = self.core.gce_operations
         with self.core.lock:
             self.core.tick()
@@ -131,7 +141,18 @@ class ServedReservations:
             assert res is not None and rec.reservation_pb is not None
             target_id = rec.reservation_pb.id
             now = self.core.clock()
-            self.end_block(rec, now, "the reservation was deleted")
+            if rec.delivered_at is not None:
+                self.end_block(rec, now, "the reservation was deleted")
+            elif rec.ended_at is None:
+                raise RestError(
+                    412,
+                    "conditionNotMet",
+                    f"The reservation '{res.path}' is INACTIVE: future reservation '{rec.path}' is "
+                    f"{rec.status} and delivers it at {iso(rec.plan.start)}; cancel that first.",
+                )
+            else:
+                self.served.pop(res.path, None)
+                rec.reservation_pb = None
             op = ops.start(f"projects/{project}/zones/{zone}", "delete", res.path, target_id, now)
             return ops.reply(project, request_id, op)
 

@@ -62,7 +62,7 @@ class CalendarState(ServedReservations, CalendarControls, Api):
         self.calendar = CapacityCalendar()
         self.live: dict[str, FutureRecord] = {}  # by path: the future reservations not deleted
         self.all_records: list[FutureRecord] = []
-        self.delivered: dict[str, FutureRecord] = {}  # reservation path -> its future reservation
+        self.served: dict[str, FutureRecord] = {}  # reservation path -> its block (from approval)
         self._due = Schedule()
         self._prefix_seq = 0
 
@@ -179,6 +179,8 @@ class CalendarState(ServedReservations, CalendarControls, Api):
         self.core.reservations.add(res)
         self.core.capacity.set_total(res.pool, 0)  # consumers may queue on it before delivery
         rec.reservation = res
+        rec.reservation_pb = self.reservation_pb(rec, res, ask.count, now, "INACTIVE")
+        self.served[res.path] = rec
         self._set(rec, "APPROVED", now)
 
     def decline(self, rec: FutureRecord, now: float, reason: str) -> None:
@@ -203,7 +205,7 @@ class CalendarState(ServedReservations, CalendarControls, Api):
         res.delivered = True
         rec.delivered_at = now
         rec.reservation_pb = self.reservation_pb(rec, res, count, now)
-        self.delivered[res.path] = rec
+        self.served[res.path] = rec
         rec.pb.status.auto_created_reservations.append(link(res.path))
         self._set(rec, "FULFILLED" if count == ask.count else "FAILED_PARTIALLY_FULFILLED", now)
         log.info(
@@ -239,7 +241,7 @@ class CalendarState(ServedReservations, CalendarControls, Api):
         self.calendar.release(rec.booking)
         rec.booking = None
         rec.reservation_pb = None
-        self.delivered.pop(res.path, None)
+        self.served.pop(res.path, None)
         rec.history.append(("RESERVATION_DELETED", now))
         self.core.end_reservation(
             res.path,

@@ -1,11 +1,14 @@
 """Checks of future reservation bodies and calendar-mode advice requests, and what they ask for.
 
 What calendar mode offers (the Compute Engine documents: A3-or-newer GPUs, TPU v5e, v5p and v6e)
-is read from the provider's own tables (:data:`airflow_provider_dws.facts.GPU_MACHINE_ROWS`): the
-A3, A4 and A4X machine types with their fixed GPUs, reserved by ``specificSkuProperties``
-(instances of one machine type), and the TPU families below, reserved by
-``aggregateReservation`` (chips of one VM family). A block lasts 1 to 90 days and starts at least
-the emulator's minimum lead time from now (a TPU block at most :data:`TPU_HORIZON_SECONDS` ahead).
+and its limits are the provider's own tables (``facts.CALENDAR_*``, the ones its operators check):
+the GPU machine types of :data:`~airflow_provider_dws.facts.CALENDAR_GPU_SERIES` with their fixed
+GPUs (:data:`~airflow_provider_dws.facts.GPU_MACHINE_ROWS`), reserved by ``specificSkuProperties``
+(instances of one machine type), and the TPU versions of
+:data:`~airflow_provider_dws.facts.CALENDAR_TPU_ROWS`, reserved by ``aggregateReservation`` (chips
+of one VM family). The emulator models no H4D (it has no accelerators to book). A block lasts 1 to
+90 days and starts at least the emulator's minimum lead time from now, at most 60 days (GPUs) or
+120 days (TPUs) ahead.
 Errors are Compute's 400 ``Invalid value for field 'FIELD': 'VALUE'. WHY``.
 """
 
@@ -16,39 +19,47 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ...facts import COMPUTE_GPU_NAMES, GPU_MACHINE_ROWS
+from ...facts import (
+    CALENDAR_GPU_HORIZON,
+    CALENDAR_MAX_BLOCK,
+    CALENDAR_MAX_GPU_VMS,
+    CALENDAR_MIN_BLOCK,
+    CALENDAR_TPU_CHIPS,
+    CALENDAR_TPU_HORIZON,
+    CALENDAR_TPU_ROWS,
+    CALENDAR_TPU_SERVING_CHIPS,
+    CALENDAR_TPU_WORKLOADS,
+    COMPUTE_GPU_NAMES,
+    GPU_MACHINE_ROWS,
+    calendar_gpu_machine,
+)
 from ..core.capacity import PoolKey
 from ..core.clock import iso
 from ..core.gce import check_name, invalid, strip_link
 from ..core.rest import RestError
 
 DAY = 86400.0
-MIN_BLOCK_SECONDS = DAY
-MAX_BLOCK_SECONDS = 90 * DAY
-# The limits below are the ones the provider's calendar-mode tables give (``facts.CALENDAR_*`` on the
-# provider's branch, read from the Compute Engine documents); import them from there once merged.
+MIN_BLOCK_SECONDS = CALENDAR_MIN_BLOCK.total_seconds()
+MAX_BLOCK_SECONDS = CALENDAR_MAX_BLOCK.total_seconds()
 #: How far ahead a block may start: GPU VMs 60 days, TPUs 120 days.
-GPU_HORIZON_SECONDS = 60 * DAY
-TPU_HORIZON_SECONDS = 120 * DAY
+GPU_HORIZON_SECONDS = CALENDAR_GPU_HORIZON.total_seconds()
+TPU_HORIZON_SECONDS = CALENDAR_TPU_HORIZON.total_seconds()
 #: GPU VMs one request may reserve.
-MAX_GPU_VMS = 80
-#: TPU chips one request may reserve (a v5e SERVING block: 1, 4 or 8), and the workload types.
-TPU_CHIPS = (1, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-TPU_SERVING_CHIPS = (1, 4, 8)
-TPU_WORKLOADS = ("", "UNSPECIFIED", "BATCH", "SERVING")
+MAX_GPU_VMS = CALENDAR_MAX_GPU_VMS
+#: TPU chips one request may reserve (a v5e SERVING block: 1, 4 or 8), and the workload types (the
+#: API also takes none, or UNSPECIFIED).
+TPU_CHIPS = CALENDAR_TPU_CHIPS
+TPU_SERVING_CHIPS = CALENDAR_TPU_SERVING_CHIPS
+TPU_WORKLOADS = ("", "UNSPECIFIED", *CALENDAR_TPU_WORKLOADS)
 #: The longest reservation name prefix (the API's ``namePrefix`` limit).
 MAX_NAME_PREFIX = 20
 
 #: Calendar-mode GPU machine types (A3 and newer) -> (the pools' GPU name, GPUs per VM).
 CALENDAR_MACHINES: dict[str, tuple[str, int]] = {
-    machine: row for machine, row in GPU_MACHINE_ROWS.items() if machine.startswith(("a3-", "a4-", "a4x-"))
+    machine: row for machine, row in GPU_MACHINE_ROWS.items() if calendar_gpu_machine(machine)
 }
 #: ``aggregateReservation.vmFamily`` of the calendar-mode TPUs -> the TPU family (the pools' name).
-TPU_VM_FAMILIES = {
-    "VM_FAMILY_CLOUD_TPU_LITE_POD_SLICE_CT5LP": "v5litepod",
-    "VM_FAMILY_CLOUD_TPU_POD_SLICE_CT5P": "v5p",
-    "VM_FAMILY_CLOUD_TPU_LITE_POD_SLICE_CT6E": "v6e",
-}
+TPU_VM_FAMILIES = {row[0]: row[2] for row in CALENDAR_TPU_ROWS.values()}
 _DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]{1,9})?)s")
 _PREFIX_RE = re.compile(r"[a-z](?:[-a-z0-9]{0,18}[a-z0-9])?")
 

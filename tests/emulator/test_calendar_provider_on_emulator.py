@@ -343,7 +343,7 @@ def test_a_tpu_block_is_delivered_with_the_name_a_queued_resource_consumes(
     # Delivered in the reserve task: it ends as a wait task would (the same result and asset event).
     tpu_name = f"projects/{PROJECT}/locations/us-east5-a/reservations/{booked['reservation_name']}"
     assert booked["tpu_reservation_names"] == [tpu_name]
-    assert reserve.asset.uri == "dws-calendar://calendar_dag/reserve"
+    assert reserve.asset.uri == "x-dws-calendar://calendar_dag/reserve"
     assert run.events[reserve.asset].extra["tpu_reservation_names"] == [tpu_name]
     [held] = run.records("reserve")
     assert held.holds and held.accelerator_type == "v6e-32"

@@ -294,12 +294,12 @@ def test_a_reserve_that_waits_for_delivery_has_the_wait_s_asset() -> None:
     with DAG("cal_dag", schedule=None):
         op = reserve(wait_for_delivery=True)
         wait = _wait()
-    assert op.asset is not None and op.asset.uri == "dws-calendar://cal_dag/reserve_block"
+    assert op.asset is not None and op.asset.uri == "x-dws-calendar://cal_dag/reserve_block"
     assert op.asset in op.outlets
     assert reserve().asset is None
     with pytest.raises(ValueError, match="asset is emitted on delivery"):
-        reserve(asset="dws-calendar://x/y")
-    assert wait.asset.uri == "dws-calendar://cal_dag/block"
+        reserve(asset="x-dws-calendar://x/y")
+    assert wait.asset.uri == "x-dws-calendar://cal_dag/block"
 
 
 def test_a_delivered_block_s_result_names_its_reservations_once() -> None:

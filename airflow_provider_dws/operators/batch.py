@@ -19,7 +19,7 @@ from airflow_provider_dws.operators.base import (
     _labels_ok,
 )
 from airflow_provider_dws.operators.checks import Check, duration, flag, int_in, matches, non_empty_str
-from airflow_provider_dws.operators.reserved import BLOCK_CHECKS, BlockConsumer
+from airflow_provider_dws.operators.reserved import BlockConsumer, block_checks
 
 __all__ = ["CreateBatchFlexStartJobOperator", "CreateBatchReservedJobOperator"]
 
@@ -356,17 +356,7 @@ class CreateBatchReservedJobOperator(BlockConsumer, CreateBatchFlexStartJobOpera
 
     template_fields: Sequence[str] = (*CreateBatchFlexStartJobOperator.template_fields, "reservation")
     ADAPTER = "airflow_provider_dws.runtime.batch:BatchReservedAdapter"
-    CHECKS: tuple[Check, ...] = (
-        *(c for c in CreateBatchFlexStartJobOperator.CHECKS if c.name != "region"),
-        Check(
-            "region",
-            matches(facts.REGION_PATTERN),
-            "must be a Cloud Batch region such as 'us-central1'",
-            templated=True,
-            optional=True,
-        ),
-        *BLOCK_CHECKS,
-    )
+    CHECKS: tuple[Check, ...] = block_checks(CreateBatchFlexStartJobOperator.CHECKS, "Cloud Batch")
 
     def __init__(
         self,

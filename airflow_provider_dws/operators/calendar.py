@@ -32,6 +32,7 @@ from airflow_provider_dws.operators.base import (
     WAIT_CHECKS,
     DwsBaseOperator,
     DwsRequestOperator,
+    DwsSetupReleaseOperator,
 )
 from airflow_provider_dws.operators.calendar_checks import check_search_range, check_start_time
 from airflow_provider_dws.operators.checks import Check, duration, flag, is_template, matches, non_empty_str
@@ -496,7 +497,7 @@ class WaitForCalendarBlockOperator(DwsRequestOperator):
     execute_complete = complete_attempt
 
 
-class ReleaseCalendarBlockOperator(DwsBaseOperator):
+class ReleaseCalendarBlockOperator(DwsSetupReleaseOperator):
     """Give a calendar block back: cancel it if it is not delivered, delete its reservations and itself
     if it was delivered (finishing early) or has ended. Already gone is success. Meant as the reserve's
     teardown (``reserve >> ... >> release.as_teardown(setups=reserve)``).
@@ -511,33 +512,9 @@ class ReleaseCalendarBlockOperator(DwsBaseOperator):
     :param project_id, gcp_conn_id, impersonation_chain: as for the other operators.
     """
 
-    template_fields: Sequence[str] = ("project_id", "impersonation_chain")
     operator_extra_links = (CalendarBlockLink(),)
     ui_color = "#e6f4ea"
-    CHECKS = (*CONNECTION_CHECKS, Check("setup_task_id", non_empty_str, "must be a task id"))
-
-    def __init__(
-        self,
-        *,
-        setup_task_id: str,
-        project_id: str | None = None,
-        gcp_conn_id: str = "google_cloud_default",
-        impersonation_chain: str | Sequence[str] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.setup_task_id = setup_task_id
-        self.project_id = project_id
-        self.gcp_conn_id = gcp_conn_id
-        self.impersonation_chain = impersonation_chain
-        self.check_parameters(rendered=False)
-
-    def execute(self, context: Context) -> dict[str, Any]:
-        """Cancel or delete the setup's block(s); already gone is success."""
-        from airflow_provider_dws.runtime.calendar_release import release_blocks
-
-        self.check_parameters(rendered=True)
-        return release_blocks(self, context)
+    RELEASE = "airflow_provider_dws.runtime.calendar_release:release_blocks"
 
 
 def block_asset(op: Any, asset: Asset | str | None, task_id: str) -> Asset:

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
 from airflow_provider_dws.links import ComputeFlexStartMIGLink
-from airflow_provider_dws.operators.base import CONNECTION_CHECKS, DwsBaseOperator
-from airflow_provider_dws.operators.checks import Check, non_empty_str
-
-if TYPE_CHECKING:
-    from airflow.sdk import Context
+from airflow_provider_dws.operators.base import DwsSetupReleaseOperator
 
 
-class DeleteComputeFlexStartVMsOperator(DwsBaseOperator):
+class DeleteComputeFlexStartVMsOperator(DwsSetupReleaseOperator):
     """Release flex-start VMs: delete the VMs its setup's resize request created, and only those
     (``deleteInstances`` on the MIG with the instance URLs of the setup's result), then the request.
 
@@ -33,30 +26,6 @@ class DeleteComputeFlexStartVMsOperator(DwsBaseOperator):
     The deletes run in the worker (a teardown is short): each waits for its operation.
     """
 
-    template_fields: Sequence[str] = ("project_id", "impersonation_chain")
     operator_extra_links = (ComputeFlexStartMIGLink(),)
     ui_color = "#d2e3fc"
-    CHECKS = (*CONNECTION_CHECKS, Check("setup_task_id", non_empty_str, "must be a task id"))
-
-    def __init__(
-        self,
-        *,
-        setup_task_id: str,
-        project_id: str | None = None,
-        gcp_conn_id: str = "google_cloud_default",
-        impersonation_chain: str | Sequence[str] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.setup_task_id = setup_task_id
-        self.project_id = project_id
-        self.gcp_conn_id = gcp_conn_id
-        self.impersonation_chain = impersonation_chain
-        self.check_parameters(rendered=False)
-
-    def execute(self, context: Context) -> dict[str, Any]:
-        """Delete the setup's VMs, then its request(s); already gone is success."""
-        from airflow_provider_dws.runtime.compute import release_vms
-
-        self.check_parameters(rendered=True)
-        return release_vms(self, context)
+    RELEASE = "airflow_provider_dws.runtime.compute:release_vms"

@@ -54,6 +54,21 @@ BLOCK_CHECKS = (
 )
 
 
+def block_checks(checks: tuple[Check, ...], api: str) -> tuple[Check, ...]:
+    """A Flex Start operator's ``checks`` for its block-consuming sibling: the region optional (the
+    block's reservation decides it), and the block's own checks."""
+    from airflow_provider_dws import facts
+
+    region = Check(
+        "region",
+        matches(facts.REGION_PATTERN),
+        f"must be a {api} region such as 'us-central1'",
+        templated=True,
+        optional=True,
+    )
+    return (*(c for c in checks if c.name != "region"), region, *BLOCK_CHECKS)
+
+
 class BlockConsumer:
     """Mixed into a request operator (first among its bases): run it on a calendar block.
 

@@ -18,7 +18,7 @@ from airflow_provider_dws.facts import (
 from airflow_provider_dws.links import VertexAIFlexStartJobLink
 from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsRequestOperator
 from airflow_provider_dws.operators.checks import Check, duration, matches, str_len_in
-from airflow_provider_dws.operators.reserved import BLOCK_CHECKS, BlockConsumer
+from airflow_provider_dws.operators.reserved import BlockConsumer, block_checks
 
 __all__ = [
     "FLEX_START_ACCELERATORS",
@@ -306,17 +306,7 @@ class CreateVertexAIReservedJobOperator(BlockConsumer, CreateVertexAIFlexStartJo
 
     template_fields: Sequence[str] = (*CreateVertexAIFlexStartJobOperator.template_fields, "reservation")
     ADAPTER = "airflow_provider_dws.runtime.vertex_ai:VertexReservedAdapter"
-    CHECKS: tuple[Check, ...] = (
-        *(c for c in CreateVertexAIFlexStartJobOperator.CHECKS if c.name != "region"),
-        Check(
-            "region",
-            matches(facts.REGION_PATTERN),
-            "must be a Vertex AI region such as 'us-central1'",
-            templated=True,
-            optional=True,
-        ),
-        *BLOCK_CHECKS,
-    )
+    CHECKS: tuple[Check, ...] = block_checks(CreateVertexAIFlexStartJobOperator.CHECKS, "Vertex AI")
 
     def __init__(
         self,

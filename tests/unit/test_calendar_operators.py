@@ -127,7 +127,9 @@ def test_wait_and_release_parameters() -> None:
         WaitForCalendarBlockOperator(task_id="w")
     with pytest.raises(ValueError, match="future reservation's full name"):
         WaitForCalendarBlockOperator(task_id="w", future_reservation="my-block")
-    wait = WaitForCalendarBlockOperator(task_id="w", future_reservation=NAME, asset="x-dws-calendar://training")
+    wait = WaitForCalendarBlockOperator(
+        task_id="w", future_reservation=NAME, asset="x-dws-calendar://training"
+    )
     assert wait.home_placement().location == "us-central1-a"
     assert wait.outlets == [Asset("x-dws-calendar://training")]
     with DAG(dag_id="cal_dag", schedule=None, start_date=datetime(2026, 1, 1)):

@@ -33,9 +33,10 @@ lint: venv
 	$(BIN)/mypy
 
 ## Quality gates, then every test ring (unit, emulator, Airflow end to end), on PYTEST_WORKERS processes
-## (work-stealing: tests/conftest.py starts each on its share of the slow tests);
+## (work-stealing: tests/conftest.py starts each on its share of the slow tests; three on two cores,
+## since most of the slow tests wait on real Airflow processes);
 ## then the unit tests again on Python 3.10, the oldest Python the provider supports.
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 test: lint
 	$(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal
 	@$(MAKE) --no-print-directory test-py310

@@ -130,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"    a block of {req['accelerator_count']} x {req['accelerator_type']} in "
                 f"{req['location']} from {req['block_start']}: delivered {req['start_time'] or 'never'}, "
-                f"released {req['deleted']}"
+                + (
+                    "released"
+                    if req["deleted"]
+                    else f"kept until its end {req['block_end']} (calendar mode gives none back early)"
+                )
             )
         else:
             times = {step["state"]: step["time"] for step in req["history"]}
@@ -157,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         and [r["state"] for r in resizes] == ["SUCCEEDED"]
         and all(r["deleted"] and r["vms_deleted"] for r in resizes)
         and len(blocks) == 2
-        and all(b["deleted"] and b["start_time"] and not b["reservation_live"] for b in blocks)
+        # Delivered, and kept until their end (billed whatever the release does), nothing left on them.
+        and all(b["start_time"] and b["reservation_live"] and not b["reservation_in_use"] for b in blocks)
     )
     return 0 if ok else 1
 

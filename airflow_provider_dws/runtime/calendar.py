@@ -278,7 +278,7 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
         try:
             return self.backend(self.location_of(name)).discard(name)
         except _REFUSED as err:
-            self.log.error("%s", locked_message(name, err.message))
+            self.log.warning("%s", locked_message(name, err.message))
             return None
 
     def ended(self, context: Context, status: RequestStatus) -> None:
@@ -344,12 +344,14 @@ def block_differences(fr: FutureReservation, ask: BlockAsk) -> list[str]:
     return out
 
 
-def locked_message(name: str, refusal: str) -> str:
-    """Why a block could not be released, and what then happens to it."""
+def locked_message(name: str, refusal: str, end: datetime | None = None) -> str:
+    """Why a block could not be given back, and what then happens to it."""
+    until = f" at {end.isoformat()}" if end is not None else ""
     return (
-        f"Compute Engine refused to cancel or delete {name} ({refusal}): a block locked for procurement "
-        "is delivered at its start time and billed until its end; release it once it is delivered "
-        "(ReleaseCalendarBlockOperator, or delete the future reservation)"
+        f"Compute Engine will not let {name} go ({refusal}): a calendar block locked for procurement or "
+        f"delivered is billed until its end{until}, when Compute Engine deletes its reservation and "
+        "everything on it; calendar mode gives no block back early. A release that runs after its end "
+        "deletes the request's record (a record left blocks new requests of the same shape)"
     )
 
 

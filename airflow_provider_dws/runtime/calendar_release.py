@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws.backends.calendar import (
     DELIVERED,
+    UNDELIVERED,
     FutureReservationBackend,
     block_shape,
     block_window,
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
     )
 
 _REFUSED = (InvalidRequestError, PermissionDeniedApiError)
+#: The states of a block the API may refuse to give back before its end: booked (locked for
+#: procurement, or provisioning) or delivered.
+HELD_UNTIL_END = frozenset({*UNDELIVERED, *DELIVERED}) - {"DRAFTING", "PENDING_APPROVAL"}
 
 
 def _task(op: Any, task_id: str) -> Any | None:
@@ -207,6 +211,7 @@ def release_blocks(op: ReleaseCalendarBlockOperator, context: Context) -> dict[s
     released: list[tuple[str, str]] = []
     windows: dict[str, tuple[datetime | None, datetime | None]] = {}
     spent: list[dict[str, Any]] = []
+    kept: list[dict[str, Any]] = []
     for name in dict.fromkeys(names):
         where = parse_future_reservation_name(name)
         backend = FutureReservationBackend(where.project, where.zone, op.gcp_conn_id, op.impersonation_chain)
@@ -218,13 +223,16 @@ def release_blocks(op: ReleaseCalendarBlockOperator, context: Context) -> dict[s
         now = datetime.now(timezone.utc)
         status = future_reservation_status(fr, name, now=now)
         cost = usage(fr, name, records, now)
+        start, end = block_window(fr)
         try:
             done = backend.discard(name)
         except _REFUSED as err:
-            from airflow_provider_dws.runtime.calendar import locked_message
-
-            raise BadRequestError(locked_message(name, err.message)) from None
-        start, end = block_window(fr)
+            kept.append(_kept(op, backend, name, err, end))
+            windows[name] = (start, None)
+            released.append((name, status.state))  # recorded as held (``kept``), not released
+            _log_cost(op, name, cost)
+            spent.append({"future_reservation": name, "state_before": status.state, **cost})
+            continue
         windows[name] = (start, end if end is not None and end < now else None)
         op.log.info(
             "%s (%s, %s): %s", name, status.state, status.description, ", ".join(done) or "nothing left to do"
@@ -242,16 +250,36 @@ def release_blocks(op: ReleaseCalendarBlockOperator, context: Context) -> dict[s
         held_states=DELIVERED,
         records_of=[op.setup_task_id, *_waits_of(op, op.setup_task_id)],
         held_between=lambda n: windows.get(n, (None, None)),
+        kept=(still_held := {k["future_reservation"] for k in kept}),
     )
-    if not released:
+    given_back = [(name, state) for name, state in released if name not in still_held]
+    if not given_back and not kept:
         op.log.info(
             "No calendar block of task %r (never made, or already released): nothing to do", op.setup_task_id
         )
     return {
-        "released": [name for name, _ in released],
-        "states_before": [state for _, state in released],
+        "released": [name for name, _ in given_back],
+        "states_before": [state for _, state in given_back],
         "usage": spent,
+        "kept": kept,
     }
+
+
+def _kept(
+    op: Any, backend: FutureReservationBackend, name: str, refusal: Exception, end: datetime | None
+) -> dict[str, Any]:
+    """A block the API will not let go (locked, or delivered and not ended): not an error of the
+    release (nothing more can be done for it), but said loudly. Anything else refused (a permission
+    missing, a block in another state) fails the task."""
+    from airflow_provider_dws.runtime.calendar import locked_message
+
+    message = getattr(refusal, "message", str(refusal))
+    fr = backend.get(name)
+    state = fr.status.procurement_status if fr is not None else "gone"
+    if not isinstance(refusal, InvalidRequestError) or state not in HELD_UNTIL_END:
+        raise BadRequestError(f"Compute Engine refused to give back {name} [{state}]: {message}") from None
+    op.log.warning("%s", locked_message(name, message, end))
+    return {"future_reservation": name, "state": state, "until": end.isoformat() if end else None}
 
 
 def _log_cost(op: Any, name: str, cost: dict[str, Any]) -> None:

@@ -244,6 +244,7 @@ def record_release(
     held_states: Collection[str] = ("ACTIVE",),
     records_of: Sequence[str] | None = None,
     held_between: Callable[[str], tuple[datetime | None, datetime | None]] | None = None,
+    kept: Collection[str] = (),
 ) -> None:
     """Records of the capacity a release task gave back (TPU slices, flex-start VMs, calendar
     blocks), in the release task's own ``dws_requests``.
@@ -256,6 +257,8 @@ def record_release(
     setup; a later one's record wins: a wait that saw a calendar block delivered after its reserve).
     ``held_between``: when the API says a request began and stopped holding capacity (a calendar
     block's start, and its end if that came before the release), ``None`` where it does not know.
+    ``kept``: those of ``released`` the API would not let go (a delivered calendar block, until its
+    end): recorded as held since they began, so the page shows them held, not released.
     """
     if location_of is None:
         from airflow_provider_dws.runtime.tpu import zone_of
@@ -281,6 +284,19 @@ def record_release(
                 try_number=_try_number(context),
             )
             held = record.holds or record.phase == "running" or state in held_states
+            if name in kept:
+                since = iso(began) if began is not None else record.held_since
+                record = replace(
+                    record,
+                    phase="running" if state in held_states else record.phase,
+                    holds=state in held_states,
+                    started=record.started or since,
+                    held_since=record.held_since or since,
+                    ended=None,
+                    released=None,
+                )
+                own = read_records(upsert(own, record))
+                continue
             if held and began is not None:
                 record = replace(
                     record,

@@ -392,8 +392,14 @@ FUTURE_RESERVATION_STATE_PHASES: dict[str, Phase] = {
 }
 
 _PROCUREMENT_FAILURES = {
-    "DECLINED": "Compute Engine declined the request",
-    "FAILED": "procurement failed: no reservation was delivered",
+    # The API says no more than the status (a future reservation has no reason field): say what it
+    # means and what to do.
+    "DECLINED": (
+        "Compute Engine declined the request: it cannot reserve this capacity for this window, or the "
+        "request was still pending at its start; ask for other dates, another zone or a smaller block "
+        "(FindCalendarBlockOperator's advice shows what is free)"
+    ),
+    "FAILED": "procurement failed: no reservation was delivered, and none of it is billed",
     "FAILED_PARTIALLY_FULFILLED": "procurement failed part way: fewer reserved slots were delivered than asked",
 }
 

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,20 @@ def finish(proc: subprocess.Popen[bytes], log_path: Path, timeout: float = DAG_R
         proc.wait()
         raise AssertionError(f"airflow dags test timed out; log:\n{log_path.read_text()[-4000:]}") from None
     return DagRunResult(proc.returncode, log_path.read_text(errors="replace"))
+
+
+@contextmanager
+def dag_test_running(proc: subprocess.Popen[bytes], log_path: Path) -> Iterator[None]:
+    """Around what a test does while `airflow dags test` runs: if it fails, kill the run at once
+    (not after its timeout) and show the run's log with the failure."""
+    try:
+        yield
+    except BaseException as error:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise AssertionError(
+            f"{error}; the run's log:\n{log_path.read_text(errors='replace')[-4000:]}"
+        ) from error
 
 
 @pytest.fixture(scope="session")

@@ -43,8 +43,11 @@ DEMO = {
     "dws_tpu_queued_resource": ("request_tpu_slice", "tpu_queued_resource", "succeeded"),
     "dws_batch_flex_start": ("infer", "batch_job", "succeeded"),
     "dws_compute_flex_start_vms": ("ask_for_vms", "compute_resize_request", "succeeded"),
-    "dws_calendar_reservation": ("reserve_block", "compute_future_reservation", "succeeded"),
+    # Delivered and held until its end: calendar mode gives no block back early.
+    "dws_calendar_reservation": ("reserve_block", "compute_future_reservation", "running"),
 }
+#: The phases the page lists under "Running or held" (the others under "Ended").
+HELD = {"running"}
 #: Each example's own checks of its run (in its module, beside that example's other tests).
 CHECKS = {
     "dws_vertex_flex_start": test_vertex_flex_start_dag.check_example,
@@ -66,6 +69,8 @@ class Demo:
     listed: int
     #: dag_id -> that example's run, for its module's ``check_example``.
     runs: dict[str, ExampleRun]
+    #: How many of them are held still (the calendar example's delivered blocks, until their end).
+    held: int
 
 
 def split_by_dag(log: str) -> dict[str, str]:
@@ -100,10 +105,12 @@ def demo_ran(home: Path, emulator: Any) -> Iterator[Demo]:
     with api_server(home, dags_folder=ROOT / "example_dags") as server:
         items = server.json("/dws/api/requests")["requests"]
         mine = {item["dag_id"]: item for item in items if item["task_id"] == DEMO[item["dag_id"]][0]}
-        yield Demo(server, log, mine, len(items), runs)
+        held = sum(1 for item in items if item["section"] == "running")
+        yield Demo(server, log, mine, len(items), runs, held)
 
 
 def check_the_json_lists_each_demo_request_with_its_phase(demo: Demo) -> None:
+    assert demo.held == 2  # the calendar example's GPU and TPU blocks, delivered until their end
     for dag_id, (task_id, api, phase) in DEMO.items():
         item = demo.requests[dag_id]
         assert (item["task_id"], item["record"]["api"], item["record"]["phase"]) == (task_id, api, phase)
@@ -117,12 +124,15 @@ def check_the_page_lists_the_demo_requests_with_their_phases(browser: Any, demo:
     page = open_page(browser, demo.server.base, demo.server.tokens["admin"])
     page.goto(demo.server.base + "/plugin/dws")
     frame = page.frame_locator("iframe")
-    expect(frame.get_by_role("heading", name=f"Ended ({demo.listed})")).to_be_visible()
+    held = demo.held
+    expect(frame.get_by_role("heading", name=f"Ended ({demo.listed - held})")).to_be_visible()
     expect(frame.get_by_role("heading", name="Waiting now (0)")).to_be_visible()
+    expect(frame.get_by_role("heading", name=f"Running or held ({held})")).to_be_visible()
     ended = frame.locator("table", has=frame.locator("caption", has_text="Requests that ended"))
+    running = frame.locator("table", has=frame.locator("caption", has_text="still run or hold it"))
     for dag_id, (_, _, phase) in DEMO.items():
         short = demo.requests[dag_id]["record"]["request_name"].rsplit("/", 1)[-1]
-        row = ended.locator("tr", has_text=short)
+        row = (running if phase in HELD else ended).locator("tr", has_text=short)
         expect(row).to_have_count(1)
         expect(row).to_contain_text(dag_id)
         expect(row).to_contain_text(phase)

@@ -228,11 +228,20 @@ def test_cancel_and_delete_rules(gce, clock, emulator) -> None:
 
     insert(gce, gpu_block("live", clock() + 60))
     deliver(gce, clock, "live")
-    gce.frs.delete_unary(project=P, zone=ZONE, future_reservation="live")  # ends the block at once
+    # Delivered: neither the request nor its reservation goes before the block's end.
+    with pytest.raises(exceptions.PreconditionFailed) as early:
+        gce.frs.delete_unary(project=P, zone=ZONE, future_reservation="live")
+    assert "can be deleted only after its end time" in early.value.message
+    with pytest.raises(exceptions.PreconditionFailed) as early:
+        gce.reservations.delete_unary(project=P, zone=ZONE, reservation="live-res")
+    assert "it is deleted then, with everything on it, not before" in early.value.message
+    assert gce.reservations.get(project=P, zone=ZONE, reservation="live-res").status == "READY"
+    clock.advance(7 * DAY)  # the end: the reservation is gone with it, the request may be deleted
     with pytest.raises(exceptions.NotFound):
         gce.reservations.get(project=P, zone=ZONE, reservation="live-res")
+    gce.frs.delete_unary(project=P, zone=ZONE, future_reservation="live")
     rec = record(emulator, "live")
-    assert rec["deleted"] and "its future reservation was deleted" in rec["ended_reason"]
+    assert rec["deleted"] and "its block ended at" in rec["ended_reason"]
     assert [h["state"] for h in rec["history"]][-2:] == ["RESERVATION_DELETED", "DELETED"]
 
 

@@ -173,9 +173,17 @@ def test_find_reserve_wait_and_release(emulator: Callable[..., Any]) -> None:
     [held] = run.records("wait")
     assert held.holds and held.phase == "running" and held.started == start.isoformat()
 
+    # Delivered: calendar mode gives no block back before its end. The release says so and
+    # succeeds (nothing more can be done for it); a release after the end deletes the record.
     out = run.execute(tasks["release"])
-    assert out["released"] == [booked["future_reservation"]] and out["states_before"] == ["FULFILLED"]
+    assert out["released"] == [] and [k["state"] for k in out["kept"]] == ["FULFILLED"]
+    assert out["kept"][0]["until"] == (start + timedelta(days=1)).isoformat()
     assert out["usage"][0]["reserved_hours"] == 64 * 24
+    [block] = blocks(emu)
+    assert not block["deleted"] and block["reservation_live"]
+    emu.control.end_future_reservation(booked["future_reservation"])  # as its end time would
+    out = run.execute(tasks["release"], try_number=2)
+    assert out["released"] == [booked["future_reservation"]] and out["states_before"] == ["FULFILLED"]
     [block] = blocks(emu)
     assert block["deleted"] and not block["reservation_live"]
     [released] = run.records("release")
@@ -238,15 +246,21 @@ def test_a_request_not_approved_within_max_wait_is_cancelled(emulator: Callable[
     assert block["state"] == "CANCELLED" and block["deleted"]
 
 
-def test_a_partial_delivery_fails_the_wait_and_the_release_deletes_it(emulator: Callable[..., Any]) -> None:
+def test_a_partial_delivery_fails_the_wait_and_the_release_deletes_it_after_its_end(
+    emulator: Callable[..., Any],
+) -> None:
     emu = emulator()
     tasks, run = dag_tasks(), Run()
-    _choice(run, days=0.0001)
+    _choice(run, days=0.0001)  # starts in about 9 s, for a day
     booked = run.execute(tasks["reserve"])
     emu.control.call("PartlyFulfilFutureReservation", {"name": booked["future_reservation"], "count": 3})
     with pytest.raises(CapacityNotObtainedError, match="3 of 8 reserved slots were delivered"):
         run.execute(tasks["wait"])
+    # The part delivered is billed until the block's end, like a whole block: kept until then.
     out = run.execute(tasks["release"])
+    assert [k["state"] for k in out["kept"]] == ["FAILED_PARTIALLY_FULFILLED"]
+    emu.control.end_future_reservation(booked["future_reservation"])
+    out = run.execute(tasks["release"], try_number=2)
     assert out["states_before"] == ["FAILED_PARTIALLY_FULFILLED"]
     [block] = blocks(emu)
     assert block["deleted"] and not block["reservation_live"]
@@ -354,7 +368,7 @@ def test_a_tpu_block_is_delivered_with_the_name_a_queued_resource_consumes(
     assert {k: v for k, v in delivered.items() if k != "procurement_status"} == {
         k: v for k, v in booked.items() if k != "procurement_status"
     }
-    assert run.execute(release)["states_before"] == ["FULFILLED"]
+    assert [k["state"] for k in run.execute(release)["kept"]] == ["FULFILLED"]  # until its end
 
 
 def test_the_trigger_cancel_leaves_a_delivered_block_alone(emulator: Callable[..., Any]) -> None:
@@ -422,6 +436,7 @@ def test_a_failed_last_wait_keeps_a_block_delivered_since(emulator: Callable[...
         tasks["reserve"].complete_attempt(run.context("reserve"), _failed_wait(name))
     [block] = blocks(emu)
     assert (block["state"], block["deleted"], block["reservation_live"]) == ("FULFILLED", False, True)
+    emu.control.end_future_reservation(name)
     backend.discard(name)
 
 

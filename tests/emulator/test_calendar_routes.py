@@ -333,16 +333,22 @@ def test_reservations_get_list_aggregated_list_and_delete(gce, clock, emulator) 
         "queued": 0,
     }
 
-    op = gce.reservations.delete_unary(project=P, zone=ZONE, reservation="block-res")
-    assert op.operation_type == "delete" and op.target_link == LINK + res_path("block-res")
-    assert gce.zone_ops.wait(project=P, zone=ZONE, operation=op.name).status == DONE
+    with pytest.raises(exceptions.PreconditionFailed):  # a calendar block's: it goes at its end
+        gce.reservations.delete_unary(project=P, zone=ZONE, reservation="block-res")
+    emulator.control.end_future_reservation(fr_path("block"))  # as its end time would
     with pytest.raises(exceptions.NotFound):
         gce.reservations.get(project=P, zone=ZONE, reservation="block-res")
     assert status(gce, "block") == "FULFILLED"  # the request keeps its status; its block is over
     rec = record(emulator, "block")
-    assert (
-        rec["end_time"] and not rec["reservation_live"] and "reservation was deleted" in rec["ended_reason"]
-    )
+    assert rec["end_time"] and not rec["reservation_live"]
+
+    # The reservation of a block that will not come (cancelled) is INACTIVE, and may be deleted.
+    insert(gce, gpu_block("later", clock() + 40 * DAY))
+    clock.advance(1)
+    gce.frs.cancel_unary(project=P, zone=ZONE, future_reservation="later")
+    op = gce.reservations.delete_unary(project=P, zone=ZONE, reservation="later-res")
+    assert op.operation_type == "delete" and op.target_link == LINK + res_path("later-res")
+    assert gce.zone_ops.wait(project=P, zone=ZONE, operation=op.name).status == DONE
     assert emulator.control.capacity()[f"{H100_A}@block-res"]["total"] == 0
 
 

@@ -197,6 +197,8 @@ class CalendarControls:
             "reservation": res.path if res is not None else None,
             "reservations": [res.path] if res is not None and delivered else [],
             "reservation_live": rec.reservation_pb is not None,
+            # What its consumers hold of it now (VMs or chips' units: GPUs, or TPU chips).
+            "reservation_in_use": self.core.capacity.pool_usage(res.pool)[1] if res is not None else 0,
             "consumers": [
                 {"name": holder.split("#", 1)[0], "kind": kind}
                 for holder, kind in (res.consumers.items() if res is not None else ())

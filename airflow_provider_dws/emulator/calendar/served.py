@@ -126,10 +126,10 @@ class ServedReservations:
             return aggregated_json("compute#reservationAggregatedList", project, "reservations", items, token)
 
     def delete_reservation(self, project: str, zone: str, name: str, request_id: str) -> dict[str, Any]:
-        """Deleting a delivered reservation ends its block at once, consumers included (the emulator's
-        choice: whether the real API lets a calendar-mode reservation go early is not documented). An
-        ``INACTIVE`` one is deleted once its block will not come (cancelled, declined, failed); while
-        the block is still to be delivered it is refused (412: cancel the future reservation first)."""
+        """A delivered reservation is not deleted before its block's end (412: the documents let a
+        calendar-mode reservation change only after its end time; it is deleted then, consumers
+        included). An ``INACTIVE`` one is deleted once its block will not come (cancelled, declined,
+        failed); while the block is still to be delivered it is refused (412: cancel that first)."""
         ops = self.core.gce_operations
         with self.core.lock:
             self.core.tick()
@@ -141,9 +141,15 @@ class ServedReservations:
             assert res is not None and rec.reservation_pb is not None
             target_id = rec.reservation_pb.id
             now = self.core.clock()
-            if rec.delivered_at is not None:
-                self.end_block(rec, now, "the reservation was deleted")
-            elif rec.ended_at is None:
+            if rec.delivered_at is not None and rec.ended_at is None:
+                raise RestError(
+                    412,
+                    "conditionNotMet",
+                    f"The reservation '{res.path}' is the calendar block of future reservation "
+                    f"'{rec.path}' until {iso(rec.plan.end)}; it is deleted then, with everything on it, "
+                    "not before.",
+                )
+            if rec.ended_at is None:
                 raise RestError(
                     412,
                     "conditionNotMet",

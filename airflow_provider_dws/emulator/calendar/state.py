@@ -34,8 +34,8 @@ _ZONE_RE = re.compile(ZONE_PATTERN)
 DELIVERED = frozenset({"FULFILLED", "FAILED_PARTIALLY_FULFILLED"})
 #: Cancel: before the request locks (after that the capacity is being procured for it).
 CANCELLABLE = frozenset({"DRAFTING", "PENDING_APPROVAL", "APPROVED"})
-#: Delete: a draft, a request that ended without a block, or a delivered one (see ``delete``).
-DELETABLE = frozenset({"DRAFTING", "CANCELLED", "DECLINED", "FAILED", *DELIVERED})
+#: Delete: a draft, a request that ended without a block (and any whose block has ended).
+DELETABLE = frozenset({"DRAFTING", "CANCELLED", "DECLINED", "FAILED"})
 #: The documented cancel rule (see :func:`lock_time`).
 LOCK_LEAD = 30 * DAY
 CANCEL_GRACE = DAY
@@ -374,9 +374,9 @@ class CalendarState(ServedReservations, CalendarControls, Api):
     ) -> dict[str, Any]:
         """Cancel or delete: ``requestId`` replayed, refused (412) in a status ``allowed`` lacks.
 
-        Delete also takes a request whose block ended, whatever its status; deleting a delivered
-        block before its end ends it at once (the documents describe deleting a cancelled or
-        ended request; the early release is the emulator's, see the package doc).
+        Delete also takes a request whose block ended, whatever its status. A delivered block is
+        not deleted before its end (the documents: delete after a cancel or after the end time):
+        calendar-mode capacity is neither cancelled nor given back once it is locked.
         """
         ops = self.core.gce_operations
         with self.core.lock:
@@ -386,22 +386,31 @@ class CalendarState(ServedReservations, CalendarControls, Api):
                 return replayed
             rec = self._lookup(project, zone, name)
             now = self.core.clock()
-            if rec.status not in allowed and not (verb == "delete" and now >= rec.plan.end):
-                rule = (
-                    "only a request that is DRAFTING, PENDING_APPROVAL or APPROVED (before its lock time "
-                    f"{rec.pb.status.lock_time or 'at approval'}) can be cancelled."
-                    if verb == "cancel"
-                    else "only a draft, a cancelled, declined or failed request, a delivered one or one whose "
-                    "block has ended can be deleted (cancel it first)."
-                )
+            over = now >= rec.plan.end or rec.ended_at is not None  # ended (by its end, or control)
+            if rec.status not in allowed and not (verb == "delete" and over):
+                if verb == "cancel":
+                    rule = (
+                        "only a request that is DRAFTING, PENDING_APPROVAL or APPROVED (before its lock time "
+                        f"{rec.pb.status.lock_time or 'at approval'}) can be cancelled."
+                    )
+                elif rec.status in DELIVERED:
+                    rule = (
+                        f"a delivered block can be deleted only after its end time {iso(rec.plan.end)}, when "
+                        "its reservations and everything on them are deleted."
+                    )
+                else:
+                    rule = (
+                        "only a draft, a cancelled, declined or failed request, or one whose block has ended "
+                        "can be deleted (cancel it first)."
+                    )
                 raise RestError(
                     412, "conditionNotMet", f"The future reservation '{rec.path}' is {rec.status}; {rule}"
                 )
             if verb == "cancel":
                 self._stop(rec, now, "CANCELLED", "it was cancelled")
             else:
-                if rec.status in DELIVERED and rec.ended_at is None:
-                    self.end_block(rec, now, "its future reservation was deleted")
+                if rec.status in DELIVERED and rec.ended_at is None:  # its end came since the last tick
+                    self.end_block(rec, now, f"its block ended at {iso(rec.plan.end)}")
                 rec.deleted = True
                 rec.history.append(("DELETED", now))
                 del self.live[rec.path]

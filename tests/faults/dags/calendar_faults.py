@@ -3,8 +3,8 @@
 ``ReserveCalendarBlockOperator`` with ``wait_for_delivery=True``: one task books one
 a3-highgpu-8g for a day, starting ``params.lead_seconds`` after the DAG run started (the same start
 for every try of the run, so a retry asks for the block its first try booked), and defers until
-the emulator delivers it at that start; a work task reads the reservation; the release is a
-teardown. The zone comes from ``params.zone``, so a scenario books in a calendar of its own:
+the emulator delivers it at that start; a work task reads the reservation and ends the block
+(the emulator's control, as its end time would); the release, a teardown, deletes it. The zone comes from ``params.zone``, so a scenario books in a calendar of its own:
 
 * ``dws_fault_calendar_block``: the plain flow, for the triggerer row;
 * ``dws_fault_calendar_kill_after_submit``: one retry, and on try 1 the task process SIGKILLs
@@ -64,7 +64,13 @@ def _flow(dag_id: str, operator: type[ReserveCalendarBlockOperator], doc: str, r
 
         @task
         def work_on_block(block: dict) -> str:
+            from airflow_provider_dws.emulator.control import EmulatorControl
+
             print(f"DWS BLOCK: {block}")
+            # A block lasts a day at least, and calendar mode gives none back before its end: the
+            # emulator ends it now, as its end time would, so the release can delete it.
+            with EmulatorControl(os.environ["DWS_EMULATOR_HOST"]) as control:
+                control.end_future_reservation(block["future_reservation"])
             return str(block["future_reservation"])
 
         release = ReleaseCalendarBlockOperator(

@@ -29,6 +29,7 @@ EXAMPLE_DAGS = (
     "dws_tpu_queued_resource",
     "dws_batch_flex_start",
     "dws_compute_flex_start_vms",
+    "dws_calendar_reservation",
 )
 WORKDIR = ROOT / ".airflow" / "ui"
 
@@ -44,6 +45,8 @@ class UiDeployment(Deployment):
         env["DWS_EXAMPLE_MAX_WAIT_SECONDS"] = "3600"
         env["DWS_EXAMPLE_TPU_MAX_WAIT_SECONDS"] = "3600"
         env["DWS_EXAMPLE_COMPUTE_MAX_WAIT_SECONDS"] = "3600"
+        # The calendar example's blocks start a minute after it runs (delivered then, held a week).
+        env["DWS_EXAMPLE_CALENDAR_EARLIEST_START_SECONDS"] = "60"
         return env
 
 

@@ -218,6 +218,8 @@ class ComputeBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
     call_namespace: ClassVar[uuid.UUID]
     #: The states in which the API takes a cancel (it refuses elsewhere).
     cancellable: ClassVar[tuple[str, ...]] = ()
+    #: The states :meth:`arelease` (a task killed while deferred) cancels; ``None``: :attr:`cancellable`.
+    kill_cancellable: ClassVar[tuple[str, ...] | None] = None
 
     # -- hooks -------------------------------------------------------------------------------------
 
@@ -387,12 +389,13 @@ class ComputeBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
         self.wait_operation(operation, f"cancel {name}")
 
     async def arelease(self, name: str) -> bool:
-        """Cancel a resource in a :attr:`cancellable` state from the event loop: each call in the
+        """Cancel a resource in a :attr:`kill_cancellable` state from the event loop: each call in the
         pool, transient errors retried with async backoff (no pool thread sleeps). One in another
         state, or gone, is left (False)."""
+        states = self.cancellable if self.kill_cancellable is None else self.kill_cancellable
         try:
             current = await self._acall(f"get {name}", in_pool, self._get_once, name)
-            if self._state(current) not in self.cancellable:
+            if self._state(current) not in states:
                 log.info("%s is %s: nothing to cancel", name, self._state(current))
                 return False
             await self._acall(f"cancel {name}", in_pool, self._cancel_once, name)
@@ -404,7 +407,7 @@ class ComputeBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
                 current = await self._acall(f"get {name}", in_pool, self._get_once, name)
             except RequestNotFoundError:
                 return False
-            if self._state(current) in self.cancellable:
+            if self._state(current) in states:
                 raise
             return False
         return True

@@ -372,7 +372,8 @@ def test_a_tpu_block_is_delivered_with_the_name_a_queued_resource_consumes(
 
 
 def test_the_trigger_cancel_leaves_a_delivered_block_alone(emulator: Callable[..., Any]) -> None:
-    """``arelease`` (a user killed the waiting task) cancels what is not delivered, never more."""
+    """``arelease`` (a user killed the waiting task) cancels a block awaiting approval, never more:
+    an approved one is booked, and its release task's (as when the worker's task is killed)."""
     emu = emulator(approval="manual")
     tasks, run = dag_tasks(), Run()
     _choice(run, days=10)
@@ -388,6 +389,12 @@ def test_the_trigger_cancel_leaves_a_delivered_block_alone(emulator: Callable[..
     backend.discard(status.name)
     assert asyncio.run(backend.arelease(status.name)) is False  # gone
     assert [b["state"] for b in blocks(emu)] == ["CANCELLED"]
+    again = who.with_attempt(2)  # a new block (the first one is deleted)
+    approved, _ = backend.submit(adapter.build(again), again, again.request_uuid())
+    emu.control.approve_future_reservation(approved.name)
+    assert asyncio.run(backend.arelease(approved.name)) is False  # booked: the release's to give back
+    assert backend.get_status(approved.name).state == "APPROVED"  # type: ignore[union-attr]
+    backend.discard(approved.name)  # before its lock time: cancelled and deleted
 
 
 def _submitted(tasks: dict[str, Any], run: Run) -> tuple[FutureReservationBackend, str]:

@@ -31,15 +31,17 @@ lead time, provisioning delay; ``serve`` options and ``DWS_EMULATOR_CALENDAR_*``
   reservation (``reservationName``, or ``<namePrefix>-<YYYYMMDD>-<NNNN>``) is READY with the block's
   capacity: a pool of its own (:mod:`..core.reservations`), separate from the Flex Start pools. A
   partial delivery (control) ends FAILED_PARTIALLY_FULFILLED, or FAILED when nothing is delivered;
-* at the end time (or control ``EndFutureReservation``, a delete of the reservation or of the
-  delivered request): the reservation is deleted and every consumer of it ended by its API; the
-  request keeps its status.
+* at the end time (or control ``EndFutureReservation``): the reservation is deleted and every
+  consumer of it ended by its API; the request keeps its status.
 
 Cancel: DRAFTING, PENDING_APPROVAL, or APPROVED before the lock time (else 412 ``conditionNotMet``).
-Delete: DRAFTING, CANCELLED, DECLINED, FAILED, any request whose block has ended, and a delivered
-one (FULFILLED, FAILED_PARTIALLY_FULFILLED), whose block then ends at once; else 412 (cancel
-first). The documents describe deleting a request after it was cancelled or its end time came;
-the early release of a delivered block is the emulator's choice (not verified against the API).
+Delete: DRAFTING, CANCELLED, DECLINED, FAILED, and any request whose block has ended; else 412
+(cancel first, or wait for the end). A delivered block (FULFILLED, FAILED_PARTIALLY_FULFILLED) is
+not deleted before its end, nor is its reservation: the documents describe deleting a calendar
+request after a cancel or after its end time, and changing an auto-created reservation only after
+its end time. Not verified against the live API: the exact lock-time arithmetic, the wording of
+the refusals, that a request still pending at its start is DECLINED, and each consumer API's error
+when its reservation ends (the shapes above are modelled on each API's documented errors).
 
 What a consumer's API does when its reservation ends (the message always says that the
 reservation ``projects/P/zones/Z/reservations/R`` ended, or will not be delivered): a Vertex AI

@@ -279,6 +279,8 @@ class DwsRequestOperator(DwsBaseOperator):
     execute_complete = complete_attempt
 
     def on_kill(self) -> None:
-        """``deferrable=False`` only: cancel the request the worker waits on (``cancel_on_kill``)."""
+        """Cancel the request this worker holds (``cancel_on_kill``): submitted and not yet handed to
+        a trigger, or waited on in the worker (``deferrable=False``). Airflow calls it when the
+        worker is killed or its ``execution_timeout`` passes."""
         if "_dws_loop" in self.__dict__:
             self.attempt_loop().on_kill()

@@ -173,7 +173,9 @@ class AttemptLoop:
         return self.attempt_ended(context, event, state)
 
     def on_kill(self) -> None:
-        """``deferrable=False`` only: the worker is being killed (or timed out) while it waits."""
+        """The worker is being killed (or timed out) while it holds a request: between its submit and
+        its deferral, or waiting on it in the worker (``deferrable=False``). A deferred wait is the
+        trigger's to cancel."""
         name = self.waiting_on
         if name and self.op.cancel_on_kill:
             self.log.warning("Task killed while waiting on %s; cancelling it", name)
@@ -307,12 +309,17 @@ class AttemptLoop:
             self.log.info("%s", decision.reason)
         identity = task_identity(context).with_attempt(state.attempt)
         status = self.adapter.submit(context, identity, state.placement, decision.max_wait)
+        # From here until the deferral a kill or an execution_timeout in this worker cancels it
+        # (`on_kill`): no trigger exists yet to do so, and the request would wait for nobody.
+        self.waiting_on = status.name
         return self.wait(context, status, state.submitted(state.placement, decision.max_wait))
 
     def wait(self, context: Context, status: RequestStatus, state: AttemptState) -> Any:
         """Wait on a submitted (or adopted) request: deferred, or in this worker."""
         if self.adapter.is_done(status):
+            self.waiting_on = None
             return self.attempt_ended(context, status.to_event(), state)
+        self.waiting_on = status.name  # a kill before the deferral cancels it (see `plan`)
         deadline = self.timeout_at(context)
         # The state travels once, in the trigger's event: Airflow's triggerer hands it back, and
         # `airflow dags test` hands back the event alone (not the deferral's keyword arguments).
@@ -328,7 +335,6 @@ class AttemptLoop:
         if self.op.deferrable:
             self._remember_waiting(context, status.name)
             self.log.info("Deferring: the request waits in the DWS queue without holding a worker slot")
-        self.waiting_on = status.name
         try:
             event = wait_for_event(self.op, trigger, "complete_attempt")
         finally:

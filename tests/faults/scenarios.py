@@ -542,14 +542,17 @@ def _calendar_zone(ctx: ScenarioContext, lead_seconds: int) -> dict[str, Any]:
 def calendar_worker_sigkill_after_submit(ctx: ScenarioContext) -> None:
     """The worker dies right after the future reservation was created: the retry must adopt that
     block (never book a second one), wait for its delivery, and the teardown release it."""
-    # The block starts 60 s after the run: try 2 defers long before the delivery, whose event
-    # then cannot meet Airflow 3.3's stale defer-exit race (apache/airflow#72716).
-    params = _calendar_zone(ctx, 60)
+    # The block starts 150 s after the run: time for try 1 to book it and try 2 to adopt it and
+    # defer long before the delivery (its event then cannot meet Airflow 3.3's stale defer-exit
+    # race, apache/airflow#72716), with this row beside a dozen others on two cores (a worker
+    # there took 90 s from its start to its first call). A try that begins after the start books
+    # nothing: a new block must start ahead.
+    params = _calendar_zone(ctx, 150)
     ref = ctx.trigger(
         "dws_fault_calendar_kill_after_submit", "cal", CALENDAR_TASK, "1+0 RELEASED run=success", params
     )
-    ctx.wait_waiting(ref, timeout=180, try_number=2)
-    ctx.wait_finished(300)
+    ctx.wait_waiting(ref, timeout=300, try_number=2)
+    ctx.wait_finished(420)
     ctx.check_killed_after_submit(ref)
 
 

@@ -362,6 +362,34 @@ def test_on_kill_while_waiting_in_the_worker_cancels(monkeypatch: pytest.MonkeyP
     assert h.cancelled == [NEW]
 
 
+def test_a_timeout_between_the_submit_and_the_deferral_cancels_the_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seen in the fault matrix on a loaded machine: execution_timeout fired while the record of
+    the new request was written, before the task deferred; no trigger existed to cancel it."""
+    op = vertex(execution_timeout=timedelta(minutes=5))
+    h = Harness(op, None, monkeypatch)
+
+    def timed_out(*args: Any) -> None:
+        raise AirflowTaskTimeout("Timeout, PID: 1")
+
+    monkeypatch.setattr(op.attempt_loop().recorder, "submitted", timed_out)
+    with pytest.raises(AirflowTaskTimeout):
+        op.run_attempts(context(1, Store()))
+    assert h.submitted == [1] and h.cancelled == []
+    op.on_kill()  # what the task runner does on AirflowTaskTimeout
+    assert h.cancelled == [NEW]
+
+
+def test_a_deferred_request_is_not_the_worker_kill_path_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    op = vertex()
+    h = Harness(op, None, monkeypatch)
+    with pytest.raises(TaskDeferred):
+        op.run_attempts(context(1, Store()))
+    op.on_kill()  # the trigger owns the wait now
+    assert h.submitted == [1] and h.cancelled == []
+
+
 def test_waiting_for_the_window_defers_with_the_execution_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     """No request exists yet, so Airflow's own trigger timeout may end this wait."""
     now = datetime.now(timezone.utc)

@@ -285,13 +285,13 @@ def record_release(
             )
             held = record.holds or record.phase == "running" or state in held_states
             if name in kept:
-                since = iso(began) if began is not None else record.held_since
+                held_from = iso(began) if began is not None else record.held_since
                 record = replace(
                     record,
                     phase="running" if state in held_states else record.phase,
                     holds=state in held_states,
-                    started=record.started or since,
-                    held_since=record.held_since or since,
+                    started=record.started or held_from,
+                    held_since=record.held_since or held_from,
                     ended=None,
                     released=None,
                 )

@@ -355,8 +355,9 @@ class ScenarioContext:
     def requests(self, ref: RunRef) -> list[dict[str, Any]]:
         return own_requests(self.emulator.requests(), ref)
 
-    def wait_waiting(self, ref: RunRef, timeout: float = 120.0, try_number: int = 1) -> dict[str, Any]:
-        """Until the request task's try is deferred on a request that waits for capacity."""
+    def wait_waiting(self, ref: RunRef, timeout: float = 300.0, try_number: int = 1) -> dict[str, Any]:
+        """Until the request task's try is deferred on a request that waits for capacity (generous:
+        a worker on two busy cores has taken 90 s from its start to its first API call)."""
 
         def ready() -> dict[str, Any] | None:
             ti = self.task(ref)

@@ -142,7 +142,7 @@ user_action = fault_dag(
 execution_timeout = fault_dag(
     "dws_fault_execution_timeout",
     "execution_timeout passes while the job waits for capacity.",
-    execution_timeout=timedelta(seconds=90),
+    execution_timeout=timedelta(seconds=180),
 )
 hold_after_submit = fault_dag(
     "dws_fault_hold_after_submit",

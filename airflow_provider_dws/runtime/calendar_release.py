@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws.backends.calendar import (
+    AWAITING_APPROVAL,
     DELIVERED,
     UNDELIVERED,
     FutureReservationBackend,
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 _REFUSED = (InvalidRequestError, PermissionDeniedApiError)
 #: The states of a block the API may refuse to give back before its end: booked (locked for
 #: procurement, or provisioning) or delivered.
-HELD_UNTIL_END = frozenset({*UNDELIVERED, *DELIVERED}) - {"DRAFTING", "PENDING_APPROVAL"}
+HELD_UNTIL_END = frozenset({*UNDELIVERED, *DELIVERED}) - set(AWAITING_APPROVAL)
 
 
 def _task(op: Any, task_id: str) -> Any | None:
@@ -227,16 +228,17 @@ def release_blocks(op: ReleaseCalendarBlockOperator, context: Context) -> dict[s
         try:
             done = backend.discard(name)
         except _REFUSED as err:
-            kept.append(_kept(op, backend, name, err, end))
+            kept.append(_kept(op, backend, name, err, end))  # recorded as held, not released
             windows[name] = (start, None)
-            released.append((name, status.state))  # recorded as held (``kept``), not released
-            _log_cost(op, name, cost)
-            spent.append({"future_reservation": name, "state_before": status.state, **cost})
-            continue
-        windows[name] = (start, end if end is not None and end < now else None)
-        op.log.info(
-            "%s (%s, %s): %s", name, status.state, status.description, ", ".join(done) or "nothing left to do"
-        )
+        else:
+            windows[name] = (start, end if end is not None and end < now else None)
+            op.log.info(
+                "%s (%s, %s): %s",
+                name,
+                status.state,
+                status.description,
+                ", ".join(done) or "nothing left to do",
+            )
         _log_cost(op, name, cost)
         released.append((name, status.state))
         spent.append({"future_reservation": name, "state_before": status.state, **cost})

@@ -4,7 +4,8 @@
 a3-highgpu-8g for a day, starting ``params.lead_seconds`` after the DAG run started (the same start
 for every try of the run, so a retry asks for the block its first try booked), and defers until
 the emulator delivers it at that start; a work task reads the reservation and ends the block
-(the emulator's control, as its end time would); the release, a teardown, deletes it. The zone comes from ``params.zone``, so a scenario books in a calendar of its own:
+(the emulator's control, as its end time would); the release, a teardown, deletes it. The zone
+comes from ``params.zone``, so a scenario books in a calendar of its own:
 
 * ``dws_fault_calendar_block``: the plain flow, for the triggerer row;
 * ``dws_fault_calendar_kill_after_submit``: one retry, and on try 1 the task process SIGKILLs

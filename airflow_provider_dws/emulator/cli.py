@@ -6,6 +6,7 @@
                        [--faults SPEC ...] [--calendar-capacity ZONE/ACC=N ...]
                        [--calendar-approval-seconds S|manual] [--calendar-min-lead-seconds S]
                        [--calendar-provision-seconds S]
+                       [--kube-node-pools [NAME=]ACCELERATOR ...] [--kube-booking-seconds S]
     dws-emulator requests --port P [--host 127.0.0.1] [--json]
     dws-emulator capacity --port P [--host 127.0.0.1] [--json] [LOC/ACC=N ...]
     dws-emulator preempt --port P [--host 127.0.0.1] [--json] projects/P/locations/ZONE/queuedResources/ID
@@ -21,6 +22,11 @@ Calendar mode (future reservations) books on its own calendar of free capacity,
 ``ZONE/ACCELERATOR=N`` units per day (``us-central1-a/NVIDIA_H100_80GB=64``, ``us-west4-a/v5litepod=256``);
 ``--calendar-*`` set its approval delay (``manual``: only the control API decides), minimum lead
 time and provisioning delay, over the ``DWS_EMULATOR_CALENDAR_*`` environment variables.
+
+The GKE cluster behind the Kubernetes API has one queued node pool per accelerator, named by its
+GKE label value (``nvidia-h100-80gb``, optionally ``NAME=nvidia-h100-80gb``), whose GPUs come from
+the ``us-central1`` pool of that GPU; ``--kube-node-pools`` replaces the default set and
+``--kube-booking-seconds`` sets how long a Provisioned request waits for its pods (default 600).
 
 Fault rules are ``METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL]`` (``GetCustomJob=UNAVAILABLE@0.2``,
 ``*=latency:0.3``; see :mod:`.faults`). ``faults`` without rules shows the rules and what was
@@ -140,6 +146,13 @@ def _serve(args: argparse.Namespace) -> int:
         settings.min_lead_seconds = args.calendar_min_lead_seconds
     if args.calendar_provision_seconds is not None:
         settings.provision_seconds = args.calendar_provision_seconds
+    kube = server.state.apis.get("kube")
+    if kube is not None:
+        cluster = kube.cluster  # type: ignore[attr-defined]
+        if args.kube_node_pools is not None:
+            cluster.set_node_pools(args.kube_node_pools, replace=True)
+        if args.kube_booking_seconds is not None:
+            cluster.booking_seconds = args.kube_booking_seconds
     try:
         server.start()
     except OSError as exc:  # the port, or the REST front's port + 1, is taken
@@ -370,6 +383,16 @@ def _approval_seconds(text: str) -> float | str:
     return "manual" if text == "manual" else _lead_seconds(text)
 
 
+def _node_pool(text: str) -> str:
+    from .kube.nodepools import parse_node_pool
+
+    try:
+        parse_node_pool(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -434,6 +457,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="how long PROVISIONING lasts from a block's start (default 1, or "
         "DWS_EMULATOR_CALENDAR_PROVISION_SECONDS)",
+    )
+    serve.add_argument(
+        "--kube-node-pools",
+        action="extend",
+        nargs="+",
+        type=_node_pool,
+        metavar="[NAME=]ACCELERATOR",
+        help="the GKE cluster's queued node pools by GKE accelerator (nvidia-h100-80gb, nvidia-l4, ...); "
+        "when given, only these (default: nvidia-h100-80gb, nvidia-a100-80gb, nvidia-l4)",
+    )
+    serve.add_argument(
+        "--kube-booking-seconds",
+        type=_lead_seconds,
+        metavar="S",
+        help="how long a Provisioned ProvisioningRequest keeps its nodes for pods not yet started "
+        "(default 600); then BookingExpired",
     )
     serve.set_defaults(func=_serve)
 

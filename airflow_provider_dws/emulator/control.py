@@ -107,6 +107,34 @@ class EmulatorControl:
             body["days"] = {day: dict(entries) for day, entries in days.items()}
         return dict(self.call("SetCalendar", body))
 
+    # -- the GKE cluster (ProvisioningRequests; ``namespace`` defaults to ``default``) --------------
+    def kube_node_pools(self) -> dict[str, Any]:
+        """``{"booking_seconds", "node_pools": [{"name", "accelerator", "pool", ...}]}``."""
+        return dict(self.call("GetKubeNodePools"))
+
+    def set_kube_node_pools(self, node_pools: Iterable[str], *, replace: bool = False) -> dict[str, Any]:
+        """Add queued node pools (``"nvidia-h100-80gb"`` or ``"NAME=nvidia-h100-80gb"``); ``replace``
+        drops the others first. Requests already queued keep the pool they were planned on."""
+        return dict(self.call("SetKubeNodePools", {"node_pools": list(node_pools), "replace": replace}))
+
+    def set_kube_booking_window(self, seconds: float) -> dict[str, Any]:
+        """How long a Provisioned request keeps its nodes for pods not yet started (BookingExpired after)."""
+        return dict(self.call("SetKubeBookingWindow", {"seconds": seconds}))
+
+    def fail_provisioning_request(
+        self, name: str, namespace: str = "default", reason: str = "", message: str = ""
+    ) -> dict[str, Any]:
+        """Set ``Failed`` True on a request not ended yet (capacity released, consuming pods fail)."""
+        body = {"name": name, "namespace": namespace, "reason": reason, "message": message}
+        return dict(self.call("FailProvisioningRequest", body)["provisioning_request"])
+
+    def revoke_provisioning_request(
+        self, name: str, namespace: str = "default", message: str = ""
+    ) -> dict[str, Any]:
+        """Set ``CapacityRevoked`` True on a Provisioned request (its pods fail, capacity released)."""
+        body = {"name": name, "namespace": namespace, "message": message}
+        return dict(self.call("RevokeProvisioningRequest", body)["provisioning_request"])
+
     def set_faults(
         self, specs: Iterable[str | Mapping[str, Any]], *, append: bool = False, seed: int | None = None
     ) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from .calendar import CALENDAR_METHODS
 from .compute import COMPUTE_SERVICE
 from .compute import METHODS as COMPUTE_METHODS
 from .core.faults import register_methods
+from .kube import KUBE_METHODS, KUBE_SERVICE
 from .tpu import METHODS as TPU_METHODS
 from .tpu import TPU_SERVICE
 from .vertex import JOB_SERVICE
@@ -52,7 +53,15 @@ SERVICES: dict[str, tuple[str, ...]] = {
     BATCH_SERVICE: BATCH_METHODS,
     # Compute Engine and calendar mode are one REST service (``compute.v1``).
     COMPUTE_SERVICE: COMPUTE_METHODS + CALENDAR_METHODS,
+    # The Kubernetes API of the emulated GKE cluster (REST, ``pods.list``).
+    KUBE_SERVICE: KUBE_METHODS,
 }
 
 for _service, _methods in SERVICES.items():
     register_methods(_service, _methods)
+
+#: The GKE cluster's queued node pools (``--enable-queued-provisioning``) when ``serve`` gets no
+#: ``--kube-node-pools``: one per accelerator (GKE label values), drawing on the GPU pools above.
+DEFAULT_KUBE_NODE_POOLS: tuple[str, ...] = ("nvidia-h100-80gb", "nvidia-a100-80gb", "nvidia-l4")
+#: How long a Provisioned ProvisioningRequest keeps its nodes for pods that have not come yet.
+DEFAULT_BOOKING_SECONDS = 600.0

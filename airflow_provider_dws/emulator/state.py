@@ -1,8 +1,8 @@
 """The emulator's state as served: the shared core hosting every API package.
 
 `EmulatorState` is a :class:`~.core.state.CoreState` with the Vertex AI, Cloud TPU, Cloud Batch,
-Compute Engine and calendar-mode APIs registered (``state.vertex``, ``state.tpu``, ``state.batch``,
-``state.compute``, ``state.calendar``), in that order (their tick hooks run in it). The
+Compute Engine, calendar-mode and Kubernetes APIs registered (``state.vertex``, ``state.tpu``,
+``state.batch``, ``state.compute``, ``state.calendar``, ``state.kube``), in that order (their tick hooks run in it). The
 CustomJob methods are also reachable on the state itself (``state.create_custom_job(...)``,
 ``state.jobs``), as before the split into packages.
 """
@@ -21,11 +21,12 @@ from .core.clock import iso
 from .core.clock import timestamp as _timestamp
 from .core.state import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, CoreState
 from .defaults import DEFAULT_CALENDAR_CAPACITY
+from .kube.state import KubeState
 from .tpu.state import TpuState
 from .vertex.state import TERMINAL_STATES, JobRecord, JobState, VertexState
 
 #: The APIs every emulator hosts, in tick order.
-APIS: tuple[type[Api], ...] = (VertexState, TpuState, BatchState, ComputeState, CalendarState)
+APIS: tuple[type[Api], ...] = (VertexState, TpuState, BatchState, ComputeState, CalendarState, KubeState)
 
 __all__ = [
     "APIS",
@@ -52,6 +53,7 @@ class EmulatorState(CoreState):
     batch: BatchState
     compute: ComputeState
     calendar: CalendarState
+    kube: KubeState
 
     def __init__(
         self,

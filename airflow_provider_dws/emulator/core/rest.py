@@ -15,9 +15,14 @@ process and on the same state as the gRPC server:
   service name with :func:`~.faults.register_methods`).
 * Every matched call is counted on arrival (:class:`~.stats.RequestStats`, as
   ``SERVICE/method``) and goes through the fault injector; an injected fault, like any error,
-  answers with Google's REST error body (``{"error": {"code", "message", "status", "errors":
-  [{"message", "domain", "reason"}]}}``) and the matching HTTP status. Paths no route matches
-  answer 404 in the same shape (not counted).
+  answers through the route's error renderer (:data:`ErrorRenderer`): by default Google's REST
+  error body (``{"error": {"code", "message", "status", "errors": [{"message", "domain",
+  "reason"}]}}``) and the matching HTTP status; the Kubernetes routes answer a ``kind: Status``.
+  Paths no route matches answer 404 (not counted), a method a path does not serve 405, both in
+  the shape of the routes under the same first path segment.
+* A handler sees the request's headers and raw body (:class:`RestCall`) and may answer other
+  than "200 and JSON" with a :class:`RestReply`: another status, media type or headers, or a
+  stream of chunks (watches, followed logs), produced in worker threads as the client reads.
 * An outage stops the listener (connections are refused) and binds the same port again after.
 """
 
@@ -30,7 +35,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,15 +117,49 @@ def _http_error(exc: EmulatorError) -> tuple[int, dict[str, Any]]:
     return status, error_body(status, reason, exc.message)
 
 
+def google_errors(exc: EmulatorError) -> tuple[int, Any, dict[str, str]]:
+    """The default :data:`ErrorRenderer`: Google's REST error body, no extra headers."""
+    status, body = _http_error(exc)
+    return status, body, {}
+
+
+#: Renders an error raised by a handler, a fault or the front (unknown path, bad body) as
+#: ``(HTTP status, JSON body, extra response headers)``; each route has one.
+ErrorRenderer = Callable[[EmulatorError], tuple[int, Any, dict[str, str]]]
+
+
 @dataclass
 class RestCall:
-    """One decoded request: the route's path parameters, the query (last value wins), the JSON body."""
+    """One decoded request: the route's path parameters, the query (last value wins), the JSON body.
+
+    ``headers`` has lower-case names; ``raw`` is the body as sent (``body`` is None when it is
+    empty or the route takes it raw); ``multi`` every value of a repeated query parameter.
+    """
 
     params: dict[str, str]
     query: dict[str, str]
     body: Any = None
     #: Set by the front when the server stops, so a handler that blocks (``wait``) returns early.
     stopping: threading.Event = field(default_factory=threading.Event)
+    headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes = b""
+    multi: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class RestReply:
+    """A reply other than "200 and this JSON": another status, a media type, headers, a stream.
+
+    ``body`` is JSON-encoded unless it is ``bytes`` or ``str`` (sent as is); ``stream``, when
+    set, is an iterator of chunks sent as they come (the handler's lock must not be held while
+    it waits: it runs in a worker thread, one ``next`` at a time).
+    """
+
+    body: Any = None
+    status: int = 200
+    media_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+    stream: Iterator[bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -128,48 +167,89 @@ class RestRoute:
     """``METHOD path`` (Starlette template, ``{name}`` matches one segment) served by ``handler``.
 
     ``name`` is the method name fault rules and counters use; ``handler`` returns the JSON-able
-    reply (HTTP 200) or raises :class:`~.errors.EmulatorError` (:class:`RestError` for a chosen
-    HTTP status and reason).
+    reply (HTTP 200) or a :class:`RestReply`, or raises :class:`~.errors.EmulatorError`
+    (:class:`RestError` for a chosen HTTP status and reason). ``errors`` renders every error of
+    the route (and of unknown paths under the route's first path segment); ``json_body=False``
+    leaves the body undecoded (``call.raw`` only).
     """
 
     method: str
     path: str
     name: str
     handler: Callable[[RestCall], Any]
+    errors: ErrorRenderer = google_errors
+    json_body: bool = True
 
 
-def _json_response(status: int, body: Any) -> Any:
+def _json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Any:
     from starlette.responses import Response
 
     return Response(
-        json.dumps(body, separators=(",", ":")).encode(), status_code=status, media_type="application/json"
+        json.dumps(body, separators=(",", ":")).encode(),
+        status_code=status,
+        media_type="application/json",
+        headers=headers or None,
     )
 
 
-def _dispatch(route: RestRoute, full: str, call: RestCall, faults: FaultInjector) -> tuple[int, Any]:
-    """Apply the fault rules, then the route (in a worker thread); ``(HTTP status, JSON body)``."""
+def _response(reply: Any) -> Any:
+    from starlette.responses import Response, StreamingResponse
+
+    if not isinstance(reply, RestReply):
+        return _json_response(200, reply)
+    if reply.stream is not None:
+        return StreamingResponse(
+            reply.stream, status_code=reply.status, media_type=reply.media_type, headers=reply.headers or None
+        )
+    body = reply.body
+    if isinstance(body, str):
+        body = body.encode()
+    elif not isinstance(body, bytes):
+        body = json.dumps(body, separators=(",", ":")).encode()
+    return Response(
+        body, status_code=reply.status, media_type=reply.media_type, headers=reply.headers or None
+    )
+
+
+def _error_response(route_errors: ErrorRenderer, exc: EmulatorError) -> Any:
+    status, body, headers = route_errors(exc)
+    return _json_response(status, body, headers)
+
+
+def _dispatch(route: RestRoute, full: str, call: RestCall, faults: FaultInjector) -> Any:
+    """Apply the fault rules, then the route (in a worker thread); the Starlette response."""
     decision = faults.decide(full) if faults.enabled else None
     if decision is not None and decision.latency:
         time.sleep(decision.latency)
     code = decision.code if decision is not None else None
     if code is not None and code != "DEADLINE_EXCEEDED":
         log.info("fault injected: %s %s", full, code)
-        status, reason = HTTP_OF_GRPC[getattr(grpc.StatusCode, code)]
-        return status, error_body(status, reason, MESSAGES[code])
+        return _error_response(route.errors, EmulatorError(getattr(grpc.StatusCode, code), MESSAGES[code]))
     try:
         reply = route.handler(call)
     except EmulatorError as exc:
-        result = _http_error(exc)
+        result = _error_response(route.errors, exc)
     except Exception as exc:  # a bug in the emulator must not look like a hang to the client
         log.exception("internal error in %s", full)
-        result = 500, error_body(500, "backendError", f"dws-emulator internal error: {exc}")
+        result = _error_response(
+            route.errors, EmulatorError(grpc.StatusCode.INTERNAL, f"dws-emulator internal error: {exc}")
+        )
     else:
-        result = 200, reply
+        if code != "DEADLINE_EXCEEDED":
+            return _response(reply)
+        if isinstance(reply, RestReply) and reply.stream is not None:
+            close = getattr(reply.stream, "close", None)
+            if close is not None:
+                close()
     if code == "DEADLINE_EXCEEDED":
         # Applied, then the answer is lost: the client cannot tell whether it happened.
         log.info("fault injected: %s %s", full, code)
-        return 504, error_body(504, "deadlineExceeded", MESSAGES[code])
+        return _error_response(route.errors, EmulatorError(grpc.StatusCode.DEADLINE_EXCEEDED, MESSAGES[code]))
     return result
+
+
+def _segment(path: str) -> str:
+    return path.lstrip("/").split("/", 1)[0]
 
 
 def build_app(
@@ -185,21 +265,40 @@ def build_app(
     from starlette.requests import Request
     from starlette.routing import Route
 
+    routes = list(routes)
+    # Unknown paths and methods answer in the shape of the routes under the same first segment
+    # (``/api``, ``/apis``: a Kubernetes Status; ``/compute``: Google's error body).
+    renderers: dict[str, ErrorRenderer] = {}
+    for _, route in routes:
+        renderers.setdefault(_segment(route.path), route.errors)
+
     def endpoint(service: str, route: RestRoute) -> Callable[[Request], Any]:
         full = f"{service}/{route.name}"
 
         async def serve(request: Request) -> Any:
             stats.count(full)
             raw = await request.body()
-            try:
-                body = json.loads(raw) if raw.strip() else None
-            except ValueError as exc:
-                return _json_response(
-                    400, error_body(400, "parseError", f"Invalid JSON payload received. {exc}")
-                )
-            call = RestCall(dict(request.path_params), dict(request.query_params), body, stopping)
-            status, reply = await run_in_threadpool(_dispatch, route, full, call, faults)
-            return _json_response(status, reply)
+            body = None
+            if route.json_body and raw.strip():
+                try:
+                    body = json.loads(raw)
+                except ValueError as exc:
+                    return _error_response(
+                        route.errors, RestError(400, "parseError", f"Invalid JSON payload received. {exc}")
+                    )
+            multi: dict[str, list[str]] = {}
+            for key, value in request.query_params.multi_items():
+                multi.setdefault(key, []).append(value)
+            call = RestCall(
+                dict(request.path_params),
+                dict(request.query_params),
+                body,
+                stopping,
+                {k.lower(): v for k, v in request.headers.items()},
+                raw,
+                multi,
+            )
+            return await run_in_threadpool(_dispatch, route, full, call, faults)
 
         serve.__name__ = route.name
         return serve
@@ -212,7 +311,8 @@ def build_app(
             if status == 404
             else f"{request.method} is not allowed on {request.url.path}."
         )
-        return _json_response(status, error_body(status, reason, message))
+        render = renderers.get(_segment(request.url.path), google_errors)
+        return _error_response(render, RestError(status, reason, message))
 
     return Starlette(
         routes=[

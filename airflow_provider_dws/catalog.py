@@ -31,7 +31,10 @@ from airflow_provider_dws.facts import (
     CALENDAR_TPU_WORKLOADS,
     COMPUTE_GPU_NAMES,
     FLEX_START_GPUS,
+    GKE_ACCELERATOR_LABEL,
+    GKE_ACCELERATOR_MAX_GPUS,
     GPU_MACHINE_ROWS,
+    GPU_RESOURCE,
     MAX_SLICES,
     QUEUED_RESOURCE_ID_PATTERN,
     REGION_PATTERN,
@@ -380,3 +383,51 @@ def calendar_shape(
     if gpus is None:  # H4D: no accelerators
         return CalendarShape(machine_type, vm_count, None, 0, None, 0)
     return CalendarShape(machine_type, vm_count, None, 0, gpus[0], gpus[1] * vm_count)
+
+
+# -- GPUs on GKE (queued provisioning) -----------------------------------------------------------
+
+
+def gke_accelerators() -> list[str]:
+    """The GKE accelerator label values this table knows (for messages)."""
+    return sorted(GKE_ACCELERATOR_MAX_GPUS)
+
+
+def gke_gpu_machines(accelerator: str) -> list[str]:
+    """The accelerator-optimized machine types of a GKE accelerator (empty for N1-attached GPUs)."""
+    return machines_for(COMPUTE_GPU_NAMES.get(accelerator, accelerator))
+
+
+def gke_gpu_error(accelerator: str | None, gpus: int) -> str | None:
+    """Why a pod asking for ``gpus`` x ``nvidia.com/gpu`` cannot run on a node of ``accelerator``
+    (the ``cloud.google.com/gke-accelerator`` node selector; ``None``: none given), or ``None``.
+
+    A pod runs on one node, so it can use at most that node's GPUs; the GKE node pool of a request
+    is found by its accelerator, so a GPU request needs the selector and a selector needs GPUs.
+    """
+    if accelerator is None:
+        if gpus > 0:
+            return (
+                f"the pod asks for {gpus} x {GPU_RESOURCE} but its nodeSelector has no "
+                f"{GKE_ACCELERATOR_LABEL}: name the node pool's GPU, one of {gke_accelerators()}"
+            )
+        return None
+    most = GKE_ACCELERATOR_MAX_GPUS.get(accelerator)
+    if most is None:
+        return (
+            f"nodeSelector {GKE_ACCELERATOR_LABEL}={accelerator!r} is not a GKE GPU; use one of "
+            f"{gke_accelerators()}"
+        )
+    if gpus <= 0:
+        return (
+            f"nodeSelector {GKE_ACCELERATOR_LABEL}={accelerator!r} asks for a GPU node, but no container "
+            f"requests {GPU_RESOURCE}: set resources.limits[{GPU_RESOURCE!r}] (1 to {most})"
+        )
+    if gpus > most:
+        machines = gke_gpu_machines(accelerator)
+        largest = f" (its largest machine type, {machines[-1]})" if machines else ""
+        return (
+            f"the pod asks for {gpus} x {GPU_RESOURCE} but a node with {accelerator} has at most {most}"
+            f"{largest}, and a pod runs on one node: ask for at most {most} per pod and more pods (count)"
+        )
+    return None

@@ -228,3 +228,58 @@ def calendar_gpu_machine(machine_type: object) -> bool:
 def calendar_machine_offered(machine_type: object) -> bool:
     """True for a machine type calendar mode offers: an A3-or-newer GPU machine, or H4D."""
     return calendar_gpu_machine(machine_type) or machine_type in CALENDAR_H4D_MACHINES
+
+
+# -- GKE queued provisioning (ProvisioningRequest) -------------------------------------------------
+# From the GKE documents on queued provisioning with ProvisioningRequests and the Kubernetes API
+# conventions (checked 2026-12).
+
+#: The ProvisioningRequest custom resource.
+PROVISIONING_REQUEST_GROUP = "autoscaling.x-k8s.io"
+PROVISIONING_REQUEST_VERSIONS = ("v1", "v1beta1")
+PROVISIONING_REQUEST_PLURAL = "provisioningrequests"
+#: The provisioning class of GKE queued provisioning (Dynamic Workload Scheduler).
+GKE_QUEUED_PROVISIONING_CLASS = "queued-provisioning.gke.io"
+#: ``parameters.maxRunDurationSeconds``: at most 7 days.
+PROVISIONING_REQUEST_MAX_RUN = timedelta(seconds=604800)
+#: Pod sets of one request.
+PROVISIONING_REQUEST_MAX_POD_SETS = 32
+#: Pods that consume a request carry these two annotations (the older ``cluster-autoscaler.kubernetes.io/``
+#: prefix is gone from current Kueue and GKE documents).
+CONSUME_ANNOTATION = "autoscaling.x-k8s.io/consume-provisioning-request"
+CLASS_ANNOTATION = "autoscaling.x-k8s.io/provisioning-class-name"
+#: The node label of a GKE node's GPU, its value one of :data:`GKE_ACCELERATOR_MAX_GPUS`.
+GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+#: The label and taint of a node pool created with ``--enable-queued-provisioning``.
+GKE_QUEUED_LABEL = "cloud.google.com/gke-queued"
+#: The GPU resource a container asks for.
+GPU_RESOURCE = "nvidia.com/gpu"
+#: The toleration of the taint a queued-provisioning node pool carries (``gke-queued=true:NoSchedule``).
+QUEUED_TOLERATION = {"key": GKE_QUEUED_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+#: The toleration of the taint GKE puts on GPU nodes.
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+#: GKE accelerator label value -> the most GPUs one node of it has (its largest machine type: a pod
+#: cannot use GPUs of two nodes). The same GPUs as :data:`COMPUTE_GPU_NAMES`, spelled alike.
+GKE_ACCELERATOR_MAX_GPUS = {
+    "nvidia-l4": 8,
+    "nvidia-tesla-t4": 4,
+    "nvidia-tesla-v100": 8,
+    "nvidia-tesla-p100": 4,
+    "nvidia-tesla-p4": 4,
+    "nvidia-tesla-a100": 16,
+    "nvidia-a100-80gb": 8,
+    "nvidia-h100-80gb": 8,
+    "nvidia-h100-mega-80gb": 8,
+    "nvidia-h200-141gb": 8,
+    "nvidia-b200": 8,
+    "nvidia-gb200": 4,
+}
+#: A Kubernetes object name (DNS-1123 subdomain), at most 253 characters.
+KUBE_NAME_PATTERN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+KUBE_NAME_MAX = 253
+#: A namespace (DNS-1123 label), at most 63 characters.
+KUBE_NAMESPACE_PATTERN = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+#: A Kubernetes label value: at most 63 characters, alphanumeric at both ends.
+KUBE_LABEL_VALUE_PATTERN = r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?"
+#: A GKE cluster name: a lowercase letter first, lowercase letters, digits and '-', at most 40.
+GKE_CLUSTER_NAME_PATTERN = r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?"

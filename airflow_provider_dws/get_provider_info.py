@@ -15,7 +15,7 @@ def get_provider_info() -> dict[str, Any]:
         "description": (
             "Run AI training and batch work on scarce GPUs and TPUs through Google Cloud's Dynamic "
             "Workload Scheduler: Vertex AI Flex Start custom jobs, Cloud TPU queued resources, Cloud Batch "
-            "Flex Start jobs and Compute Engine flex-start VMs, waited on in the triggerer; and calendar-mode "
+            "Flex Start jobs, Compute Engine flex-start VMs and GKE ProvisioningRequests (queued provisioning), waited on in the triggerer; and calendar-mode "
             "blocks (Compute Engine future reservations) found, reserved, waited for and released."
         ),
         "versions": [__version__],
@@ -37,6 +37,8 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_dws.operators.compute",
                     "airflow_provider_dws.operators.compute_release",
                     "airflow_provider_dws.operators.calendar",
+                    "airflow_provider_dws.operators.gke",
+                    "airflow_provider_dws.operators.gke_release",
                 ],
             }
         ],
@@ -58,6 +60,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_dws.hooks.tpu",
                     "airflow_provider_dws.hooks.batch",
                     "airflow_provider_dws.hooks.compute",
+                    "airflow_provider_dws.hooks.kubernetes",
                 ],
             }
         ],
@@ -68,5 +71,7 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_provider_dws.links.BatchJobLogsLink",
             "airflow_provider_dws.links.ComputeFlexStartMIGLink",
             "airflow_provider_dws.links.CalendarBlockLink",
+            "airflow_provider_dws.links.GKEProvisioningRequestLink",
+            "airflow_provider_dws.links.GKEQueuedJobLink",
         ],
     }

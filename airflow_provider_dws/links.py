@@ -165,3 +165,45 @@ class CalendarBlockLink(StoredUrlLink):
     def persist(cls, context: Any, project_id: str, zone: str, name: str) -> str:
         """Store the console URL for this task instance; returns it."""
         return cls.push_url(context, future_reservation_console_url(project_id, zone, name))
+
+
+# -- GKE queued provisioning ----------------------------------------------------------------------
+
+
+def gke_cluster_console_url(project_id: str, location: str, cluster_name: str) -> str:
+    """The console page of a GKE cluster (its node pools show the queued provisioning nodes)."""
+    return f"{CONSOLE}/kubernetes/clusters/details/{location}/{cluster_name}/details?project={project_id}"
+
+
+class GKEProvisioningRequestLink(StoredUrlLink):
+    """ "GKE Cluster": the console page of the request's cluster (XCom key ``dws_gke_cluster_link``)."""
+
+    name = "GKE Cluster"
+    key = "dws_gke_cluster_link"
+
+    @classmethod
+    def persist(cls, context: Any, project_id: str, location: str, cluster_name: str) -> str:
+        """Store the console URL for this task instance; returns it."""
+        return cls.push_url(context, gke_cluster_console_url(project_id, location, cluster_name))
+
+
+# -- GKE: Kueue Jobs ------------------------------------------------------------------------------
+
+
+def gke_job_console_url(project_id: str, location: str, cluster: str, namespace: str, name: str) -> str:
+    """The console page of one Job of a GKE cluster."""
+    return f"{CONSOLE}/kubernetes/job/{location}/{cluster}/{namespace}/{name}/details?project={project_id}"
+
+
+class GKEQueuedJobLink(StoredUrlLink):
+    """ "GKE Queued Job": the Kueue Job's page in the Google Cloud console (XCom key ``dws_gke_job_link``)."""
+
+    name = "GKE Queued Job"
+    key = "dws_gke_job_link"
+
+    @classmethod
+    def persist(
+        cls, context: Any, project_id: str, location: str, cluster: str, namespace: str, name: str
+    ) -> str:
+        """Store the console URL for this task instance; returns it."""
+        return cls.push_url(context, gke_job_console_url(project_id, location, cluster, namespace, name))

@@ -172,6 +172,15 @@ async def find_listed(
     return found
 
 
+def rpc_deadline(rpc_timeout: float | None, default: float) -> float:
+    """A backend's ``rpc_timeout`` (seconds per API call) checked: ``None`` gives ``default``."""
+    if rpc_timeout is None:
+        return default
+    if isinstance(rpc_timeout, bool) or not isinstance(rpc_timeout, (int, float)) or not rpc_timeout > 0:
+        raise ValueError(f"rpc_timeout must be a positive number of seconds, got {rpc_timeout!r}")
+    return float(rpc_timeout)
+
+
 def rfc3339(when: datetime) -> str:
     """``2026-12-01T18:00:00Z``: a list filter's timestamp, in UTC, cut to the second below."""
     if when.tzinfo is not None:
@@ -329,6 +338,8 @@ BACKENDS: dict[str, str] = {
     "batch_job": "airflow_provider_dws.backends.batch:BatchJobBackend",
     "compute_resize_request": "airflow_provider_dws.backends.compute:ComputeResizeRequestBackend",
     "compute_future_reservation": "airflow_provider_dws.backends.calendar:FutureReservationBackend",
+    "gke_provisioning_request": "airflow_provider_dws.backends.kubernetes:ProvisioningRequestBackend",
+    "gke_kueue_job": "airflow_provider_dws.backends.kueue:KueueJobBackend",
 }
 
 

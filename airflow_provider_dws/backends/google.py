@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from airflow_provider_dws import errors
-from airflow_provider_dws.backends.base import RequestStatus
+from airflow_provider_dws.backends.base import RequestStatus, rpc_deadline
 from airflow_provider_dws.backends.retry import aretrying, retrying
 from airflow_provider_dws.hooks.base import DwsAsyncHookBase, DwsBaseHook
 
@@ -124,13 +124,11 @@ class GoogleBackend(Generic[SyncHookT, AsyncHookT]):
         impersonation_chain: str | Sequence[str] | None = None,
         rpc_timeout: float | None = None,
     ) -> None:
-        if rpc_timeout is not None and (isinstance(rpc_timeout, bool) or not rpc_timeout > 0):
-            raise ValueError(f"rpc_timeout must be a positive number of seconds, got {rpc_timeout!r}")
         self.project_id = project_id
         self.location = location
         self.gcp_conn_id = gcp_conn_id
         self.impersonation_chain = impersonation_chain
-        self.rpc_timeout = float(rpc_timeout) if rpc_timeout is not None else DEFAULT_RPC_TIMEOUT
+        self.rpc_timeout = rpc_deadline(rpc_timeout, DEFAULT_RPC_TIMEOUT)
         self._hook: SyncHookT | None = None
         self._async_hook: AsyncHookT | None = None
 

@@ -12,13 +12,20 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from airflow_provider_dws.facts import LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN, QUEUED_RESOURCE_ID_PATTERN
+from airflow_provider_dws.facts import (
+    KUBE_LABEL_VALUE_PATTERN,
+    KUBE_NAME_MAX,
+    LABEL_KEY_PATTERN,
+    LABEL_VALUE_PATTERN,
+    QUEUED_RESOURCE_ID_PATTERN,
+)
 
 LABEL_MAX_LENGTH = 63
 QUEUED_RESOURCE_ID_MAX = 63
 QUEUED_RESOURCE_ID_RE = re.compile(f"^{QUEUED_RESOURCE_ID_PATTERN}$")
 _LABEL_VALUE_RE = re.compile(f"^{LABEL_VALUE_PATTERN}$")
 _LABEL_KEY_RE = re.compile(f"^{LABEL_KEY_PATTERN}$")
+_KUBE_LABEL_VALUE_RE = re.compile(f"^{KUBE_LABEL_VALUE_PATTERN}$")
 _INVALID_CHARS = re.compile(r"[^a-z0-9_-]")
 _HASH_CHARS = 8
 #: The namespace of :meth:`RequestIdentity.request_uuid` (any fixed UUID; this one is uuid5 of the URL
@@ -58,6 +65,18 @@ def to_label_value(text: str) -> str:
     cleaned = _INVALID_CHARS.sub("-", text.lower())
     keep = LABEL_MAX_LENGTH - _HASH_CHARS - 1
     return f"{cleaned[:keep]}-{_digest(text, _HASH_CHARS)}"
+
+
+def to_kube_label_value(text: str) -> str:
+    """Render any string as a valid Kubernetes label value (at most 63 characters, alphanumeric at
+    both ends), stably: :func:`to_label_value`, then, if it still starts or ends with ``-`` or ``_``
+    (a valid GCP value may), those cut off and a short hash of the original appended."""
+    value = to_label_value(text)
+    if _KUBE_LABEL_VALUE_RE.fullmatch(value):
+        return value
+    core = value.strip("-_")[: LABEL_MAX_LENGTH - _HASH_CHARS - 1].strip("-_")
+    digest = _digest(text, _HASH_CHARS)
+    return f"{core}-{digest}" if core else digest
 
 
 def is_valid_label_key(key: str) -> bool:
@@ -145,6 +164,22 @@ class RequestIdentity:
             LABEL_ATTEMPT: str(self.attempt),
             LABEL_TRY: str(self.try_number),
         }
+
+    def kube_labels(self) -> dict[str, str]:
+        """The identity as Kubernetes labels: :meth:`labels`, each value valid for Kubernetes too
+        (:func:`to_kube_label_value`); the keys are valid as they are."""
+        return {key: to_kube_label_value(value) for key, value in self.labels().items()}
+
+    def kube_selector(self) -> str:
+        """The label selector of every Kubernetes object of this task instance (any try, attempt)."""
+        return f"{LABEL_KEY}={self.key}"
+
+    def provisioning_request_name(self) -> str:
+        """This submission's ProvisioningRequest name (its PodTemplate's too): the queued resource
+        id's rule, ``dws-<task>-<16 hex>-t<try>-a<attempt>``, lowercase DNS-1123 and at most 63
+        characters (well inside Kubernetes' 253, and usable as a label value); parsed back by
+        :func:`parse_attempt_name`."""
+        return attempt_name(self.queued_resource_base(), self.try_number, self.attempt, KUBE_NAME_MAX)
 
     def vertex_filter(self) -> str:
         """A Vertex AI list filter matching every request of this task instance."""

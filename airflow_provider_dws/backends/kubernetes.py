@@ -1,0 +1,371 @@
+"""GKE queued provisioning as DWS capacity requests: ProvisioningRequests and their PodTemplates.
+
+A ProvisioningRequest (``autoscaling.x-k8s.io``, class ``queued-provisioning.gke.io``) asks DWS for
+the nodes of ``count`` pods of one PodTemplate at once; its conditions tell where it is
+(:data:`~airflow_provider_dws.scheduling.phases.PROVISIONING_REQUEST_CONDITIONS`). The sync half
+(operators, in a worker) uses the ``kubernetes`` client, the async half (triggers, the shared
+poller) ``kubernetes_asyncio``; both come from one
+:class:`~airflow_provider_dws.hooks.kubernetes.GKEClusterHook`.
+
+A backend is one namespace of one cluster: the shared poller lists that namespace once per
+interval by the provider's label (``dws_managed=true``), so one list serves every wait there. Both
+objects of a request are named from the task identity
+(:meth:`~airflow_provider_dws.scheduling.identity.RequestIdentity.provisioning_request_name`) and
+labelled with it; a create answered 409 adopts what is there, never a second one.
+
+Nothing here imports ``kubernetes`` or ``kubernetes_asyncio`` at module level.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Container, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_dws import errors
+from airflow_provider_dws.backends.base import ListMemo, RequestStatus, classify_listed
+from airflow_provider_dws.backends.kube_base import (
+    LABEL_MAX_WAIT,
+    KubernetesBackend,
+    kube_time,
+    translated,
+)
+from airflow_provider_dws.backends.retry import aretrying, retrying
+from airflow_provider_dws.facts import (
+    CONSUME_ANNOTATION,
+    PROVISIONING_REQUEST_GROUP,
+    PROVISIONING_REQUEST_PLURAL,
+)
+from airflow_provider_dws.scheduling.identity import (
+    LABEL_MANAGED,
+    RequestIdentity,
+    parse_attempt_name,
+)
+from airflow_provider_dws.scheduling.phases import (
+    PROVISIONING_REQUEST_CONDITIONS,
+    RequestTimings,
+    provisioning_request_condition,
+    provisioning_request_state,
+)
+
+log = logging.getLogger(__name__)
+
+#: Annotation saying what the pods ask for, for the description (the list carries no PodTemplate).
+ACCELERATOR_ANNOTATION = "airflow-provider-dws/accelerator"
+#: The content type any custom-object patch must name: the two clients default differently (the
+#: async one sends a dict as a JSON patch). The backend itself never patches: the spec is immutable.
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def request_status(obj: Mapping[str, Any]) -> RequestStatus:
+    """Classify a ProvisioningRequest (as the API returns it, a dict) into the shared vocabulary."""
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    name = str(metadata.get("name", ""))
+    state = provisioning_request_state(conditions)
+    condition = provisioning_request_condition(conditions, state) or {}
+    outcome = PROVISIONING_REQUEST_CONDITIONS.classify(
+        state, reason=str(condition.get("reason") or ""), message=str(condition.get("message") or "")
+    )
+    provisioned = provisioning_request_condition(conditions, "Provisioned") or {}
+    started = (
+        kube_time(provisioned.get("lastTransitionTime")) if provisioned.get("status") == "True" else None
+    )
+    finished = kube_time(condition.get("lastTransitionTime")) if outcome.phase.terminal else None
+    labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
+    pod_sets = spec.get("podSets") or []
+    count = sum(int(p.get("count") or 0) for p in pod_sets)
+    template = (pod_sets[0].get("podTemplateRef") or {}).get("name") if pod_sets else None
+    parameters = spec.get("parameters") or {}
+    max_run = parameters.get("maxRunDurationSeconds")
+    max_wait = labels.get(LABEL_MAX_WAIT)
+    parsed = parse_attempt_name(name)
+    what = annotations.get(ACCELERATOR_ANNOTATION)
+    namespace = str(metadata.get("namespace") or "")
+    return RequestStatus(
+        name=name,
+        state=state,
+        outcome=outcome,
+        timings=RequestTimings(
+            submitted=kube_time(metadata.get("creationTimestamp")),
+            started=started,
+            finished=finished,
+        ),
+        description=(
+            f"{count} pod{'s' if count != 1 else ''}{' with ' + what if what else ''} in namespace {namespace}"
+        ),
+        details={
+            "namespace": namespace,
+            "count": count,
+            "pod_template": template,
+            "provisioning_class": spec.get("provisioningClassName"),
+            "max_run_seconds": _seconds(max_run),
+            "max_wait_seconds": _seconds(max_wait),
+            "attempt": parsed[2] if parsed else 1,
+            "reason": condition.get("reason"),
+            "uid": metadata.get("uid"),
+            "resource_version": metadata.get("resourceVersion"),
+        },
+    )
+
+
+class _Listed:
+    """A listed object with the ``name`` :func:`classify_listed` reads."""
+
+    __slots__ = ("name", "obj")
+
+    def __init__(self, name: str, obj: Mapping[str, Any]) -> None:
+        self.name = name
+        self.obj = obj
+
+
+def _seconds(value: Any) -> int | None:
+    """A string parameter or label holding whole seconds, else ``None``."""
+    text = str(value or "")
+    return int(text) if text.isdigit() else None
+
+
+def _version(item: _Listed) -> Any:
+    # Every change (a condition included) gets a new resourceVersion.
+    return (item.obj.get("metadata") or {}).get("resourceVersion")
+
+
+@dataclass(frozen=True)
+class ProvisioningAsk:
+    """What :meth:`ProvisioningRequestBackend.submit` creates: a PodTemplate, then the request that
+    names it (both bodies as the API takes them, dicts)."""
+
+    pod_template: dict[str, Any]
+    provisioning_request: dict[str, Any]
+
+
+class ProvisioningRequestBackend(KubernetesBackend):
+    """Create, read, list and delete the ProvisioningRequests (and PodTemplates) of one namespace of
+    one GKE cluster; the contract of :class:`~airflow_provider_dws.backends.base.RequestBackend`.
+
+    The parameters are :class:`~.kube_base.KubernetesBackend`'s, and ``api_version``: ``v1`` (or
+    ``v1beta1``, the same schema).
+    """
+
+    kind = "gke_provisioning_request"
+
+    def __init__(self, *args: Any, api_version: str = "v1", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.api_version = api_version
+        self._memo = ListMemo(_version)
+
+    def spec(self) -> dict[str, Any]:
+        """Constructor keyword arguments, JSON-serializable, to rebuild this backend in the triggerer."""
+        spec = super().spec()
+        if self.api_version != "v1":
+            spec["api_version"] = self.api_version
+        return spec
+
+    def _cr(self) -> dict[str, str]:
+        return {
+            "group": PROVISIONING_REQUEST_GROUP,
+            "version": self.api_version,
+            "namespace": self.namespace,
+            "plural": PROVISIONING_REQUEST_PLURAL,
+        }
+
+    # -- sync (worker) -----------------------------------------------------------------------------
+
+    def _custom(self) -> Any:
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.api_client())
+
+    def _core(self) -> Any:
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api_client())
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        """Read one ProvisioningRequest (a dict); ``None`` when it does not exist."""
+        try:
+            obj = self._call(
+                f"get {name}", self._custom().get_namespaced_custom_object, name=name, **self._cr()
+            )
+        except errors.RequestNotFoundError:
+            return None
+        return dict(obj)
+
+    def get_status(self, name: str) -> RequestStatus | None:
+        """Read one request, classified; ``None`` when gone."""
+        obj = self.get(name)
+        return None if obj is None else request_status(obj)
+
+    def list_by(self, selector: str) -> list[dict[str, Any]]:
+        """Every ProvisioningRequest of the namespace matching label ``selector`` (all pages)."""
+        return self._list_all(
+            f"list ProvisioningRequests in {self.where()}",
+            self._custom().list_namespaced_custom_object,
+            **self._cr(),
+            label_selector=selector,
+        )
+
+    def find(self, identity: RequestIdentity) -> list[RequestStatus]:
+        """Every request (any try and attempt, any state) of this task instance: one list by ``dws_key``."""
+        return [request_status(obj) for obj in self.list_by(identity.kube_selector())]
+
+    def submit(
+        self, request: ProvisioningAsk, identity: RequestIdentity, request_id: str | None = None
+    ) -> tuple[RequestStatus, bool]:
+        """Create the PodTemplate, then the ProvisioningRequest naming it; a request of that name
+        already there (looked up first, or 409) is adopted, and its PodTemplate kept. Returns it and
+        whether this call created it. ``request_id`` is unused: the name is the identity."""
+        name = str(request.provisioning_request["metadata"]["name"])
+        existing = self.get_status(name)
+        if existing is not None:
+            return existing, False
+        self.ensure_pod_template(request.pod_template)
+        tries = 0
+
+        def create() -> tuple[RequestStatus, bool]:
+            nonlocal tries
+            tries += 1
+            if tries > 1:  # a create whose reply was lost may have made it
+                again = self.get_status(name)
+                if again is not None:
+                    log.warning("An earlier create call did succeed: adopting %s", name)
+                    return again, False
+            with translated():
+                created = self._custom().create_namespaced_custom_object(
+                    body=request.provisioning_request, _request_timeout=self.rpc_timeout, **self._cr()
+                )
+            return request_status(created), True
+
+        try:
+            return retrying(f"create ProvisioningRequest {name}", logger=log)(create)
+        except errors.RequestAlreadyExistsError:
+            adopted = self.get_status(name)
+            if adopted is None:
+                raise
+            return adopted, False
+
+    def ensure_pod_template(self, body: Mapping[str, Any]) -> bool:
+        """Create the PodTemplate; one of that name already there (409) is kept. True if created."""
+        name = body["metadata"]["name"]
+        try:
+            self._call(
+                f"create PodTemplate {name}",
+                self._core().create_namespaced_pod_template,
+                namespace=self.namespace,
+                body=dict(body),
+            )
+        except errors.RequestAlreadyExistsError:
+            log.info("PodTemplate %s already exists in %s: kept", name, self.where())
+            return False
+        return True
+
+    def pod_template(self, name: str) -> dict[str, Any] | None:
+        """The PodTemplate ``name`` as a dict (camelCase, as on the wire); ``None`` when gone."""
+        try:
+            template = self._call(
+                f"get PodTemplate {name}",
+                self._core().read_namespaced_pod_template,
+                name=name,
+                namespace=self.namespace,
+            )
+        except errors.RequestNotFoundError:
+            return None
+        return dict(self._json(template))
+
+    def delete_pod_template(self, name: str) -> bool:
+        """Delete PodTemplate ``name``; False when it was gone."""
+        try:
+            self._call(
+                f"delete PodTemplate {name}",
+                self._core().delete_namespaced_pod_template,
+                name=name,
+                namespace=self.namespace,
+            )
+        except errors.RequestNotFoundError:
+            return False
+        return True
+
+    def release(self, name: str, *, wait: bool = False) -> bool:
+        """Delete the request (no cancel verb exists: deleting it gives its place or its nodes back)
+        and its PodTemplate; gone is success. False when there was no request left. ``wait`` is
+        accepted for the contract: a delete is immediate for a custom resource without finalizers."""
+        try:
+            self._call(
+                f"delete ProvisioningRequest {name}",
+                self._custom().delete_namespaced_custom_object,
+                name=name,
+                **self._cr(),
+            )
+            deleted = True
+        except errors.RequestNotFoundError:
+            deleted = False
+        self.delete_pod_template(name)
+        return deleted
+
+    def consumers(self, name: str) -> list[str]:
+        """The pods of the namespace that name request ``name`` in their consume annotation."""
+        pods = self._call(
+            f"list pods in {self.where()}", self._core().list_namespaced_pod, namespace=self.namespace
+        )
+        return [
+            pod.metadata.name
+            for pod in pods.items or []
+            if (pod.metadata.annotations or {}).get(CONSUME_ANNOTATION) == name
+        ]
+
+    # -- async (triggerer) -------------------------------------------------------------------------
+
+    async def _acustom(self) -> Any:
+        from kubernetes_asyncio import client
+
+        return client.CustomObjectsApi(await self.async_api_client())
+
+    async def _acore(self) -> Any:
+        from kubernetes_asyncio import client
+
+        return client.CoreV1Api(await self.async_api_client())
+
+    async def aget_status(self, name: str) -> RequestStatus:
+        """Read one request with one call (``RequestNotFoundError`` when gone); errors propagate."""
+        api = await self._acustom()
+        return request_status(await self._aonce(api.get_namespaced_custom_object, name=name, **self._cr()))
+
+    async def _alisted(self, selector: str) -> AsyncIterator[list[_Listed]]:
+        api = await self._acustom()
+        async for page in self._apages(
+            api.list_namespaced_custom_object, **self._cr(), label_selector=selector
+        ):
+            yield [_Listed(str(obj["metadata"]["name"]), obj) for obj in page]
+
+    async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
+        """The provider's requests of this namespace (label ``dws_managed=true``) by name, classified,
+        with one paged list: the shared poller's one call per interval for every wait here. Ended
+        requests stay listed until deleted, classified as such. Errors propagate."""
+        return await classify_listed(
+            self._alisted(f"{LABEL_MANAGED}=true"), only, lambda item: request_status(item.obj), self._memo
+        )
+
+    async def arelease(self, name: str) -> bool:
+        """Delete the request and its PodTemplate from the event loop, transient errors retried with
+        async backoff; gone is success (False: there was no request left)."""
+
+        async def delete_request() -> bool:
+            api = await self._acustom()
+            try:
+                await self._aonce(api.delete_namespaced_custom_object, name=name, **self._cr())
+            except errors.RequestNotFoundError:
+                return False
+            return True
+
+        async def delete_template() -> None:
+            api = await self._acore()
+            with contextlib.suppress(errors.RequestNotFoundError):
+                await self._aonce(api.delete_namespaced_pod_template, name=name, namespace=self.namespace)
+
+        deleted: bool = await aretrying(f"delete ProvisioningRequest {name}", logger=log)(delete_request)
+        await aretrying(f"delete PodTemplate {name}", logger=log)(delete_template)
+        return deleted

@@ -1,0 +1,483 @@
+"""Kueue Jobs on GKE queued provisioning as DWS capacity requests.
+
+The request is a ``batch/v1`` Job, created suspended with the ``kueue.x-k8s.io/queue-name`` label:
+Kueue makes a Workload for it, reserves quota in the LocalQueue's ClusterQueue, asks for the
+nodes through the ProvisioningRequest admission check and unsuspends the Job once they are there.
+Its state is read from the Job and its Workload together (:func:`job_state`, into
+:data:`~airflow_provider_dws.scheduling.phases.KUEUE_JOB_STATES`). One backend serves one namespace
+of one cluster: the shared poller lists its Jobs (by the provider's label) and its Workloads once
+per interval. Releasing is deleting the Job with ``propagationPolicy=Background``: its pods, its
+Workload and the Workload's ProvisioningRequests go with it.
+
+Objects are handled as the API's JSON (camelCase dicts), whichever client read them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Container, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from airflow_provider_dws import facts
+from airflow_provider_dws.backends.base import RequestStatus, classify_listed
+from airflow_provider_dws.backends.kube_base import LABEL_MAX_WAIT, KubernetesBackend, kube_time, translated
+from airflow_provider_dws.backends.retry import aretrying, retrying
+from airflow_provider_dws.errors import RequestAlreadyExistsError, RequestNotFoundError
+from airflow_provider_dws.scheduling.identity import (
+    LABEL_ATTEMPT,
+    LABEL_MANAGED,
+    RequestIdentity,
+)
+from airflow_provider_dws.scheduling.phases import KUEUE_CAPACITY_REVOKED, KUEUE_JOB_STATES, RequestTimings
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+#: The label that hands a Job to Kueue (its LocalQueue in the Job's namespace).
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+#: The label Kueue puts on a Job's Workload: the Job's uid.
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+#: The per-Job ProvisioningRequest parameter Kueue passes on: the run limit GKE enforces.
+MAX_RUN_ANNOTATION = "provreq.kueue.x-k8s.io/maxRunDurationSeconds"
+WORKLOAD_GROUP = "kueue.x-k8s.io"
+WORKLOAD_VERSION = "v1beta1"
+WORKLOAD_PLURAL = "workloads"
+GPU_RESOURCE = facts.GPU_RESOURCE
+ACCELERATOR_SELECTOR = facts.GKE_ACCELERATOR_LABEL
+#: How long a ``release(wait=True)`` waits for the Job to be gone.
+RELEASE_WAIT_SECONDS = 120.0
+
+
+# -- reading a Job and its Workload (pure) ----------------------------------------------------------
+
+
+def _true_conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    status = (obj or {}).get("status") or {}
+    return {c.get("type", ""): c for c in status.get("conditions") or [] if c.get("status") == "True"}
+
+
+def workload_of(job: dict[str, Any], workloads: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The Workload Kueue made for ``job``: the one its uid labels or that it owns (newest first)."""
+    uid = (job.get("metadata") or {}).get("uid")
+    if not uid:
+        return None
+    mine = [
+        wl
+        for wl in workloads
+        if ((wl.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL) == uid
+        or any(ref.get("uid") == uid for ref in (wl.get("metadata") or {}).get("ownerReferences") or [])
+    ]
+    mine.sort(key=lambda wl: str((wl.get("metadata") or {}).get("creationTimestamp") or ""), reverse=True)
+    return mine[0] if mine else None
+
+
+def _revoked(workload: dict[str, Any] | None) -> str | None:
+    """The message of a Workload whose capacity was revoked, if it says so."""
+    if workload is None:
+        return None
+    status = workload.get("status") or {}
+    for check in status.get("admissionChecks") or []:
+        if KUEUE_CAPACITY_REVOKED.search(f"{check.get('state', '')} {check.get('message', '')}"):
+            return str(check.get("message") or "the ProvisioningRequest's capacity was revoked")
+    for cond in status.get("conditions") or []:
+        if cond.get("status") == "True" and KUEUE_CAPACITY_REVOKED.search(
+            f"{cond.get('reason', '')} {cond.get('message', '')}"
+        ):
+            return str(cond.get("message") or cond.get("reason"))
+    return None
+
+
+def _rejected(workload: dict[str, Any] | None) -> str | None:
+    """Why Kueue gave the Workload up: an admission check Rejected, or the Workload deactivated."""
+    if workload is None:
+        return None
+    status = workload.get("status") or {}
+    for check in status.get("admissionChecks") or []:
+        if check.get("state") == "Rejected":
+            return f"admission check {check.get('name', '?')} rejected the Workload: {check.get('message') or 'no reason given'}"
+    if (workload.get("spec") or {}).get("active") is False:
+        conditions = _true_conditions(workload)
+        why = conditions.get("Evicted") or conditions.get("DeactivationTarget") or {}
+        return str(why.get("message") or "Kueue deactivated the Workload")
+    return None
+
+
+def _pending_checks(workload: dict[str, Any]) -> str:
+    checks = (workload.get("status") or {}).get("admissionChecks") or []
+    waiting = [c for c in checks if c.get("state") != "Ready"]
+    return "; ".join(
+        f"{c.get('name', '?')} {c.get('state', 'Pending')}"
+        + (f": {c['message']}" if c.get("message") else "")
+        for c in waiting
+    )
+
+
+def job_state(job: dict[str, Any], workload: dict[str, Any] | None) -> tuple[str, str]:
+    """The Job's state name in :data:`~airflow_provider_dws.scheduling.phases.KUEUE_JOB_STATES` and
+    what it says, from the Job and its Workload (``None``: Kueue has made none yet).
+
+    A rejection (an admission check Rejected, the Workload deactivated) after the Job had started is
+    its capacity taken back (``CapacityRevoked``), as is one whose words say so; before a start it
+    is capacity not obtained (``Rejected``).
+    """
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    if meta.get("deletionTimestamp"):
+        return "Deleting", "the Job is being deleted"
+    conditions = _true_conditions(job)
+    started = bool(status.get("startTime")) or "Admitted" in _true_conditions(workload)
+    if "Complete" in conditions:
+        return "Complete", str(conditions["Complete"].get("message") or "")
+    revoked = _revoked(workload)
+    if "Failed" in conditions:
+        if revoked is not None:
+            return "CapacityRevoked", revoked
+        failed = conditions["Failed"]
+        reason = failed.get("reason") or "Failed"
+        return "Failed", f"{reason}: {failed.get('message') or 'the Job failed'}"
+    if revoked is not None:
+        return "CapacityRevoked", revoked
+    rejected = _rejected(workload)
+    if rejected is not None:
+        return ("CapacityRevoked" if started and status.get("startTime") else "Rejected"), rejected
+    if not (job.get("spec") or {}).get("suspend"):
+        return "Running", ""
+    if workload is None:
+        return "Suspended", "waiting for Kueue to queue the Job"
+    wl_conditions = _true_conditions(workload)
+    if "Admitted" in wl_conditions:
+        return "Admitted", "admitted by Kueue; the Job is being unsuspended"
+    if "Evicted" in wl_conditions:
+        evicted = wl_conditions["Evicted"]
+        return (
+            "Requeued",
+            f"evicted ({evicted.get('reason', '')}: {evicted.get('message', '')}); queued again",
+        )
+    if "QuotaReserved" in wl_conditions:
+        return "AwaitingCapacity", _pending_checks(
+            workload
+        ) or "quota reserved; waiting for the admission checks"
+    queued: dict[str, Any] = next(
+        (
+            c
+            for c in (workload.get("status") or {}).get("conditions") or []
+            if c.get("type") == "QuotaReserved"
+        ),
+        {},
+    )
+    return "Queued", str(queued.get("message") or "queued in its LocalQueue")
+
+
+def job_gpus(job: dict[str, Any]) -> tuple[int, int, str]:
+    """(pods at once, GPUs per pod, accelerator) the Job asks for (0 GPUs, "" when none)."""
+    spec = job.get("spec") or {}
+    pod = (spec.get("template") or {}).get("spec") or {}
+    per_pod = 0
+    for container in pod.get("containers") or []:
+        resources = container.get("resources") or {}
+        amount = (resources.get("limits") or {}).get(GPU_RESOURCE) or (resources.get("requests") or {}).get(
+            GPU_RESOURCE
+        )
+        if amount is not None and str(amount).isdigit():
+            per_pod += int(str(amount))
+    accelerator = str((pod.get("nodeSelector") or {}).get(ACCELERATOR_SELECTOR) or "")
+    pods = spec.get("parallelism")
+    return (int(pods) if isinstance(pods, int) else 1), per_pod, accelerator
+
+
+def describe_job(job: dict[str, Any]) -> str:
+    """``4 pods x 8 nvidia-h100-80gb in namespace default, queue dws`` (what the Job asks for)."""
+    pods, gpus, accelerator = job_gpus(job)
+    meta = job.get("metadata") or {}
+    queue = (meta.get("labels") or {}).get(QUEUE_NAME_LABEL, "?")
+    what = f"{pods} pod{'s' if pods != 1 else ''}"
+    if gpus:
+        what += f" x {gpus} {accelerator or 'GPU'}"
+    return f"{what} in namespace {meta.get('namespace', '?')}, queue {queue}"
+
+
+def job_status(job: dict[str, Any], workload: dict[str, Any] | None) -> RequestStatus:
+    """Classify a Job and its Workload into the shared vocabulary (pure: no API call)."""
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    state, message = job_state(job, workload)
+    outcome = KUEUE_JOB_STATES.classify(state, message=message)
+    conditions = _true_conditions(job)
+    admitted = _true_conditions(workload).get("Admitted") or {}
+    started = kube_time(status.get("startTime")) or kube_time(admitted.get("lastTransitionTime"))
+    finished: datetime | None = None
+    if outcome.phase.terminal:
+        ended = conditions.get("Complete") or conditions.get("Failed") or {}
+        finished = kube_time(status.get("completionTime")) or kube_time(ended.get("lastTransitionTime"))
+        if finished is None and workload is not None:
+            times = [
+                kube_time(c.get("lastTransitionTime"))
+                for c in [
+                    *((workload.get("status") or {}).get("admissionChecks") or []),
+                    *((workload.get("status") or {}).get("conditions") or []),
+                ]
+            ]
+            finished = max((t for t in times if t is not None), default=None)
+        if finished is None:
+            finished = (
+                kube_time(meta.get("deletionTimestamp"))
+                or started
+                or kube_time(meta.get("creationTimestamp"))
+            )
+    if state in ("Rejected",):
+        started = None  # never admitted: all of it was waiting
+    labels = meta.get("labels") or {}
+    attempt = str(labels.get(LABEL_ATTEMPT, ""))
+    max_wait = str(labels.get(LABEL_MAX_WAIT, ""))
+    wl_meta = (workload or {}).get("metadata") or {}
+    return RequestStatus(
+        name=str(meta.get("name", "")),
+        state=state,
+        outcome=outcome,
+        timings=RequestTimings(
+            submitted=kube_time(meta.get("creationTimestamp")),
+            started=started if started is not None and state not in ("Suspended", "Queued") else None,
+            finished=finished,
+        ),
+        description=describe_job(job),
+        details={
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "workload": wl_meta.get("name"),
+            "queue": labels.get(QUEUE_NAME_LABEL),
+            "succeeded": int(status.get("succeeded") or 0),
+            "failed": int(status.get("failed") or 0),
+            "active": int(status.get("active") or 0),
+            "attempt": int(attempt) if attempt.isdigit() else 1,
+            "max_wait_seconds": float(max_wait) if max_wait.isdigit() else None,
+        },
+    )
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """A listed Job with its Workload (what :func:`classify_listed` classifies)."""
+
+    name: str
+    job: dict[str, Any]
+    workload: dict[str, Any] | None
+
+
+def _classify(item: _Listed) -> RequestStatus:
+    return job_status(item.job, item.workload)
+
+
+def _pair(jobs: Sequence[dict[str, Any]], workloads: Sequence[dict[str, Any]]) -> list[_Listed]:
+    by_uid: dict[str, list[dict[str, Any]]] = {}
+    for wl in workloads:
+        meta = wl.get("metadata") or {}
+        uids = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
+        uids.add((meta.get("labels") or {}).get(JOB_UID_LABEL))
+        for uid in uids - {None}:
+            by_uid.setdefault(str(uid), []).append(wl)
+    listed = []
+    for job in jobs:
+        uid = str((job.get("metadata") or {}).get("uid") or "")
+        listed.append(_Listed(str(job["metadata"]["name"]), job, workload_of(job, by_uid.get(uid, []))))
+    return listed
+
+
+# -- the backend ------------------------------------------------------------------------------------
+
+
+class KueueJobBackend(KubernetesBackend):
+    """Create, find, read and delete Kueue Jobs in one namespace of one GKE cluster.
+
+    Sync methods serve the operator (in a worker, the ``kubernetes`` client); ``a*`` methods serve
+    the trigger (``kubernetes_asyncio``). Jobs are named from the task instance
+    (:meth:`RequestIdentity.queued_resource_id`): 409 AlreadyExists means "adopt". Every call goes
+    through the shared retry policy, with its errors translated (:func:`.kube_base.translate`).
+    """
+
+    kind = "gke_kueue_job"
+
+    def _batch(self) -> Any:
+        from kubernetes.client import BatchV1Api
+
+        return BatchV1Api(self.api_client())
+
+    def _custom(self) -> Any:
+        from kubernetes.client import CustomObjectsApi
+
+        return CustomObjectsApi(self.api_client())
+
+    # -- sync (worker) ---------------------------------------------------------------------------
+
+    def list_jobs(self, label_selector: str) -> list[dict[str, Any]]:
+        """Every Job of the namespace matching ``label_selector``, all pages, as JSON."""
+        return self._list_all(
+            f"list Jobs in {self.namespace}",
+            self._batch().list_namespaced_job,
+            namespace=self.namespace,
+            label_selector=label_selector,
+        )
+
+    def list_workloads(self, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """Every Kueue Workload of the namespace (matching ``label_selector``), as JSON."""
+        kwargs: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
+        return self._list_all(
+            f"list Workloads in {self.namespace}",
+            self._custom().list_namespaced_custom_object,
+            group=WORKLOAD_GROUP,
+            version=WORKLOAD_VERSION,
+            namespace=self.namespace,
+            plural=WORKLOAD_PLURAL,
+            **kwargs,
+        )
+
+    def _workload_for(self, job: dict[str, Any]) -> dict[str, Any] | None:
+        uid = (job.get("metadata") or {}).get("uid")
+        found = workload_of(job, self.list_workloads(f"{JOB_UID_LABEL}={uid}")) if uid else None
+        return found or workload_of(job, self.list_workloads())
+
+    def find(self, identity: RequestIdentity) -> list[RequestStatus]:
+        """Every Job (any state, try and attempt) of this task instance in the namespace: one list on
+        its identity label, one of the namespace's Workloads."""
+        jobs = self.list_jobs(identity.kube_selector())
+        if not jobs:
+            return []
+        return [_classify(item) for item in _pair(jobs, self.list_workloads())]
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        """Read one Job as JSON; ``None`` when it does not exist."""
+        try:
+            return self._json(  # type: ignore[no-any-return]
+                self._call(f"read Job {name}", self._batch().read_namespaced_job, name, self.namespace)
+            )
+        except RequestNotFoundError:
+            return None
+
+    def get_status(self, name: str) -> RequestStatus | None:
+        """Read one Job and its Workload, classified; ``None`` when the Job does not exist."""
+        job = self.get(name)
+        return None if job is None else job_status(job, self._workload_for(job))
+
+    def submit(
+        self, request: dict[str, Any], identity: RequestIdentity, request_id: str | None = None
+    ) -> tuple[RequestStatus, bool]:
+        """Create the Job ``request`` (named in its metadata), or adopt the one of that name.
+
+        A create retried after a lost reply reads the Job first: it may exist already. Returns the
+        Job's status and whether this call created it.
+        """
+        name = str(request["metadata"]["name"])
+        tries = 0
+
+        def create() -> tuple[RequestStatus, bool]:
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                existing = self.get_status(name)
+                if existing is not None:
+                    log.warning("An earlier create call did succeed: adopting Job %s", name)
+                    return existing, False
+            with translated():
+                job = self._batch().create_namespaced_job(
+                    self.namespace, request, _request_timeout=self.rpc_timeout
+                )
+            return job_status(self._json(job), None), True
+
+        try:
+            return retrying(f"create Job {name}", logger=log)(create)
+        except RequestAlreadyExistsError:
+            existing = self.get_status(name)
+            if existing is None:
+                raise
+            return existing, False
+
+    def release(self, name: str, *, wait: bool = False) -> bool:
+        """Delete the Job with its pods, Workload and ProvisioningRequests (background propagation);
+        one already gone is fine (False). ``wait``: until the Job is gone."""
+        try:
+            self._call(
+                f"delete Job {name}",
+                self._batch().delete_namespaced_job,
+                name,
+                self.namespace,
+                propagation_policy="Background",
+            )
+        except RequestNotFoundError:
+            log.info("Job %s is already gone; nothing to delete", name)
+            return False
+        if wait:
+            deadline = time.monotonic() + RELEASE_WAIT_SECONDS
+            while self.get(name) is not None and time.monotonic() < deadline:
+                time.sleep(1.0)
+        return True
+
+    # -- async (triggerer) -----------------------------------------------------------------------
+
+    async def _apis(self) -> tuple[Any, Any]:
+        from kubernetes_asyncio.client import BatchV1Api, CustomObjectsApi
+
+        client = await self.async_api_client()
+        return BatchV1Api(client), CustomObjectsApi(client)
+
+    async def _aworkloads(self, label_selector: str | None = None) -> list[dict[str, Any]]:
+        _, custom = await self._apis()
+        kwargs: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
+        return await self._alist_all(
+            custom.list_namespaced_custom_object,
+            group=WORKLOAD_GROUP,
+            version=WORKLOAD_VERSION,
+            namespace=self.namespace,
+            plural=WORKLOAD_PLURAL,
+            **kwargs,
+        )
+
+    async def aget_status(self, name: str) -> RequestStatus:
+        """Read one Job and its Workload, classified (``RequestNotFoundError`` when the Job is gone);
+        errors propagate (the shared poller retries)."""
+        batch, _ = await self._apis()
+        job = await self._aonce(batch.read_namespaced_job, name, self.namespace)
+        uid = (job.get("metadata") or {}).get("uid")
+        workload = workload_of(job, await self._aworkloads(f"{JOB_UID_LABEL}={uid}")) if uid else None
+        if workload is None:
+            workload = workload_of(job, await self._aworkloads())
+        return job_status(job, workload)
+
+    async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
+        """The provider's Jobs of the namespace by name (``only``: just these), classified: one list
+        of Jobs by the ``dws_managed`` label and one of the namespace's Workloads per call.
+
+        Ended Jobs stay listed until deleted, so they are returned too (the poller then reads none
+        of them again). Errors propagate: the shared poller backs off as a whole.
+        """
+        batch, _ = await self._apis()
+        jobs = await self._alist_all(
+            batch.list_namespaced_job, namespace=self.namespace, label_selector=f"{LABEL_MANAGED}=true"
+        )
+        if only is not None:
+            jobs = [job for job in jobs if (job.get("metadata") or {}).get("name") in only]
+        workloads = await self._aworkloads() if jobs else []
+        pairs = _pair(jobs, workloads)
+
+        async def one_page() -> Any:
+            yield pairs
+
+        return await classify_listed(one_page(), only, _classify)
+
+    async def arelease(self, name: str) -> bool:
+        """Delete the Job (background propagation) from the event loop; gone is fine (False)."""
+        batch, _ = await self._apis()
+
+        async def delete() -> None:
+            await self._aonce(
+                batch.delete_namespaced_job, name, self.namespace, propagation_policy="Background"
+            )
+
+        try:
+            await aretrying(f"delete Job {name}", logger=log)(delete)
+        except RequestNotFoundError:
+            log.info("Job %s is already gone; nothing to delete", name)
+            return False
+        return True

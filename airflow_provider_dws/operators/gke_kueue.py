@@ -1,0 +1,244 @@
+"""Run a Kubernetes Job on GKE queued provisioning through Kueue, without holding a worker slot."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.configuration import conf
+
+from airflow_provider_dws import facts
+from airflow_provider_dws.facts import DEFAULT_MAX_RUN, DEFAULT_MAX_WAIT, MAX_RUN_LIMIT, MAX_WAIT_LIMIT
+from airflow_provider_dws.links import GKEQueuedJobLink
+from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsRequestOperator
+from airflow_provider_dws.operators.checks import Check, duration, flag, int_in, matches, non_empty_str
+
+if TYPE_CHECKING:
+    from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Placement
+    from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
+
+__all__ = ["CreateGKEQueuedJobOperator", "GKEQueuedJobOperator"]
+
+_CHECKS = "airflow_provider_dws.operators.gke_kueue_checks:"
+#: Most pods one Job may run at once here (Kueue admits the whole set together).
+MAX_PARALLELISM = 1000
+
+
+#: A GKE location: a region (regional cluster) or a zone (zonal cluster).
+LOCATION_PATTERN = rf"{facts.REGION_PATTERN}(?:-[a-z])?"
+#: An environment variable name Kubernetes accepts.
+ENV_NAME_PATTERN = r"[-._a-zA-Z][-._a-zA-Z0-9]*"
+
+
+def gpus_fit(accelerator: Any, gpus: Any) -> bool:
+    """Quick: one node of ``accelerator`` can give a pod ``gpus`` GPUs, and a GPU count comes with an
+    accelerator and an accelerator with GPUs (both ``None``: a CPU Job). Else
+    :func:`~.gke_kueue_checks.gpu_error` says what is wrong."""
+    if accelerator is None and gpus is None:
+        return True
+    most = facts.GKE_ACCELERATOR_MAX_GPUS.get(accelerator) if isinstance(accelerator, str) else None
+    return type(gpus) is int and most is not None and 0 < gpus <= most
+
+
+def _str_list(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(part, str) for part in value)
+
+
+def _env_ok(value: Any) -> bool:
+    return type(value) is dict and all(
+        type(k) is str and re.fullmatch(ENV_NAME_PATTERN, k) is not None and type(v) is str
+        for k, v in value.items()
+    )
+
+
+class CreateGKEQueuedJobOperator(DwsRequestOperator):
+    """Run a Kubernetes Job on a GKE cluster's queued provisioning (DWS) through Kueue.
+
+    The Job is created suspended with the ``kueue.x-k8s.io/queue-name`` label of ``queue_name`` (a
+    LocalQueue whose ClusterQueue has a ProvisioningRequest admission check): Kueue queues it until
+    DWS can create all its nodes at once, then unsuspends it. ``max_run`` goes to the
+    ProvisioningRequest as ``provreq.kueue.x-k8s.io/maxRunDurationSeconds`` (GKE removes the nodes
+    then). Kueue has no max wait: the provider deletes a Job still waiting at ``max_wait``, and the
+    task fails with capacity not obtained. The task defers until the Job ends.
+
+    The Job's name comes from the task instance (``dws-<task>-<hash>-t<try>-a<attempt>``): a retry
+    finds and adopts its own live Job. On kill or at max wait the Job is deleted (background
+    propagation: its pods, its Workload and its ProvisioningRequests go with it).
+
+    On success the task returns ``{"name", "namespace", "status", "succeeded", "failed",
+    "wait_seconds", "run_seconds"}``. On failure it raises
+    :class:`~airflow_provider_dws.exceptions.WorkloadFailedError` (the Job failed),
+    :class:`~airflow_provider_dws.exceptions.CapacityNotObtainedError` (rejected by the admission
+    check, or max wait passed), :class:`~airflow_provider_dws.exceptions.CapacityPreemptedError`
+    (capacity revoked while it ran) or :class:`~airflow_provider_dws.exceptions.RequestCancelledError`.
+
+    :param project_id: the cluster's project (default: the connection's).
+    :param location: the cluster's region or zone. :param cluster_name: the GKE cluster.
+    :param namespace: the Job's namespace (default ``default``).
+    :param queue_name: the Kueue LocalQueue in that namespace.
+    :param job: a whole ``batch/v1`` Job manifest (dict); its name, namespace, ``suspend`` and the
+        queue label are the operator's. Or, instead of ``job``:
+    :param image: the container image; :param cmds: its command; :param arguments: its arguments;
+    :param env_vars: its environment; :param gpus: GPUs per pod; :param accelerator: the GPU
+        (``nvidia-h100-80gb``, the node pool's ``cloud.google.com/gke-accelerator``);
+    :param parallelism: pods run at once (and completions; default 1). Such a Job does not retry a
+        failed pod (``backoffLimit: 0``): a failure is the task's, for Airflow's retries.
+    :param max_run: the ProvisioningRequest's run limit (default and at most 7 days).
+    :param max_wait: how long the Job may wait for admission (default 24 h, at most 7 days).
+    :param labels: extra labels for the Job (the ``dws_*`` keys are the identity's).
+    :param gcp_conn_id: Google Cloud connection; :param kubernetes_conn_id: a cncf-kubernetes
+        connection (kubeconfig, in-cluster) to use instead of the cluster's GKE credentials;
+    :param impersonation_chain: service account(s) to impersonate.
+    :param window: :param deadline: :param capacity_retry: as for every DWS request operator (a
+        rejected Job is resubmitted with the attempt in its name). No failover.
+    """
+
+    template_fields: Sequence[str] = (
+        "project_id",
+        "location",
+        "cluster_name",
+        "namespace",
+        "queue_name",
+        "job",
+        "image",
+        "cmds",
+        "arguments",
+        "env_vars",
+        "labels",
+        "impersonation_chain",
+    )
+    template_fields_renderers = {"job": "json", "env_vars": "json", "labels": "json"}
+    ADAPTER = "airflow_provider_dws.runtime.gke_kueue:KueueJobAdapter"
+    operator_extra_links = (GKEQueuedJobLink(),)
+    ui_color = "#d2e3fc"
+    CHECKS: tuple[Check, ...] = (
+        *CONNECTION_CHECKS,
+        *(check for check in WAIT_CHECKS if check.name != "service_account"),
+        Check(
+            "location",
+            matches(LOCATION_PATTERN),
+            "must be a GKE cluster's region or zone, such as 'us-central1' or 'us-central1-a'",
+            templated=True,
+        ),
+        Check(
+            "cluster_name",
+            matches(facts.GKE_CLUSTER_NAME_PATTERN),
+            "must be a GKE cluster name (a lowercase letter first, then lowercase letters, digits and "
+            "'-', at most 40 characters)",
+            templated=True,
+            optional=True,
+        ),
+        Check(
+            "namespace",
+            matches(facts.KUBE_NAMESPACE_PATTERN),
+            "must be a Kubernetes namespace (lowercase letters, digits and '-', at most 63 characters)",
+            templated=True,
+        ),
+        Check(
+            "queue_name",
+            matches(facts.KUBE_NAMESPACE_PATTERN),
+            "must be a Kueue LocalQueue name (lowercase letters, digits and '-', at most 63 characters)",
+            templated=True,
+        ),
+        Check("kubernetes_conn_id", non_empty_str, "must be a non-empty connection id", optional=True),
+        flag("use_internal_ip"),
+        Check("job", templated=True, optional=True, explain=_CHECKS + "check_job"),
+        Check("image", non_empty_str, "must be a container image", templated=True, optional=True),
+        Check("cmds", _str_list, "must be a list of strings", templated=True, optional=True),
+        Check("arguments", _str_list, "must be a list of strings", templated=True, optional=True),
+        Check("env_vars", _env_ok, templated=True, optional=True, explain=_CHECKS + "check_env_vars"),
+        Check(
+            "parallelism", int_in(1, MAX_PARALLELISM), f"must be a whole number from 1 to {MAX_PARALLELISM}"
+        ),
+    )
+
+    def __init__(
+        self,
+        *,
+        location: str,
+        queue_name: str,
+        cluster_name: str | None = None,
+        project_id: str | None = None,
+        namespace: str = "default",
+        job: Mapping[str, Any] | None = None,
+        image: str | None = None,
+        cmds: Sequence[str] | None = None,
+        arguments: Sequence[str] | None = None,
+        env_vars: Mapping[str, str] | None = None,
+        gpus: int | None = None,
+        accelerator: str | None = None,
+        parallelism: int = 1,
+        max_wait: timedelta | int | float = DEFAULT_MAX_WAIT,
+        max_run: timedelta | int | float = DEFAULT_MAX_RUN,
+        labels: Mapping[str, str] | None = None,
+        gcp_conn_id: str = "google_cloud_default",
+        kubernetes_conn_id: str | None = None,
+        impersonation_chain: str | Sequence[str] | None = None,
+        use_internal_ip: bool = False,
+        poll_interval: float = 30.0,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        cancel_on_kill: bool = True,
+        window: OffPeakWindow | WindowSet | str | None = None,
+        deadline: Deadline | timedelta | datetime | None = None,
+        capacity_retry: CapacityRetry | int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        failover = kwargs.pop("failover", None)
+        super().__init__(**kwargs)
+        self.project_id = project_id
+        self.location = location
+        self.cluster_name = cluster_name
+        self.namespace = namespace
+        self.queue_name = queue_name
+        self.job = job
+        self.image = image
+        self.cmds = cmds
+        self.arguments = arguments
+        self.env_vars = env_vars
+        self.gpus = gpus
+        self.accelerator = accelerator
+        self.parallelism = parallelism
+        self.max_wait = duration(self, "max_wait", max_wait, MAX_WAIT_LIMIT)
+        self.max_run = duration(self, "max_run", max_run, MAX_RUN_LIMIT)
+        self.labels = labels
+        self.service_account = None
+        self.gcp_conn_id = gcp_conn_id
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.impersonation_chain = impersonation_chain
+        self.use_internal_ip = use_internal_ip
+        self.poll_interval = poll_interval
+        self.deferrable = deferrable
+        self.cancel_on_kill = cancel_on_kill
+        if failover is not None:
+            raise self._param_error(
+                "failover is not supported: a Kueue Job waits in its cluster's queue (use capacity_retry)"
+            )
+        if (job is None) == (image is None):
+            raise self._param_error("pass exactly one of job (a batch/v1 Job manifest) and image")
+        if job is not None:
+            given = [n for n in ("cmds", "arguments", "env_vars", "gpus", "accelerator") if getattr(self, n)]
+            if given or parallelism != 1:
+                raise self._param_error(
+                    f"{', '.join(given or ['parallelism'])} describe the Job built from image: with job, "
+                    "put them in the manifest"
+                )
+        if cluster_name is None and kubernetes_conn_id is None:
+            raise self._param_error("pass cluster_name (the GKE cluster), or a kubernetes_conn_id")
+        if not gpus_fit(accelerator, gpus):
+            from airflow_provider_dws.operators.gke_kueue_checks import gpu_error
+
+            raise self._param_error(gpu_error(accelerator, gpus) or f"gpus={gpus!r} cannot be given")
+        self.check_parameters(rendered=False)
+        self.init_policies(window, deadline, capacity_retry, None)
+
+    def home_placement(self) -> Placement:
+        """The cluster's location (the one place its queue is)."""
+        from airflow_provider_dws.scheduling.policies import Placement
+
+        return Placement(location=self.location)
+
+
+#: The issue's name for the operator.
+GKEQueuedJobOperator = CreateGKEQueuedJobOperator

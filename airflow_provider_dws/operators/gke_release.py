@@ -1,0 +1,123 @@
+"""Give GKE queued-provisioning nodes back: delete every ProvisioningRequest of a setup task."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_dws import facts
+from airflow_provider_dws.links import GKEProvisioningRequestLink
+from airflow_provider_dws.operators.base import DwsSetupReleaseOperator
+from airflow_provider_dws.operators.checks import Check, matches, non_empty_str
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: What the release takes from its setup task when not given.
+FROM_SETUP = ("project_id", "location", "cluster_name", "namespace", "kubernetes_conn_id", "use_internal_ip")
+
+
+class DeleteGKEProvisioningRequestOperator(DwsSetupReleaseOperator):
+    """Release GKE queued-provisioning nodes: delete every ProvisioningRequest (and its PodTemplate)
+    its setup made, any try and attempt (one list by the setup task instance's ``dws_key`` label),
+    and log what each held (its state, and the pods that consumed it). Deleting a Provisioned
+    request lets the cluster autoscaler remove its nodes once their pods are gone; a queued one
+    leaves the queue. Already gone is success. Meant as the setup's teardown::
+
+        ask = CreateGKEProvisioningRequestOperator(task_id="ask_for_nodes", ...)
+        release = DeleteGKEProvisioningRequestOperator(task_id="release_nodes", setup_task_id="ask_for_nodes")
+        ask >> work >> release.as_teardown(setups=ask)
+
+    :param setup_task_id: the creating task, in the same DAG.
+    :param location: :param cluster_name: :param namespace: :param kubernetes_conn_id:
+        :param use_internal_ip: where the requests are (templated); default: the setup task's.
+    :param project_id: the cluster's project (templated); default: the setup's, else the connection's.
+    :param gcp_conn_id: Airflow connection; :param impersonation_chain: account(s) to impersonate.
+    """
+
+    template_fields: Sequence[str] = (
+        "project_id",
+        "location",
+        "cluster_name",
+        "namespace",
+        "impersonation_chain",
+    )
+    operator_extra_links = (GKEProvisioningRequestLink(),)
+    ui_color = "#c6dafc"
+    RELEASE = "airflow_provider_dws.runtime.gke:release_all"
+    CHECKS: tuple[Check, ...] = (  # type: ignore[assignment]
+        *DwsSetupReleaseOperator.CHECKS,
+        Check(
+            "location",
+            lambda v: isinstance(v, str) and bool(v.strip()),
+            "must be the cluster's region or zone",
+            templated=True,
+            optional=True,
+        ),
+        Check(
+            "cluster_name",
+            matches(facts.GKE_CLUSTER_NAME_PATTERN),
+            "must be a GKE cluster name",
+            templated=True,
+            optional=True,
+        ),
+        Check(
+            "namespace",
+            matches(facts.KUBE_NAMESPACE_PATTERN),
+            "must be a Kubernetes namespace",
+            templated=True,
+            optional=True,
+        ),
+        Check("kubernetes_conn_id", non_empty_str, "must be a connection id", optional=True),
+        Check("use_internal_ip", lambda v: isinstance(v, bool), "must be True or False", optional=True),
+    )
+
+    def __init__(
+        self,
+        *,
+        setup_task_id: str,
+        location: str | None = None,
+        cluster_name: str | None = None,
+        namespace: str | None = None,
+        kubernetes_conn_id: str | None = None,
+        use_internal_ip: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.location = location
+        self.cluster_name = cluster_name
+        self.namespace = namespace
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.use_internal_ip = use_internal_ip
+        super().__init__(setup_task_id=setup_task_id, **kwargs)
+
+    def execute(self, context: Context) -> Any:
+        """Fill what was not given from the setup task (rendered), then delete its requests."""
+        self.take_from_setup(context)
+        if not self.location:
+            raise self._param_error(
+                f"location is not set and task {self.setup_task_id!r} is not a "
+                "CreateGKEProvisioningRequestOperator of this DAG to take it from"
+            )
+        self.namespace = self.namespace or "default"
+        self.use_internal_ip = bool(self.use_internal_ip)
+        return super().execute(context)
+
+    def take_from_setup(self, context: Context) -> None:
+        """Each of :data:`FROM_SETUP` not given: the setup task's value, rendered for this run."""
+        from airflow_provider_dws.operators.checks import has_template
+        from airflow_provider_dws.operators.gke import CreateGKEProvisioningRequestOperator
+
+        dag = getattr(self, "dag", None) if self.has_dag() else None
+        if dag is None or not dag.has_task(self.setup_task_id):
+            return
+        setup = dag.get_task(self.setup_task_id)
+        if not isinstance(setup, CreateGKEProvisioningRequestOperator):
+            return
+        for name in FROM_SETUP:
+            if getattr(self, name) is None:
+                value = getattr(setup, name)
+                setattr(self, name, setup.render_template(value, context) if has_template(value) else value)
+
+
+#: The issue's name for the same operator.
+DeleteProvisioningRequestOperator = DeleteGKEProvisioningRequestOperator

@@ -1,0 +1,237 @@
+"""Kueue Jobs in the attempt loop: build the suspended Job, find it, classify its end."""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_dws.backends.kueue import (
+    ACCELERATOR_SELECTOR,
+    GPU_RESOURCE,
+    LABEL_MAX_WAIT,
+    MAX_RUN_ANNOTATION,
+    QUEUE_NAME_LABEL,
+    KueueJobBackend,
+    job_gpus,
+)
+from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
+from airflow_provider_dws.exceptions import (
+    BadRequestError,
+    CapacityNotObtainedError,
+    CapacityPreemptedError,
+    RequestCancelledError,
+    WorkloadFailedError,
+)
+from airflow_provider_dws.facts import GPU_TOLERATION, QUEUED_TOLERATION
+from airflow_provider_dws.links import GKEQueuedJobLink, gke_job_console_url
+from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
+from airflow_provider_dws.runtime.gke import cluster_backend
+from airflow_provider_dws.scheduling.identity import RequestIdentity
+from airflow_provider_dws.scheduling.phases import FailureKind, Phase
+from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_dws.backends.base import RequestStatus
+    from airflow_provider_dws.operators.gke_kueue import CreateGKEQueuedJobOperator
+    from airflow_provider_dws.scheduling.policies import Placement
+
+#: Who a Job is built for when only its shape matters (the request record's facts).
+_SHAPE_ONLY = RequestIdentity(dag_id="dws", task_id="record", run_id="facts")
+#: Server-set metadata a user's manifest (copied from a live Job) may carry: never sent.
+_SERVER_METADATA = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "selfLink")
+#: What GKE's GPU nodes are tainted with, and what a queued-provisioning node pool adds.
+_TOLERATIONS = (GPU_TOLERATION, QUEUED_TOLERATION)
+
+
+class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBackend]):
+    """A suspended Job in a Kueue LocalQueue per attempt; the wait ends when the Job ends.
+
+    Kueue has no max wait: the trigger deletes a Job still waiting at its max wait, with no grace.
+    """
+
+    target = "end"
+    wait_grace = timedelta(0)
+    op: CreateGKEQueuedJobOperator
+
+    def backend(self, location: str | None = None) -> KueueJobBackend:
+        """The backend of the operator's cluster and namespace (one location: the cluster's)."""
+        return cluster_backend(self, KueueJobBackend, location)
+
+    def location_of(self, name: str) -> str:
+        """Every Job of the task is in the cluster's location."""
+        return self.op.location
+
+    # -- the Job ---------------------------------------------------------------------------------
+
+    def build(self, identity: RequestIdentity, max_wait: timedelta | None = None) -> dict[str, Any]:
+        """The Job manifest to create: the user's (or the one the parameters describe), named from the
+        identity, suspended, in the LocalQueue, with the identity labels, the max wait label and the
+        ``maxRunDurationSeconds`` annotation."""
+        op = self.op
+        manifest = copy.deepcopy(dict(op.job)) if op.job is not None else self._job_from_parameters()
+        manifest["apiVersion"] = "batch/v1"
+        manifest["kind"] = "Job"
+        meta = dict(manifest.get("metadata") or {})
+        for key in (*_SERVER_METADATA, "generateName"):
+            meta.pop(key, None)
+        meta["name"] = identity.queued_resource_id()
+        meta["namespace"] = op.namespace
+        wait = max_wait or op.max_wait
+        meta["labels"] = {
+            **(meta.get("labels") or {}),
+            **(op.labels or {}),
+            **identity.kube_labels(),
+            QUEUE_NAME_LABEL: op.queue_name,
+            LABEL_MAX_WAIT: str(round(wait.total_seconds())),
+        }
+        meta["annotations"] = {
+            **(meta.get("annotations") or {}),
+            MAX_RUN_ANNOTATION: str(round(op.max_run.total_seconds())),
+        }
+        manifest["metadata"] = meta
+        spec = dict(manifest.get("spec") or {})
+        spec["suspend"] = True  # Kueue unsuspends it once admitted
+        manifest["spec"] = spec
+        manifest.pop("status", None)
+        return manifest
+
+    def _job_from_parameters(self) -> dict[str, Any]:
+        op = self.op
+        container: dict[str, Any] = {"name": "main", "image": op.image}
+        if op.cmds:
+            container["command"] = list(op.cmds)
+        if op.arguments:
+            container["args"] = list(op.arguments)
+        if op.env_vars:
+            container["env"] = [{"name": k, "value": v} for k, v in op.env_vars.items()]
+        pod: dict[str, Any] = {"containers": [container], "restartPolicy": "Never"}
+        if op.gpus:
+            container["resources"] = {"limits": {GPU_RESOURCE: str(op.gpus)}}
+            pod["tolerations"] = [dict(t) for t in _TOLERATIONS]
+        if op.accelerator:
+            pod["nodeSelector"] = {ACCELERATOR_SELECTOR: op.accelerator}
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {},
+            "spec": {
+                "parallelism": op.parallelism,
+                "completions": op.parallelism,
+                "backoffLimit": 0,
+                "template": {"spec": pod},
+            },
+        }
+
+    # -- the attempt loop's steps ----------------------------------------------------------------
+
+    def find(self, context: Context, identity: RequestIdentity) -> Found | None:
+        """This task instance's live Job (or a Job that already succeeded), to adopt."""
+        jobs = {job.name: job for job in self.backend().find(identity)}
+        decision = choose_existing([Candidate(n, j.phase, j.timings.submitted) for n, j in jobs.items()])
+        self.log.info("Identity %s: %s", identity.key, decision.reason)
+        if decision.name is None:
+            return None
+        job = jobs[decision.name]
+        self._remember(context, job.name)
+        return Found(job, self.op.home_placement(), int(job.details.get("attempt") or 1))
+
+    def _remember(self, context: Context, name: str) -> None:
+        context["ti"].xcom_push(key="job_name", value=name)
+        url = self._console_url(name)
+        if url:
+            context["ti"].xcom_push(key=GKEQueuedJobLink.key, value=url)
+            self.log.info("Console: %s", url)
+
+    def _console_url(self, name: str) -> str | None:
+        op = self.op
+        if not op.project_id or not op.cluster_name:
+            return None
+        return gke_job_console_url(str(op.project_id), op.location, op.cluster_name, op.namespace, name)
+
+    def submit(
+        self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
+    ) -> RequestStatus:
+        """Create this attempt's Job, suspended in the queue (or adopt the one of that name)."""
+        try:
+            job, created = self.backend().submit(self.build(identity, max_wait), identity)
+        except PermissionDeniedApiError as err:
+            raise BadRequestError(f"permission denied creating the Job: {err.message}") from None
+        except InvalidRequestError as err:
+            raise BadRequestError(f"the Kubernetes API refused the Job: {err.message}") from None
+        self.log.info(
+            "%s Job %s in namespace %s, LocalQueue %s (attempt %d, %s); it may wait up to %s for "
+            "admission and run up to %s",
+            "Submitted" if created else "Adopted",
+            job.name,
+            self.op.namespace,
+            self.op.queue_name,
+            identity.attempt,
+            job.description,
+            max_wait,
+            self.op.max_run,
+        )
+        self._remember(context, job.name)
+        return job
+
+    def result(self, context: Context, status: RequestStatus) -> dict[str, Any]:
+        """What the Job did: its name, namespace, status, pod counts, wait and run seconds."""
+        fresh = self.backend().get_status(status.name)
+        details = fresh.details if fresh is not None else status.details
+        return job_result(status, self.op.namespace, details)
+
+    def release_failed(self, status: RequestStatus, placement: Placement) -> None:
+        """A Job Kueue gave up (rejected, capacity revoked) stays suspended for ever: delete it. A
+        failed Job is kept (its pods' logs); it holds no capacity."""
+        if status.state in ("Rejected", "CapacityRevoked"):
+            self.log.info("Deleting %s (%s): it would stay suspended for nothing", status.name, status.state)
+            self.backend().release(status.name)
+
+    def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
+        """The Job's GPUs over every pod, the accelerator, its console page."""
+        pods, gpus, accelerator = job_gpus(self.build(_SHAPE_ONLY))
+        return {
+            "api": KueueJobBackend.kind,
+            "kind": "GKE Kueue Job",
+            "accelerator_type": accelerator or None,
+            "accelerator_count": pods * gpus,
+            "machine_type": None,
+            "pricing_model": "flex_start",
+            "console_url": self._console_url(status.name),
+        }
+
+    def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
+        """The classified exception for a Job that ended without success."""
+        message = status.outcome.message
+        where = f"Job {status.name} in namespace {self.op.namespace}"
+        failure = status.outcome.failure
+        if failure is FailureKind.CAPACITY_NOT_OBTAINED:
+            return CapacityNotObtainedError(
+                f"no capacity within max wait {max_wait} in LocalQueue {self.op.queue_name} for "
+                f"{status.description or 'the Job'} ({where}{': ' + message if message else ''})"
+            )
+        if failure is FailureKind.WORKLOAD_FAILED:
+            return WorkloadFailedError(f"workload failed: {message or status.state} ({where})")
+        if failure is FailureKind.PREEMPTED:
+            return CapacityPreemptedError(f"the Job's capacity was revoked: {message} ({where})")
+        if failure is FailureKind.BAD_REQUEST:
+            return BadRequestError(f"the Job was refused: {message} ({where})")
+        return RequestCancelledError(
+            f"{where} was deleted before it finished{': ' + message if message else ''}"
+        )
+
+
+def job_result(status: RequestStatus, namespace: str, details: dict[str, Any]) -> dict[str, Any]:
+    """The task's return value (and XCom) for an ended Job."""
+    timings = status.timings
+    return {
+        "name": status.name,
+        "namespace": details.get("namespace") or namespace,
+        "status": "Complete" if status.phase is Phase.SUCCEEDED else "Failed",
+        "succeeded": int(details.get("succeeded") or 0),
+        "failed": int(details.get("failed") or 0),
+        "wait_seconds": timings.wait_seconds,
+        "run_seconds": timings.run_seconds,
+    }

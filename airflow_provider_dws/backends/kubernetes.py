@@ -2,7 +2,7 @@
 
 A ProvisioningRequest (``autoscaling.x-k8s.io``, class ``queued-provisioning.gke.io``) asks DWS for
 the nodes of ``count`` pods of one PodTemplate at once; its conditions tell where it is
-(:data:`~airflow_provider_dws.scheduling.phases.PROVISIONING_REQUEST_CONDITIONS`). The sync half
+(:data:`~airflow_provider_dws.scheduling.kube_phases.PROVISIONING_REQUEST_CONDITIONS`). The sync half
 (operators, in a worker) uses the ``kubernetes`` client, the async half (triggers, the shared
 poller) ``kubernetes_asyncio``; both come from one
 :class:`~airflow_provider_dws.hooks.kubernetes.GKEClusterHook`.
@@ -43,12 +43,12 @@ from airflow_provider_dws.scheduling.identity import (
     RequestIdentity,
     parse_attempt_name,
 )
-from airflow_provider_dws.scheduling.phases import (
+from airflow_provider_dws.scheduling.kube_phases import (
     PROVISIONING_REQUEST_CONDITIONS,
-    RequestTimings,
     provisioning_request_condition,
     provisioning_request_state,
 )
+from airflow_provider_dws.scheduling.phases import RequestTimings
 
 log = logging.getLogger(__name__)
 

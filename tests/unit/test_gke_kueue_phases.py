@@ -8,13 +8,12 @@ from typing import Any
 import pytest
 
 from airflow_provider_dws.backends.kueue import job_state, job_status, workload_of
-from airflow_provider_dws.scheduling.phases import (
+from airflow_provider_dws.scheduling.kube_phases import (
     KUEUE_JOB_STATE_PHASES,
     KUEUE_JOB_STATES,
-    FailureKind,
-    Phase,
     classify_kueue_job,
 )
+from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 
 T0 = "2026-12-01T10:00:00Z"
 T1 = "2026-12-01T10:30:00Z"

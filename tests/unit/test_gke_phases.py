@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dws.scheduling.phases import (
+from airflow_provider_dws.scheduling.kube_phases import (
     PROVISIONING_REQUEST_CONDITIONS,
-    FailureKind,
-    Phase,
     provisioning_request_state,
-    reached,
 )
+from airflow_provider_dws.scheduling.phases import FailureKind, Phase, reached
 
 
 def cond(kind: str, at: str, status: str = "True", reason: str = "", message: str = "") -> dict[str, str]:

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -110,6 +110,7 @@ class GKEClusterHook(BaseHook):
         self._sync: kubernetes.client.ApiClient | None = None
         self._async: kubernetes_asyncio.client.ApiClient | None = None
         self._async_lock: asyncio.Lock | None = None
+        self._closer: AsyncIterator[None] | None = None
         self._credentials: Any = None
         self._ca_file: str | None = None
 
@@ -245,6 +246,8 @@ class GKEClusterHook(BaseHook):
         async with self._async_lock:
             if self._async is None:
                 self._async = await self._build_async()
+                self._closer = _close_at_loop_end(self, self._async)
+                await anext(self._closer)
             return self._async
 
     async def _build_async(self) -> kubernetes_asyncio.client.ApiClient:
@@ -325,6 +328,21 @@ class GKEClusterHook(BaseHook):
             client, self._async = self._async, None
             await client.close()
         await asyncio.to_thread(self.close)
+
+
+async def _close_at_loop_end(hook: GKEClusterHook, client: Any) -> AsyncIterator[None]:
+    """Suspended for as long as the hook's async ``client`` is open; its ``finally`` closes it.
+
+    An aiohttp session must be closed in the loop that made it, or it complains when collected. A
+    wait run in a loop of its own (``deferrable=False``; ``airflow dags test`` runs a trigger to its
+    first event only) has no moment to close it; but ``asyncio.run`` closes every suspended async
+    generator before the loop ends (``shutdown_asyncgens``), and this one closes the client then.
+    """
+    try:
+        yield
+    finally:
+        if hook._async is client:  # not closed already (and not replaced by a newer client)
+            await hook.aclose()
 
 
 def _in_loop(loop: asyncio.AbstractEventLoop, factory: Any, *args: Any) -> Any:

@@ -12,15 +12,22 @@ from airflow.configuration import conf
 from airflow_provider_dws.facts import (
     DEFAULT_MAX_WAIT,
     GKE_QUEUED_PROVISIONING_CLASS,
+    GPU_TOLERATION,
     MAX_WAIT_LIMIT,
     PROVISIONING_REQUEST_MAX_RUN,
+    QUEUED_TOLERATION,
 )
 from airflow_provider_dws.links import GKEProvisioningRequestLink
 from airflow_provider_dws.operators.base import DwsRequestOperator
 from airflow_provider_dws.operators.checks import duration
 from airflow_provider_dws.operators.gke_checks import CHECKS
 
-__all__ = ["CreateGKEProvisioningRequestOperator", "GKEProvisioningRequestOperator"]
+__all__ = ["QUEUED_GPU_TOLERATIONS", "CreateGKEProvisioningRequestOperator", "GKEProvisioningRequestOperator"]
+
+#: The tolerations GPU pods on a queued node pool need (the ``tolerations`` of the operator's
+#: result), for a workload operator whose ``tolerations`` is not templated (cncf-kubernetes' pod
+#: and Job operators): pass ``tolerations=list(QUEUED_GPU_TOLERATIONS)``.
+QUEUED_GPU_TOLERATIONS: tuple[dict[str, str], ...] = (dict(QUEUED_TOLERATION), dict(GPU_TOLERATION))
 
 if TYPE_CHECKING:
     from airflow_provider_dws.runtime.gke import GKEProvisioningRequestAdapter
@@ -40,7 +47,8 @@ class CreateGKEProvisioningRequestOperator(DwsRequestOperator):
     are booked for this request's pods for a few minutes (the booking window), then given back if no
     pod came (``BookingExpired``). Start the workload right after, with the returned ``annotations``,
     ``tolerations`` and ``node_selector`` on its pods (cncf-kubernetes' ``KubernetesPodOperator`` or
-    ``KubernetesJobOperator`` take them as they are), and release the request with
+    ``KubernetesJobOperator`` take them as they are; each is also its own XCom key, so
+    ``task.output["annotations"]`` templates a field with it), and release the request with
     :class:`~airflow_provider_dws.operators.gke_release.DeleteGKEProvisioningRequestOperator` as an
     Airflow teardown.
 

@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 _REFUSED = (InvalidRequestError, PermissionDeniedApiError)
 #: XCom key of the request the setup waits on (read by the release).
 REQUEST_XCOM = "provisioning_request_name"
+#: The XCom keys under which the result also gives what the workload's pods must carry.
+CONSUME_XCOM_KEYS = ("annotations", "node_selector", "tolerations")
 
 
 _Backend = TypeVar("_Backend", bound=KubernetesBackend)
@@ -280,6 +282,10 @@ class GKEProvisioningRequestAdapter(
             f" of {consume['gpus_per_pod']} x {consume['accelerator']}" if consume["gpus_per_pod"] else "",
             consume["annotations"],
         )
+        # Each also under its own key, so a workload task templates ``request.output["annotations"]``
+        # (an XComArg's key is an XCom key, not a key of the return value).
+        for key in CONSUME_XCOM_KEYS:
+            context["ti"].xcom_push(key=key, value=consume[key])
         return {
             "name": status.name,
             "namespace": op.namespace,

@@ -206,6 +206,43 @@ def test_async_emulator_client_is_bound_to_the_running_loop(monkeypatch: pytest.
     assert asyncio.run(run())
 
 
+def test_an_async_client_left_open_is_closed_when_its_loop_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``airflow dags test`` and ``deferrable=False`` run a wait in a loop of its own and never close
+    the client: it is closed as ``asyncio.run`` ends that loop, with no "Unclosed client session"."""
+    monkeypatch.setenv(EMULATOR_HOST_ENV, "127.0.0.1:8470")
+    hook = _hook(cluster_name="c")
+    clients: list[Any] = []
+
+    async def run() -> None:
+        clients.append(await hook.async_api_client())
+
+    asyncio.run(run())
+    assert hook._async is None
+    assert clients[0].rest_client.pool_manager.closed
+
+
+def test_a_closed_and_rebuilt_async_client_is_not_closed_by_the_first_ones_closer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(EMULATOR_HOST_ENV, "127.0.0.1:8470")
+    hook = _hook(cluster_name="c")
+
+    async def run() -> bool:
+        first = await hook.async_api_client()
+        await hook.aclose()
+        second = await hook.async_api_client()
+        assert second is not first
+        import gc
+
+        gc.collect()  # the first client's closer is collected: it must leave the second open
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return bool(second.rest_client.pool_manager.closed)
+
+    assert asyncio.run(run()) is False
+    assert hook._async is None  # and the second is closed at the loop's end
+
+
 def test_no_proxy_covers_loopback_only_when_a_proxy_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"):
         monkeypatch.delenv(name, raising=False)

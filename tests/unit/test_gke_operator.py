@@ -307,7 +307,10 @@ def test_the_xcom_is_what_the_workloads_pods_must_carry() -> None:
     adapter = task.adapter()
     read_back = {"metadata": {"name": NAME}, "template": adapter.template()}
     adapter = with_backend(task, FakeBackend([provisioned()], read_back))
-    result = adapter.result({"ti": TI()}, provisioned())
+    ti = TI()
+    result = adapter.result({"ti": ti}, provisioned())
+    for key in ("annotations", "node_selector", "tolerations"):
+        assert ti.xcom_pull(key=key) == result[key]
     assert result["name"] == NAME and result["namespace"] == "team" and result["pod_template"] == NAME
     assert result["annotations"] == {
         "autoscaling.x-k8s.io/consume-provisioning-request": NAME,

@@ -2,7 +2,8 @@
 
 Starts ``dws-emulator`` on a free loopback port with its default inventory, prepares a throwaway
 Airflow home (SQLite), runs ``airflow dags test`` for the Vertex AI Flex Start example and then
-the TPU queued-resource, Cloud Batch, Compute Engine flex-start VM and calendar-mode examples, prints
+the TPU queued-resource, Cloud Batch, Compute Engine flex-start VM, calendar-mode and GKE
+(ProvisioningRequest, Kueue) examples, prints
 every request's final state with its wait and run times
 as the emulator recorded them, and stops the emulator (``--emulator HOST:PORT`` uses a running one and
 leaves it running).
@@ -20,6 +21,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from airflow_provider_dws.emulator.kube.connection import airflow_connection
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 DAG_IDS = (
@@ -28,7 +31,13 @@ DAG_IDS = (
     "dws_batch_flex_start",
     "dws_compute_flex_start_vms",
     "dws_calendar_reservation",
+    "dws_gke_provisioning_request",
+    "dws_gke_kueue_job",
 )
+
+
+#: The cncf-kubernetes connection of the emulated GKE cluster.
+GKE_CONN_ID = "dws_gke_emulator"
 
 
 def start_emulator() -> tuple[subprocess.Popen[str], str]:
@@ -83,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             "DWS_EXAMPLE_POLL_INTERVAL": "1",
             # The calendar example's blocks may start 20 s ahead (the emulator delivers at the start).
             "DWS_EXAMPLE_CALENDAR_EARLIEST_START_SECONDS": "20",
+            # The GKE example's workload runs on cncf-kubernetes' own operator, which takes a
+            # Kubernetes connection: this one is the emulated cluster.
+            f"AIRFLOW_CONN_{GKE_CONN_ID.upper()}": airflow_connection(address),
+            "DWS_EXAMPLE_KUBERNETES_CONN_ID": GKE_CONN_ID,
         }
     )
     try:
@@ -136,6 +149,13 @@ def main(argv: list[str] | None = None) -> int:
                     else f"kept until its end {req['block_end']} (calendar mode gives none back early)"
                 )
             )
+        elif req["kind"] == "ProvisioningRequest":
+            waited = _seconds(req["create_time"], req["start_time"] or req["end_time"])
+            print(
+                f"    {req['pods']} pod(s), {req['accelerator_count']} x {req['accelerator_type']} on "
+                f"{len(req['nodes'])} node(s) of {req['node_pool']}: waited {waited or 0:.1f}s for "
+                f"capacity, final state {req['state']}, deleted: {req['deleted']}"
+            )
         else:
             times = {step["state"]: step["time"] for step in req["history"]}
             waited = _seconds(req["create_time"], times.get("ACTIVE"))
@@ -150,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     batch_jobs = [r for r in requests if r["kind"] == "BatchJob"]
     resizes = [r for r in requests if r["kind"] == "ResizeRequest"]
     blocks = [r for r in requests if r["kind"] == "FutureReservation"]
+    # The ProvisioningRequest example's and the one Kueue made for the Kueue example's Job.
+    provisioning = [r for r in requests if r["kind"] == "ProvisioningRequest"]
     # The Vertex AI example's job and the calendar example's training job; its TPU slice and the
     # TPU example's; the calendar example's GPU and TPU blocks.
     ok = (
@@ -163,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         and len(blocks) == 2
         # Delivered, and kept until their end (billed whatever the release does), nothing left on them.
         and all(b["start_time"] and b["reservation_live"] and not b["reservation_in_use"] for b in blocks)
+        # Both consumed by their pods, then deleted (the teardown; Kueue once the Job finished).
+        and [r["state"] for r in provisioning] == ["CONSUMED"] * 2
+        and all(r["deleted"] for r in provisioning)
     )
     return 0 if ok else 1
 

@@ -370,9 +370,9 @@ def release_all(op: DeleteGKEProvisioningRequestOperator, context: Context) -> d
             status.name,
             status.state,
             status.description,
-            f", consumed by {len(consumers)} pod(s): {', '.join(consumers[:10])}"
+            f", its nodes used by {len(consumers)} pod(s) still: {', '.join(consumers[:10])}"
             if consumers
-            else (", never consumed by a pod" if held else ""),
+            else (", no pod on its nodes now" if held else ""),
         )
         backend.release(status.name)
         released.append((status.name, status.state))

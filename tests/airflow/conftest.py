@@ -38,6 +38,22 @@ class DagRunResult:
         raise AssertionError(f"no DWS RESULT line in the log:\n{self.log[-4000:]}")
 
 
+#: The cncf-kubernetes connection of the emulated GKE cluster (as `make demo` names it).
+GKE_CONN_ID = "dws_gke_emulator"
+
+
+def emulator_env(address: str) -> dict[str, str]:
+    """What points a DAG run at the emulator at ``address``: every hook, through
+    ``DWS_EMULATOR_HOST``, and cncf-kubernetes' operators, through a connection to its cluster."""
+    from airflow_provider_dws.emulator.kube.connection import airflow_connection
+
+    return {
+        "DWS_EMULATOR_HOST": address,
+        f"AIRFLOW_CONN_{GKE_CONN_ID.upper()}": airflow_connection(address),
+        "DWS_EXAMPLE_KUBERNETES_CONN_ID": GKE_CONN_ID,
+    }
+
+
 class AirflowHome:
     """An initialised AIRFLOW_HOME whose DAG folder is ``example_dags/``."""
 
@@ -95,7 +111,7 @@ class AirflowHome:
             cmd.append(logical_date)
         if conf:
             cmd += ["-c", json.dumps(conf)]
-        run_env = dict(self.env, DWS_EMULATOR_HOST=emulator_address, **(env or {}))
+        run_env = dict(self.env, **emulator_env(emulator_address), **(env or {}))
         with log_path.open("wb") as out:
             return subprocess.Popen(
                 cmd, env=run_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -106,7 +122,7 @@ class AirflowHome:
     ) -> subprocess.Popen[bytes]:
         """Start `airflow tasks test` of one task instance of an existing dag run."""
         cmd = [str(BIN / "airflow"), "tasks", "test", dag_id, task_id, run_id]
-        run_env = dict(self.env, DWS_EMULATOR_HOST=emulator_address)
+        run_env = dict(self.env, **emulator_env(emulator_address))
         with log_path.open("wb") as out:
             return subprocess.Popen(
                 cmd, env=run_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True

@@ -27,6 +27,8 @@ from tests.airflow import (
     test_batch_flex_start_dag,
     test_calendar_reservation_dag,
     test_compute_flex_start_vms_dag,
+    test_gke_kueue_job_dag,
+    test_gke_provisioning_request_dag,
     test_tpu_queued_resource_dag,
     test_vertex_flex_start_dag,
 )
@@ -45,6 +47,9 @@ DEMO = {
     "dws_compute_flex_start_vms": ("ask_for_vms", "compute_resize_request", "succeeded"),
     # Delivered and held until its end: calendar mode gives no block back early.
     "dws_calendar_reservation": ("reserve_block", "compute_future_reservation", "running"),
+    # Provisioned, used by the Job's pods, then deleted by the teardown.
+    "dws_gke_provisioning_request": ("request_nodes", "gke_provisioning_request", "succeeded"),
+    "dws_gke_kueue_job": ("finetune", "gke_kueue_job", "succeeded"),
 }
 #: The phases the page lists under "Running or held" (the others under "Ended").
 HELD = {"running"}
@@ -55,6 +60,8 @@ CHECKS = {
     "dws_batch_flex_start": test_batch_flex_start_dag.check_example,
     "dws_compute_flex_start_vms": test_compute_flex_start_vms_dag.check_example,
     "dws_calendar_reservation": test_calendar_reservation_dag.check_example,
+    "dws_gke_provisioning_request": test_gke_provisioning_request_dag.check_example,
+    "dws_gke_kueue_job": test_gke_kueue_job_dag.check_example,
 }
 
 

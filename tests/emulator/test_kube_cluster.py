@@ -399,3 +399,28 @@ def test_a_consumed_request_deleted_after_its_pods_ended_records_consumed(env: E
     record = env.record("req")
     assert [h["state"] for h in record["history"]] == ["ACCEPTED", "PROVISIONED", "CONSUMED", "DELETED"]
     assert env.pool()["in_use"] == 0
+
+
+def test_a_node_pool_with_a_location_of_its_own_is_selected_by_name_and_books_there() -> None:
+    """``NAME=ACCELERATOR@LOCATION``: a second H100 pool drawing on another region's capacity, got
+    only by pods that name it; the cluster's own H100 pool is untouched."""
+    env = Env({"us-central1/NVIDIA_H100_80GB": 32, "us-east1/NVIDIA_H100_80GB": 8})
+    env.cluster.set_node_pools(["east=nvidia-h100-80gb@us-east1"])
+    assert env.cluster.node_pools.get("nvidia-h100-80gb").name == "dws-nvidia-h100-80gb"  # type: ignore[union-attr]
+    spec = template("east-tmpl")
+    spec["template"]["spec"]["nodeSelector"] = {"cloud.google.com/gke-nodepool": "east"}
+    env.create(TEMPLATE, spec)
+    env.create(PR, request("east-req", tmpl="east-tmpl", count=1))
+    env.state.tick()
+    assert "Provisioned" in env.conditions("east-req")
+    record = env.record("east-req")
+    assert record["pool"] == "us-east1/NVIDIA_H100_80GB" and record["node_pool"] == "east"
+    assert env.pool("us-east1/NVIDIA_H100_80GB")["in_use"] == 8
+    assert env.pool()["in_use"] == 0
+    # Two at once would need 16 of the 8 there: never, whatever the cluster's own pool has.
+    env.create(PR, request("too-big", tmpl="east-tmpl", count=2))
+    env.state.tick()
+    failed = env.conditions("too-big")["Failed"]
+    assert failed["reason"] == "FailedToBookCapacity" and "in us-east1" in failed["message"]
+    with pytest.raises(ValueError, match="needs a name"):
+        env.cluster.set_node_pools(["nvidia-l4@us-east1"])

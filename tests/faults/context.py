@@ -9,6 +9,7 @@ orphans and duplicates are computed here from the emulator's request records; se
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -50,6 +51,8 @@ LIVE_STATES = {
     "ResizeRequest": {"CREATING", "ACCEPTED"},
     # A delivered block stays FULFILLED: it is live while its reservation is (see is_live).
     "FutureReservation": {"DRAFTING", "PENDING_APPROVAL", "APPROVED", "PROCURING", "PROVISIONING"},
+    # A GKE ProvisioningRequest: queued, then holding its nodes (consumed or not) until deleted.
+    "ProvisioningRequest": {"ACCEPTED", "PROVISIONED", "CONSUMED"},
 }
 #: For duplicates, a request stops counting once it was given up: CANCELLING holds no new capacity.
 GIVEN_UP_STATES = {"JOB_STATE_CANCELLING", "SUSPENDING", "CANCELLATION_IN_PROGRESS", "DELETION_IN_PROGRESS"}
@@ -62,6 +65,7 @@ SUCCESS_STATES = {
     "ResizeRequest": "SUCCEEDED",
     # Booked: a block made after an approved one of the same attempt is a second booking.
     "FutureReservation": "APPROVED",
+    "ProvisioningRequest": "PROVISIONED",
 }
 #: Waiting for capacity (a Flex Start Batch job stays QUEUED until its VMs can be created).
 WAITING_STATES = {
@@ -168,6 +172,13 @@ def final_state(record: dict[str, Any]) -> str:
             return "RELEASED"
         if record["deleted"] and state not in {"CANCELLED", "FAILED"}:
             return "DELETED"
+    if record["kind"] == "ProvisioningRequest" and record["deleted"]:
+        # Released: deleted after its nodes were Provisioned (the teardown, or Kueue when its Job
+        # ended); deleted while queued: DELETED; a Failed one keeps FAILED.
+        reached = {h["state"] for h in record["history"]}
+        if state == "FAILED":
+            return state
+        return "RELEASED" if reached & {"PROVISIONED", "CONSUMED"} else "DELETED"
     if record["kind"] == "FutureReservation" and record["deleted"]:
         # Released: its delivered block was given back (deleted, its reservation with it).
         return "RELEASED" if state == "FULFILLED" else "DELETED" if state not in {"CANCELLED"} else state
@@ -186,6 +197,17 @@ def is_live(record: dict[str, Any]) -> bool:
 
 #: Kinds without labels, whose name is derived from the task instance (their identity).
 NAMED_KINDS = {"ResizeRequest", "FutureReservation"}
+#: The ProvisioningRequest Kueue makes for a Job's Workload: ``job-<Job>-<5 hex>-<check>-<n>``, the
+#: Job's name the provider's (``<base>-t<try>-a<attempt>``). It has none of the Job's labels.
+KUEUE_REQUEST = re.compile(r"^job-(?P<base>.+)-t(?P<try>\d+)-a(?P<attempt>\d+)-[0-9a-f]{5}-.+-\d+$")
+
+
+def _kueue_identity(record: dict[str, Any]) -> tuple[str, int] | None:
+    """A Kueue-made ProvisioningRequest's identity: its Job's base name and attempt."""
+    if record["kind"] != "ProvisioningRequest" or record["labels"].get("dws_key"):
+        return None
+    match = KUEUE_REQUEST.match(record["display_name"])
+    return None if match is None else (match["base"], int(match["attempt"]))
 
 
 def _resize_identity(record: dict[str, Any]) -> tuple[str, int] | None:
@@ -202,10 +224,19 @@ def own_requests(records: Iterable[dict[str, Any]], ref: RunRef) -> list[dict[st
     a resize request or a future reservation: its name, derived from the task instance)."""
     from airflow_provider_dws.scheduling.identity import RequestIdentity
 
-    base = RequestIdentity(ref.dag_id, ref.request_task, ref.run_id).queued_resource_base()
+    identity = RequestIdentity(ref.dag_id, ref.request_task, ref.run_id)
+    base = identity.queued_resource_base()
     out = []
     for r in records:
-        if r["kind"] in NAMED_KINDS:
+        kueue = _kueue_identity(r)
+        if kueue is not None:
+            if kueue[0] == base:
+                out.append(r)
+        elif r["kind"] == "ProvisioningRequest":
+            # Kubernetes label values are spelled apart (lower case, no colon): the key is the same.
+            if r["labels"].get("dws_key") == identity.key:
+                out.append(r)
+        elif r["kind"] in NAMED_KINDS:
             identity = _resize_identity(r)
             if identity is not None and identity[0] == base:
                 out.append(r)
@@ -249,7 +280,7 @@ def count_duplicates(records: Sequence[dict[str, Any]]) -> int:
     by_identity: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for record in records:
         key = (record["labels"].get("dws_key", record["name"]), record["labels"].get("dws_attempt", "1"))
-        resize = _resize_identity(record) if record["kind"] in NAMED_KINDS else None
+        resize = _resize_identity(record) if record["kind"] in NAMED_KINDS else _kueue_identity(record)
         if resize is not None:
             key = (resize[0], str(resize[1]))
         by_identity.setdefault(key, []).append(record)
@@ -407,7 +438,11 @@ class ScenarioContext:
         """
 
         def polled() -> bool:
-            names = [r["name"] for r in self.requests(ref)]
+            # A ProvisioningRequest's log lines name it without its namespace.
+            names = [
+                r["display_name"] if r["kind"] == "ProvisioningRequest" else r["name"]
+                for r in self.requests(ref)
+            ]
             lines = [line for line in self.trigger_logs(ref).splitlines() if any(n in line for n in names)]
             # "Waiting on NAME" opens every trigger start; the first status line follows it.
             opened = [i for i, line in enumerate(lines) if "Waiting on " in line]
@@ -460,8 +495,10 @@ class ScenarioContext:
 
 
 def cancel_time(record: dict[str, Any]) -> datetime | None:
-    """When a request's cancellation shows first in its history (None: never)."""
+    """When a request's cancellation shows first in its history (None: never); a ProvisioningRequest
+    has no cancel: it is deleted."""
+    cancelled = CANCEL_STATES | ({"DELETED"} if record["kind"] == "ProvisioningRequest" else set())
     for step in record["history"]:
-        if step["state"] in CANCEL_STATES:
+        if step["state"] in cancelled:
             return parse_time(step["time"])
     return None

@@ -33,10 +33,13 @@ from typing import Any, TypeVar
 import httpx
 import psycopg2
 
+from airflow_provider_dws.emulator.kube.connection import airflow_connection
 from tests.conftest import EmulatorProcess
 
 DAGS_FOLDER = Path(__file__).resolve().parent / "dags"
 BIN = Path(sys.executable).parent
+#: The cncf-kubernetes connection of the emulated GKE cluster (as `make demo` names it).
+GKE_CONN_ID = "dws_gke_emulator"
 
 PG_HOST = os.environ.get("DWS_FAULTS_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("DWS_FAULTS_PG_PORT", "5432"))
@@ -459,6 +462,10 @@ class Deployment:
                 "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": str(TRIGGERER_HEARTBEAT),
                 "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": str(TRIGGERER_HEALTH_THRESHOLD),
                 "DWS_EMULATOR_HOST": self.emulator.address,
+                # cncf-kubernetes' operators (a GKE example's workload) reach the emulated cluster
+                # through a Kubernetes connection.
+                f"AIRFLOW_CONN_{GKE_CONN_ID.upper()}": airflow_connection(self.emulator.address),
+                "DWS_EXAMPLE_KUBERNETES_CONN_ID": GKE_CONN_ID,
                 "DWS_EXAMPLE_POLL_INTERVAL": "1",
                 "DWS_EXAMPLE_MAX_WAIT_SECONDS": "900",
                 "DWS_EXAMPLE_TPU_MAX_WAIT_SECONDS": "900",

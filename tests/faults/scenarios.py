@@ -37,6 +37,7 @@ from tests.faults.context import (
     parse_time,
     utcnow,
 )
+from tests.faults.gke_scenarios import GKE_DAG_IDS, GKE_SCENARIOS
 from tests.faults.harness import TASK_HEARTBEAT_TIMEOUT, TRIGGERER_HEALTH_THRESHOLD, HarnessError, wait_for
 
 # -- scenarios --------------------------------------------------------------------------------------
@@ -671,6 +672,7 @@ SCENARIOS: list[Scenario] = [
         calendar_triggerer_sigkill,
         shared=True,
     ),
+    *GKE_SCENARIOS,
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 #: Side-by-side scenarios on an example DAG ask where its ``DWS_EXAMPLE_REGION`` (one per
@@ -693,6 +695,10 @@ REGIONS = {
                 "asia-northeast1",
                 "northamerica-northeast1",
                 "europe-west1",
+                "europe-west2",
+                "asia-south1",
+                "australia-southeast1",
+                "southamerica-east1",
             ],
             strict=False,
         )
@@ -714,6 +720,7 @@ DAG_IDS = [
     "dws_fault_compute_kill_after_submit",
     CALENDAR_DAG,
     "dws_fault_calendar_kill_after_submit",
+    *GKE_DAG_IDS,
 ]
 
 

@@ -54,6 +54,8 @@ def test_executor_selection() -> None:
         "batch_user_marks_failed",
         "compute_worker_sigkill_after_submit",
         "compute_user_marks_failed",
+        "gke_worker_sigkill_after_submit",
+        "kueue_user_marks_failed",
     ]
 
 

@@ -247,7 +247,7 @@ class Cluster:
         if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
             raise EmulatorError(
                 grpc.StatusCode.INVALID_ARGUMENT,
-                'expected {"node_pools": ["ACCELERATOR" or "NAME=ACCELERATOR"]}',
+                'expected {"node_pools": ["ACCELERATOR", "NAME=ACCELERATOR" or "NAME=ACCELERATOR@LOCATION"]}',
             )
         with self.core.lock:
             try:

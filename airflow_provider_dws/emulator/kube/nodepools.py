@@ -45,6 +45,8 @@ class NodePool:
     accelerator: str | None
     machine_type: str
     gpus_per_node: int = 0
+    #: Where its GPUs come from: the cluster's location, or (a pool selected by name only) another.
+    location: str = CLUSTER_LOCATION
 
     @property
     def queued(self) -> bool:
@@ -55,7 +57,7 @@ class NodePool:
         """The capacity model's pool its GPUs come from."""
         if self.accelerator is None:
             return None
-        return PoolKey(CLUSTER_LOCATION, COMPUTE_GPU_NAMES[self.accelerator])
+        return PoolKey(self.location, COMPUTE_GPU_NAMES[self.accelerator])
 
     def nodes_for(self, gpus: int) -> int:
         return max(1, math.ceil(gpus / self.gpus_per_node)) if self.gpus_per_node else 1
@@ -75,6 +77,7 @@ class NodePool:
             "gpus_per_node": self.gpus_per_node,
             "queued_provisioning": self.queued,
             "pool": str(self.pool) if self.pool else None,
+            "location": self.location,
             "node_labels": self.node_labels(),
             "taints": [dict(QUEUED_TAINT)] if self.queued else [],
         }
@@ -83,22 +86,30 @@ class NodePool:
 DEFAULT_POOL = NodePool("default-pool", None, "e2-standard-8")
 
 
-def queued_pool(accelerator: str, name: str | None = None) -> NodePool:
+def queued_pool(accelerator: str, name: str | None = None, location: str | None = None) -> NodePool:
     """The queued node pool of ``accelerator`` (a GKE label value); ValueError for an unknown GPU."""
     if accelerator not in COMPUTE_GPU_NAMES:
         raise ValueError(
             f"unknown accelerator {accelerator!r}; one of: {', '.join(sorted(COMPUTE_GPU_NAMES))}"
         )
     machine, per_node = MACHINES.get(accelerator, (f"{accelerator}-8g", 8))
-    return NodePool(name or f"dws-{accelerator}", accelerator, machine, per_node)
+    return NodePool(
+        name or f"dws-{accelerator}", accelerator, machine, per_node, location or CLUSTER_LOCATION
+    )
 
 
 def parse_node_pool(spec: str) -> NodePool:
-    """``ACCELERATOR`` or ``NAME=ACCELERATOR`` (CLI and control API spelling)."""
-    name, sep, accelerator = spec.strip().partition("=")
+    """``ACCELERATOR``, ``NAME=ACCELERATOR`` or ``NAME=ACCELERATOR@LOCATION`` (CLI and control API
+    spelling). A pool with a location draws its GPUs from that location's capacity pool, and only
+    pods that select it by name (``cloud.google.com/gke-nodepool``) get it: several such pools of
+    one accelerator keep their capacity apart, as the fault matrix needs for its side-by-side rows."""
+    name, sep, rest = spec.strip().partition("=")
     if not sep:
-        name, accelerator = "", name
-    return queued_pool(accelerator.strip(), name.strip() or None)
+        name, rest = "", name
+    accelerator, at, location = rest.partition("@")
+    if at and not (name.strip() and location.strip()):
+        raise ValueError(f"a node pool with a location needs a name: NAME=ACCELERATOR@LOCATION, got {spec!r}")
+    return queued_pool(accelerator.strip(), name.strip() or None, location.strip() or None)
 
 
 def default_queued_pools(accelerators: tuple[str, ...]) -> dict[str, NodePool]:
@@ -110,7 +121,10 @@ class NodePools:
     """The cluster's queued node pools by accelerator, and node naming."""
 
     def __init__(self, pools: dict[str, NodePool]) -> None:
+        #: The pool a pod gets by its accelerator alone (one per accelerator, in the cluster's location).
         self.by_accelerator = dict(pools)
+        #: Pools with a location of their own, by name: a pod selects them by name only.
+        self.located: dict[str, NodePool] = {}
         self._node_seq = 0
 
     def get(self, accelerator: str) -> NodePool | None:
@@ -119,14 +133,23 @@ class NodePools:
     def by_name(self, name: str) -> NodePool | None:
         if name == DEFAULT_POOL.name:
             return DEFAULT_POOL
-        return next((p for p in self.by_accelerator.values() if p.name == name), None)
+        return self.located.get(name) or next(
+            (p for p in self.by_accelerator.values() if p.name == name), None
+        )
+
+    def queued_names(self) -> list[str]:
+        """Every queued node pool's name."""
+        return sorted([p.name for p in self.by_accelerator.values()] + list(self.located))
 
     def replace(self, pools: list[NodePool], replace: bool) -> None:
         if replace:
-            self.by_accelerator = {}
+            self.by_accelerator, self.located = {}, {}
         for pool in pools:
             assert pool.accelerator is not None
-            self.by_accelerator[pool.accelerator] = pool
+            if pool.location != CLUSTER_LOCATION:
+                self.located[pool.name] = pool
+            else:
+                self.by_accelerator[pool.accelerator] = pool
 
     def new_nodes(self, pool: NodePool, count: int) -> list[str]:
         """Fresh node names, as GKE spells them: ``gke-CLUSTER-POOL-<8 hex>-<4 chars>``."""
@@ -139,4 +162,8 @@ class NodePools:
         return names
 
     def to_json(self) -> list[dict[str, Any]]:
-        return [DEFAULT_POOL.to_json()] + [p.to_json() for _, p in sorted(self.by_accelerator.items())]
+        return (
+            [DEFAULT_POOL.to_json()]
+            + [p.to_json() for _, p in sorted(self.by_accelerator.items())]
+            + [p.to_json() for _, p in sorted(self.located.items())]
+        )

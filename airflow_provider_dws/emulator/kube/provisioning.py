@@ -198,32 +198,33 @@ class ProvisioningController:
             where = f"Provisioning Request's pods cannot be created: podSets[{i}]: PodTemplate {rec.namespace}/{ref}"
             selector = pod_spec.get("nodeSelector") or {}
             wanted, pool_name = selector.get(ACCELERATOR_LABEL), selector.get(NODEPOOL_LABEL)
-            if pool_name and not wanted:
-                named = self.cluster.node_pools.by_name(pool_name)
-                if named is None or not named.queued:
-                    queued = ", ".join(
-                        p.name for _, p in sorted(self.cluster.node_pools.by_accelerator.items())
-                    )
+            pool: NodePool | None
+            if pool_name:
+                pool = self.cluster.node_pools.by_name(pool_name)
+                if pool is None or not pool.queued:
+                    queued = ", ".join(self.cluster.node_pools.queued_names())
                     return "FailedToCreatePods", (
                         f"{where} selects node pool {pool_name}, which is not a node pool with queued "
                         f"provisioning (those are: {queued or 'none'})"
                     )
-                wanted = named.accelerator
-            if not wanted:
+                if wanted and wanted != pool.accelerator:
+                    return "FailedToCreatePods", (
+                        f"{where} selects node pool {pool_name}, whose accelerator is {pool.accelerator}, "
+                        f"and accelerator {wanted}"
+                    )
+                wanted = pool.accelerator
+            elif not wanted:
                 return "FailedToCreatePods", (
                     f"{where} has no nodeSelector {ACCELERATOR_LABEL} or {NODEPOOL_LABEL}: no queued node pool matches"
                 )
-            pool = self.cluster.node_pools.get(wanted)
-            if pool is None:
-                known = ", ".join(sorted(self.cluster.node_pools.by_accelerator)) or "none"
-                return "FailedToCreatePods", (
-                    f"{where}: no node pool with queued provisioning has accelerator {wanted} "
-                    f"(queued node pools' accelerators: {known})"
-                )
-            if pool_name and pool_name != pool.name:
-                return "FailedToCreatePods", (
-                    f"{where} selects node pool {pool_name}, but the {wanted} queued node pool is {pool.name}"
-                )
+            else:
+                pool = self.cluster.node_pools.get(wanted)
+                if pool is None:
+                    known = ", ".join(sorted(self.cluster.node_pools.by_accelerator)) or "none"
+                    return "FailedToCreatePods", (
+                        f"{where}: no node pool with queued provisioning has accelerator {wanted} "
+                        f"(queued node pools' accelerators: {known})"
+                    )
             if gpus > pool.gpus_per_node:
                 return "FailedToCreatePods", (
                     f"{where}: a pod asks for {gpus} {GPU_RESOURCE}, but a node of node pool {pool.name} "

@@ -182,14 +182,34 @@ def vertex_emulator(monkeypatch: pytest.MonkeyPatch, dws_emulator_server_factory
 #: test`` runs, mostly waiting on real processes), by node-id prefix, with a rough weight each (one
 #: ``airflow dags test`` run is 1).
 SLOW_TESTS: dict[str, int] = {
-    "tests/faults/test_fault_matrix.py::test_ci_fault_matrix": 6,
-    "tests/airflow/test_dws_page_after_demo.py::test_the_examples_and_the_page_after_the_demo_dags_ran": 6,
+    "tests/faults/test_fault_matrix.py::test_ci_fault_matrix": 7,
+    "tests/airflow/test_dws_page_after_demo.py::test_the_examples_and_the_page_after_the_demo_dags_ran": 7,
     "tests/airflow/": 1,
 }
 
 
+#: Session fixtures that start a real deployment once per worker (an api-server and its database):
+#: the tests using one are kept together in one worker's part, weighing this much in all.
+SHARED_FIXTURES: dict[str, int] = {"dws_page_server": 3}
+
+
 def _weight(item: pytest.Item) -> int:
     return next((w for prefix, w in SLOW_TESTS.items() if item.nodeid.startswith(prefix)), 0)
+
+
+def _units(items: list[pytest.Item]) -> list[tuple[int, list[pytest.Item]]]:
+    """The slow tests as (weight, tests) units: one per test, but one for all the tests of a
+    :data:`SHARED_FIXTURES` fixture (split over workers, each would start its own deployment)."""
+    shared: dict[str, list[pytest.Item]] = {}
+    units: list[tuple[int, list[pytest.Item]]] = []
+    for item in items:
+        fixture = next((f for f in SHARED_FIXTURES if f in getattr(item, "fixturenames", ())), None)
+        if fixture is not None:
+            shared.setdefault(fixture, []).append(item)
+        elif _weight(item):
+            units.append((_weight(item), [item]))
+    units += [(SHARED_FIXTURES[f], group) for f, group in shared.items()]
+    return sorted(units, key=lambda unit: unit[0], reverse=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -204,14 +224,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
     if workers < 2:
         return
-    slow = sorted((item for item in items if _weight(item)), key=_weight, reverse=True)
-    fast = [item for item in items if not _weight(item)]
+    units = _units(items)
+    placed = {id(item) for _, unit in units for item in unit}
+    fast = [item for item in items if id(item) not in placed]
     groups: list[list[pytest.Item]] = [[] for _ in range(workers)]
     loads = [0] * workers
-    for item in slow:  # heaviest first, each to the lightest part so far
+    for weight, unit in units:  # heaviest first, each to the lightest part so far
         lightest = loads.index(min(loads))
-        groups[lightest].append(item)
-        loads[lightest] += _weight(item)
+        groups[lightest].extend(unit)
+        loads[lightest] += weight
     # Part sizes as worksteal cuts them: what remains split evenly over the nodes left.
     ordered: list[pytest.Item] = []
     remaining = len(items)

@@ -202,6 +202,17 @@ NAMED_KINDS = {"ResizeRequest", "FutureReservation"}
 KUEUE_REQUEST = re.compile(r"^job-(?P<base>.+)-t(?P<try>\d+)-a(?P<attempt>\d+)-[0-9a-f]{5}-.+-\d+$")
 
 
+def logged_name(record: dict[str, Any]) -> str:
+    """How the trigger's log lines name the request: its resource name; a ProvisioningRequest
+    without its namespace; one Kueue made, by its Job's name (the trigger follows the Job)."""
+    if record["kind"] != "ProvisioningRequest":
+        return str(record["name"])
+    match = KUEUE_REQUEST.match(record["display_name"]) if not record["labels"].get("dws_key") else None
+    if match is not None:
+        return f"{match['base']}-t{match['try']}-a{match['attempt']}"
+    return str(record["display_name"])
+
+
 def _kueue_identity(record: dict[str, Any]) -> tuple[str, int] | None:
     """A Kueue-made ProvisioningRequest's identity: its Job's base name and attempt."""
     if record["kind"] != "ProvisioningRequest" or record["labels"].get("dws_key"):
@@ -438,11 +449,7 @@ class ScenarioContext:
         """
 
         def polled() -> bool:
-            # A ProvisioningRequest's log lines name it without its namespace.
-            names = [
-                r["display_name"] if r["kind"] == "ProvisioningRequest" else r["name"]
-                for r in self.requests(ref)
-            ]
+            names = [logged_name(r) for r in self.requests(ref)]
             lines = [line for line in self.trigger_logs(ref).splitlines() if any(n in line for n in names)]
             # "Waiting on NAME" opens every trigger start; the first status line follows it.
             opened = [i for i, line in enumerate(lines) if "Waiting on " in line]

@@ -6,6 +6,8 @@ ProvisioningRequest, Job, Workload or live pod of the provider's in the namespac
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from airflow_provider_dws.emulator.kube.connection import rest_url
@@ -14,13 +16,24 @@ from airflow_provider_dws.emulator.kube.connection import rest_url
 MANAGED = "dws_managed=true"
 
 
+@contextlib.contextmanager
+def _api(address: str) -> Iterator[Any]:
+    """A sync ``kubernetes`` ``ApiClient`` of the emulated cluster, closed after use."""
+    from kubernetes import client
+
+    api = client.ApiClient(client.Configuration(host=rest_url(address)))
+    try:
+        yield api
+    finally:
+        api.close()
+
+
 def cluster_objects(address: str, namespace: str = "default") -> dict[str, list[dict[str, Any]]]:
     """Every object of the kinds these flows make, in ``namespace`` of the emulator at ``address``
     (its gRPC ``host:port``), as the API's JSON."""
     from kubernetes import client
 
-    api = client.ApiClient(client.Configuration(host=rest_url(address)))
-    try:
+    with _api(address) as api:
         core, batch, custom = client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
 
         def items(reply: Any) -> list[dict[str, Any]]:
@@ -37,8 +50,6 @@ def cluster_objects(address: str, namespace: str = "default") -> dict[str, list[
                 "kueue.x-k8s.io", "v1beta1", namespace, "workloads"
             )["items"],
         }
-    finally:
-        api.close()
 
 
 def live_pods(objects: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -76,8 +87,7 @@ def hold_capacity(address: str, node_pool: str, gpus: int, name: str, namespace:
     the next request there waits (a stock-out); :func:`free_capacity` gives them back."""
     from kubernetes import client
 
-    api = client.ApiClient(client.Configuration(host=rest_url(address)))
-    try:
+    with _api(address) as api:
         spec = {
             "nodeSelector": {"cloud.google.com/gke-nodepool": node_pool},
             "tolerations": [
@@ -111,32 +121,24 @@ def hold_capacity(address: str, node_pool: str, gpus: int, name: str, namespace:
         client.CustomObjectsApi(api).create_namespaced_custom_object(
             "autoscaling.x-k8s.io", "v1", namespace, "provisioningrequests", body
         )
-    finally:
-        api.close()
 
 
 def free_capacity(address: str, name: str, namespace: str = "default") -> None:
     """Delete what :func:`hold_capacity` made: its nodes go back to the pool."""
     from kubernetes import client
 
-    api = client.ApiClient(client.Configuration(host=rest_url(address)))
-    try:
+    with _api(address) as api:
         client.CustomObjectsApi(api).delete_namespaced_custom_object(
             "autoscaling.x-k8s.io", "v1", namespace, "provisioningrequests", name
         )
         client.CoreV1Api(api).delete_namespaced_pod_template(name, namespace)
-    finally:
-        api.close()
 
 
 def jobs_of(address: str, labels: dict[str, str], namespace: str = "default") -> list[dict[str, Any]]:
     """The Jobs carrying every one of ``labels`` (the provider's identity labels of a task)."""
     from kubernetes import client
 
-    api = client.ApiClient(client.Configuration(host=rest_url(address)))
-    try:
+    with _api(address) as api:
         selector = ",".join(f"{k}={v}" for k, v in labels.items())
         reply = client.BatchV1Api(api).list_namespaced_job(namespace, label_selector=selector)
         return list(api.sanitize_for_serialization(reply).get("items") or [])
-    finally:
-        api.close()

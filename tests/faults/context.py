@@ -86,6 +86,11 @@ CANCEL_STATES = {"JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED", "CANCELLATION_IN
 TERMINAL_RUN_STATES = {"success", "failed"}
 #: How long after its runs ended a scenario's requests may take to stop (cancel, delete).
 SETTLE_SECONDS = 60.0
+#: How long a kill-after-submit row may take from its trigger until try 2 waits deferred. Under
+#: ``make test`` a dozen rows start at once beside the end-to-end tests on two cores: try 1 of the
+#: Vertex and Compute rows once took 136 s from its start to its first API call (2026-12-03), past
+#: the 180 s this was; try 2 then needs its own start-up, the retry delay and its scheduling.
+KILLED_TRY_WAIT = 420.0
 
 
 def parse_time(text: str | None) -> datetime | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from tests.faults.context import H100, VERTEX_POOL, RunRef, Scenario, ScenarioContext
+from tests.faults.context import H100, KILLED_TRY_WAIT, VERTEX_POOL, RunRef, Scenario, ScenarioContext
 from tests.kube_view import free_capacity, hold_capacity, jobs_of
 
 REQUEST_DAG = "dws_fault_gke_request"
@@ -75,7 +75,7 @@ def _worker_sigkill_after_submit(ctx: ScenarioContext, dag_id: str, task: str, e
     Job), capacity arrives (10 s later: see compute_worker_sigkill_after_submit on airflow#72716)."""
     name, _ = _node_pool(ctx)
     ref = ctx.trigger(f"{dag_id}_kill_after_submit", "gke", task, expected, {"node_pool": name})
-    ctx.wait_waiting(ref, timeout=180, try_number=2)
+    ctx.wait_waiting(ref, timeout=KILLED_TRY_WAIT, try_number=2)
     time.sleep(10)
     _capacity_arrives(ctx)
     ctx.wait_finished(300)

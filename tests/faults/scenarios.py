@@ -22,6 +22,7 @@ from tests.faults.context import (
     BATCH_POOL,
     BATCH_REGION,
     H100,
+    KILLED_TRY_WAIT,
     L4,
     SETTLE_SECONDS,
     TPU_DAG,
@@ -175,7 +176,7 @@ def _retry_adopts_after_kill(
 ) -> None:
     """Try 1 killed itself right after submitting: try 2 must defer on the same request, which then
     gets ``full`` accelerators of ``pool`` (``delay`` seconds after try 2 deferred)."""
-    ctx.wait_waiting(ref, timeout=180, try_number=2)
+    ctx.wait_waiting(ref, timeout=KILLED_TRY_WAIT, try_number=2)
     time.sleep(delay)
     ctx.give(pool, full)
     ctx.wait_finished(finish)

@@ -19,7 +19,7 @@ from tests.faults.harness import HarnessError, probe_postgres
 pytestmark = [pytest.mark.airflow, pytest.mark.emulator]
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1200)
 def test_ci_fault_matrix(tmp_path: Path) -> None:
     unreachable = probe_postgres()
     if unreachable:

@@ -96,6 +96,18 @@ WORKER_POOL = """[
         "container_spec": {"image_uri": "us-docker.pkg.dev/my-project/train/llm:latest"},
     }
 ]"""
+POD_TEMPLATE = """{
+    "spec": {
+        "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
+        "containers": [
+            {
+                "name": "train",
+                "image": "us-docker.pkg.dev/my-project/train/llm:latest",
+                "resources": {"limits": {"nvidia.com/gpu": "8"}},
+            }
+        ],
+    }
+}"""
 
 ROWS = [
     Row("BashOperator (baseline)", False, BASH, 'BashOperator(task_id="hello", bash_command="echo hello")'),
@@ -156,6 +168,32 @@ ROWS = [
         find=("operators", r"Delete\w*QueuedResource\w*Operator"),
     ),
     Row(
+        "dws GKE ProvisioningRequest",
+        True,
+        "from {module} import {cls}\n",
+        '{cls}(task_id="request_nodes", project_id="my-project", location="us-central1", '
+        'cluster_name="train", pod_template=POD_TEMPLATE, count=2, max_run=timedelta(hours=4), '
+        "max_wait=timedelta(hours=6))",
+        find=("operators", r"Create\w*ProvisioningRequest\w*Operator"),
+    ),
+    Row(
+        "dws GKE ProvisioningRequest delete",
+        True,
+        "from {module} import {cls}\n",
+        '{cls}(task_id="release_nodes", setup_task_id="request_nodes")',
+        find=("operators", r"Delete\w*ProvisioningRequest\w*Operator"),
+    ),
+    Row(
+        "dws GKE Kueue Job",
+        True,
+        "from {module} import {cls}\n",
+        '{cls}(task_id="finetune", project_id="my-project", location="us-central1", cluster_name="train", '
+        'queue_name="dws-queue", image="us-docker.pkg.dev/my-project/train/llm:latest", '
+        'cmds=["python", "-m", "finetune"], accelerator="nvidia-l4", gpus=1, parallelism=4, '
+        "max_wait=timedelta(hours=12))",
+        find=("operators", r"Create\w*QueuedJob\w*Operator"),
+    ),
+    Row(
         "dws off-peak timetable",
         True,
         BASH + "from {module} import {cls}\n",
@@ -190,7 +228,7 @@ def dag_source(row: Row, slug: str) -> str:
     return (
         HEADER
         + fill(row.imports)
-        + f"\nWORKER_POOL = {WORKER_POOL}\n\n"
+        + f"\nWORKER_POOL = {WORKER_POOL}\nPOD_TEMPLATE = {POD_TEMPLATE}\n\n"
         + DAG_OPEN.format(row=slug, schedule=fill(row.schedule))
         + "\n"
         + textwrap.indent(fill(row.task), "    ")

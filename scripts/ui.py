@@ -30,6 +30,8 @@ EXAMPLE_DAGS = (
     "dws_batch_flex_start",
     "dws_compute_flex_start_vms",
     "dws_calendar_reservation",
+    "dws_gke_provisioning_request",
+    "dws_gke_kueue_job",
 )
 WORKDIR = ROOT / ".airflow" / "ui"
 

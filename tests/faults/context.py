@@ -240,8 +240,8 @@ def own_requests(records: Iterable[dict[str, Any]], ref: RunRef) -> list[dict[st
     a resize request or a future reservation: its name, derived from the task instance)."""
     from airflow_provider_dws.scheduling.identity import RequestIdentity
 
-    identity = RequestIdentity(ref.dag_id, ref.request_task, ref.run_id)
-    base = identity.queued_resource_base()
+    task_identity = RequestIdentity(ref.dag_id, ref.request_task, ref.run_id)
+    base = task_identity.queued_resource_base()
     out = []
     for r in records:
         kueue = _kueue_identity(r)
@@ -250,7 +250,7 @@ def own_requests(records: Iterable[dict[str, Any]], ref: RunRef) -> list[dict[st
                 out.append(r)
         elif r["kind"] == "ProvisioningRequest":
             # Kubernetes label values are spelled apart (lower case, no colon): the key is the same.
-            if r["labels"].get("dws_key") == identity.key:
+            if r["labels"].get("dws_key") == task_identity.key:
                 out.append(r)
         elif r["kind"] in NAMED_KINDS:
             identity = _resize_identity(r)

@@ -87,3 +87,23 @@ def test_main_runs_each_chosen_executor(monkeypatch: pytest.MonkeyPatch) -> None
     seen.clear()
     assert cli.main(["--only", "celery_worker_sigkill"]) == 0
     assert seen == ["celery"]
+
+
+def test_a_runs_requests_are_found_among_every_kind() -> None:
+    """A ProvisioningRequest of the run is found after a resize request of another (the full
+    matrix's emulator holds every kind; the first GKE triggerer rows failed on that)."""
+    from airflow_provider_dws.scheduling.identity import RequestIdentity
+    from tests.faults.context import RunRef, own_requests
+
+    ref = RunRef("gke", "dws_fault_gke_request", "fm-gke-x-1", "request_nodes")
+    other = RequestIdentity("dws_fault_compute_vms", "ask_for_vms", "fm-vm-1").queued_resource_base()
+    key = RequestIdentity(ref.dag_id, ref.request_task, ref.run_id).key
+    records = [
+        {"kind": "ResizeRequest", "display_name": f"{other}-t1-a1", "labels": {}},
+        {
+            "kind": "ProvisioningRequest",
+            "display_name": "dws-request-nodes-x-t1-a1",
+            "labels": {"dws_key": key},
+        },
+    ]
+    assert own_requests(records, ref) == records[1:]

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from airflow_provider_dws.emulator.kube.connection import rest_url
+from airflow_provider_dws.facts import GKE_QUEUED_PROVISIONING_CLASS, QUEUED_TOLERATION
 
 #: The provider's identity label: what it made carries it.
 MANAGED = "dws_managed=true"
@@ -90,14 +91,7 @@ def hold_capacity(address: str, node_pool: str, gpus: int, name: str, namespace:
     with _api(address) as api:
         spec = {
             "nodeSelector": {"cloud.google.com/gke-nodepool": node_pool},
-            "tolerations": [
-                {
-                    "key": "cloud.google.com/gke-queued",
-                    "operator": "Equal",
-                    "value": "true",
-                    "effect": "NoSchedule",
-                }
-            ],
+            "tolerations": [dict(QUEUED_TOLERATION)],
             "containers": [
                 {
                     "name": "hold",
@@ -114,7 +108,7 @@ def hold_capacity(address: str, node_pool: str, gpus: int, name: str, namespace:
             "kind": "ProvisioningRequest",
             "metadata": {"name": name},
             "spec": {
-                "provisioningClassName": "queued-provisioning.gke.io",
+                "provisioningClassName": GKE_QUEUED_PROVISIONING_CLASS,
                 "podSets": [{"podTemplateRef": {"name": name}, "count": gpus // H100_PER_NODE}],
             },
         }

@@ -99,6 +99,13 @@ def parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+def log_tail(log: str, lines: int = 25) -> str:
+    """The last lines of a task log, for a row that failed before the harness could look (an empty
+    log says the worker never wrote one)."""
+    kept = [line[:600] for line in log.strip().splitlines()[-lines:]]
+    return "\n".join(kept) if kept else "(no task log was written)"
+
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -409,7 +416,10 @@ class ScenarioContext:
         def ready() -> dict[str, Any] | None:
             ti = self.task(ref)
             if ti.get("state") in ("failed", "success", "upstream_failed"):
-                raise HarnessError(f"{ref.request_task} ended {ti['state']} before it was waiting")
+                raise HarnessError(
+                    f"{ref.request_task} ended {ti['state']} before it was waiting; the end of its log:\n"
+                    + log_tail(self.task_log(ref, max(1, ti.get("try_number", 1))))
+                )
             if ti.get("state") != "deferred" or ti.get("try_number", 0) < try_number:
                 return None
             waiting = [r for r in self.requests(ref) if r["state"] in WAITING_STATES]

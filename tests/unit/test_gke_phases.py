@@ -88,6 +88,14 @@ def test_waiting_and_provisioned_have_no_failure() -> None:
             FailureKind.CAPACITY_NOT_OBTAINED,
         ),
         ("", "", Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED),
+        # The open-source cluster autoscaler's other Failed reasons, with its own messages.
+        (
+            "FailedToBookCapacity",
+            "Capacity is not booked",
+            Phase.NOT_OBTAINED,
+            FailureKind.CAPACITY_NOT_OBTAINED,
+        ),
+        ("Expired", "ProvisioningRequest is expired", Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED),
         ("FailedToCreatePods", "pod template rejected", Phase.FAILED, FailureKind.BAD_REQUEST),
         ("Unknown", "spec.podSets[0].count: Invalid value", Phase.FAILED, FailureKind.BAD_REQUEST),
         (

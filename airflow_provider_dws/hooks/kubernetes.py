@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import os
 import tempfile
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -47,6 +48,12 @@ SourceKind = Literal["emulator", "kubernetes", "gke"]
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: Refresh the bearer token this many seconds before it expires.
 _TOKEN_MARGIN = 300.0
+#: How often the async client loads a Kubernetes connection's configuration again through
+#: cncf-kubernetes' hook: an exec credential plugin's token (``gke-gcloud-auth-plugin``, EKS's) lasts
+#: about an hour, and ``kubernetes_asyncio`` sets it once and never renews it; a failed reload is
+#: tried again after :data:`_RELOAD_RETRY` seconds, the current token kept meanwhile.
+_KUBECONFIG_RELOAD = 300.0
+_RELOAD_RETRY = 30.0
 
 
 @dataclass(frozen=True)
@@ -284,20 +291,55 @@ class GKEClusterHook(BaseHook):
 
     async def _cncf_async_configuration(self) -> kubernetes_asyncio.client.Configuration:
         """The connection's configuration, loaded by cncf-kubernetes' own async hook (in-cluster,
-        kubeconfig path or extra; exec credentials reload as that hook does)."""
+        kubeconfig path or extra), and loaded again every :data:`_KUBECONFIG_RELOAD` seconds, which
+        renews exec credentials as that hook does on each of its own calls."""
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
         hook = AsyncKubernetesHook(conn_id=self.kubernetes_conn_id)
         async with hook.get_conn():  # loads hook.client_configuration; its own client is closed
             pass
-        assert hook.client_configuration is not None
-        return hook.client_configuration
+        configuration = hook.client_configuration
+        assert configuration is not None
+        reload_at = time.monotonic() + _KUBECONFIG_RELOAD
+
+        async def reload(current: Any) -> None:
+            # ``refresh_api_key_hook``: the triggerer keeps one client for its whole life, so an
+            # exec plugin's token would expire under it (401 on every call an hour later).
+            nonlocal reload_at
+            if time.monotonic() < reload_at:
+                return
+            reload_at = time.monotonic() + _KUBECONFIG_RELOAD  # before the await: one reload at a time
+            try:
+                async with hook.get_conn():  # reloads exec credentials; static ones stay cached
+                    pass
+            except Exception:
+                reload_at = time.monotonic() + _RELOAD_RETRY
+                self.log.warning(
+                    "Could not reload Kubernetes connection %s; keeping its current credentials",
+                    self.kubernetes_conn_id,
+                    exc_info=True,
+                )
+                return
+            fresh = hook.client_configuration
+            if fresh is not None and fresh is not current:
+                current.api_key = dict(fresh.api_key)
+                current.api_key_prefix = dict(fresh.api_key_prefix)
+
+        configuration.refresh_api_key_hook = reload
+        return configuration
 
     def _fresh_token(self) -> str:
         """The Google credentials' token, refreshed when missing or close to expiry (blocking)."""
-        import datetime
-
         from google.auth.transport import requests as google_requests
+
+        creds = self._credentials
+        if self._token_due():
+            creds.refresh(google_requests.Request())
+        return str(creds.token)
+
+    def _token_due(self) -> bool:
+        """Whether the Google credentials' token is missing, invalid or within the margin of expiry."""
+        import datetime
 
         creds = self._credentials
         expiry = getattr(creds, "expiry", None)
@@ -305,13 +347,13 @@ class GKEClusterHook(BaseHook):
         if expiry is not None:
             now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
             soon = (expiry - now).total_seconds() < _TOKEN_MARGIN
-        if creds.token is None or not creds.valid or soon:
-            creds.refresh(google_requests.Request())
-        return str(creds.token)
+        return creds.token is None or not creds.valid or soon
 
     async def _refresh_token(self, configuration: Any) -> None:
-        """``refresh_api_key_hook``: a new token in a thread when the current one is about to go."""
-        configuration.api_key = {"BearerToken": await asyncio.to_thread(self._fresh_token)}
+        """``refresh_api_key_hook`` (run before every call): a new token, in a thread, only when the
+        current one is about to go."""
+        if self._token_due():
+            configuration.api_key = {"BearerToken": await asyncio.to_thread(self._fresh_token)}
 
     def _write_ca(self, ca_base64: str) -> str:
         import base64

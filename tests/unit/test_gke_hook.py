@@ -288,3 +288,86 @@ def test_async_kubernetes_connection_loads_through_cncf_kubernetes_async_hook(
 
     assert asyncio.run(run()) == "https://kube.example:6443"
     assert loaded == ["k8s"]
+
+
+def _exec_auth_hook(monkeypatch: pytest.MonkeyPatch, fail_on: set[int]) -> list[int]:
+    """A cncf-kubernetes async hook whose every load runs the exec plugin: token ``t<N>`` on load N
+    (a load in ``fail_on`` raises, as a failing plugin does). Returns the loads so far."""
+    import contextlib
+
+    from airflow.providers.cncf.kubernetes.hooks import kubernetes as cncf
+    from kubernetes_asyncio import client
+
+    loads: list[int] = []
+
+    class ExecAuthAsyncKubernetesHook:
+        def __init__(self, conn_id: str | None = None, **_: Any) -> None:
+            self.client_configuration: Any = None
+
+        @contextlib.asynccontextmanager
+        async def get_conn(self) -> Any:
+            loads.append(len(loads) + 1)
+            if loads[-1] in fail_on:
+                raise RuntimeError("exec plugin failed")
+            if self.client_configuration is None:
+                self.client_configuration = client.Configuration(host="https://kube.example:6443")
+            self.client_configuration.api_key["BearerToken"] = f"Bearer t{loads[-1]}"
+            yield "its own client"
+
+    monkeypatch.setattr(cncf, "AsyncKubernetesHook", ExecAuthAsyncKubernetesHook)
+    return loads
+
+
+def test_a_kubernetes_connection_is_loaded_again_so_exec_credentials_do_not_expire(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loads = _exec_auth_hook(monkeypatch, fail_on={3})
+    clock = [1000.0]
+    monkeypatch.setattr(khook.time, "monotonic", lambda: clock[0])
+    hook = _hook(kubernetes_conn_id="k8s")
+
+    async def run() -> list[str]:
+        configuration = (await hook.async_api_client()).configuration
+        seen = [await configuration.get_api_key_with_prefix("BearerToken")]
+        clock[0] += 10  # within the interval: the loaded token, no load
+        seen.append(await configuration.get_api_key_with_prefix("BearerToken"))
+        clock[0] += khook._KUBECONFIG_RELOAD  # due: loaded again, a new token
+        seen.append(await configuration.get_api_key_with_prefix("BearerToken"))
+        clock[0] += khook._KUBECONFIG_RELOAD  # due, but the plugin fails: the current token stays
+        seen.append(await configuration.get_api_key_with_prefix("BearerToken"))
+        clock[0] += 1  # a failed load is retried later, not on every call
+        seen.append(await configuration.get_api_key_with_prefix("BearerToken"))
+        clock[0] += khook._RELOAD_RETRY
+        seen.append(await configuration.get_api_key_with_prefix("BearerToken"))
+        await hook.aclose()
+        return seen
+
+    assert asyncio.run(run()) == [
+        "Bearer t1",
+        "Bearer t1",
+        "Bearer t2",
+        "Bearer t2",
+        "Bearer t2",
+        "Bearer t4",
+    ]
+    assert loads == [1, 2, 3, 4]
+
+
+def test_an_async_gke_client_reads_a_valid_token_without_a_thread(fake_gke: dict[str, Any]) -> None:
+    fake_gke["credentials"] = FakeCredentials(expires_in=3000)
+    hook = _hook(cluster_name="train")
+
+    async def run() -> str:
+        configuration = (await hook.async_api_client()).configuration
+
+        def no_thread(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("a valid token needs no thread")
+
+        real, khook.asyncio.to_thread = khook.asyncio.to_thread, no_thread  # type: ignore[assignment]
+        try:
+            return str(await configuration.get_api_key_with_prefix("BearerToken"))
+        finally:
+            khook.asyncio.to_thread = real  # type: ignore[assignment]
+            await hook.aclose()
+
+    assert asyncio.run(run()) == "Bearer old"

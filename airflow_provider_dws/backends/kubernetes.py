@@ -247,6 +247,32 @@ class ProvisioningRequestBackend(KubernetesBackend):
             if adopted is None:
                 raise
             return adopted, False
+        except Exception:
+            self._drop_template_of_missing(name, str(request.pod_template["metadata"]["name"]))
+            raise
+
+    def _drop_template_of_missing(self, request_name: str, template_name: str) -> None:
+        """After a failed create (refused, or retries spent): delete the PodTemplate, unless the
+        request exists after all (a lost reply; the next try adopts it and needs its template)."""
+        try:
+            if self.get_status(request_name) is None:
+                self.delete_pod_template(template_name)
+        except Exception:
+            log.warning(
+                "Could not delete PodTemplate %s after the failed create; the release deletes it",
+                template_name,
+                exc_info=True,
+            )
+
+    def pod_templates(self, selector: str) -> list[str]:
+        """The names of the namespace's PodTemplates matching label ``selector`` (all pages)."""
+        items = self._list_all(
+            f"list PodTemplates in {self.where()}",
+            self._core().list_namespaced_pod_template,
+            namespace=self.namespace,
+            label_selector=selector,
+        )
+        return [str((item.get("metadata") or {}).get("name")) for item in items]
 
     def ensure_pod_template(self, body: Mapping[str, Any]) -> bool:
         """Create the PodTemplate; one of that name already there (409) is kept. True if created."""

@@ -376,9 +376,24 @@ def release_all(op: DeleteGKEProvisioningRequestOperator, context: Context) -> d
         )
         backend.release(status.name)
         released.append((status.name, status.state))
+    # A PodTemplate whose request was never made (its create refused or failed) has no request to
+    # be deleted with: the task instance's labels find it.
+    for template in backend.pod_templates(identity.kube_selector()):
+        op.log.info("Deleting PodTemplate %s, left without its ProvisioningRequest", template)
+        backend.delete_pod_template(template)
     from airflow_provider_dws.runtime.recording import record_release
 
-    record_release(op, context, released)
+    # For a request the setup left no record of (its worker killed right after the create), the
+    # record is this API's, and Provisioned is what held nodes.
+    record_release(
+        op,
+        context,
+        released,
+        api=ProvisioningRequestBackend.kind,
+        kind="GKE ProvisioningRequest",
+        location_of=lambda _name: str(op.location),
+        held_states=("Provisioned",),
+    )
     if not released:
         op.log.info(
             "No ProvisioningRequest of task %r in %s (never created, or already deleted): nothing to do",

@@ -255,3 +255,64 @@ def test_a_failed_request_is_retried_as_a_new_attempt_and_nothing_is_left(emulat
     pr = backend()
     assert pr.find(identity) == []  # every attempt deleted, with its PodTemplate
     assert all(pr.pod_template(name) is None for name in attempts)
+
+
+class ReleaseTI:
+    """The release task's instance: its XCom pushes, and no XCom of the setup (it wrote none)."""
+
+    dag_id, run_id, map_index, task_id, try_number = "gke_dag", "manual__9", -1, "release_nodes", 1
+
+    def __init__(self) -> None:
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_pull(self, **_: Any) -> Any:
+        return None
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+def test_a_refused_create_leaves_no_pod_template(emulator: Any) -> None:
+    identity = RequestIdentity("gke_dag", "ask_for_nodes", "manual__8")
+    ask = ask_of(operator(), identity)
+    ask.provisioning_request["spec"]["podSets"][0]["count"] = 0  # past the operator's checks: a 422
+    pr = backend()
+    with pytest.raises(errors.ApiError, match="count"):
+        pr.submit(ask, identity)
+    name = identity.provisioning_request_name()
+    assert pr.get_status(name) is None and pr.pod_template(name) is None
+
+
+def test_the_release_deletes_the_requests_a_template_left_alone_and_records_them_as_gke(
+    emulator: Any,
+) -> None:
+    from airflow_provider_dws.operators.gke import DeleteGKEProvisioningRequestOperator
+    from airflow_provider_dws.records import XCOM_KEY, read_records
+    from airflow_provider_dws.runtime.gke import release_all
+
+    setup = RequestIdentity("gke_dag", "ask_for_nodes", "manual__9")
+    pr = backend()
+    status, _ = pr.submit(ask_of(operator(count=1), setup), setup)  # Provisioned; the setup died
+    orphan = ask_of(operator(count=1), setup.with_attempt(2)).pod_template  # its request never made
+    pr.ensure_pod_template(orphan)
+    release = DeleteGKEProvisioningRequestOperator(
+        task_id="release_nodes",
+        setup_task_id="ask_for_nodes",
+        project_id="my-project",
+        location="us-central1",
+        cluster_name="train",
+        namespace=NS,
+    )
+    ti = ReleaseTI()
+
+    result = release_all(release, {"ti": ti})  # type: ignore[arg-type]
+
+    assert result["released"] == [status.name] and result["state_before"] == "Provisioned"
+    assert pr.find(setup) == [] and pr.pod_templates(setup.kube_selector()) == []
+    (record,) = read_records(ti.pushed[XCOM_KEY])
+    assert (record.api, record.kind, record.location) == (
+        "gke_provisioning_request",
+        "GKE ProvisioningRequest",
+        "us-central1",
+    )
+    assert (record.phase, record.holds, record.released is not None) == ("succeeded", False, True)

@@ -389,7 +389,7 @@ def release_all(op: DeleteGKEProvisioningRequestOperator, context: Context) -> d
         op,
         context,
         released,
-        api=ProvisioningRequestBackend.kind,
+        api=backend.kind,
         kind="GKE ProvisioningRequest",
         location_of=lambda _name: str(op.location),
         held_states=("Provisioned",),

@@ -385,6 +385,21 @@ class CapacityRequestTrigger(BaseTrigger):
             payload["echo"] = {key: value for key, value in self.echo.items() if value not in (None, [], {})}
         return payload
 
+    async def _read_again(self) -> RequestStatus | None:
+        """The request read now, before it is given up; ``None`` when gone or unreadable (then the
+        give-up goes ahead on the status in hand, as the max wait promises)."""
+        try:
+            return await self.backend.aget_status(self.request_name)
+        except RequestNotFoundError:
+            return None
+        except Exception:
+            self.log.warning(
+                "Could not read %s again before giving it up; giving it up on its last status",
+                self.request_name,
+                exc_info=True,
+            )
+            return None
+
     async def _give_up(self, status: RequestStatus) -> tuple[bool, RequestStatus]:
         """Give up a request still waiting at its max wait: ``(True, the status to report)``, or
         ``(False, its status now)`` when the backend found it no longer waiting (nothing cancelled)."""
@@ -434,6 +449,17 @@ class CapacityRequestTrigger(BaseTrigger):
                 )
                 return False, fresh
         else:
+            # The status in hand may be a poll interval old: capacity that came meanwhile (a request
+            # Provisioned, a job RUNNING, VMs created) is not thrown away for a stale WAITING.
+            fresh = await self._read_again()
+            if fresh is not None and fresh.phase is not Phase.WAITING:
+                self.log.info(
+                    "%s is %s [%s] now: it no longer waits, so it is not given up",
+                    self.request_name,
+                    fresh.phase.value,
+                    fresh.state,
+                )
+                return False, fresh
             await backend.arelease(self.request_name)
         ended = RequestStatus(
             name=status.name,

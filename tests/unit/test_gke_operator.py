@@ -257,6 +257,9 @@ class FakeBackend:
         self.template = template
         self.released: list[str] = []
         self.consumed: dict[str, list[str]] = {}
+        #: The task instance's PodTemplates: each request's, and any left without one.
+        self.templates: list[str] = list(self.statuses)
+        self.templates_deleted: list[str] = []
 
     def get_status(self, name: str) -> RequestStatus | None:
         return self.statuses.get(name)
@@ -264,11 +267,21 @@ class FakeBackend:
     def find(self, identity: RequestIdentity) -> list[RequestStatus]:
         return list(self.statuses.values())
 
+    def pod_templates(self, selector: str) -> list[str]:
+        return list(self.templates)
+
+    def delete_pod_template(self, name: str) -> bool:
+        self.templates_deleted.append(name)
+        self.templates.remove(name)
+        return True
+
     def pod_template(self, name: str) -> dict[str, Any] | None:
         return self.template
 
     def release(self, name: str, *, wait: bool = False) -> bool:
         self.released.append(name)
+        if name in self.templates:  # deleted with its request
+            self.templates.remove(name)
         return self.statuses.pop(name, None) is not None
 
     def consumers(self, name: str) -> list[str]:
@@ -395,6 +408,8 @@ def test_the_release_deletes_every_attempt_of_its_setup(monkeypatch: pytest.Monk
     first = IDENTITY.with_attempt(2).provisioning_request_name()
     backend = FakeBackend([provisioned(first), provisioned(NAME)])
     backend.consumed[NAME] = ["train-0", "train-1"]
+    orphan = IDENTITY.with_attempt(3).provisioning_request_name()
+    backend.templates.append(orphan)  # its request's create failed
     made: list[tuple[Any, ...]] = []
 
     def fake_backend(*args: Any, **kwargs: Any) -> FakeBackend:
@@ -413,6 +428,7 @@ def test_the_release_deletes_every_attempt_of_its_setup(monkeypatch: pytest.Monk
     result = release.execute({"ti": ti})
     assert sorted(result["released"]) == sorted([first, NAME]) and result["deleted"]
     assert sorted(backend.released) == sorted([first, NAME])
+    assert backend.templates_deleted == [orphan] and backend.templates == []
     args, kwargs = made[0]
     assert args[:2] == ("my-project", "us-central1") and kwargs["cluster_name"] == "train"
     assert kwargs["namespace"] == "team"  # the setup's, rendered

@@ -268,6 +268,31 @@ def test_no_grace_gives_up_exactly_at_the_wait_deadline(fake: Any) -> None:
     assert event["phase"] == "not_obtained"
 
 
+def test_capacity_that_came_since_the_last_read_is_not_given_up(fake: Any) -> None:
+    """The max wait ends on a status a poll interval old: read again, the request is Provisioned
+    (here a job RUNNING), so it is kept and the wait ends on it; nothing is cancelled."""
+    backend = fake(
+        [
+            status("QUEUED", Phase.WAITING, submitted=T0),
+            status("RUNNING", Phase.RUNNING, submitted=T0, started=T0),
+        ]
+    )
+    past = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()
+    (event,) = run_all(trigger(wait_deadline=past, wait_grace=0, target="running"))
+    assert (event["phase"], event["state"]) == ("running", "RUNNING")
+    assert backend.cancelled == [] and backend.reads == 2
+
+
+@pytest.mark.parametrize(
+    "read_again", [errors.RequestNotFoundError("gone"), errors.TransientApiError("UNAVAILABLE")]
+)
+def test_a_give_up_whose_read_again_fails_goes_ahead(fake: Any, read_again: Exception) -> None:
+    backend = fake([status("QUEUED", Phase.WAITING, submitted=T0), read_again])
+    past = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()
+    (event,) = run_all(trigger(wait_deadline=past, wait_grace=0))
+    assert event["phase"] == "not_obtained" and backend.cancelled == [NAME]
+
+
 def test_wait_grace_round_trips_and_is_checked() -> None:
     path, kwargs = trigger(wait_deadline="2026-01-01T02:00:00+00:00", wait_grace=0).serialize()
     assert kwargs["wait_grace"] == 0

@@ -14,7 +14,7 @@ from typing import Any
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, StateTable
 
 # GKE queued provisioning: a ProvisioningRequest (``autoscaling.x-k8s.io``) has no state field, only
-# conditions; its state here is the type of its newest True condition
+# conditions; its state here is the type of its True condition latest in the life cycle
 # (:func:`provisioning_request_state`), ``Pending`` when none is True yet.
 # * Pending, Accepted: WAITING (queued by DWS until the whole pod set fits at once).
 # * Provisioned: RUNNING. The nodes are being created or exist and are booked for this request's
@@ -35,7 +35,7 @@ PROVISIONING_REQUEST_CONDITION_PHASES: dict[str, Phase] = {
     "BookingExpired": Phase.NOT_OBTAINED,
     "CapacityRevoked": Phase.FAILED,
 }
-#: Which condition wins when two turned True at the same second (the later in the life cycle).
+#: Which True condition is the state: the later in the life cycle.
 _CONDITION_RANK = {name: rank for rank, name in enumerate(PROVISIONING_REQUEST_CONDITION_PHASES)}
 #: Reasons of a Failed ProvisioningRequest saying the request was wrong (the cluster autoscaler's
 #: and GKE's spellings as far as they are documented, and the emulator's; NOT VERIFIED exhaustively
@@ -63,16 +63,19 @@ PROVISIONING_REQUEST_BAD_REQUEST_MESSAGE = re.compile(
 
 
 def provisioning_request_state(conditions: Sequence[Mapping[str, Any]] | None) -> str:
-    """The state of a ProvisioningRequest: the type of its newest True condition (by
-    ``lastTransitionTime``, RFC 3339 strings compare in time order; a tie goes to the later one in
-    the life cycle), :data:`PROVISIONING_REQUEST_PENDING` when none is True."""
-    best: tuple[str, int] | None = None
+    """The state of a ProvisioningRequest: of its True conditions of a known type, the one latest in
+    the life cycle (Accepted, Provisioned, then the ends), the newer ``lastTransitionTime`` between
+    two of one rank; :data:`PROVISIONING_REQUEST_PENDING` when none is True.
+
+    Not simply the newest: a condition type added to the API later, or one stamped again, must not
+    hide a Provisioned request (it would read as waiting, and be deleted at its max wait)."""
+    best: tuple[int, str] | None = None
     state = PROVISIONING_REQUEST_PENDING
     for condition in conditions or ():
-        if str(condition.get("status", "")) != "True":
-            continue
         kind = str(condition.get("type", ""))
-        order = (str(condition.get("lastTransitionTime") or ""), _CONDITION_RANK.get(kind, -1))
+        if str(condition.get("status", "")) != "True" or kind not in _CONDITION_RANK:
+            continue
+        order = (_CONDITION_RANK[kind], str(condition.get("lastTransitionTime") or ""))
         if best is None or order >= best:
             best, state = order, kind
     return state
@@ -113,7 +116,7 @@ def classify_provisioning_request(state_name: str, *, reason: str = "", message:
     return Outcome(phase, None, said if phase is Phase.RUNNING else "")
 
 
-#: GKE ProvisioningRequests (the newest True condition); facts: ``reason``, ``message``.
+#: GKE ProvisioningRequests (the True condition latest in the life cycle); facts: ``reason``, ``message``.
 PROVISIONING_REQUEST_CONDITIONS = StateTable(
     "gke_provisioning_request", PROVISIONING_REQUEST_CONDITION_PHASES, classify_provisioning_request
 )

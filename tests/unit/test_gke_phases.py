@@ -26,11 +26,22 @@ def cond(kind: str, at: str, status: str = "True", reason: str = "", message: st
             [cond("Accepted", "2026-12-02T10:00:00Z"), cond("Provisioned", "2026-12-02T10:05:00Z")],
             "Provisioned",
         ),
-        # Newest True wins, whatever the list order.
+        # The latest in the life cycle wins, whatever the list order.
         (
             [cond("BookingExpired", "2026-12-02T10:15:00Z"), cond("Provisioned", "2026-12-02T10:05:00Z")],
             "BookingExpired",
         ),
+        # ... even when an earlier one was stamped again after it, or a type we do not know is newer:
+        # a Provisioned request never reads as waiting.
+        (
+            [cond("Provisioned", "2026-12-02T10:05:00Z"), cond("Accepted", "2026-12-02T10:07:00Z")],
+            "Provisioned",
+        ),
+        (
+            [cond("Provisioned", "2026-12-02T10:05:00Z"), cond("SomethingNew", "2026-12-02T10:08:00Z")],
+            "Provisioned",
+        ),
+        ([cond("SomethingNew", "2026-12-02T10:08:00Z")], "Pending"),
         # A tie (same second) goes to the later one in the life cycle.
         (
             [cond("Provisioned", "2026-12-02T10:05:00Z"), cond("CapacityRevoked", "2026-12-02T10:05:00Z")],
@@ -50,7 +61,7 @@ def cond(kind: str, at: str, status: str = "True", reason: str = "", message: st
         ),
     ],
 )
-def test_state_is_the_newest_true_condition(conditions: list | None, state: str) -> None:
+def test_state_is_the_true_condition_latest_in_the_life_cycle(conditions: list | None, state: str) -> None:
     assert provisioning_request_state(conditions) == state
 
 

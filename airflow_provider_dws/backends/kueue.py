@@ -235,6 +235,8 @@ def job_status(job: dict[str, Any], workload: dict[str, Any] | None) -> RequestS
     attempt = str(labels.get(LABEL_ATTEMPT, ""))
     max_wait = str(labels.get(LABEL_MAX_WAIT, ""))
     wl_meta = (workload or {}).get("metadata") or {}
+    evicted = _true_conditions(workload).get("Evicted") or {}
+    requeued = kube_time(evicted.get("lastTransitionTime")) if state == "Requeued" else None
     return RequestStatus(
         name=str(meta.get("name", "")),
         state=state,
@@ -255,6 +257,8 @@ def job_status(job: dict[str, Any], workload: dict[str, Any] | None) -> RequestS
             "active": int(status.get("active") or 0),
             "attempt": int(attempt) if attempt.isdigit() else 1,
             "max_wait_seconds": float(max_wait) if max_wait.isdigit() else None,
+            # When Kueue evicted and requeued it: after a run, the trigger's max wait counts anew.
+            **({"requeued_at": requeued.isoformat()} if requeued is not None else {}),
         },
     )
 

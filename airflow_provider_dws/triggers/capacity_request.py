@@ -145,6 +145,9 @@ class CapacityRequestTrigger(BaseTrigger):
         self.echo = echo
         self._backend: AsyncRequestBackend | None = None
         self._started = datetime.now(timezone.utc)
+        #: Whether this wait saw its request get capacity (see :meth:`_wait_deadline_for`).
+        self._ran = False
+        self._requeue_logged: str | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Class path and keyword arguments; round-trips through ``__init__``."""
@@ -238,11 +241,14 @@ class CapacityRequestTrigger(BaseTrigger):
                     assert status is not None
                     yield TriggerEvent(self._payload(await self._ended(status)))
                     return
+                if status is not None and status.phase in (Phase.PROVISIONING, Phase.RUNNING):
+                    self._ran = True
+                deadline = self._wait_deadline_for(status)
                 if (
                     status is not None
-                    and self._deadline is not None
+                    and deadline is not None
                     and status.phase is Phase.WAITING
-                    and now >= self._deadline + self._grace
+                    and now >= deadline + self._grace
                 ):
                     ended, status = await self._give_up(status)
                     if ended:
@@ -319,11 +325,38 @@ class CapacityRequestTrigger(BaseTrigger):
         line, the max wait's give-up, or the task's deadline, whichever comes first."""
         now = datetime.now(timezone.utc)
         moments = [last_log + HEARTBEAT]
-        if self._deadline is not None and status is not None and status.phase is Phase.WAITING:
-            moments.append(self._deadline + self._grace)
+        deadline = self._wait_deadline_for(status)
+        if deadline is not None and status is not None and status.phase is Phase.WAITING:
+            moments.append(deadline + self._grace)
         if self._task_deadline is not None:
             moments.append(self._timeout_at(self._task_deadline, status))
         return max(0.0, (min(moments) - now).total_seconds())
+
+    def _wait_deadline_for(self, status: RequestStatus | None) -> datetime | None:
+        """When a still-waiting ``status`` is given up: ``wait_deadline``, except for a request
+        that got capacity in this wait and was queued again since (a Kueue Job evicted after it
+        ran and requeued by Kueue, its ``requeued_at``): that new wait may last its max wait anew,
+        where deleting it would throw its place in Kueue's queue away."""
+        deadline = self._deadline
+        if deadline is None or status is None or not self._ran:
+            return deadline
+        requeued = status.details.get("requeued_at") if status.details else None
+        submitted = status.timings.submitted
+        if not isinstance(requeued, str) or submitted is None:
+            return deadline
+        again = _aware("requeued_at", requeued)
+        if again is None or again <= submitted:
+            return deadline
+        later = max(deadline, again + (deadline - submitted))
+        if requeued != self._requeue_logged:
+            self._requeue_logged = requeued
+            self.log.info(
+                "%s got capacity, then was queued again at %s: it may wait its max wait again, until %s",
+                self.request_name,
+                requeued,
+                later.isoformat(),
+            )
+        return later
 
     def _timeout_at(self, deadline: datetime, status: RequestStatus | None) -> datetime:
         """When the task deadline ends the wait. Before the first read, not blind at once: a

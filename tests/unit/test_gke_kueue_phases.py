@@ -252,6 +252,10 @@ def test_requeued_after_an_eviction_waits_again() -> None:
     wl = workload(conditions={"Evicted": ("Preempted", "preempted by a higher priority", T1)})
     assert job_status(job(), wl).state == "Requeued"
     assert job_status(job(), wl).phase is Phase.WAITING
+    # When: the trigger's max wait counts anew from it after a run.
+    assert job_status(job(), wl).details["requeued_at"] == "2026-12-01T10:30:00+00:00"
+    queued = workload(conditions={"QuotaReserved": ("", "", T0)})
+    assert "requeued_at" not in job_status(job(), queued).details
 
 
 def test_a_job_being_deleted_is_cancelled() -> None:

@@ -293,6 +293,39 @@ def test_a_give_up_whose_read_again_fails_goes_ahead(fake: Any, read_again: Exce
     assert event["phase"] == "not_obtained" and backend.cancelled == [NAME]
 
 
+def requeued(at: datetime) -> RequestStatus:
+    """A Kueue Job evicted and queued again by Kueue at ``at``."""
+    s = status("Requeued", Phase.WAITING, submitted=T0)
+    return RequestStatus(
+        s.name, s.state, s.outcome, s.timings, s.description, {"requeued_at": at.isoformat()}
+    )
+
+
+def test_a_request_queued_again_after_it_ran_waits_its_max_wait_anew(fake: Any) -> None:
+    """Admitted and running, then evicted and requeued by Kueue: its first max wait is long past,
+    but the new wait counts from the requeue, so the Job is kept (and runs again)."""
+    now = datetime.now(timezone.utc)
+    backend = fake(
+        [
+            status("Running", Phase.RUNNING, submitted=T0, started=T0),
+            requeued(now - timedelta(seconds=1)),
+            requeued(now - timedelta(seconds=1)),
+            status("Complete", Phase.SUCCEEDED, submitted=T0, started=T0, finished=now),
+        ]
+    )
+    past = (T0 + timedelta(hours=1)).isoformat()  # the max wait: an hour from submission
+    (event,) = run_all(trigger(wait_deadline=past, wait_grace=0, target="end"))
+    assert event["phase"] == "succeeded" and backend.cancelled == []
+
+
+def test_a_request_queued_again_before_it_ran_keeps_its_first_max_wait(fake: Any) -> None:
+    """Evicted before it ever got capacity (an admission check retried): the same wait, given up."""
+    backend = fake([requeued(datetime.now(timezone.utc) - timedelta(seconds=1))])
+    past = (T0 + timedelta(hours=1)).isoformat()
+    (event,) = run_all(trigger(wait_deadline=past, wait_grace=0, target="end"))
+    assert event["phase"] == "not_obtained" and backend.cancelled == [NAME]
+
+
 def test_wait_grace_round_trips_and_is_checked() -> None:
     path, kwargs = trigger(wait_deadline="2026-01-01T02:00:00+00:00", wait_grace=0).serialize()
     assert kwargs["wait_grace"] == 0

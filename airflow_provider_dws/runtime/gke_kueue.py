@@ -107,7 +107,13 @@ class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBacke
             container["args"] = list(op.arguments)
         if op.env_vars:
             container["env"] = [{"name": k, "value": v} for k, v in op.env_vars.items()]
-        pod: dict[str, Any] = {"containers": [container], "restartPolicy": "Never"}
+        # The queue's nodes are a queued node pool's, tainted gke-queued whatever they carry (a
+        # toleration only allows): every pod tolerates it, a GPU pod the GPU taint too.
+        pod: dict[str, Any] = {
+            "containers": [container],
+            "restartPolicy": "Never",
+            "tolerations": [dict(QUEUED_TOLERATION)],
+        }
         if op.gpus:
             container["resources"] = {"limits": {GPU_RESOURCE: str(op.gpus)}}
             pod["tolerations"] = [dict(t) for t in _TOLERATIONS]

@@ -93,6 +93,13 @@ def test_the_job_from_parameters_is_suspended_queued_labelled_and_named_from_the
     assert {t["key"] for t in pod["tolerations"]} == {"nvidia.com/gpu", "cloud.google.com/gke-queued"}
 
 
+def test_a_job_without_gpus_still_tolerates_the_queued_node_pool() -> None:
+    pod = KueueJobAdapter(make(gpus=None, accelerator=None)).build(IDENTITY, timedelta(minutes=90))
+    pod = pod["spec"]["template"]["spec"]
+    assert [t["key"] for t in pod["tolerations"]] == ["cloud.google.com/gke-queued"]
+    assert "resources" not in pod["containers"][0] and "nodeSelector" not in pod
+
+
 def test_a_users_manifest_keeps_its_pod_and_loses_server_fields_and_its_own_name() -> None:
     user = {
         "apiVersion": "batch/v1",

@@ -473,27 +473,21 @@ class CapacityRequestTrigger(BaseTrigger):
         backend = self.backend
         if isinstance(backend, GivesUpWaiting):
             fresh = await backend.agive_up(self.request_name)
-            if fresh is not None:
-                self.log.info(
-                    "%s is %s [%s] now: it no longer waits, so it is not given up",
-                    self.request_name,
-                    fresh.phase.value,
-                    fresh.state,
-                )
-                return False, fresh
         else:
             # The status in hand may be a poll interval old: capacity that came meanwhile (a request
             # Provisioned, a job RUNNING, VMs created) is not thrown away for a stale WAITING.
             fresh = await self._read_again()
-            if fresh is not None and fresh.phase is not Phase.WAITING:
-                self.log.info(
-                    "%s is %s [%s] now: it no longer waits, so it is not given up",
-                    self.request_name,
-                    fresh.phase.value,
-                    fresh.state,
-                )
-                return False, fresh
-            await backend.arelease(self.request_name)
+            if fresh is None or fresh.phase is Phase.WAITING:
+                await backend.arelease(self.request_name)
+                fresh = None
+        if fresh is not None:
+            self.log.info(
+                "%s is %s [%s] now: it no longer waits, so it is not given up",
+                self.request_name,
+                fresh.phase.value,
+                fresh.state,
+            )
+            return False, fresh
         ended = RequestStatus(
             name=status.name,
             state=status.state,

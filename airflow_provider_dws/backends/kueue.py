@@ -235,8 +235,11 @@ def job_status(job: dict[str, Any], workload: dict[str, Any] | None) -> RequestS
     attempt = str(labels.get(LABEL_ATTEMPT, ""))
     max_wait = str(labels.get(LABEL_MAX_WAIT, ""))
     wl_meta = (workload or {}).get("metadata") or {}
-    evicted = _true_conditions(workload).get("Evicted") or {}
-    requeued = kube_time(evicted.get("lastTransitionTime")) if state == "Requeued" else None
+    requeued = (
+        kube_time((_true_conditions(workload).get("Evicted") or {}).get("lastTransitionTime"))
+        if state == "Requeued"
+        else None
+    )
     return RequestStatus(
         name=str(meta.get("name", "")),
         state=state,

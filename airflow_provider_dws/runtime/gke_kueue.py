@@ -109,14 +109,14 @@ class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBacke
             container["env"] = [{"name": k, "value": v} for k, v in op.env_vars.items()]
         # The queue's nodes are a queued node pool's, tainted gke-queued whatever they carry (a
         # toleration only allows): every pod tolerates it, a GPU pod the GPU taint too.
+        tolerations = _TOLERATIONS if op.gpus else (QUEUED_TOLERATION,)
         pod: dict[str, Any] = {
             "containers": [container],
             "restartPolicy": "Never",
-            "tolerations": [dict(QUEUED_TOLERATION)],
+            "tolerations": [dict(t) for t in tolerations],
         }
         if op.gpus:
             container["resources"] = {"limits": {GPU_RESOURCE: str(op.gpus)}}
-            pod["tolerations"] = [dict(t) for t in _TOLERATIONS]
         if op.accelerator:
             pod["nodeSelector"] = {ACCELERATOR_SELECTOR: op.accelerator}
         return {

@@ -6,16 +6,26 @@ BIN := $(VENV)/bin
 
 .PHONY: demo ui test lint venv clean
 
+## Every `make venv` also removes a stray egg-info (see STRAY_EGG_INFO), so a checkout installed
+## before this rule existed is fixed without a reinstall.
 venv: $(VENV)/.installed
+	@rm -rf $(STRAY_EGG_INFO)
 
 ## Editable installs as a plain .pth path entry, not setuptools' import-hook finder module, which every
 ## interpreter would import at startup.
 EDITABLE_COMPAT := --config-settings editable_mode=compat
+## That .pth puts the repository root on sys.path, and setuptools' build of the editable install
+## writes its egg_info metadata there: importlib.metadata then finds the project twice (the egg-info
+## and the installed .dist-info), and Airflow registers the `dws` plugin twice ("Plugin 'dws' already
+## registered", a plugin import error on the home page). The .dist-info is the installed metadata;
+## the egg-info is only the build's by-product, removed after every install.
+STRAY_EGG_INFO := airflow_provider_dws.egg-info
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check uv
 	VIRTUAL_ENV=$(VENV) $(BIN)/uv pip install -q -e '.[test]' -c constraints.txt $(EDITABLE_COMPAT)
+	@rm -rf $(STRAY_EGG_INFO)
 	@touch $@
 
 ## Run the example DAG against a local dws-emulator and print the job's result.
@@ -55,7 +65,7 @@ test-py310: venv
 	if [ ! -f $(PY310_VENV)/.installed ] || [ pyproject.toml -nt $(PY310_VENV)/.installed ] || [ constraints.txt -nt $(PY310_VENV)/.installed ]; then \
 	  echo "Python 3.10: $$py -> $(PY310_VENV)"; \
 	  $(BIN)/uv venv -q --allow-existing --python "$$py" $(PY310_VENV) && \
-	  VIRTUAL_ENV=$(PY310_VENV) $(BIN)/uv pip install -q -e '.[test]' -c constraints.txt $(EDITABLE_COMPAT) && touch $(PY310_VENV)/.installed || exit 1; \
+	  VIRTUAL_ENV=$(PY310_VENV) $(BIN)/uv pip install -q -e '.[test]' -c constraints.txt $(EDITABLE_COMPAT) && rm -rf $(STRAY_EGG_INFO) && touch $(PY310_VENV)/.installed || exit 1; \
 	fi; \
 	$(PY310_VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) tests/unit
 

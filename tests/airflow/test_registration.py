@@ -65,3 +65,39 @@ def test_every_example_dag_imports_without_error(airflow_home: AirflowHome) -> N
     assert files, "no example DAGs"
     assert "dws_vertex_flex_start" in bag.dag_ids
     assert len({bag.dags[d].fileloc for d in bag.dag_ids}) == len(files)
+
+
+#: What Airflow's plugin manager sees of the ``dws`` plugin, in one fresh process: every installed
+#: distribution that offers it (Airflow walks them all, one per ``sys.path`` entry that holds the
+#: project's metadata, and registers each), the plugins loaded and the plugin import errors.
+PLUGIN_PROBE = """
+import json
+from importlib import metadata
+from airflow import plugins_manager
+
+offers = [
+    str(dist.locate_file(""))
+    for dist in metadata.distributions()
+    for ep in dist.entry_points
+    if ep.group == "airflow.plugins" and ep.name == "dws"
+]
+plugins_manager.ensure_plugins_loaded()
+print(json.dumps({
+    "offers": offers,
+    "loaded": [p["name"] for p in plugins_manager.get_plugin_info()],
+    "errors": plugins_manager.get_import_errors(),
+}))
+"""
+
+
+def test_the_dws_plugin_is_registered_once(airflow_home: AirflowHome) -> None:
+    """A development install (``make venv``: editable, the repository root on ``sys.path``) left
+    setuptools' ``airflow_provider_dws.egg-info`` in the root beside the installed ``.dist-info``:
+    Airflow saw the plugin's entry point twice and the home page said "1 Plugin Import Error:
+    Plugin 'dws' already registered"."""
+    result = airflow_home.python(PLUGIN_PROBE)
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(seen["offers"]) == 1, f"the dws plugin's entry point is offered by {seen['offers']}"
+    assert "dws" in seen["loaded"]
+    assert seen["errors"] == {}

@@ -166,7 +166,7 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
         decision = choose_existing(
             [Candidate(name, job.phase, job.timings.submitted) for name, job in jobs.items()]
         )
-        self.log.info("Identity %s: %s", identity.key, decision.reason)
+        self.log.info("%s", decision.describe(identity.describe()))
         if decision.name is None:
             return None
         job = jobs[decision.name]

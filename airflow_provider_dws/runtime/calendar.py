@@ -156,7 +156,7 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
             statuses += self.backend(zone).find(identity)
         self._ended = [s for s in statuses if s.phase.terminal]
         decision = choose_existing([Candidate(s.name, s.phase, s.timings.submitted) for s in statuses])
-        self.log.info("Identity %s: %s", identity.key, decision.reason)
+        self.log.info("%s", decision.describe(identity.describe()))
         if decision.name is None:
             return None
         status = next(s for s in statuses if s.name == decision.name)

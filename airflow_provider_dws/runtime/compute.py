@@ -184,7 +184,7 @@ class ComputeFlexStartAdapter(
         decision = choose_existing(
             [Candidate(n, s.phase, s.timings.submitted) for n, (s, _) in found.items()]
         )
-        self.log.info("Identity %s: %s", identity.key, decision.reason)
+        self.log.info("%s", decision.describe(identity.describe()))
         if decision.name is None:
             return None
         status, placement = found[decision.name]

@@ -137,7 +137,7 @@ class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBacke
         """This task instance's live Job (or a Job that already succeeded), to adopt."""
         jobs = {job.name: job for job in self.backend().find(identity)}
         decision = choose_existing([Candidate(n, j.phase, j.timings.submitted) for n, j in jobs.items()])
-        self.log.info("Identity %s: %s", identity.key, decision.reason)
+        self.log.info("%s", decision.describe(identity.describe()))
         if decision.name is None:
             return None
         job = jobs[decision.name]

@@ -119,7 +119,7 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
             jobs.update({job.name: job for job in self.backend(region).find(identity)})
         candidates = [Candidate(name, job.phase, job.timings.submitted) for name, job in jobs.items()]
         decision = choose_existing(candidates)
-        self.log.info("Identity %s: %s", identity.key, decision.reason)
+        self.log.info("%s", decision.describe(identity.describe()))
         if decision.name is None:
             return None
         job = jobs[decision.name]

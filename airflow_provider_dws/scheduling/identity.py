@@ -152,6 +152,12 @@ class RequestIdentity:
         raw = "\x1f".join((self.dag_id, self.task_id, self.run_id, str(self.map_index)))
         return _digest(raw, 32)
 
+    def describe(self) -> str:
+        """The task instance in plain words for a log line: ``dag 'd', task 't', run 'r'`` (and
+        ``map index 3`` when mapped); the try and attempt are left out (they name one submission)."""
+        where = f"dag {self.dag_id!r}, task {self.task_id!r}, run {self.run_id!r}"
+        return f"{where}, map index {self.map_index}" if self.map_index >= 0 else where
+
     def labels(self) -> dict[str, str]:
         """The identity as GCP labels (all keys and values valid)."""
         return {

@@ -166,7 +166,7 @@ def test_rerun_of_a_task_whose_job_is_running_reattaches(
     try:
         _wait_for(lambda: "Deferring" in second_log.read_text(), 180, "the re-run to wait on the job")
         log = second_log.read_text()
-        assert "reattaching to live request" in log
+        assert "Found live request" in log
         assert "Submitted Flex Start job" not in log
         [job] = _jobs(emulator)
         assert job["state"] == "JOB_STATE_RUNNING"

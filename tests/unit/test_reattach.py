@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import Phase
 from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
 
@@ -89,3 +90,40 @@ def test_undated_live_still_beats_dated_success() -> None:
         [Candidate("ok", Phase.SUCCEEDED, at(0)), Candidate("live", Phase.RUNNING, None)]
     )
     assert (decision.action, decision.name) == ("wait", "live")
+
+
+# -- the decision in the task log: plain words, the task instance named ---------------------------
+
+OWNER = RequestIdentity("etl", "train", "manual__2026-05-01", map_index=3).describe()
+
+
+def test_the_task_instance_is_named_in_plain_words() -> None:
+    assert OWNER == "dag 'etl', task 'train', run 'manual__2026-05-01', map index 3"
+    assert RequestIdentity("etl", "train", "r").describe() == "dag 'etl', task 'train', run 'r'"
+
+
+def test_no_earlier_request_is_said_without_the_identity_digest() -> None:
+    identity = RequestIdentity("etl", "train", "manual__2026-05-01", map_index=3)
+    line = choose_existing([]).describe(identity.describe())
+    assert line == (
+        "No earlier request of this task instance (dag 'etl', task 'train', run 'manual__2026-05-01', "
+        "map index 3) found; submitting a new one"
+    )
+    assert identity.key not in line and "Identity" not in line
+
+
+def test_each_decision_reads_as_a_sentence() -> None:
+    live = choose_existing([Candidate("old", Phase.FAILED, at(0)), Candidate("q", Phase.WAITING, at(5))])
+    assert live.describe(OWNER) == (
+        f"Found live request q of this task instance ({OWNER}): waiting on it instead of submitting a "
+        "new one; 1 other request(s) found"
+    )
+    done = choose_existing([Candidate("ok", Phase.SUCCEEDED, at(0))])
+    assert done.describe(OWNER) == (
+        f"Request ok of this task instance ({OWNER}) already succeeded: taking it as the result"
+    )
+    ended = choose_existing([Candidate("a", Phase.FAILED, at(0)), Candidate("b", Phase.CANCELLED, at(1))])
+    assert ended.describe(OWNER) == (
+        f"2 earlier request(s) of this task instance ({OWNER}) found, none live or succeeded; "
+        "submitting a new one"
+    )

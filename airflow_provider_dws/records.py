@@ -37,6 +37,23 @@ RECORD_VERSION = 1
 PHASES = ("waiting", "running", "succeeded", "failed", "not_obtained", "cancelled")
 #: Phases in which the request waits for capacity or holds it.
 LIVE_PHASES = ("waiting", "running")
+#: The readable name of each API a record names (``RequestRecord.api``), as the DWS page shows it.
+API_NAMES = {
+    "vertex_custom_job": "Vertex AI custom job",
+    "tpu_queued_resource": "Cloud TPU queued resource",
+    "batch_job": "Cloud Batch job",
+    "compute_resize_request": "Compute Engine flex-start VMs",
+    "compute_future_reservation": "Compute Engine calendar block",
+    "gke_provisioning_request": "GKE ProvisioningRequest",
+    "gke_kueue_job": "GKE Kueue Job",
+}
+#: The outcome of a record ended from outside the attempt loop (the task killed, timed out, failed).
+TASK_ENDED = "task_ended"
+
+
+def api_name(api: str) -> str:
+    """The readable name of ``api`` (the record's own value when it has none)."""
+    return API_NAMES.get(api, api)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -70,6 +87,8 @@ class RequestRecord:
     holds capacity that outlives the task that made it (an ACTIVE TPU slice not yet deleted), and
     ``held_since`` / ``released`` time that holding. ``reservation`` names the reservation a request
     ran on (calendar mode: a delivered block's), so the block's release can tell what used it.
+    ``held_until`` is when held capacity ends by itself whatever the tasks do (a calendar block's
+    end): a reader stops counting it as held, run or waited there.
     """
 
     api: str
@@ -98,6 +117,7 @@ class RequestRecord:
     held_since: str | None = None
     released: str | None = None
     reservation: str | None = None
+    held_until: str | None = None
     v: int = RECORD_VERSION
 
     def __post_init__(self) -> None:
@@ -148,6 +168,23 @@ class RequestRecord:
 def iso(value: datetime | None) -> str | None:
     """A time as a record stores it (ISO-8601 UTC); ``None`` stays ``None``."""
     return _iso(value)
+
+
+def end_record(record: RequestRecord, *, phase: str, message: str, at: datetime) -> RequestRecord:
+    """``record`` ended at ``at`` from outside the attempt loop (a kill, a timeout, its task's end),
+    in ``phase``, with outcome :data:`TASK_ENDED` and ``message`` saying why; a record already
+    ended keeps its own end. Held capacity stops being held there too."""
+    if not record.live:
+        return record
+    return replace(
+        record,
+        phase=phase,
+        outcome=TASK_ENDED,
+        message=message,
+        ended=_iso(at),
+        holds=False,
+        released=record.released or (_iso(at) if record.holds else None),
+    )
 
 
 def read_records(value: Any) -> list[RequestRecord]:

@@ -313,6 +313,17 @@ def _check_now(now: datetime) -> None:
         raise ValueError(f"now must carry a time zone (records are UTC), got {now!r}")
 
 
+#: The page's words for what "saved by waiting" is (docs/savings.md says the same at length).
+SAVED_FORMULA = (
+    "Saved by waiting = hold cost - run cost, over the requests that got capacity. Hold cost = "
+    "(accelerator-hours waited + accelerator-hours run) x the hold price (the table's reserved price, "
+    "else standard): what holding the same accelerators from the submit to the end would have cost. "
+    "Run cost = accelerator-hours run x the request's own price (flex_start, calendar, ...). Waited: "
+    "submit to start; run: start to end. A request that never got capacity saved nothing. No hour "
+    "counts past its task's end (a killed, failed or superseded task) or its block's end."
+)
+
+
 def request_cost(record: RequestRecord, prices: PriceTable, now: datetime) -> RequestCost:
     """The record's accelerator-hours waited, run and held idle at ``now``, priced from ``prices``."""
     _check_now(now)
@@ -320,6 +331,10 @@ def request_cost(record: RequestRecord, prices: PriceTable, now: datetime) -> Re
     count = record.accelerator_count
     if not isinstance(count, (int, float)) or isinstance(count, bool) or count < 0:
         count = 0
+    # Capacity that ends by itself (a calendar block) is counted to its end at most.
+    until = parse_time(record.held_until)
+    if until is not None:
+        now = min(now, until)
     submitted = parse_time(record.submitted)
     started = parse_time(record.started)
     ended = parse_time(record.ended)
@@ -338,7 +353,9 @@ def request_cost(record: RequestRecord, prices: PriceTable, now: datetime) -> Re
     hold = prices.hold_price(record.accelerator_type)
     run_cost = None if price is None else run_hours * price
     idle_cost = None if price is None else idle_hours * price
-    hold_cost = None if hold is None else (waited_hours + run_hours) * hold
+    # Only work that ran can be compared with holding machines for it: a request that never got
+    # capacity (not obtained, cancelled, its task gone) saved nothing, whatever it waited.
+    hold_cost = None if hold is None else ((waited_hours + run_hours) * hold if started else 0.0)
     saved = None if run_cost is None or hold_cost is None else hold_cost - run_cost
     return RequestCost(waited_hours, run_hours, idle_hours, run_cost, hold_cost, saved, idle_cost)
 

@@ -314,8 +314,8 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
         return block_result(fr, status.name, self.op.workload_type)
 
     def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
-        """The block's accelerators (GPUs over every VM, or TPU chips), machine type, console page."""
-        return block_facts(shape_of(self.op), status.name)
+        """The block's accelerators (GPUs over every VM, or TPU chips), machine type, console page, end."""
+        return block_facts(shape_of(self.op), status.name, status.details.get("end_time"))
 
     def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
         """The classified exception for a block that was not obtained."""
@@ -355,10 +355,13 @@ def locked_message(name: str, refusal: str, end: datetime | None = None) -> str:
     )
 
 
-def block_facts(shape: CalendarShape | None, name: str) -> dict[str, Any]:
-    """The request record's facts of a calendar block."""
+def block_facts(shape: CalendarShape | None, name: str, end: Any = None) -> dict[str, Any]:
+    """The request record's facts of a calendar block; ``end`` (a datetime or ISO text), when known,
+    is when the block stops being held whatever its tasks do."""
     where = parse_future_reservation_name(name)
+    until = end.isoformat() if isinstance(end, datetime) else end if isinstance(end, str) else None
     return {
+        "held_until": until,
         "api": FutureReservationBackend.kind,
         "kind": "Compute Engine calendar block",
         "accelerator_type": shape.accelerator_type if shape else None,
@@ -568,7 +571,9 @@ class CalendarWaitAdapter(RequestAdapter["WaitForCalendarBlockOperator", FutureR
     def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
         """The block's facts, read from the block itself (the wait does not describe it)."""
         fr = self._block(status.name)
-        return block_facts(block_shape(fr) if fr is not None else None, status.name)
+        if fr is None:
+            return block_facts(None, status.name)
+        return block_facts(block_shape(fr), status.name, block_window(fr)[1])
 
     def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
         """The classified exception for a block that was not delivered (one still awaiting approval

@@ -229,7 +229,7 @@ def release_blocks(op: ReleaseCalendarBlockOperator, context: Context) -> dict[s
             done = backend.discard(name)
         except _REFUSED as err:
             kept.append(_kept(op, backend, name, err, end))  # recorded as held, not released
-            windows[name] = (start, None)
+            windows[name] = (start, end)  # held until its end: the record says when
         else:
             windows[name] = (start, end if end is not None and end < now else None)
             op.log.info(

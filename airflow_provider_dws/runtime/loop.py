@@ -185,6 +185,12 @@ class AttemptLoop:
                     self.log.warning("%s is kept: %s", name, kept)
             except Exception:
                 self.log.exception("Could not cancel %s; cancel it by hand", name)
+            else:
+                if not kept:
+                    self.recorder.killed(
+                        name,
+                        "the task was killed or timed out in the worker; the provider cancelled the request",
+                    )
 
     # -- an earlier try's request ----------------------------------------------------------------
 

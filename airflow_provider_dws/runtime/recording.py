@@ -23,6 +23,7 @@ from airflow_provider_dws.records import (
     PHASES,
     XCOM_KEY,
     RequestRecord,
+    end_record,
     iso,
     parse_time,
     read_records,
@@ -49,6 +50,7 @@ _FACT_FIELDS = (
     "pricing_model",
     "console_url",
     "reservation",
+    "held_until",
 )
 
 
@@ -89,6 +91,8 @@ class Recorder:
     def __init__(self, loop: AttemptLoop) -> None:
         self.loop = loop
         self._records: list[RequestRecord] | None = None
+        # The task run's context, for a kill handled in this worker (``on_kill`` gets none).
+        self._context: Context | None = None
 
     def _known(self, context: Context) -> list[RequestRecord]:
         if self._records is None:
@@ -126,6 +130,7 @@ class Recorder:
         return next((r for r in self._known(context) if r.request_name == name), None)
 
     def _push(self, context: Context, record: RequestRecord) -> None:
+        self._context = context
         value = upsert(self._known(context), record)
         context["ti"].xcom_push(key=XCOM_KEY, value=value)
         self._records = read_records(value)
@@ -176,8 +181,16 @@ class Recorder:
         """The request was submitted or adopted and is about to be waited on."""
         try:
             record = self._find(context, status.name) or self._base(context, status, state)
-            # An adopted request of an earlier try is live again (and not ended).
-            live = replace(record, phase=record_phase(status), ended=None, outcome=None, message="")
+            # An adopted request of an earlier try is live again (and not ended), and this try waits on
+            # it: the page tells a request its task abandoned by the try that last waited on it.
+            live = replace(
+                record,
+                phase=record_phase(status),
+                ended=None,
+                outcome=None,
+                message="",
+                try_number=max(record.try_number, _try_number(context)),
+            )
             self._push(context, replace(live, started=iso(status.timings.started) or record.started))
         except Exception:
             self.loop.log.warning("Could not write the request record of %s", status.name, exc_info=True)
@@ -218,6 +231,20 @@ class Recorder:
         # A request that never ran has no run time (the timings call it 0): no run timer for it.
         ran = not holds and timings.started is not None
         end_metrics(record, timings.wait_seconds, timings.run_seconds if ran else None)
+
+    def killed(self, name: str, message: str) -> None:
+        """The worker was killed or timed out while ``name`` was live (the loop cancelled it): its
+        record ends here, since the task will not come back to write it."""
+        context = self._context
+        record = self._find(context, name) if context is not None else None
+        if context is None or record is None or not record.live:
+            return
+        try:
+            self._push(
+                context, end_record(record, phase="cancelled", message=message, at=datetime.now(timezone.utc))
+            )
+        except Exception:
+            self.loop.log.warning("Could not write the request record of %s", name, exc_info=True)
 
 
 def end_metrics(record: RequestRecord, wait_seconds: float | None, run_seconds: float | None) -> None:
@@ -294,6 +321,8 @@ def record_release(
                     held_since=record.held_since or held_from,
                     ended=None,
                     released=None,
+                    # Kept until its end: held there no more, whoever releases it.
+                    held_until=iso(until) if until is not None else record.held_until,
                 )
                 own = read_records(upsert(own, record))
                 continue

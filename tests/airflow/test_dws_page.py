@@ -249,6 +249,9 @@ def test_the_summary_per_dag_and_total(server: Server) -> None:
 def test_the_page_names_the_price_source(server: Server) -> None:
     page = server.get("/dws/").text
     assert "Prices from: <strong>Airflow Variable dws_prices</strong>" in page
+    # What "saved by waiting" means is on the page, not only in the docs.
+    assert "id='saved-formula'" in page and "A request that never got capacity saved nothing" in page
+    assert "id='freshness'" in page and "The newest record was written" in page
     assert (
         "Saved by waiting" in page and "$176.00" in server.get("/dws/", dag_id=DAG_A, phase="succeeded").text
     )

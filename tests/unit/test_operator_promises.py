@@ -362,6 +362,31 @@ def test_on_kill_while_waiting_in_the_worker_cancels(monkeypatch: pytest.MonkeyP
     assert h.cancelled == [NEW]
 
 
+def test_a_kill_while_waiting_in_the_worker_writes_the_requests_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The task will not come back to say how its request ended: the kill path writes it, so the
+    DWS page shows it ended, not waiting for ever."""
+    from airflow_provider_dws.records import TASK_ENDED, read_records
+
+    op = vertex(deferrable=False)
+    h = Harness(op, None, monkeypatch)
+    ctx = context(1, Store())
+    seen: list[tuple[str, str | None]] = []
+
+    async def first_event(trigger: Any) -> dict[str, Any]:
+        op.on_kill()
+        (record,) = read_records(ctx["ti"].xcom["dws_requests"])
+        seen.append((record.phase, record.outcome))
+        raise AirflowTaskTimeout("Timeout, PID: 1")  # the worker's end, as the runner sees it
+
+    monkeypatch.setattr("airflow_provider_dws.triggers.capacity_request.first_event", first_event)
+    with pytest.raises(AirflowTaskTimeout):
+        op.run_attempts(ctx)
+    assert h.cancelled == [NEW]
+    assert seen == [("cancelled", TASK_ENDED)]
+    (record,) = read_records(ctx["ti"].xcom["dws_requests"])
+    assert record.ended is not None and "killed or timed out in the worker" in record.message
+
+
 def test_a_timeout_between_the_submit_and_the_deferral_cancels_the_request(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -78,15 +78,40 @@ def tpu(**kwargs: Any) -> RequestRecord:
 def test_a_request_that_never_started_waited_until_it_ended() -> None:
     cost = request_cost(rec(phase="not_obtained", submitted=hours(5), ended=hours(3)), TABLE, NOW)
     assert (cost.waited_hours, cost.run_hours, cost.idle_hours) == (16.0, 0.0, 0.0)
-    # Nothing ran, so nothing was billed; holding 8 H100s at the standard price for the 2 h wait
-    # would have cost 8 x 2 x 4.0.
-    assert (cost.run_cost, cost.hold_cost, cost.saved) == (0.0, 64.0, 64.0)
+    # Nothing ran, so nothing was billed; and no work got done, so holding machines for it is no
+    # fair comparison: it saved nothing (it once counted 8 x 2 x 4.0 = 64 "saved").
+    assert (cost.run_cost, cost.hold_cost, cost.saved) == (0.0, 0.0, 0.0)
+    assert cost.priced
 
 
 def test_a_request_still_waiting_has_waited_until_now() -> None:
     cost = request_cost(rec(submitted=hours(2)), TABLE, NOW)
     assert (cost.waited_hours, cost.run_hours) == (16.0, 0.0)
-    assert cost.saved == 64.0
+    assert cost.saved == 0.0  # nothing saved until it gets capacity
+
+
+def test_a_block_is_counted_until_its_end_at_most() -> None:
+    """A calendar block kept until its end (held, never released by a task) stops counting there."""
+    block = rec(
+        api="compute_future_reservation",
+        pricing_model="calendar",
+        phase="running",
+        holds=True,
+        submitted=hours(10),
+        started=hours(6),
+        held_since=hours(6),
+        held_until=hours(4),
+    )
+    cost = request_cost(block, TABLE, NOW)
+    assert (cost.waited_hours, cost.run_hours) == (8 * 4.0, 8 * 2.0)
+    assert request_cost(block, TABLE, NOW + timedelta(days=3)) == cost  # it no longer grows
+
+
+def test_the_formula_on_the_page_names_every_term() -> None:
+    from airflow_provider_dws.savings import SAVED_FORMULA
+
+    for term in ("hold cost - run cost", "reserved price", "standard", "never got capacity", "task's end"):
+        assert term in SAVED_FORMULA
 
 
 def test_a_running_request_waited_until_it_started_and_runs_until_now() -> None:
@@ -174,8 +199,10 @@ def test_without_prices_the_costs_are_none() -> None:
         assert (cost.run_cost, cost.hold_cost, cost.saved, cost.idle_cost) == (None, None, None, None)
         assert not cost.priced
         assert cost.waited_hours == 8.0  # the hours are known all the same
-    spot = request_cost(rec(pricing_model="spot", submitted=hours(1)), TABLE, NOW)
-    assert (spot.run_cost, spot.hold_cost, spot.saved) == (None, 32.0, None)
+    spot = request_cost(
+        rec(pricing_model="spot", phase="running", submitted=hours(2), started=hours(1)), TABLE, NOW
+    )
+    assert (spot.run_cost, spot.hold_cost, spot.saved) == (None, 64.0, None)
 
 
 def test_the_hold_price_is_reserved_else_standard_else_none() -> None:
@@ -213,7 +240,7 @@ def test_now_must_carry_a_time_zone() -> None:
 def test_summaries_per_dag_sum_hours_and_only_priced_costs() -> None:
     items = [
         ("train", rec(phase="running", submitted=hours(3), started=hours(1))),  # saved 76
-        ("train", rec(phase="not_obtained", submitted=hours(5), ended=hours(3))),  # saved 64
+        ("train", rec(phase="not_obtained", submitted=hours(5), ended=hours(3))),  # never ran: saved 0
         ("train", rec(accelerator_type="NVIDIA_L4", phase="succeeded", submitted=hours(2), started=hours(1))),
         ("eval", rec(accelerator_type="NVIDIA_L4", submitted=hours(1))),
     ]
@@ -223,7 +250,7 @@ def test_summaries_per_dag_sum_hours_and_only_priced_costs() -> None:
     assert (train.requests, train.not_obtained, train.unpriced) == (3, 1, 1)
     assert train.waited_hours == 16.0 + 16.0 + 8.0  # hours of every request, priced or not
     assert train.run_hours == 8.0 + 8.0
-    assert (train.run_cost, train.hold_cost, train.saved) == (20.0, 96.0 + 64.0, 76.0 + 64.0)
+    assert (train.run_cost, train.hold_cost, train.saved) == (20.0, 96.0, 76.0)
     assert train.not_obtained_rate == 1 / 2  # of the two ended requests
     eval_ = by_key["eval"]
     assert (eval_.requests, eval_.unpriced, eval_.waited_hours) == (1, 1, 8.0)
@@ -234,7 +261,7 @@ def test_a_total_and_an_empty_input() -> None:
     records = [rec(submitted=hours(1)), tpu(phase="running", submitted=hours(2), started=hours(1))]
     (total,) = summarize([(TOTAL_KEY, r) for r in records], TABLE, NOW)
     assert (total.key, total.requests, total.unpriced) == ("total", 2, 0)
-    assert total.saved == 8.0 * 4.0 + ((16.0 + 16.0) * 1.5 - 16.0)
+    assert total.saved == 0.0 + ((16.0 + 16.0) * 1.5 - 16.0)  # the waiting one saved nothing yet
     assert summarize([], TABLE, NOW) == []
 
 

@@ -135,6 +135,7 @@ def create_app() -> Any:
         ui_base, _ = bases(request)
         return {
             "now": now.isoformat(),
+            "newest_write": max((r.written for r in rows), default=now).isoformat() if rows else None,
             "since": wanted.window(now)[0].isoformat(),
             "until": wanted.until.isoformat() if wanted.until else None,
             "total_entries": len(rows),
@@ -176,7 +177,8 @@ def create_app() -> Any:
             "<h1>DWS requests</h1>",
             f"<p class='muted'>Dynamic Workload Scheduler requests of the DAGs you may read, written since "
             f"{render.when(since)}{' until ' + render.when(wanted.until) if wanted.until else ''} "
-            f"(live ones whatever their age). Now: {render.when(now)}.</p>",
+            f"(live ones whatever their age).</p>",
+            render.freshness(window_rows, now),
             render.filters_form(wanted, choices, app_base),
         ]
         if not window_rows:
@@ -203,6 +205,7 @@ def create_app() -> Any:
         mapped = f" [{index}]" if index >= 0 else ""
         body = [f"<h1>DWS requests of {render.h(task_id)}{render.h(mapped)}</h1>"]
         if rows:
+            body.append(render.freshness(rows, now))
             body.append(render.request_sections(rows, now, ui_base))
         else:
             body.append(

@@ -17,7 +17,15 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from airflow_provider_dws.records import XCOM_KEY, RequestRecord, parse_time, read_records
+from airflow_provider_dws.records import (
+    XCOM_KEY,
+    RequestRecord,
+    api_name,
+    end_record,
+    iso,
+    parse_time,
+    read_records,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -39,6 +47,8 @@ LIVE_TI_STATES = (
 )
 #: Task-instance states after which a task no longer uses what it holds.
 FINISHED_TI_STATES = ("success", "failed", "skipped", "upstream_failed", "removed")
+#: Task-instance states in which the try that wrote a record is over (the request's waiter gone).
+_TRY_OVER_STATES = ("failed", "skipped", "upstream_failed", "removed", "up_for_retry", "success")
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,9 @@ class Row:
     written: datetime
     #: Other task instances that wrote a record of the same request (a slice deleted by another task).
     also: tuple[TaskRef, ...] = field(default=())
+    #: Why the page ended a record its task left live (:func:`settle`), and the phase it was written in.
+    settled: str | None = None
+    written_phase: str | None = None
 
     @property
     def section(self) -> str:
@@ -194,11 +207,11 @@ def query_rows(
             stmt = stmt.where(or_(recent, TaskInstance.state.in_(LIVE_TI_STATES)))
     limit = max(1, min(filters.limit, MAX_LIMIT))
     stmt = stmt.order_by(XComModel.timestamp.desc()).limit(limit)
-    rows = _rows(session.execute(stmt).all(), XComModel.deserialize_value)
+    rows = _rows(session.execute(stmt).all(), XComModel.deserialize_value, now)
     return [row for row in rows if matches(row.record, filters)]
 
 
-def _rows(results: Sequence[Any], deserialize: Any) -> list[Row]:
+def _rows(results: Sequence[Any], deserialize: Any, now: datetime) -> list[Row]:
     written: list[tuple[RequestRecord, TaskRef, datetime]] = []
     for result in results:
         ref = TaskRef(
@@ -213,7 +226,7 @@ def _rows(results: Sequence[Any], deserialize: Any) -> list[Row]:
         )
         stamp = _aware(result.timestamp) or datetime.now(timezone.utc)
         written.extend((record, ref, stamp) for record in read_records(deserialize(result)))
-    return merge(written)
+    return [settle(row, now) for row in merge(written)]
 
 
 def merge(written: Iterable[tuple[RequestRecord, TaskRef, datetime]]) -> list[Row]:
@@ -250,6 +263,70 @@ def merge(written: Iterable[tuple[RequestRecord, TaskRef, datetime]]) -> list[Ro
     return rows
 
 
+def _why_over(record: RequestRecord, ti: TaskRef) -> str | None:
+    """Why the try that wrote ``record`` no longer waits on it, or ``None`` while it may."""
+    doing = "while waiting" if record.phase == "waiting" else "while the request ran"
+    if ti.try_number > record.try_number:
+        return f"superseded by try {ti.try_number} (try {record.try_number} ended {doing})"
+    if ti.state is None:
+        return f"task cleared {doing}"
+    if ti.state == "up_for_retry":
+        return (
+            f"try {record.try_number} failed {doing}; the next try adopts the request if it is still "
+            "queued, else submits a new one"
+        )
+    if ti.state == "success":
+        return f"task marked success {doing}"
+    if ti.state in _TRY_OVER_STATES:
+        return f"task {ti.state.replace('_', ' ')} {doing}"
+    return None
+
+
+def settle(row: Row, now: datetime) -> Row:
+    """``row`` as it truly stands: a record its task left live after that task's try ended (killed,
+    marked failed, timed out, cleared, superseded: paths where no code of the provider ran to
+    write the end) is shown ended at the task's end with the reason, and a hold past the time it
+    ends by itself (``held_until``: a calendar block's end) as ended there. Nothing is counted as
+    waited, run or held past either."""
+    record = row.record
+    until = parse_time(record.held_until)
+    if record.live and until is not None and until <= now:
+        ended = replace(
+            record,
+            phase="succeeded" if record.phase == "running" or record.holds else "cancelled",
+            outcome=record.outcome or ("succeeded" if record.holds else None),
+            ended=record.ended or iso(until),
+            holds=False,
+            released=record.released or (iso(until) if record.holds else None),
+        )
+        at_end = f"ended at {until.strftime('%Y-%m-%d %H:%M:%SZ')}, the end of its block"
+        return replace(row, record=ended, settled=at_end, written_phase=record.phase)
+    # Capacity that outlives its task by design (a slice, VMs, a block) is its release task's; a
+    # calendar block's record may stay waiting after its task succeeds (approved, delivered later).
+    if not record.live or record.holds or record.pricing_model == "calendar":
+        return row
+    reason = _why_over(record, row.ti)
+    if reason is None:
+        return row
+    at = _task_end(row)
+    return replace(
+        row,
+        record=end_record(record, phase="cancelled", message=reason, at=at),
+        settled=reason,
+        written_phase=record.phase,
+    )
+
+
+def _task_end(row: Row) -> datetime:
+    """When the try that wrote the row's record ended: the task's end, else the record's last write
+    (never before its submit, and never later than the later try's start)."""
+    ti, submitted = row.ti, parse_time(row.record.submitted)
+    candidates = [ti.end_date] if ti.try_number == row.record.try_number else [ti.start_date, ti.end_date]
+    known = [t for t in candidates if t is not None and (submitted is None or t >= submitted)]
+    at = min(known) if known else row.written
+    return max(at, submitted) if submitted is not None else at
+
+
 def matches(record: RequestRecord, filters: Filters) -> bool:
     """Whether ``record`` passes the API, location and phase filters (``holding``: holds capacity)."""
     if filters.api and record.api != filters.api:
@@ -268,6 +345,9 @@ def row_json(row: Row, now: datetime, base: str) -> dict[str, Any]:
     """A row as ``/dws/api/requests`` returns it; ``base`` is the Airflow UI's base path (ends in ``/``)."""
     idle = row.idle_since()
     return {
+        "api_name": api_name(row.record.api),
+        "ended_reason": row.settled,
+        "written_phase": row.written_phase or row.record.phase,
         "record": row.record.to_dict(),
         "dag_id": row.ti.dag_id,
         "run_id": row.ti.run_id,

@@ -12,7 +12,7 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
-from airflow_provider_dws.records import PHASES, parse_time
+from airflow_provider_dws.records import PHASES, TASK_ENDED, api_name, parse_time
 
 from .data import Filters, Row, log_path, ti_path
 
@@ -40,6 +40,8 @@ form.filters input, form.filters select, form.filters button { font:inherit; pad
 .bar { display:inline-block; width:120px; height:10px; background:var(--bar-bg); border-radius:5px; vertical-align:middle; margin-right:6px; }
 .bar > span { display:block; height:100%; background:var(--bar); border-radius:5px; }
 .empty { padding:24px; border:1px dashed var(--line); border-radius:6px; }
+td { overflow-wrap:anywhere; } .nw, td.links { white-space:nowrap; overflow-wrap:normal; }
+.formula { font-size:13px; max-width:110ch; }
 """
 
 
@@ -114,7 +116,7 @@ def _task(row: Row) -> str:
 def _what(row: Row) -> str:
     r = row.record
     accel = f"{r.accelerator_count} x {r.accelerator_type}" if r.accelerator_type else (r.machine_type or "")
-    return f"{h(r.api)} · {h(r.location)}<br><span class='muted'>{h(accel)}</span>"
+    return f"{h(api_name(r.api))} · {h(r.location)}<br><span class='muted'>{h(accel)}</span>"
 
 
 def _request(row: Row) -> str:
@@ -134,17 +136,44 @@ def _wait_bar(row: Row, now: datetime) -> str:
     share = min(1.0, waited / limit)
     percent = round(share * 100)
     text = f"{duration(waited)} of {duration(limit)} max wait ({percent}%)"
+    words = (
+        f"<span class='nw'>{h(duration(waited))}</span> of <span class='nw'>{h(duration(limit))} max wait</span> "
+        f"<span class='nw'>({percent}%)</span>"
+    )
     return (
         f'<span class="bar" role="img" aria-label="{h(text)}"><span style="width:{percent}%"></span></span>'
-        f"{h(text)}"
+        f"{words}"
     )
+
+
+def _outcome(row: Row) -> str:
+    """The phase, the API's outcome when it says more, and why the page ended a record its task left live."""
+    r = row.record
+    text = h(r.phase)
+    if row.settled:
+        return text + f"<br><span class='warn'>{h(row.settled)}</span>"
+    if r.outcome == TASK_ENDED:  # ended by the provider outside the attempt loop: its message says why
+        return text + f"<br><span class='warn'>{h(r.message or 'its task ended')}</span>"
+    if r.outcome and r.outcome != r.phase:
+        text += f"<br><span class='muted'>{h(r.outcome)}</span>"
+    return text
 
 
 def _table(caption: str, heads: Sequence[str], rows: Sequence[Sequence[str]], empty: str) -> str:
     if not rows:
         return f"<p class='muted'>{h(empty)}</p>"
     head = "".join(f'<th scope="col">{h(x)}</th>' for x in heads)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    last = len(heads) - 1
+    links = heads[-1] == "Links"
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td class='links'>{c}</td>" if links and i == last else f"<td>{c}</td>"
+            for i, c in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
+    )
     return f"<table><caption class='muted' style='text-align:left'>{h(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -203,8 +232,7 @@ def request_sections(rows: Sequence[Row], now: datetime, base: str) -> str:
                     _task(r),
                     _what(r),
                     _request(r),
-                    h(r.record.phase)
-                    + (f"<br><span class='muted'>{h(r.record.outcome)}</span>" if r.record.outcome else ""),
+                    _outcome(r),
                     when(r.record.submitted),
                     h(duration(r.waited_seconds(now))),
                     h(duration(r.run_seconds(now))) or "<span class='muted'>never ran</span>",
@@ -219,8 +247,10 @@ def request_sections(rows: Sequence[Row], now: datetime, base: str) -> str:
 
 
 def _select(name: str, label: str, value: str | None, options: Sequence[str]) -> str:
+    label_of = api_name if name == "api" else str
     opts = ['<option value="">any</option>'] + [
-        f'<option value="{h(o)}"{" selected" if o == value else ""}>{h(o)}</option>' for o in options
+        f'<option value="{h(o)}"{" selected" if o == value else ""}>{h(label_of(o))}</option>'
+        for o in options
     ]
     return f'<label for="f-{name}">{h(label)}<select id="f-{name}" name="{name}">{"".join(opts)}</select></label>'
 
@@ -302,6 +332,8 @@ def summary_section(summary: Mapping[str, Any] | None, app_base: str, error: str
         out.append(
             f"<p>Prices from: <strong>{h(prices['source'])}</strong> ({h(prices['entries'])} entries).</p>"
         )
+    if summary.get("formula"):
+        out.append(f"<p class='muted formula' id='saved-formula'>{h(summary['formula'])}</p>")
     total = summary.get("total")
     out.append(_summary_table("Total", "All", [total] if total else []))
     out.append(_summary_table("Per DAG", "DAG", summary["by_dag"]))
@@ -320,6 +352,19 @@ def query_string(filters: Filters) -> str:
         "until": filters.until.isoformat() if filters.until else None,
     }
     return urlencode({k: v for k, v in params.items() if v})
+
+
+def freshness(rows: Sequence[Row], now: datetime) -> str:
+    """How fresh the page is: read now from the records tasks wrote, the newest write, and what a row's
+    times mean (the page asks no cloud API: a request is rewritten when its task sees it change)."""
+    newest = max((row.written for row in rows), default=None)
+    latest = f" The newest record was written {when(newest)}." if newest else ""
+    return (
+        f"<p class='muted' id='freshness'>Read {when(now)} from the records the tasks wrote.{latest} A task "
+        "rewrites its request's record when it sees the request change phase; waits and runs still going "
+        "are counted to now. A request whose task ended while it waited is shown ended, with why, and "
+        "counted to the task's end. Reload for newer figures.</p>"
+    )
 
 
 def empty_state() -> str:

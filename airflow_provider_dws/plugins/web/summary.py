@@ -38,4 +38,5 @@ def summaries(rows: Sequence[Row], now: datetime) -> dict[str, Any]:
         "by_day": [asdict(s) for s in by_day],
         "total": asdict(total[0]) if total else None,
         "prices": {"source": prices.source, "error": prices.error, "entries": len(prices.prices)},
+        "formula": getattr(savings, "SAVED_FORMULA", None),
     }

@@ -546,6 +546,16 @@ class CapacityRequestTrigger(BaseTrigger):
             self.log.exception("Could not cancel %s; cancel it by hand", self.request_name)
         else:
             self.log.info("Cancelled %s", self.request_name)
+            # The task will not resume to write the request's end: the trigger writes it.
+            from airflow_provider_dws.triggers.final_record import awrite_final_record
+
+            await awrite_final_record(
+                self,
+                self.request_name,
+                "cancelled",
+                "the task was killed while waiting (marked failed or success, or cleared); the provider "
+                "cancelled the request",
+            )
 
     async def _still_deferred(self) -> bool:
         """Whether the task instance is still deferred, as the Airflow API reports it now."""

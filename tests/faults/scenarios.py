@@ -40,6 +40,7 @@ from tests.faults.context import (
 )
 from tests.faults.gke_scenarios import GKE_DAG_IDS, GKE_SCENARIOS
 from tests.faults.harness import TASK_HEARTBEAT_TIMEOUT, TRIGGERER_HEALTH_THRESHOLD, HarnessError, wait_for
+from tests.faults.page_view import check_page_shows_ended
 
 # -- scenarios --------------------------------------------------------------------------------------
 
@@ -193,6 +194,10 @@ def _mark_failed_while_waiting(ctx: ScenarioContext, ref: RunRef) -> None:
     ctx.log(f"marked {ref.request_task} failed through the REST API")
     ctx.wait_finished(120)
     ctx.after_settle.append(lambda: ctx.check_cancelled_within(ref, marked, SETTLE_SECONDS))
+    # What the user then sees: the request ended, with why, counted to the task's end only (in
+    # Chromium too for the Vertex row, whose page every mark-failed row shares).
+    browser = ctx.scenario.name == "user_marks_failed"
+    ctx.after_settle.append(lambda: check_page_shows_ended(ctx, ref, browser=browser))
 
 
 def celery_worker_sigkill(ctx: ScenarioContext) -> None:

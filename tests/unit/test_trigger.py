@@ -359,6 +359,35 @@ def test_on_kill_cancels_when_asked(fake: Any) -> None:
     assert backend.cancelled == [NAME]
 
 
+def test_on_kill_writes_the_requests_end_after_cancelling_it(
+    fake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The killed task never resumes to write its record: the trigger writes the end itself, only
+    for a request it cancelled."""
+    from airflow_provider_dws.triggers import final_record
+
+    fake([status("JOB_STATE_PENDING", Phase.WAITING)])
+    written: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(
+        final_record,
+        "write_final_record",
+        lambda ti, name, phase, message: written.append((ti.task_id, name, phase)) or True,
+    )
+
+    async def not_deferred(self: Any) -> bool:
+        return False
+
+    monkeypatch.setattr(capacity_request.CapacityRequestTrigger, "_still_deferred", not_deferred)
+    killed = trigger(cancel_on_kill=True)
+    killed.task_instance = type("TI", (), {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1})()
+    asyncio.run(killed.on_kill())
+    assert written == [("t", NAME, "cancelled")]
+    kept = trigger(cancel_on_kill=False)
+    kept.task_instance = killed.task_instance
+    asyncio.run(kept.on_kill())
+    assert len(written) == 1  # left alone: not ended by the provider
+
+
 def test_on_kill_leaves_the_request_alone_when_not_asked(fake: Any) -> None:
     backend = fake([status("JOB_STATE_PENDING", Phase.WAITING)])
     asyncio.run(trigger(cancel_on_kill=False).on_kill())

@@ -74,4 +74,24 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_provider_dws.links.GKEProvisioningRequestLink",
             "airflow_provider_dws.links.GKEQueuedJobLink",
         ],
+        # `airflow config list` shows the section and its default (read in triggers/status_line.py).
+        "config": {
+            "dws": {
+                "description": "Google Cloud Dynamic Workload Scheduler provider (airflow-provider-dws).",
+                "options": {
+                    "log_heartbeat": {
+                        "description": (
+                            "Seconds between two task-log lines about a capacity request whose state "
+                            "has not changed (a line is written on every change of state anyway). "
+                            "0 writes lines on changes only. Read by the triggerer (and by the worker "
+                            "of a task with deferrable=False)."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "300",
+                        "default": "600",
+                    },
+                },
+            },
+        },
     }

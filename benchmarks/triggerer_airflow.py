@@ -241,7 +241,7 @@ class BenchDeployment(Deployment):
         for path in run_dir.glob("**/*.log.trigger.*.log"):
             with contextlib.suppress(OSError):
                 for line in path.read_text(errors="replace").splitlines():
-                    if '"Trigger fired event"' not in line and " for capacity [" not in line:
+                    if '"Trigger fired event"' not in line and "Waiting for capacity [" not in line:
                         continue  # most lines: skip the JSON decoding
                     try:
                         record = json.loads(line)
@@ -251,7 +251,7 @@ class BenchDeployment(Deployment):
                     at = _epoch(record["timestamp"])
                     if record.get("event") == "Trigger fired event":
                         seen.setdefault("fired", at)
-                    elif "is waiting for capacity [" in str(record.get("event")):
+                    elif str(record.get("event")).startswith("Waiting for capacity ["):
                         seen.setdefault("waiting", at)
         # Airflow 3.3 closes a trigger's log file when the runner reports it finished; lines still
         # in flight on the log socket then land in the triggerer's own log, the fired line often.

@@ -29,14 +29,13 @@ from airflow_provider_dws.scheduling.phases import (
 )
 from airflow_provider_dws.triggers.log_lines import LINES
 from airflow_provider_dws.triggers.poller import shared_backend, shared_poller
+from airflow_provider_dws.triggers.status_line import DEFAULT_HEARTBEAT, log_heartbeat, status_line
 
 #: How long past its max wait a request may still be waiting before the provider cancels it itself.
 #: The API expires Flex Start requests on its own; this is the belt to that pair of braces.
 WAIT_DEADLINE_GRACE = timedelta(minutes=2)
 #: How long past the task deadline a trigger that has not read its request yet waits for that read.
 FIRST_READ_GRACE = timedelta(minutes=1)
-#: How often an unchanged wait is mentioned in the log.
-HEARTBEAT = timedelta(minutes=10)
 #: Bound on the cancel call made when a user kills the task.
 CANCEL_TIMEOUT_SECONDS = 60.0
 TARGETS = WAIT_TARGETS
@@ -51,12 +50,6 @@ def _aware(name: str, value: str | None) -> datetime | None:
     if parsed.tzinfo is None:
         raise ValueError(f"{name} must carry a time zone, got {value!r}")
     return parsed.astimezone(timezone.utc)
-
-
-def _fmt(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    return str(timedelta(seconds=round(seconds)))
 
 
 class CapacityRequestTrigger(BaseTrigger):
@@ -148,6 +141,8 @@ class CapacityRequestTrigger(BaseTrigger):
         #: Whether this wait saw its request get capacity (see :meth:`_wait_deadline_for`).
         self._ran = False
         self._requeue_logged: str | None = None
+        #: How often an unchanged wait is logged (``None``: never); read from the config in ``run``.
+        self._heartbeat: timedelta | None = DEFAULT_HEARTBEAT
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Class path and keyword arguments; round-trips through ``__init__``."""
@@ -180,20 +175,21 @@ class CapacityRequestTrigger(BaseTrigger):
         return self._backend
 
     def _describe(self, status: RequestStatus) -> str:
-        waited = status.timings.wait_seconds
-        if waited is None and status.timings.submitted is not None:
-            waited = (datetime.now(timezone.utc) - status.timings.submitted).total_seconds()
-        what = f"{self.request_name} ({status.description})" if status.description else self.request_name
-        if status.phase in (Phase.WAITING, Phase.PROVISIONING):
-            budget = status.details.get("max_wait_seconds")
-            of = f" of max {_fmt(budget)}" if budget else ""
-            return f"{what} is {status.phase.value} for capacity [{status.state}], waited {_fmt(waited)}{of}"
-        if status.phase is Phase.RUNNING:
-            return f"{what} is running [{status.state}] after waiting {_fmt(waited)} for capacity"
-        return (
-            f"{what} ended {status.phase.value} [{status.state}] after waiting {_fmt(waited)} "
-            f"and running {_fmt(status.timings.run_seconds)}"
-            + (f": {status.outcome.message}" if status.outcome.message else "")
+        """The status line (:func:`.status_line.status_line`): state, wait, max wait, when this wait
+        gives up, then the request's name."""
+        deadline = self._wait_deadline_for(status)
+        budget = status.details.get("max_wait_seconds") if status.details else None
+        if not budget and deadline is not None and status.timings.submitted is not None:
+            budget = (deadline - status.timings.submitted).total_seconds()  # an API with no max wait
+        # The wait ends at its max wait (the API's, or the provider's cancel for an API without one)
+        # or at the task's execution_timeout, whichever comes first.
+        ends = [t for t in (deadline, self._task_deadline) if t is not None]
+        return status_line(
+            status,
+            self.request_name,
+            now=datetime.now(timezone.utc),
+            max_wait_seconds=budget if isinstance(budget, (int, float)) else None,
+            gives_up_at=min(ends) if ends else None,
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -211,11 +207,14 @@ class CapacityRequestTrigger(BaseTrigger):
             wait=False,
         )
         self._started = datetime.now(timezone.utc)
+        self._heartbeat = log_heartbeat()
         poller = shared_poller(self.kind, self.backend_spec, self.request_name)
         sub = poller.subscribe(self.request_name, self.poll_interval)
         status: RequestStatus | None = None
         try:
-            last_phase: Phase | None = None
+            # A line on every change of the request's state (the API's, not only its phase: a job
+            # QUEUED then PENDING has moved on), and while it does not change, one per heartbeat.
+            last_seen: tuple[Phase, str] | None = None
             last_log = datetime.now(timezone.utc)
             last_note: str | None = None
             while True:
@@ -233,10 +232,12 @@ class CapacityRequestTrigger(BaseTrigger):
                 now = datetime.now(timezone.utc)
                 status = fresh or status
                 done = status is not None and reached(self.target, status.phase)
-                if status is not None and (status.phase is not last_phase or now - last_log >= HEARTBEAT):
+                if status is not None and (
+                    (status.phase, status.state) != last_seen or self._heartbeat_due(now, last_log)
+                ):
                     # The last line before the event is not waited for: the event goes out at once.
                     await self._info("%s", self._describe(status), wait=not done)
-                    last_phase, last_log = status.phase, now
+                    last_seen, last_log = (status.phase, status.state), now
                 if done:
                     assert status is not None
                     yield TriggerEvent(self._payload(await self._ended(status)))
@@ -256,7 +257,7 @@ class CapacityRequestTrigger(BaseTrigger):
                         return
                     # It moved on just before the give-up (a block approved): not given up.
                     await self._info("%s", self._describe(status), wait=False)
-                    last_phase, last_log = status.phase, now
+                    last_seen, last_log = (status.phase, status.state), now
                     if reached(self.target, status.phase):
                         yield TriggerEvent(self._payload(await self._ended(status)))
                         return
@@ -320,17 +321,22 @@ class CapacityRequestTrigger(BaseTrigger):
             timings=RequestTimings(),
         )
 
-    def _wake_in(self, status: RequestStatus | None, last_log: datetime) -> float:
+    def _heartbeat_due(self, now: datetime, last_log: datetime) -> bool:
+        """Whether an unchanged wait is due another line (never without a heartbeat)."""
+        return self._heartbeat is not None and now - last_log >= self._heartbeat
+
+    def _wake_in(self, status: RequestStatus | None, last_log: datetime) -> float | None:
         """Seconds until the trigger must look again even if nothing changed: the next heartbeat
-        line, the max wait's give-up, or the task's deadline, whichever comes first."""
+        line, the max wait's give-up, or the task's deadline, whichever comes first; ``None`` when
+        there is none of them (no heartbeat, no deadline): only a change wakes it."""
         now = datetime.now(timezone.utc)
-        moments = [last_log + HEARTBEAT]
+        moments = [last_log + self._heartbeat] if self._heartbeat is not None else []
         deadline = self._wait_deadline_for(status)
         if deadline is not None and status is not None and status.phase is Phase.WAITING:
             moments.append(deadline + self._grace)
         if self._task_deadline is not None:
             moments.append(self._timeout_at(self._task_deadline, status))
-        return max(0.0, (min(moments) - now).total_seconds())
+        return max(0.0, (min(moments) - now).total_seconds()) if moments else None
 
     def _wait_deadline_for(self, status: RequestStatus | None) -> datetime | None:
         """When a still-waiting ``status`` is given up: ``wait_deadline``, except for a request

@@ -46,6 +46,23 @@ def test_the_page_fits_1280_px_and_has_a_dark_theme(browser: Any, dws_page_serve
     page.context.close()
 
 
+def test_at_1024_px_the_links_are_not_clipped_and_the_max_wait_does_not_wrap(
+    browser: Any, dws_page_server: Server
+) -> None:
+    """Seen on the page: the Links column cut off at 1024 px, "1h 00m max wait" broken over lines."""
+    page = _page(browser, dws_page_server)
+    page.set_viewport_size({"width": 1024, "height": 800})
+    page.goto(dws_page_server.base + "/dws/")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1024
+    for box in page.locator("td.links").evaluate_all(
+        "cells => cells.map(c => c.getBoundingClientRect().right)"
+    ):
+        assert box <= 1024
+    limit = page.locator("span.nw", has_text="max wait").first
+    assert limit.evaluate("e => e.getClientRects().length") == 1  # one line box: not wrapped
+    page.context.close()
+
+
 def test_a_filter_works_from_the_keyboard(browser: Any, dws_page_server: Server) -> None:
     from playwright.sync_api import expect
 

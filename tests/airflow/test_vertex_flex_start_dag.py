@@ -100,7 +100,7 @@ def test_capacity_arriving_late_defers_then_succeeds(
     assert result.returncode == 0, result.log[-4000:]
     match = _RESULT.search(result.result_line())
     assert match is not None
-    assert "is waiting for capacity [JOB_STATE_PENDING]" in result.log
+    assert "Waiting for capacity [JOB_STATE_PENDING], waited " in result.log
     jobs = _jobs(emulator)
     assert len(jobs) == 1
     # The wait reported is the job's own (start - create), and covers the time capacity was held back.

@@ -39,13 +39,16 @@ def _get(ctx: ScenarioContext, path: str, **params: Any) -> Any:
     return response.json()
 
 
-def check_page_shows_ended(ctx: ScenarioContext, ref: RunRef, *, browser: bool = False) -> None:
-    """The task's requests are ended on the page, their end written by the provider; the DAG's
+def check_page_shows_ended(
+    ctx: ScenarioContext, ref: RunRef, *, outcome: str = TASK_ENDED, browser: bool = False
+) -> None:
+    """The task's requests are ended on the page with ``outcome``, their end written by the provider
+    (the trigger's kill path: :data:`TASK_ENDED`; the task's own timeout: ``timed_out``); the DAG's
     waited hours do not grow; with ``browser``, Chromium shows the same on the task's DWS tab."""
 
     def written_by_the_provider() -> list[dict[str, Any]] | None:
         rows: list[dict[str, Any]] = _get(ctx, f"/dws/api/ti/{_ti_path(ref)}")["requests"]
-        done = rows and all(r["record"]["outcome"] == TASK_ENDED and not r.get("ended_reason") for r in rows)
+        done = rows and all(r["record"]["outcome"] == outcome and not r.get("ended_reason") for r in rows)
         return rows if done else None
 
     # The trigger writes the end right after its cancel, which may be the moment the matrix saw the
@@ -60,10 +63,10 @@ def check_page_shows_ended(ctx: ScenarioContext, ref: RunRef, *, browser: bool =
         for r in rows
     ]
     written = bool(rows) and all(
-        r["section"] == "ended" and r["record"]["outcome"] == TASK_ENDED and not r.get("ended_reason")
+        r["section"] == "ended" and r["record"]["outcome"] == outcome and not r.get("ended_reason")
         for r in rows
     )
-    ctx.check("page: ended, end written by the trigger", ", ".join(seen) or "no request", written)
+    ctx.check(f"page: ended {outcome}, written by the provider", ", ".join(seen) or "no request", written)
     first = _get(ctx, "/dws/api/summary", dag_id=ref.dag_id)["total"]["waited_hours"]
     time.sleep(FROZEN_GAP)
     second = _get(ctx, "/dws/api/summary", dag_id=ref.dag_id)["total"]["waited_hours"]

@@ -366,6 +366,7 @@ def execution_timeout_while_waiting(ctx: ScenarioContext) -> None:
         f"cancelled {late:.0f}s after the deadline" if late is not None else "not cancelled",
         late is not None and late <= SETTLE_SECONDS,
     )
+    ctx.after_settle.append(lambda: check_page_shows_ended(ctx, ref, outcome="timed_out"))
 
 
 #: The execution_timeout of the dws_fault_execution_timeout DAG (tests/faults/dags/fault_scenarios.py).

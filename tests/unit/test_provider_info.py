@@ -65,3 +65,24 @@ def test_entry_point_is_registered() -> None:
     assert ep.value == "airflow_provider_dws.get_provider_info:get_provider_info"
     assert ep.load() is get_provider_info
     assert ep.load()()["package-name"] == "airflow-provider-dws"
+
+
+def test_the_provider_info_is_valid_for_airflow() -> None:
+    """What Airflow's providers manager checks the provider's metadata against."""
+    import json
+    from pathlib import Path
+
+    import airflow
+    import jsonschema
+
+    schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
+    jsonschema.validate(get_provider_info(), schema)
+
+
+def test_the_log_heartbeat_option_is_declared_with_its_default() -> None:
+    """``[dws] log_heartbeat`` is documented where Airflow users look (``airflow config list``)."""
+    from airflow_provider_dws.triggers.status_line import CONFIG_SECTION, DEFAULT_HEARTBEAT, HEARTBEAT_OPTION
+
+    option = get_provider_info()["config"][CONFIG_SECTION]["options"][HEARTBEAT_OPTION]
+    assert float(option["default"]) == DEFAULT_HEARTBEAT.total_seconds()
+    assert option["type"] == "integer"

@@ -1,10 +1,20 @@
 """Extra links from a task to its request in the Google Cloud console, one class per DWS surface.
 
 Every link's whole URL is stored in XCom by the task before it defers (:class:`StoredUrlLink`).
+
+When a task ends, Airflow asks each of its extra links for its URL (``get_link``) and stores it again
+for the UI. Asking the API server for an XCom that does not exist makes the task SDK's supervisor log
+an error ("XCom not found") in the task's log, though a link not made yet (a task that failed before
+its request existed, a release task) is no error. So this process keeps account of the links of the
+task instance it runs (:func:`track`): a fresh try starts with its XComs deleted by Airflow, and the
+links a try pushed before it deferred are kept in its task state store (:data:`LINKS_KEY`) for the
+run that resumes it. ``get_link`` answers from that account, and asks for the XCom only where it has
+none (a caller outside the task's run).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperatorLink
@@ -13,7 +23,61 @@ from airflow.sdk.execution_time.xcom import XCom
 if TYPE_CHECKING:
     from airflow.sdk.types import TaskInstanceKey
 
+log = logging.getLogger(__name__)
+
 CONSOLE = "https://console.cloud.google.com"
+
+#: Task state store key: ``{"try": N, "urls": {xcom key: url}}``, the links try N pushed so far.
+LINKS_KEY = "dws_links"
+
+#: The links of each task instance this process runs, keyed by (dag, task, run, map index): the
+#: URLs pushed in its current try, with the store that keeps them for a resumed run.
+_TRACKED: dict[tuple[str, str, str, int], _Tracked] = {}
+
+
+class _Tracked:
+    """One task instance's links in its current try."""
+
+    def __init__(self, store: Any, try_number: int, urls: dict[str, str]) -> None:
+        self.store = store
+        self.try_number = try_number
+        self.urls = urls
+
+
+def _ti_key(ti: Any) -> tuple[str, str, str, int] | None:
+    """A task instance's (dag, task, run, map index); ``None`` for what does not name one."""
+    dag_id, task_id, run_id = (getattr(ti, attr, None) for attr in ("dag_id", "task_id", "run_id"))
+    if not (isinstance(dag_id, str) and isinstance(task_id, str) and isinstance(run_id, str)):
+        return None
+    map_index = getattr(ti, "map_index", -1)
+    return (dag_id, task_id, run_id, map_index if isinstance(map_index, int) and map_index >= 0 else -1)
+
+
+def _try_number(ti: Any) -> int | None:
+    number = getattr(ti, "try_number", None)
+    return number if isinstance(number, int) and not isinstance(number, bool) else None
+
+
+def track(context: Any) -> None:
+    """Account for the link XComs of the task instance about to run (called before ``execute`` and
+    before a resume): none on a fresh try (Airflow deleted its XComs when it began), or those the
+    try pushed before it deferred, as its task state store keeps them. Without a readable store the
+    task instance is not tracked, and ``get_link`` reads the XCom as before."""
+    ti, store = context.get("ti"), context.get("task_state_store")
+    key, try_number = _ti_key(ti), _try_number(ti)
+    if key is None:
+        return
+    _TRACKED.pop(key, None)
+    if store is None or try_number is None:
+        return
+    try:
+        kept = store.get(LINKS_KEY)
+    except Exception:
+        log.warning("Could not read the console links kept for this try", exc_info=True)
+        return
+    urls = kept.get("urls") if isinstance(kept, dict) and kept.get("try") == try_number else None
+    # A try's first run: nothing pushed yet. A resumed run: what the try pushed before deferring.
+    _TRACKED[key] = _Tracked(store, try_number, dict(urls) if isinstance(urls, dict) else {})
 
 
 class StoredUrlLink(BaseOperatorLink):
@@ -32,12 +96,28 @@ class StoredUrlLink(BaseOperatorLink):
 
     @classmethod
     def push_url(cls, context: Any, url: str) -> str:
-        """Store ``url`` for this task instance; returns it."""
-        context["ti"].xcom_push(key=cls.key, value=url)
+        """Store ``url`` for this task instance (and, for a run that resumes this try, in its task
+        state store: :func:`track`); returns it."""
+        ti = context["ti"]
+        ti.xcom_push(key=cls.key, value=url)
+        key = _ti_key(ti)
+        tracked = _TRACKED.get(key) if key is not None else None
+        if tracked is not None:
+            tracked.urls[cls.key] = url
+            try:
+                tracked.store.set(LINKS_KEY, {"try": tracked.try_number, "urls": tracked.urls})
+            except Exception:
+                log.warning("Could not keep the console link for a resumed run", exc_info=True)
         return url
 
     def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
         """The stored URL, or an empty string before the request exists."""
+        key = _ti_key(ti_key)
+        tracked = _TRACKED.get(key) if key is not None else None
+        if tracked is not None:
+            # This process ran the task instance: it knows what its try pushed, and reading a link
+            # never pushed would log an error in the task's log.
+            return tracked.urls.get(self.key, "")
         value = XCom.get_value(key=self.key, ti_key=ti_key)
         return value if isinstance(value, str) else ""
 

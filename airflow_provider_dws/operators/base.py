@@ -151,6 +151,15 @@ class DwsBaseOperator(BaseOperator):
         """Run :attr:`CHECKS`: all of them at parse time, the templated ones again after rendering."""
         run_checks(self, self.CHECKS, rendered=rendered)
 
+    def pre_execute(self, context: Any) -> None:
+        """Before ``execute`` and before a resume: account for this try's console-link XComs
+        (:func:`airflow_provider_dws.links.track`), so the links Airflow stores when the task ends
+        are known without reading an XCom that was never pushed (an error line in the task log)."""
+        super().pre_execute(context)
+        from airflow_provider_dws.links import track
+
+        track(context)
+
 
 class DwsSetupReleaseOperator(DwsBaseOperator):
     """A teardown that gives back what its setup task (``setup_task_id``, same run and map index)

@@ -148,7 +148,7 @@ class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBacke
         context["ti"].xcom_push(key="job_name", value=name)
         url = self._console_url(name)
         if url:
-            context["ti"].xcom_push(key=GKEQueuedJobLink.key, value=url)
+            GKEQueuedJobLink.push_url(context, url)
             self.log.info("Console: %s", url)
 
     def _console_url(self, name: str) -> str | None:

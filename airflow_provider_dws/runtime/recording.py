@@ -7,6 +7,12 @@ value is read back once per task run (a resumed deferral is a new run) and kept 
 every capacity attempt of the try accumulates. :func:`record_release` does the same for the TPU
 slice a release task deletes. A record or a metric that cannot be written is logged, never
 raised: it describes the work, it is not the work.
+
+No read here asks the API server for one task instance's XCom that may not exist: the task SDK's
+supervisor logs each such absence as an error ("XCom not found") in the task's log, and a healthy
+first try has no records yet. A task's own records are read back from its task state store, which
+holds the same list; another task's with the SDK's sequence read, which answers an absence with an
+empty list.
 """
 
 from __future__ import annotations
@@ -55,18 +61,29 @@ _FACT_FIELDS = (
 
 
 def pull_records(context: Context, task_id: str | None = None) -> list[RequestRecord]:
-    """The records in the ``dws_requests`` XCom of this task instance (or of ``task_id`` in the
-    same run and map index); none when there are none or they cannot be read."""
+    """The records in the ``dws_requests`` XCom of this task instance, or of task ``task_id`` of the
+    same run; none when there are none or they cannot be read.
+
+    This task instance's XCom is read for its own map index, and only where it is known to exist or
+    no task state store can stand in for it (:meth:`Recorder._known`). Another task's is read for
+    every map index at once (the SDK's sequence read: an absent XCom is an empty list, where a read
+    of one map index logs an error): a record names its request, whose name is its own, so a reader
+    takes the records of the requests it looks for (a release, its setup's) by name.
+    """
     ti = context["ti"]
     pull = getattr(ti, "xcom_pull", None)
     if pull is None:  # a stand-in task instance without XCom reads
         return []
     try:
-        value = pull(key=XCOM_KEY, task_ids=task_id or ti.task_id, map_indexes=ti.map_index)
+        if task_id is None or task_id == ti.task_id:
+            value = pull(key=XCOM_KEY, task_ids=ti.task_id, map_indexes=ti.map_index)
+            return read_records(value)
+        # A list of task ids and no map index: one list of values, every map index's (or a None).
+        values = pull(key=XCOM_KEY, task_ids=[task_id])
     except Exception:
         log.warning("Could not read the %s XCom; starting a new list", XCOM_KEY, exc_info=True)
         return []
-    return read_records(value)
+    return [record for value in values or () for record in read_records(value)]
 
 
 def _try_number(context: Context) -> int:
@@ -79,6 +96,17 @@ def record_phase(status: RequestStatus) -> str:
     ``waiting`` to a reader of records, whose phases are :data:`~airflow_provider_dws.records.PHASES`."""
     phase = status.phase.value
     return phase if phase in PHASES else "waiting"
+
+
+def _project(op: Any, facts: dict[str, Any]) -> str:
+    """The request's project: the operator's or its connection's; on a Kubernetes connection, which
+    may name none, the adapter's fallback (``facts["project"]``)."""
+    if "project" not in facts:
+        return resolve_project(op)
+    try:
+        return resolve_project(op)
+    except Exception:  # no Google connection, or one without a project: not needed to reach the cluster
+        return str(facts["project"])
 
 
 def _tags(record: RequestRecord) -> dict[str, str]:
@@ -96,14 +124,20 @@ class Recorder:
 
     def _known(self, context: Context) -> list[RequestRecord]:
         if self._records is None:
-            self._records = pull_records(context) or self._earlier_tries(context)
+            # The task state store holds the list every push wrote to the XCom too: this try's
+            # records (a resumed run) and the earlier tries'. The XCom is read only without a store:
+            # on a try's first run Airflow has just deleted it, and that read would log an error.
+            if context.get("task_state_store") is None:
+                self._records = pull_records(context)
+            else:
+                self._records = self._earlier_tries(context)
         return self._records
 
     def _earlier_tries(self, context: Context) -> list[RequestRecord]:
-        """The records of the earlier tries, from the task state store (a new try starts with
-        its XComs cleared by Airflow, the store keeps them). A request an earlier try still
-        waited on when it ended is recorded cancelled: it was, unless this try adopts it, which
-        writes it live again."""
+        """The records of this try and the earlier ones, from the task state store (a new try
+        starts with its XComs cleared by Airflow, the store keeps them). A request an earlier try
+        still waited on when it ended is recorded cancelled: it was, unless this try adopts it,
+        which writes it live again."""
         store = context.get("task_state_store")
         if store is None:
             return []
@@ -162,7 +196,7 @@ class Recorder:
         return RequestRecord(
             api=api,
             kind=str(facts.get("kind") or api),
-            project=resolve_project(op),
+            project=_project(op, facts),
             location=location,
             request_name=status.name,
             phase=record_phase(status),
@@ -296,7 +330,8 @@ def record_release(
     try:
         sources = records_of if records_of is not None else ([op.setup_task_id] if op.setup_task_id else [])
         known = {r.request_name: r for task_id in sources for r in pull_records(context, task_id)}
-        own = pull_records(context)
+        # A release never defers: its try began with its XComs deleted, so it has no records yet.
+        own: list[RequestRecord] = []
         released_at = datetime.now(timezone.utc)
         for name, state in released:
             began, until = held_between(name) if held_between is not None else (None, None)

@@ -58,8 +58,10 @@ class TI:
     def xcom_push(self, key: str, value: Any) -> None:
         self.store[(self.task_id, key)] = value
 
-    def xcom_pull(self, *, key: str, task_ids: str, map_indexes: int) -> Any:
+    def xcom_pull(self, *, key: str, task_ids: str | list[str], map_indexes: Any = "every") -> Any:
         self.pulls.append({"key": key, "task_ids": task_ids, "map_indexes": map_indexes})
+        if isinstance(task_ids, list):  # every map index of each task: one value each here
+            return [self.store.get((task_id, key)) for task_id in task_ids]
         return self.store.get((task_ids, key))
 
 

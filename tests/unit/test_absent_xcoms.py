@@ -1,0 +1,184 @@
+"""No read of an XCom that may legitimately be absent: the task SDK's supervisor logs each one the API
+server does not find as an error ("XCom not found") in the task's log, 18 of them in a healthy
+``make demo``. A task's own request records come from its task state store, another task's through
+the sequence read (every map index, an absence is an empty list); the console links Airflow stores
+when a task ends come from what the task's run pushed (``links.track``)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+
+from airflow_provider_dws import links
+from airflow_provider_dws.links import LINKS_KEY, BatchFlexStartJobLink, BatchJobLogsLink
+from airflow_provider_dws.operators.tpu_release import DeleteTPUQueuedResourceOperator
+from airflow_provider_dws.records import XCOM_KEY
+from airflow_provider_dws.runtime import recording
+from airflow_provider_dws.scheduling.phases import Phase
+from tests.unit.test_request_recording import (
+    JOB,
+    QR,
+    SUBMITTED,
+    TI,
+    StateStore,
+    records_of,
+    status,
+    stub,
+    tpu,
+    vertex,
+)
+
+# -- the request records ------------------------------------------------------------------------------
+
+
+def test_a_first_try_reads_no_xcom(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Airflow deleted the try's XComs when it began: there is nothing to read, and a read would log
+    an error. The records the try starts from are the task state store's."""
+    state = StateStore()
+    op = vertex()
+    stub(op, monkeypatch, [JOB.format(1)])
+    ti = TI()
+    with pytest.raises(TaskDeferred):
+        op.run_attempts({"ti": ti, "task_state_store": state})
+    assert ti.pulls == []
+    [record] = records_of(ti)
+    assert (record.request_name, record.phase) == (JOB.format(1), "waiting")
+    assert state[XCOM_KEY] == ti.xcom[XCOM_KEY]
+
+
+def test_a_resumed_run_reads_its_records_from_the_state_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The XCom was written before the task deferred, and the store holds the same list: the resumed
+    run reads the store, which also serves a resume after a wait that came before any record (an
+    off-peak window, a calendar block not delivered yet), when the XCom does not exist."""
+    xcoms: dict[tuple[str, str], Any] = {}
+    state = StateStore()
+    first = vertex()
+    stub(first, monkeypatch, [JOB.format(1)])
+    with pytest.raises(TaskDeferred) as deferred:
+        first.run_attempts({"ti": TI(xcoms), "task_state_store": state})
+    resumed = vertex()
+    stub(resumed, monkeypatch, [])
+    ended = status(
+        JOB.format(1),
+        Phase.SUCCEEDED,
+        started=SUBMITTED + timedelta(minutes=5),
+        finished=SUBMITTED + timedelta(hours=1),
+    )
+    ti = TI(xcoms)
+    resumed.complete_attempt(
+        {"ti": ti, "task_state_store": state}, {**ended.to_event(), "echo": deferred.value.trigger.echo}
+    )
+    assert ti.pulls == []
+    [record] = records_of(ti)  # the waiting record upserted, not a second one
+    assert (record.request_name, record.phase, record.outcome) == (JOB.format(1), "succeeded", "succeeded")
+
+
+def test_a_release_reads_its_setups_records_for_every_map_index_and_not_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The setup may have no records (it failed before its request existed): the sequence read says
+    so with an empty list. The release's own XCom was deleted when its try began."""
+    xcoms: dict[tuple[str, str], Any] = {}
+    op = tpu()
+    stub(op, monkeypatch, [])
+    op.complete_attempt(
+        {"ti": TI(xcoms, task_id="ask")}, status(QR, Phase.RUNNING, started=SUBMITTED).to_event()
+    )
+    release = DeleteTPUQueuedResourceOperator(
+        task_id="release", zone="us-west4-a", setup_task_id="ask", project_id="my-project"
+    )
+    own = TI(xcoms, task_id="release")
+    recording.record_release(release, {"ti": own}, [(QR, "ACTIVE")])
+    assert own.pulls == [{"key": XCOM_KEY, "task_ids": ["ask"], "map_indexes": "every"}]
+    [released] = records_of(own)
+    assert released.accelerator_count == 16  # the setup's record, found by its request's name
+
+
+def test_records_of_every_map_index_are_read_and_each_request_keeps_its_own() -> None:
+    class Mapped(TI):
+        map_index = 1
+
+        def xcom_pull(self, *, key: str, task_ids: Any, map_indexes: Any = "every") -> Any:
+            assert isinstance(task_ids, list) and map_indexes == "every"
+            other = [{**rec, "request_name": "other"} for rec in base]
+            return [other, base, None]  # map indexes 0, 1 and one with no XCom
+
+    op = tpu()
+    xcoms: dict[tuple[str, str], Any] = {}
+    with pytest.MonkeyPatch.context() as mp:
+        stub(op, mp, [])
+        op.complete_attempt({"ti": TI(xcoms, task_id="ask")}, status(QR, Phase.RUNNING).to_event())
+    base = xcoms[("ask", XCOM_KEY)]
+    names = [r.request_name for r in recording.pull_records({"ti": Mapped(task_id="release")}, "ask")]
+    assert names == ["other", QR]
+
+
+# -- the console links ------------------------------------------------------------------------------
+
+
+class LinkTI:
+    dag_id, task_id, run_id = "d", "infer", "manual__1"
+
+    def __init__(self, map_index: int = -1, try_number: int = 1) -> None:
+        self.map_index = map_index
+        self.try_number = try_number
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+@pytest.fixture
+def no_xcom_reads(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """``XCom.get_value`` records each read: the tests expect none."""
+    reads: list[Any] = []
+
+    def get_value(**kwargs: Any) -> Any:
+        reads.append(kwargs)
+        return None
+
+    monkeypatch.setattr(links.XCom, "get_value", staticmethod(get_value))
+    monkeypatch.setattr(links, "_TRACKED", {})
+    return reads
+
+
+def test_a_link_never_pushed_is_empty_without_a_read(no_xcom_reads: list[Any]) -> None:
+    """A task that failed before its request existed, or a release with no link to give."""
+    ti, state = LinkTI(), StateStore()
+    op = DeleteTPUQueuedResourceOperator(task_id="infer", zone="us-west4-a", setup_task_id="ask")
+    op.pre_execute({"ti": ti, "task_state_store": state})  # what every DWS operator runs first
+    assert BatchFlexStartJobLink().get_link(op, ti_key=ti) == ""  # type: ignore[arg-type]
+    assert no_xcom_reads == []
+
+
+def test_a_pushed_link_is_known_in_this_run_and_in_the_run_that_resumes_the_try(
+    no_xcom_reads: list[Any],
+) -> None:
+    ti, state = LinkTI(map_index=4), StateStore()
+    links.track({"ti": ti, "task_state_store": state})
+    url = BatchFlexStartJobLink.persist({"ti": ti}, "p", "us-central1", "job-1")
+    assert ti.pushed == {BatchFlexStartJobLink.key: url}
+    assert BatchFlexStartJobLink().get_link(None, ti_key=ti) == url  # type: ignore[arg-type]
+    assert state[LINKS_KEY] == {"try": 1, "urls": {BatchFlexStartJobLink.key: url}}
+    # The task defers; it resumes in a new process, which knows only the store.
+    links._TRACKED.clear()
+    links.track({"ti": LinkTI(map_index=4), "task_state_store": state})
+    assert BatchFlexStartJobLink().get_link(None, ti_key=LinkTI(map_index=4)) == url  # type: ignore[arg-type]
+    assert BatchJobLogsLink().get_link(None, ti_key=LinkTI(map_index=4)) == ""  # type: ignore[arg-type]
+    # Another map index, and the next try (its XComs deleted when it began), have none of it.
+    links.track({"ti": LinkTI(map_index=5), "task_state_store": StateStore()})
+    assert BatchFlexStartJobLink().get_link(None, ti_key=LinkTI(map_index=5)) == ""  # type: ignore[arg-type]
+    links.track({"ti": LinkTI(map_index=4, try_number=2), "task_state_store": state})
+    assert BatchFlexStartJobLink().get_link(None, ti_key=LinkTI(map_index=4)) == ""  # type: ignore[arg-type]
+    assert no_xcom_reads == []
+
+
+def test_a_task_instance_this_process_did_not_run_is_read_from_its_xcom(no_xcom_reads: list[Any]) -> None:
+    """Without a task state store (or for a caller outside the task's run) the XCom is read, as before."""
+    ti = LinkTI()
+    links.track({"ti": ti})
+    assert BatchFlexStartJobLink().get_link(None, ti_key=ti) == ""  # type: ignore[arg-type]
+    assert [r["key"] for r in no_xcom_reads] == [BatchFlexStartJobLink.key]

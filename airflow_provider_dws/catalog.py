@@ -17,6 +17,7 @@ the ones the public Cloud TPU and Compute Engine documents list (checked 2026-12
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import NamedTuple
 
 from airflow_provider_dws.facts import (
@@ -33,13 +34,18 @@ from airflow_provider_dws.facts import (
     FLEX_START_GPUS,
     GKE_ACCELERATOR_LABEL,
     GKE_ACCELERATOR_MAX_GPUS,
+    GPU_ATTACHED_ROWS,
+    GPU_FIXED_FAMILIES,
     GPU_MACHINE_ROWS,
     GPU_RESOURCE,
+    INSTANCE_TYPE_LABEL,
     MAX_SLICES,
+    NO_GPU_FAMILIES,
     QUEUED_RESOURCE_ID_PATTERN,
     REGION_PATTERN,
     TPU_FAMILY_ROWS,
     ZONE_PATTERN,
+    machine_family,
     tpu_size_offered,
 )
 
@@ -64,6 +70,7 @@ __all__ = [
     "calendar_shape_error",
     "compute_gpu_name",
     "gpu_machine_error",
+    "machine_gpu_error",
     "machines_for",
     "split_tpu_type",
     "tpu_chips",
@@ -208,25 +215,106 @@ _SERIES = frozenset(m.series for m in GPU_MACHINES.values())
 
 
 def gpu_machine_error(machine_type: str, accelerator_type: object, count: object) -> str | None:
-    """Why ``count`` x ``accelerator_type`` cannot run on ``machine_type`` (``None``: it can).
+    """Why ``count`` x ``accelerator_type`` (Vertex AI names) cannot run on ``machine_type`` (``None``:
+    it can, or the tables cannot tell); see :func:`machine_gpu_error`."""
+    return machine_gpu_error(machine_type, accelerator_type, count, vertex_names=True)
 
-    A machine type of a series this table does not know (a new one, or a general-purpose machine)
-    is left to the API; a misspelt member of a known series is refused.
+
+def machine_gpu_error(
+    machine_type: str,
+    gpu: object,
+    count: object,
+    *,
+    vertex_names: bool = False,
+    own_allowed: bool = False,
+) -> str | None:
+    """Why ``count`` x ``gpu`` cannot be on a VM of ``machine_type`` (``None``: it can, or the tables
+    cannot tell): the one GPU attachment rule of every operator that takes a machine type.
+
+    An accelerator-optimized machine type comes with a fixed GPU model and count
+    (:data:`~airflow_provider_dws.facts.GPU_MACHINE_ROWS`), a family of
+    :data:`~airflow_provider_dws.facts.GPU_ATTACHED_ROWS` takes the GPUs listed there attached, one of
+    :data:`~airflow_provider_dws.facts.NO_GPU_FAMILIES` takes none. A machine type of an unknown family,
+    or of an unknown series of a known one, is left to the API. ``gpu`` is a Compute Engine name, or a
+    Vertex AI one with ``vertex_names``; ``None`` (and a ``None`` count) means none given: the machine's
+    own GPUs where it has some (``own_allowed``: the operator then fills them in).
     """
+
+    def name(compute: str) -> str:
+        return COMPUTE_GPU_NAMES.get(compute, compute) if vertex_names else compute
+
+    given = _COMPUTE_BY_VERTEX.get(gpu, gpu) if vertex_names and isinstance(gpu, str) else gpu
+    family = machine_family(machine_type)
     machine = GPU_MACHINES.get(machine_type)
-    if machine is None:
+    if machine is not None:
+        return _fixed_gpu_error(machine, given, count, name, own_allowed)
+    if family in GPU_FIXED_FAMILIES:
         series = machine_type.rsplit("-", 1)[0]
         if series not in _SERIES:
-            return None
+            return None  # a series the table does not know yet
         known = sorted(m for m, spec in GPU_MACHINES.items() if spec.series == series)
         return f"machine_type {machine_type!r} is not a {series} machine type; use one of {known}"
-    if accelerator_type != machine.accelerator_type or count != machine.accelerator_count:
+    if given is None:
+        return None
+    if family in GPU_ATTACHED_ROWS:
+        return _attached_gpu_error(machine_type, gpu, str(given), count, name)
+    if family in NO_GPU_FAMILIES:
         return (
-            f"machine_type {machine_type!r} comes with exactly {machine.accelerator_count} x "
-            f"{machine.accelerator_type}: set accelerator_type={machine.accelerator_type!r} and "
-            f"accelerator_count={machine.accelerator_count}, got {count!r} x {accelerator_type!r}"
+            f"machine_type {machine_type!r} takes no GPUs ({family} machines have none and none can be "
+            f"attached), got {gpu!r}{_where_else(str(given), name)}"
+        )
+    return None  # a family the tables do not know: the API's to judge
+
+
+def _attached_gpu_error(
+    machine_type: str, gpu: object, given: str, count: object, name: Callable[[str], str]
+) -> str | None:
+    """A family that takes GPUs attached: one of its GPUs, in a count it comes in."""
+    attachable = GPU_ATTACHED_ROWS[machine_family(machine_type)]
+    counts = attachable.get(given)
+    if counts is None:
+        return (
+            f"machine_type {machine_type!r} takes only {', '.join(name(g) for g in attachable)} "
+            f"attached, got {gpu!r}{_where_else(given, name)}"
+        )
+    if count is not None and count not in counts:
+        return (
+            f"machine_type {machine_type!r} takes {', '.join(map(str, counts))} x {name(given)}, "
+            f"got accelerator_count={count!r}"
         )
     return None
+
+
+def _fixed_gpu_error(
+    machine: GpuMachine, given: object, count: object, name: Callable[[str], str], own_allowed: bool
+) -> str | None:
+    """A machine with its own GPUs: none given (where allowed) or exactly those."""
+    own, fixed = compute_gpu_name(machine.accelerator_type), machine.accelerator_count
+    if own_allowed and given is None and count is None:
+        return None
+    if given == own and (count == fixed or (own_allowed and count is None)):
+        return None
+    leave_out = " (or leave both out)" if own_allowed else ""
+    shown = fixed if own_allowed and count is None else count
+    got = f"{shown!r} x {_spelt(given, name)!r}"
+    return (
+        f"machine_type {machine.machine_type!r} comes with exactly {fixed} x {name(own)}: set "
+        f"accelerator_type={name(own)!r} and accelerator_count={fixed}{leave_out}, got {got}"
+    )
+
+
+def _spelt(given: object, name: Callable[[str], str]) -> object:
+    """A GPU as the caller spells it (a name the tables do not know: as given)."""
+    return name(given) if isinstance(given, str) and given in COMPUTE_GPU_NAMES else given
+
+
+def _where_else(gpu: str, name: Callable[[str], str]) -> str:
+    """Where ``gpu`` (a Compute name) can run instead, for messages (empty when the tables do not know)."""
+    series = sorted({GPU_MACHINES[m].series for m in machines_for(COMPUTE_GPU_NAMES.get(gpu, ""))})
+    if series:
+        return f"; {name(gpu)} comes with the {', '.join(series)} machine types"
+    families = sorted(family for family, gpus in GPU_ATTACHED_ROWS.items() if gpu in gpus)
+    return f"; {name(gpu)} attaches to {', '.join(families)} machine types" if families else ""
 
 
 def machines_for(accelerator_type: str) -> list[str]:
@@ -255,39 +343,27 @@ def batch_machine_gpus(machine_type: str) -> tuple[str, int] | None:
 
 def batch_gpu_error(machine_type: str, accelerator_type: str | None, count: int | None) -> str | None:
     """Why ``count`` x ``accelerator_type`` (Compute names) cannot run on ``machine_type`` in a Flex
-    Start Batch job (``None``: it can; ``None`` type and count: the machine's own GPUs).
-
-    A machine of a GPU series (a2, a3, a4, g2) comes with a fixed GPU model and count; any other
-    machine type (n1 with attached T4s, a new series) is left to the API, given a Flex Start GPU.
-    """
+    Start Batch job or as flex-start VMs (``None``: it can; ``None`` type and count: the machine's own
+    GPUs): a GPU Flex Start offers, on a VM that has GPUs (:func:`machine_gpu_error`)."""
     if accelerator_type is not None and accelerator_type not in BATCH_FLEX_START_GPUS:
         return (
             f"accelerator_type {accelerator_type!r} is not a GPU Flex Start offers to Cloud Batch; "
             f"use one of {sorted(BATCH_FLEX_START_GPUS)}"
         )
-    own = batch_machine_gpus(machine_type)
-    if own is None:
-        series = machine_type.rsplit("-", 1)[0]
-        if series in _SERIES:
-            known = sorted(m for m, spec in GPU_MACHINES.items() if spec.series == series)
-            return f"machine_type {machine_type!r} is not a {series} machine type; use one of {known}"
-        if accelerator_type is None:
-            return (
-                f"machine_type {machine_type!r} has no GPUs of its own: Flex Start schedules GPU VMs, so "
-                f"set accelerator_type (one of {sorted(BATCH_FLEX_START_GPUS)}) or use a GPU machine "
-                "type such as 'g2-standard-8' or 'a3-highgpu-8g'"
-            )
-        return None
-    gpu, fixed = own
-    if accelerator_type is None and count is None:
-        return None
-    if accelerator_type != gpu or (count is not None and count != fixed):
+    error = machine_gpu_error(machine_type, accelerator_type, count, own_allowed=True)
+    if error or accelerator_type is not None or batch_machine_gpus(machine_type) is not None:
+        return error
+    if machine_family(machine_type) in NO_GPU_FAMILIES:
         return (
-            f"machine_type {machine_type!r} comes with exactly {fixed} x {gpu}: set "
-            f"accelerator_type={gpu!r} and accelerator_count={fixed} (or leave both out), got "
-            f"{count if count is not None else fixed} x {accelerator_type!r}"
+            f"machine_type {machine_type!r} has no GPUs of its own and takes none: Flex Start schedules "
+            "GPU VMs, so use a GPU machine type such as 'g2-standard-8' or 'a3-highgpu-8g' (or an n1 "
+            "machine type with accelerator_type='nvidia-tesla-t4')"
         )
-    return None
+    return (
+        f"machine_type {machine_type!r} has no GPUs of its own: Flex Start schedules GPU VMs, so "
+        f"set accelerator_type (one of {sorted(BATCH_FLEX_START_GPUS)}) or use a GPU machine "
+        "type such as 'g2-standard-8' or 'a3-highgpu-8g'"
+    )
 
 
 # -- locations ---------------------------------------------------------------------------------
@@ -429,5 +505,24 @@ def gke_gpu_error(accelerator: str | None, gpus: int) -> str | None:
         return (
             f"the pod asks for {gpus} x {GPU_RESOURCE} but a node with {accelerator} has at most {most}"
             f"{largest}, and a pod runs on one node: ask for at most {most} per pod and more pods (count)"
+        )
+    return None
+
+
+def gke_node_error(machine_type: str, accelerator: str | None, gpus: int) -> str | None:
+    """Why a pod asking for ``gpus`` x ``nvidia.com/gpu`` on ``accelerator`` cannot run on a node of
+    ``machine_type`` (its ``node.kubernetes.io/instance-type`` selector), or ``None``: the GPU
+    attachment rule of :func:`machine_gpu_error`, and no more GPUs than the machine comes with."""
+    own = batch_machine_gpus(machine_type)
+    selected = f"nodeSelector {INSTANCE_TYPE_LABEL}={machine_type!r}"
+    if own is None:
+        error = machine_gpu_error(machine_type, accelerator, None)
+        return f"{selected}: {error}" if error else None
+    if accelerator is not None and accelerator != own[0]:
+        return f"{selected} comes with {own[1]} x {own[0]}, not the {GKE_ACCELERATOR_LABEL} {accelerator!r}"
+    if gpus > own[1]:
+        return (
+            f"the pod asks for {gpus} x {GPU_RESOURCE} but {selected} comes with {own[1]} x {own[0]}, "
+            "and a pod runs on one node"
         )
     return None

@@ -104,6 +104,40 @@ BATCH_FLEX_START_GPUS = frozenset(
         "nvidia-gb200",
     }
 )
+#: Machine families whose VMs take GPUs attached (Compute Engine's GPU pages: "For N1 general-purpose
+#: machine types, except for the N1 shared-core (f1-micro and g1-small), you can attach a select set
+#: of GPU models"; the accelerator-optimized families of :data:`GPU_MACHINE_ROWS` come with theirs):
+#: family -> attachable GPU (Compute name) -> the GPU counts one VM may have. The models are verified
+#: (2026-12); the counts are not (the page's N1 tables could not be read) and agree with GKE's
+#: largest nodes. The vCPU and memory limits of each count are left to the API. K80s are gone (end
+#: of support).
+GPU_ATTACHED_ROWS = {
+    "n1": {
+        "nvidia-tesla-t4": (1, 2, 4),
+        "nvidia-tesla-v100": (1, 2, 4, 8),
+        "nvidia-tesla-p100": (1, 2, 4),
+        "nvidia-tesla-p4": (1, 2, 4),
+    },
+}
+#: Machine families that take no GPU: "GPUs are not compatible with other machine types" than the
+#: accelerator-optimized ones and N1 (Compute Engine, About GPUs, verified 2026-12). The list of
+#: family names is the machine family pages' as we knew them (not verified one by one); a family in
+#: none of these tables (a new one, G4's RTX PRO 6000 machines) is left to the API.
+NO_GPU_FAMILIES = frozenset(
+    {
+        *("c2", "c2d", "c3", "c3d", "c4", "c4a", "c4d", "e2", "f1", "g1", "h3", "h4d", "m1", "m2"),
+        *("m3", "m4", "n2", "n2d", "n4", "n4a", "n4d", "t2a", "t2d", "x4", "z3"),
+    }
+)
+#: Machine families whose machine types come with a fixed GPU (``a3`` of ``a3-highgpu-8g``).
+GPU_FIXED_FAMILIES = frozenset(machine.split("-", 1)[0] for machine in GPU_MACHINE_ROWS)
+
+
+def machine_family(machine_type: str) -> str:
+    """``n1`` for ``n1-standard-8``, ``a4x`` for ``a4x-highgpu-4g``."""
+    return machine_type.split("-", 1)[0]
+
+
 #: Tasks in one Cloud Batch task group.
 BATCH_MAX_TASKS = 10000
 #: A Compute Engine machine type (``g2-standard-8``, ``a3-highgpu-8g``, ``n1-standard-4``).
@@ -258,22 +292,27 @@ GPU_RESOURCE = "nvidia.com/gpu"
 QUEUED_TOLERATION = {"key": GKE_QUEUED_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 #: The toleration of the taint GKE puts on GPU nodes.
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def _most_gpus_per_vm() -> dict[str, int]:
+    """Compute GPU name -> the most of it one VM has, from the two GPU tables (the fixed machines and
+    the attachable GPUs), so GKE's limit is not a third copy of them."""
+    compute_name = {vertex: compute for compute, vertex in COMPUTE_GPU_NAMES.items()}
+    most: dict[str, int] = {}
+    for vertex, count in GPU_MACHINE_ROWS.values():
+        name = compute_name[vertex]
+        most[name] = max(most.get(name, 0), count)
+    for gpus in GPU_ATTACHED_ROWS.values():
+        for name, counts in gpus.items():
+            most[name] = max(most.get(name, 0), *counts)
+    return most
+
+
 #: GKE accelerator label value -> the most GPUs one node of it has (its largest machine type: a pod
 #: cannot use GPUs of two nodes). The same GPUs as :data:`COMPUTE_GPU_NAMES`, spelled alike.
-GKE_ACCELERATOR_MAX_GPUS = {
-    "nvidia-l4": 8,
-    "nvidia-tesla-t4": 4,
-    "nvidia-tesla-v100": 8,
-    "nvidia-tesla-p100": 4,
-    "nvidia-tesla-p4": 4,
-    "nvidia-tesla-a100": 16,
-    "nvidia-a100-80gb": 8,
-    "nvidia-h100-80gb": 8,
-    "nvidia-h100-mega-80gb": 8,
-    "nvidia-h200-141gb": 8,
-    "nvidia-b200": 8,
-    "nvidia-gb200": 4,
-}
+GKE_ACCELERATOR_MAX_GPUS = _most_gpus_per_vm()
+#: The node label of a node's machine type (a pod's ``nodeSelector`` may name it).
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 #: A Kubernetes object name (DNS-1123 subdomain), at most 253 characters.
 KUBE_NAME_PATTERN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 KUBE_NAME_MAX = 253

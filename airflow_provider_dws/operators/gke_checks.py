@@ -76,8 +76,13 @@ def pod_gpus(spec: Mapping[str, Any]) -> int | None:
 
 def accelerator_of(spec: Mapping[str, Any]) -> str | None:
     """The ``cloud.google.com/gke-accelerator`` the pod spec's node selector names, if any."""
+    return _selected(spec, facts.GKE_ACCELERATOR_LABEL)
+
+
+def _selected(spec: Mapping[str, Any], label: str) -> str | None:
+    """The value the pod spec's node selector gives ``label``, if any."""
     selector = spec.get("nodeSelector") or {}
-    value = selector.get(facts.GKE_ACCELERATOR_LABEL) if isinstance(selector, Mapping) else None
+    value = selector.get(label) if isinstance(selector, Mapping) else None
     return str(value) if value is not None else None
 
 
@@ -117,6 +122,11 @@ def pod_template_error(template: Any, is_unrendered: Callable[[Any], bool] = lam
         return None  # a CPU pod set (queued provisioning of CPU node pools): nothing to compare
     from airflow_provider_dws import catalog
 
+    machine = _selected(spec, facts.INSTANCE_TYPE_LABEL)
+    if machine is not None and not is_unrendered(machine):
+        error = catalog.gke_node_error(machine, accelerator, gpus)
+        if error:
+            return error
     return catalog.gke_gpu_error(accelerator, gpus)
 
 

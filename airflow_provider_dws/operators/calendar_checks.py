@@ -1,11 +1,13 @@
 """The calendar operators' detailed checks: the times of a block and why a shape is refused (the
 catalog is imported only then).
 
-A time given as a literal is checked at every parse for its form and time zone only: whether it lies
-ahead, within what calendar mode books, depends on the clock, and a DAG whose block has started must
-still parse (and its tasks adopt their block). That is checked when it matters: the Find task's range
-when it asks the advice (:func:`search_range`), a block's start when a new block is submitted
-(:func:`check_block_start`), never when a retry adopts the block it made."""
+A time given as a literal is checked at every parse for its form and time zone, and for what no clock
+can make right: a relative start (a ``timedelta`` from when the task runs) past calendar mode's horizon,
+or an earliest start after the latest. Whether an absolute time lies ahead, within what calendar mode
+books, depends on the clock, and a DAG whose block has started must still parse (and its tasks adopt
+their block). That is checked when it matters: the Find task's range when it asks the advice
+(:func:`search_range`), a block's start when a new block is submitted (:func:`check_block_start`),
+never when a retry adopts the block it made."""
 
 from __future__ import annotations
 
@@ -87,18 +89,82 @@ def search_range(op: Any, *, now: datetime | None = None) -> tuple[datetime, dat
 
 
 def check_search_range(op: Any, value: Any, is_unrendered: Callable[[Any], bool]) -> None:
-    """``earliest_start`` / ``latest_start``: valid moments (their range is checked when the task runs)."""
+    """``earliest_start`` / ``latest_start``: valid moments; what no clock can make right (a relative
+    start past the horizon, or the bounds out of order) at once, the rest when the task runs."""
+    given: dict[str, Any] = {}
     for name in ("latest_start", "earliest_start"):
         moment = getattr(op, name)
         if moment is not None and not is_unrendered(moment):
             parse_moment(op, name, moment)
+            check_relative_start(op, name, moment)
+            given[name] = moment
+    earliest, latest = given.get("earliest_start"), given.get("latest_start")
+    if earliest is None or latest is None:
+        return
+    if type(earliest) is timedelta and type(latest) is timedelta:
+        _check_order(op, earliest, latest, " (both count from when the task runs)")
+    elif type(earliest) is not timedelta and type(latest) is not timedelta:
+        _check_order(
+            op, parse_moment(op, "earliest_start", earliest), parse_moment(op, "latest_start", latest), ""
+        )
+    # One relative and one absolute: their order depends on when the task runs.
+
+
+def _check_order(op: Any, earliest: Any, latest: Any, relative: str) -> None:
+    """Two bounds of the same kind (both durations, or both moments) must not be out of order."""
+    if earliest > latest:
+        raise op._param_error(
+            f"earliest_start {_moment(earliest)} is after latest_start {_moment(latest)}{relative}: no "
+            "block can start between them; swap them or widen the range"
+        )
 
 
 def check_start_time(op: Any, value: Any, is_unrendered: Callable[[Any], bool]) -> None:
-    """``start_time``: an aware moment (whether it lies ahead is checked when a new block is submitted)."""
+    """``start_time``: an aware moment (whether it lies ahead is checked when a new block is submitted;
+    a relative one that no clock can make right, at once)."""
     if is_unrendered(value):
         return
     parse_moment(op, "start_time", value)
+    check_relative_start(op, "start_time", value)
+
+
+def check_relative_start(op: Any, name: str, value: Any) -> None:
+    """A start given as a ``timedelta`` counts from when the task runs, so whether it lies ahead and
+    within calendar mode's horizon does not depend on the clock: refuse it now if it cannot."""
+    if type(value) is not timedelta:
+        return
+    if not value:
+        raise op._param_error(
+            f"{name} timedelta(0) is the moment the task runs, which has passed by the time the block is "
+            "asked for: a block starts in the future; give a later start"
+        )
+    ahead = parse_horizon(op)
+    if value > ahead:
+        raise op._param_error(
+            f"{name} {_moment(value)} from when the task runs is beyond what calendar mode books for "
+            f"{_booked(op)} ({ahead.days} days ahead), whenever it runs; give at most "
+            f"timedelta(days={ahead.days})"
+        )
+
+
+def parse_horizon(op: Any) -> timedelta:
+    """:func:`horizon` for a known shape; the longest one while the shape is the Find task's."""
+    if op.tpu_version is None and op.machine_type is None:
+        return max(facts.CALENDAR_GPU_HORIZON, facts.CALENDAR_TPU_HORIZON)
+    return horizon(op)
+
+
+def _booked(op: Any) -> str:
+    if op.tpu_version is not None:
+        return f"TPU {op.tpu_version}"
+    return f"{op.machine_type} VMs" if op.machine_type is not None else "any block"
+
+
+def _moment(value: datetime | timedelta) -> str:
+    """A start for messages: ``90 days`` or an ISO 8601 time."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return f"{value.days} days" if value == timedelta(days=value.days) else str(value)
 
 
 def check_block_start(op: Any, start: datetime, *, now: datetime | None = None) -> None:

@@ -94,9 +94,11 @@ def test_a_literal_time_that_passed_still_parses_and_renders() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"latest_start": timedelta(days=61)}, "more than 60 days ahead"),
+        # Absolute times: a relative one past the horizon, or after the latest, is refused at parse
+        # time (tests/unit/test_parse_mistakes_times.py).
+        ({"latest_start": datetime.now(timezone.utc) + timedelta(days=61)}, "more than 60 days ahead"),
         ({"latest_start": PAST}, "has passed"),
-        ({"earliest_start": timedelta(weeks=5)}, "is before earliest_start"),
+        ({"earliest_start": datetime.now(timezone.utc) + timedelta(weeks=5)}, "is before earliest_start"),
     ],
 )
 def test_the_find_range_is_checked_when_the_task_runs(kwargs: dict[str, Any], message: str) -> None:

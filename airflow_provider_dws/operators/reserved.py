@@ -14,8 +14,9 @@ its block in one of two ways, exactly one:
   (``projects/P/zones/Z/reservations/R``; Cloud TPU's ``projects/P/locations/Z/reservations/R`` too),
   e.g. from the asset event a WaitFor task emits.
 
-Where it runs follows the reservation (its zone or region: leave the location out, or give the same);
-failover makes no sense on a reservation and is refused. Started before the delivery, it waits for it,
+Where it runs follows the reservation (its zone or region: leave the location out, or give the same;
+another one is refused at parse time when both are literal, the reservation's zone named by
+``reservation`` or by the DAG's block tasks); failover makes no sense on a reservation and is refused. Started before the delivery, it waits for it,
 deferred. A workload whose ``max_run`` would carry it past the block's end is refused when it is
 submitted (or at parse time, when the block's length is known then), unless
 ``allow_past_block_end=True``. When the block ends, the service stops what runs on it: the task fails
@@ -28,7 +29,15 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_dws.operators.checks import Check, flag, matches, non_empty_str, run_checks
+from airflow_provider_dws.operators.checks import (
+    Check,
+    flag,
+    has_template,
+    is_template,
+    matches,
+    non_empty_str,
+    run_checks,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -128,21 +137,73 @@ class BlockConsumer:
                 f"({length}): it would run past the block's end, when the block and everything on it are "
                 "deleted; shorten max_run or pass allow_past_block_end=True"
             )
+        self._check_block_location()
+
+    def _check_block_location(self) -> None:
+        """A literal region (or zone) must be able to hold the block's reservation, when the DAG names
+        its zone literally: elsewhere the workload could never run on it."""
+        field = self.LOCATION_FIELD
+        given = getattr(self, field, None)
+        found = self._block_zones()
+        if not isinstance(given, str) or is_template(given) or found is None:
+            return
+        zones, source = found
+        places = [zone if field == "zone" else zone.rsplit("-", 1)[0] for zone in zones]
+        if given not in places:
+            where = f"zone {zones[0]!r}" if len(zones) == 1 else f"one of the zones {list(zones)}"
+            raise self._param_error(
+                f"{field} {given!r} cannot hold the block's reservation, which is in {where} ({source}): "
+                f"a workload runs where its reservation is; leave {field} out to follow it, or give "
+                f"{places[0]!r}"
+            )
+
+    def _block_tasks(self) -> list[Any]:
+        """The calendar tasks of this DAG that describe the block, nearest first (a WaitFor task, its
+        Reserve task, that one's Find task), as far as the DAG already holds them."""
+        has_dag = getattr(self, "has_dag", None)
+        dag = getattr(self, "dag", None) if has_dag is not None and has_dag() else None
+        tasks: list[Any] = []
+        task_id = self.block_task_id
+        while dag is not None and task_id and len(tasks) < 3:
+            task = dag.task_dict.get(task_id)
+            if task is None:
+                break
+            tasks.append(task)
+            task_id = getattr(task, "reserve_task_id", None) or getattr(task, "find_task_id", None)
+        return tasks
 
     def _block_length(self) -> timedelta | None:
         """The block's length when the DAG gives it literally (the Reserve task's or its Find task's
         ``duration``, through a WaitFor task's ``reserve_task_id``), else ``None``."""
-        has_dag = getattr(self, "has_dag", None)
-        dag = getattr(self, "dag", None) if has_dag is not None and has_dag() else None
-        task_id = self.block_task_id
-        for _ in range(3):
-            task = dag.task_dict.get(task_id) if dag is not None and task_id else None
-            if task is None:
-                return None
+        for task in self._block_tasks():
             length = getattr(task, "duration", None)
             if isinstance(length, timedelta):
                 return length
-            task_id = getattr(task, "reserve_task_id", None) or getattr(task, "find_task_id", None)
+        return None
+
+    def _block_zones(self) -> tuple[tuple[str, ...], str] | None:
+        """The zone(s) the block's reservation may be in, and where that comes from, when literal: the
+        ``reservation``'s, or the block task's (a WaitFor task's future reservation, a Reserve task's
+        zone, a Find task's zones); ``None`` when not known at parse time."""
+        if self.reservation is not None:
+            if is_template(self.reservation):
+                return None
+            return (self.reservation.split("/")[3],), f"reservation {self.reservation!r}"
+        tasks = self._block_tasks()
+        if not tasks:
+            return None
+        from airflow_provider_dws.operators import calendar  # the DAG's block tasks loaded it already
+
+        for task in tasks:
+            source = f"task {task.task_id!r}"
+            if isinstance(task, calendar.WaitForCalendarBlockOperator) and task.future_reservation:
+                name = task.future_reservation
+                return None if is_template(name) else ((name.split("/")[3],), source)
+            if isinstance(task, calendar.ReserveCalendarBlockOperator) and task.zone is not None:
+                return None if is_template(task.zone) else ((task.zone,), source)
+            if isinstance(task, calendar.FindCalendarBlockOperator):
+                zones = task.zones
+                return None if has_template(zones) else (tuple(zones), source)
         return None
 
     def block_run_for(self) -> timedelta | None:

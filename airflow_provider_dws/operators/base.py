@@ -9,12 +9,14 @@ operator's own module.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.bases.operator import BaseOperatorMeta
 
 from airflow_provider_dws import facts
 from airflow_provider_dws.operators.checks import Check, flag, matches, non_empty_str, run_checks
@@ -123,7 +125,40 @@ QUEUED_RESOURCE_ID_CHECK = Check(
 )
 
 
-class DwsBaseOperator(BaseOperator):
+#: The start of the TypeError Airflow's ``BaseOperatorMeta`` raises for a required argument not given.
+_MISSING = "missing keyword argument"
+
+
+class DwsOperatorMeta(BaseOperatorMeta):
+    """Airflow's operator metaclass, whose "missing keyword argument 'region'" names no operator nor
+    task: each ``__init__`` it wraps says which operator and task lack which required argument."""
+
+    @classmethod
+    def _apply_defaults(cls, func: Any) -> Any:
+        applied = super()._apply_defaults(func)
+
+        @functools.wraps(applied)
+        def init(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return applied(self, *args, **kwargs)
+            except TypeError as err:
+                text = str(err)
+                if not text.startswith(_MISSING):
+                    raise
+                names = re.findall(r"'([^']+)'", text)
+                what = "argument" if len(names) == 1 else "arguments"
+                raise TypeError(
+                    f"{type(self).__name__} {kwargs.get('task_id')!r}: missing required {what} "
+                    + ", ".join(repr(name) for name in names)
+                ) from None
+
+        # Airflow finds the operator's own __init__ through __wrapped__ (it sets the task's
+        # dependencies once, in the outermost one), so it must stay the function it wrapped.
+        init.__wrapped__ = func  # type: ignore[attr-defined]
+        return init
+
+
+class DwsBaseOperator(BaseOperator, metaclass=DwsOperatorMeta):
     """Base of the DWS operators: common parameters, their checks and the request identity.
 
     Subclasses set their parameters as attributes, list their checks in :attr:`CHECKS` and call

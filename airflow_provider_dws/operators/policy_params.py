@@ -55,9 +55,13 @@ def set_policies(op: Any, window: Any, deadline: Any, capacity_retry: Any, failo
     if op.failover is not None:
         for placement in op.failover.placements:
             op.check_placement(placement)
-        if op.capacity_retry is None or op.capacity_retry.attempts < 2:
-            # Failover happens on a retry: without one the placements would never be tried.
+        if op.capacity_retry is None or op.capacity_retry.retries < 1:
+            # Failover happens on a retry: without one the placements would never be tried. Said in
+            # retries, as the short form counts (capacity_retry=N is CapacityRetry(attempts=N + 1)).
+            places = len(op.failover.placements)
+            got = "no capacity_retry" if op.capacity_retry is None else "capacity_retry with 0 retries"
             raise op._param_error(
-                f"failover ({op.failover}) needs capacity_retry with at least 2 attempts, "
-                f"got {op.capacity_retry or 'no capacity_retry'}"
+                f"failover ({op.failover}) is tried only on capacity retries, so it needs at least 1 "
+                f"retry: pass capacity_retry={places} (retries; CapacityRetry(attempts={places + 1}) counts "
+                f"the first submission too) to try each failover placement once, got {got}"
             )

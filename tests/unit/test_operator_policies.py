@@ -505,9 +505,9 @@ def test_long_custom_queued_resource_id_is_cut_to_fit_the_suffix() -> None:
 @BOTH
 def test_failover_without_retries_is_refused(which: str) -> None:
     location, _ = FAILOVER_FORMS[which]
-    with refused(which, "needs capacity_retry with at least 2 attempts, got no capacity_retry"):
+    with refused(which, "to try each failover placement once, got no capacity_retry"):
         make(which, failover=location, capacity_retry=None)
-    with refused(which, "needs capacity_retry with at least 2 attempts"):
+    with refused(which, "to try each failover placement once, got capacity_retry with 0 retries"):
         make(which, failover=location, capacity_retry=0)
 
 

@@ -148,6 +148,19 @@ def test_manual_approval_approve_and_decline_with_a_reason(gce, clock, emulator)
     assert "not approved before its start time" in record(emulator, "late")["error"]["message"]
 
 
+def test_a_late_tick_decides_an_approval_as_of_when_it_was_due(gce, clock, emulator) -> None:
+    """A busy machine ticks late: a block whose approval was due before its start is approved (and
+    delivered) whatever tick sees it first; one whose approval comes after its start is declined."""
+    insert(gce, gpu_block("due", clock() + 10))  # the approval is due 1 s after the insert
+    insert(gce, gpu_block("after", clock() + 0.5))  # its approval is due after its start
+    clock.advance(11.5)  # the first tick since the inserts: past both starts and the delivery
+    assert states(emulator, "due")[:3] == ["PENDING_APPROVAL", "APPROVED", "PROCURING"]
+    assert status(gce, "due") == "FULFILLED"
+    assert record(emulator, "due")["approve_time"] < record(emulator, "due")["start_time"]
+    assert status(gce, "after") == "DECLINED"
+    assert "not approved before its start time" in record(emulator, "after")["error"]["message"]
+
+
 def test_the_calendar_declines_what_does_not_fit_and_frees_what_is_cancelled(gce, clock, emulator) -> None:
     start = clock() + 40 * DAY
     insert(gce, gpu_block("a", start, count=6))  # 48 of 64 GPUs a day

@@ -116,15 +116,19 @@ class CalendarState(ServedReservations, CalendarControls, Api):
         while True:
             status = rec.status
             if status == "PENDING_APPROVAL":
-                if now >= plan.start:
+                due = (
+                    None
+                    if self.settings.approval_seconds is None
+                    else rec.created_at + self.settings.approval_seconds
+                )
+                if due is not None and due < plan.start and now >= due:
+                    # Decided as of when it was due, however late this tick: a busy machine must not
+                    # turn an approval due before the start into a decline at the start.
+                    self._decide(rec, due)
+                elif now >= plan.start:
                     self.decline(rec, now, "it was not approved before its start time")
-                elif (
-                    self.settings.approval_seconds is None
-                    or now < rec.created_at + self.settings.approval_seconds
-                ):
-                    return
                 else:
-                    self._decide(rec, now)
+                    return
             elif status == "APPROVED" and rec.lock_at is not None and now >= rec.lock_at:
                 self._set(rec, "PROCURING", now)
             elif status == "PROCURING" and now >= plan.start:

@@ -272,7 +272,10 @@ class ReserveCalendarBlockOperator(_ShapeMixin, DwsRequestOperator):
     Returns the future reservation's full name, zone, start, end and what it reserves. Give it back
     with :class:`ReleaseCalendarBlockOperator` as a teardown.
 
-    :param find_task_id: the Find task whose choice to reserve; or give the block:
+    :param find_task_id: the Find task whose choice to reserve (what the task does not give itself).
+        A start taken from it that has passed when a new block would be booked is found again, once:
+        the advice asked as the Find task would ask it then; a second one passed fails the task
+        (``CapacityNotObtainedError``). Or give the block:
     :param zone: the block's zone (templated).
     :param start_time: its start: an aware ``datetime`` or an ISO 8601 string (templated); in the future.
     :param duration: its length, 1 to 90 days.

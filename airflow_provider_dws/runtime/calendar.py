@@ -24,7 +24,7 @@ from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApi
 from airflow_provider_dws.exceptions import BadRequestError, CapacityNotObtainedError, RequestCancelledError
 from airflow_provider_dws.facts import CALENDAR_PROVISIONING_LIMIT
 from airflow_provider_dws.links import CalendarBlockLink, future_reservation_console_url
-from airflow_provider_dws.operators.calendar_checks import check_block_start, parse_moment
+from airflow_provider_dws.operators.calendar_checks import parse_moment
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.compute import _pulled
 from airflow_provider_dws.runtime.loop import resolve_project
@@ -76,28 +76,13 @@ def shape_fields(shape: CalendarShape, workload_type: str) -> dict[str, Any]:
 
 
 def resolve_reserve(op: ReserveCalendarBlockOperator, context: Context) -> None:
-    """Fill the block from the Find task's choice (what the operator does not give itself); the operator
-    then knows its zone, start, length and shape. Called whenever the task runs or resumes."""
+    """Fill the block from the Find task's choice, or the block found again since it started (what the
+    operator does not give itself); the operator then knows its zone, start, length and shape. Called
+    whenever the task runs or resumes."""
     if op.find_task_id is not None:
-        choice = _pulled(context, op.find_task_id)
-        if not isinstance(choice, dict) or not choice.get("zone"):
-            raise op._param_error(
-                f"task {op.find_task_id!r} left no calendar block to reserve (did it run and succeed in this DAG run?)"
-            )
-        if op.zone is None:
-            op.zone = str(choice["zone"])
-        if op.start_time is None:
-            op.start_time = str(choice["start_time"])
-        if op.duration is None:
-            op.duration = timedelta(seconds=int(choice["duration_seconds"]))
-        if not op.has_shape():
-            op._set_shape(
-                choice.get("machine_type"),
-                choice.get("vm_count"),
-                choice.get("tpu_version"),
-                choice.get("chip_count"),
-                choice.get("workload_type") or "BATCH",
-            )
+        from airflow_provider_dws.runtime.calendar_find import take_find_choice
+
+        take_find_choice(op, context)
     op.home_placement()  # the zone is valid now
 
 
@@ -158,6 +143,11 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
         decision = choose_existing([Candidate(s.name, s.phase, s.timings.submitted) for s in statuses])
         self.log.info("%s", decision.describe(identity.describe()))
         if decision.name is None:
+            from airflow_provider_dws.runtime.calendar_find import find_again_if_started
+
+            # A new block will be booked: one whose start passed while the task waited to run is
+            # found again now, before the attempt loop places the booking in its zone.
+            find_again_if_started(self.op, context, utcnow())
             return None
         status = next(s for s in statuses if s.name == decision.name)
         self._say_differences(status)
@@ -207,6 +197,8 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
     ) -> RequestStatus:
         """Create this attempt's future reservation, its start checked to lie ahead within the horizon
         (a request of that name already there is adopted, unchecked)."""
+        from airflow_provider_dws.runtime.calendar_find import check_new_start
+
         ask = self.ask()
         backend = self.backend(placement.location)
         try:
@@ -216,7 +208,7 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
                 self.build(identity),
                 identity,
                 identity.request_uuid(),
-                before_create=lambda: check_block_start(self.op, ask.start),
+                before_create=lambda: check_new_start(self.op, ask.start, utcnow()),
             )
         except _REFUSED as err:
             raise BadRequestError(

@@ -11,7 +11,10 @@ work that can wait for capacity.)
   to the log and XCom.
 * ``reserve_block`` books it (a future reservation, named from the task instance: a retry adopts
   it, never books twice) and defers until it is approved; ``reserve_tpu_block`` books 8 TPU v5e
-  chips in us-west4-a for the same week.
+  chips in us-west4-a for the same week (its own zone and shape, the start and length the Find task
+  chose). A reserve task that runs after the chosen block has started (a busy scheduler) asks the
+  advice again, once, as ``find_block`` would ask it then, and books that block; it fails only if
+  that one has started too.
 * ``wait_for_block`` defers until the GPU block is delivered (one shared list of the zone per
   interval, however far the start) and emits an asset event with its reservation.
 * ``train`` runs a Vertex AI custom job on the block's reservation
@@ -24,10 +27,11 @@ work that can wait for capacity.)
 
 Run it locally against the bundled emulator with ``make demo``. The ``DWS_EXAMPLE_*`` variables exist
 only so the demo and the tests can run it in seconds: ``DWS_EXAMPLE_CALENDAR_EARLIEST_START_SECONDS``
-(the demo: 20) lets the blocks start that soon (the emulator's advice offers a start 5 s after the
-request, sooner than the reserve task runs), ``DWS_EXAMPLE_POLL_INTERVAL`` polls every second; the
-emulator delivers a block one second after its start by default (``dws-emulator serve
---calendar-*``). A real DAG would write its values directly.
+(the demo: 20, ``make ui``: 120) lets the blocks start that soon after ``find_block`` runs (without
+it the emulator's advice offers a start 5 s after the request, sooner than a reserve task may run),
+``DWS_EXAMPLE_POLL_INTERVAL`` polls every second; the emulator delivers a block one second after
+its start by default (``dws-emulator serve --calendar-*``). A real DAG would write its values
+directly, and book days ahead: the lead is only there for the demo's speed.
 """
 
 from __future__ import annotations
@@ -86,8 +90,8 @@ with DAG(
         deferrable=True,
         task_id="reserve_tpu_block",
         project_id=PROJECT_ID,
+        find_task_id="find_block",  # the same week: its start (found again if it has passed)
         zone=TPU_ZONE,
-        start_time="{{ ti.xcom_pull(task_ids='find_block')['start_time'] }}",  # the same week
         duration=WEEK,
         tpu_version="v5e",
         chip_count=8,

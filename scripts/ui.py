@@ -47,8 +47,10 @@ class UiDeployment(Deployment):
         env["DWS_EXAMPLE_MAX_WAIT_SECONDS"] = "3600"
         env["DWS_EXAMPLE_TPU_MAX_WAIT_SECONDS"] = "3600"
         env["DWS_EXAMPLE_COMPUTE_MAX_WAIT_SECONDS"] = "3600"
-        # The calendar example's blocks start a minute after it runs (delivered then, held a week).
-        env["DWS_EXAMPLE_CALENDAR_EARLIEST_START_SECONDS"] = "60"
+        # The calendar example's blocks start two minutes after its Find task runs (delivered then,
+        # held a week): time enough for a busy machine's scheduler to start the reserve tasks before
+        # that (one that starts later finds a block again, once).
+        env["DWS_EXAMPLE_CALENDAR_EARLIEST_START_SECONDS"] = "120"
         return env
 
 

@@ -316,6 +316,9 @@ class GKEProvisioningRequestAdapter(
         return {
             "api": ProvisioningRequestBackend.kind,
             "kind": "GKE ProvisioningRequest",
+            # The record's project when neither the operator nor its Google connection names one (a
+            # cluster reached through a Kubernetes connection).
+            "project": "",
             "accelerator_type": accelerator,
             "accelerator_count": gpus * int(op.count),
             "machine_type": None,

@@ -201,6 +201,9 @@ class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBacke
         return {
             "api": KueueJobBackend.kind,
             "kind": "GKE Kueue Job",
+            # The record's project when neither the operator nor its Google connection names one (a
+            # cluster reached through a Kubernetes connection).
+            "project": "",
             "accelerator_type": accelerator or None,
             "accelerator_count": pods * gpus,
             "machine_type": None,

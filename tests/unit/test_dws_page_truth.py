@@ -195,3 +195,22 @@ def test_the_max_wait_does_not_wrap_and_the_page_says_how_fresh_it_is() -> None:
     assert "<td class='links'>" in html
     fresh = render.freshness([row], NOW)
     assert "from the records the tasks wrote" in fresh and "2026-11-21 08:00:00Z" in fresh
+
+
+def test_a_request_on_a_kubernetes_connection_without_a_google_project_is_recorded() -> None:
+    """Seen in the fault matrix: a Kueue Job on a cncf-kubernetes connection wrote no record at all
+    ("project_id is not set and connection 'google_cloud_default' names no project"), so the page
+    never listed it. The GKE adapters give a fallback; the other APIs still need a project."""
+    from airflow_provider_dws.runtime import recording
+
+    class Op:
+        project_id = None
+        gcp_conn_id = "no_such_connection_anywhere"
+        task_id = "train"
+
+        def _param_error(self, message: str) -> ValueError:
+            return ValueError(message)
+
+    assert recording._project(Op(), {"project": ""}) == ""
+    with pytest.raises(Exception, match="no_such_connection_anywhere"):
+        recording._project(Op(), {})

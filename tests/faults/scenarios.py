@@ -560,7 +560,15 @@ def calendar_worker_sigkill_after_submit(ctx: ScenarioContext) -> None:
     ref = ctx.trigger(
         "dws_fault_calendar_kill_after_submit", "cal", CALENDAR_TASK, "1+0 RELEASED run=success", params
     )
-    ctx.wait_waiting(ref, timeout=300, try_number=2)
+
+    # On a machine loaded past that (make faults beside a whole make test: try 2 took 61 s from its
+    # start to its first call), try 2 may find the block delivered already and end at once on it,
+    # without deferring: as right as deferring on it. What the row checks is that it adopted it.
+    def adopted() -> bool:
+        ti = ctx.task(ref)
+        return ti.get("try_number", 0) >= 2 and ti.get("state") in ("deferred", "success")
+
+    wait_for(adopted, 300, "try 2 to adopt the block (deferred on it, or done if delivered already)", 1.0)
     ctx.wait_finished(420)
     ctx.check_killed_after_submit(ref)
 

@@ -18,13 +18,17 @@ EDITABLE_COMPAT := --config-settings editable_mode=compat
 ## writes its egg_info metadata there: importlib.metadata then finds the project twice (the egg-info
 ## and the installed .dist-info), and Airflow registers the `dws` plugin twice ("Plugin 'dws' already
 ## registered", a plugin import error on the home page). The .dist-info is the installed metadata;
-## the egg-info is only the build's by-product, removed after every install.
-STRAY_EGG_INFO := airflow_provider_dws.egg-info
+## the egg-info is only the build's by-product, removed after every install (the emulator's too).
+STRAY_EGG_INFO := airflow_provider_dws.egg-info dws-emulator/dws_emulator.egg-info
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+## The provider and the emulator, its own distribution in dws-emulator/ (which the provider's `test`
+## extra names), in one resolution.
+INSTALL := -e ./dws-emulator -e '.[test]' -c constraints.txt $(EDITABLE_COMPAT)
+
+$(VENV)/.installed: pyproject.toml dws-emulator/pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check uv
-	VIRTUAL_ENV=$(VENV) $(BIN)/uv pip install -q -e '.[test]' -c constraints.txt $(EDITABLE_COMPAT)
+	VIRTUAL_ENV=$(VENV) $(BIN)/uv pip install -q $(INSTALL)
 	@rm -rf $(STRAY_EGG_INFO)
 	@touch $@
 
@@ -62,10 +66,10 @@ FIND_PY310 = for py in "$$(command -v python3.10)" $$(ls -d "$$(pyenv root 2>/de
 test-py310: venv
 	@py="$$($(FIND_PY310))"; \
 	if [ -z "$$py" ]; then echo "Python 3.10: no interpreter found (python3.10 on PATH, pyenv versions); unit tests not run on 3.10"; exit 0; fi; \
-	if [ ! -f $(PY310_VENV)/.installed ] || [ pyproject.toml -nt $(PY310_VENV)/.installed ] || [ constraints.txt -nt $(PY310_VENV)/.installed ]; then \
+	if [ ! -f $(PY310_VENV)/.installed ] || [ pyproject.toml -nt $(PY310_VENV)/.installed ] || [ dws-emulator/pyproject.toml -nt $(PY310_VENV)/.installed ] || [ constraints.txt -nt $(PY310_VENV)/.installed ]; then \
 	  echo "Python 3.10: $$py -> $(PY310_VENV)"; \
 	  $(BIN)/uv venv -q --allow-existing --python "$$py" $(PY310_VENV) && \
-	  VIRTUAL_ENV=$(PY310_VENV) $(BIN)/uv pip install -q -e '.[test]' -c constraints.txt $(EDITABLE_COMPAT) && rm -rf $(STRAY_EGG_INFO) && touch $(PY310_VENV)/.installed || exit 1; \
+	  VIRTUAL_ENV=$(PY310_VENV) $(BIN)/uv pip install -q $(INSTALL) && rm -rf $(STRAY_EGG_INFO) && touch $(PY310_VENV)/.installed || exit 1; \
 	fi; \
 	$(PY310_VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) tests/unit
 

@@ -55,7 +55,7 @@ def measure(size: int, calls: int, log_dir: Path) -> dict[str, Any]:
     from google.cloud.aiplatform_v1 import JobServiceClient
     from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcTransport
 
-    from airflow_provider_dws.emulator.process import EmulatorProcess
+    from dws_emulator.process import EmulatorProcess
 
     emulator = EmulatorProcess({POOL: 0}, 0, log_dir / f"emulator-{size}.log")
     try:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from airflow_provider_dws.emulator.process import EmulatorProcess
+    from dws_emulator.process import EmulatorProcess
 
 PROJECT = "dws-bench"
 ACCELERATOR = "NVIDIA_H100_80GB"
@@ -103,7 +103,7 @@ TARGET_REQUESTS_PER_MINUTE = 600.0  # per region, in total, at TARGET_REQUESTS_S
 
 def start_emulator(pools: dict[str, int], log_path: Path) -> EmulatorProcess:
     """A ``dws-emulator serve`` subprocess with the given pools (``address``, ``pid``, ``control``)."""
-    from airflow_provider_dws.emulator.process import EmulatorProcess
+    from dws_emulator.process import EmulatorProcess
 
     return EmulatorProcess(pools, 0, log_path, start_timeout=START_TIMEOUT, control_timeout=600)
 
@@ -432,7 +432,7 @@ def emulator_cpu_seconds(pid: int) -> float:
 
 async def measure(cfg: dict[str, Any]) -> dict[str, Any]:
     """The whole protocol for one (N, mode) run, inside one event loop; returns the metrics."""
-    from airflow_provider_dws.emulator.control import EmulatorControl
+    from dws_emulator.control import EmulatorControl
 
     control = EmulatorControl(cfg["address"], timeout=600)
     interval = float(cfg["interval"])

@@ -21,7 +21,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from airflow_provider_dws.emulator.kube.connection import airflow_connection
+from dws_emulator.kube.connection import airflow_connection
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

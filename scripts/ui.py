@@ -21,7 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from airflow_provider_dws.emulator.defaults import DEFAULT_CAPACITY  # noqa: E402
+from dws_emulator.defaults import DEFAULT_CAPACITY  # noqa: E402
 from tests.faults.harness import Deployment, HarnessError, probe_postgres  # noqa: E402
 
 EXAMPLE_DAGS = (

@@ -1,164 +1,20 @@
 """Shared pytest fixtures.
 
-Two ways to get an emulator:
-
-* ``dws_emulator_server`` / ``dws_emulator_server_factory``: an :class:`EmulatorServer` in the
-  test's own process (cheap to start; the model's clock can be a :class:`FakeClock`). For tests of
-  the emulator's behaviour and of the provider's clients against it.
-* ``dws_emulator`` / ``dws_emulator_factory``: ``dws-emulator serve`` as a real subprocess, the way
-  users, the CLI and the Airflow end-to-end ring run it. They hand back an :class:`EmulatorProcess`.
-
-Both kinds offer ``.address``, ``.port`` and ``.control``.
+The emulator's fixtures (``dws_emulator``, ``dws_emulator_factory``: a ``dws-emulator serve``
+subprocess; ``dws_emulator_server``, ``dws_emulator_server_factory``: a server in the test's own
+process) come from its pytest plugin, :mod:`dws_emulator.testing.fixtures`, which the emulator's own
+tests use too; :mod:`dws_emulator.testing` has ``FakeClock``, ``InProcessEmulator`` and ``wait_until``.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from airflow_provider_dws.emulator.control import EmulatorControl
-from airflow_provider_dws.emulator.process import EmulatorProcess
+from dws_emulator.testing import InProcessEmulator
 
-EmulatorFactory = Callable[..., EmulatorProcess]
-
-
-class FakeClock:
-    """Epoch seconds that stand still until the test moves them: ``clock.advance(3600)``.
-
-    Starts at the real time, so the emulator's timestamps look current to the provider.
-    """
-
-    def __init__(self, start: float | None = None) -> None:
-        self._now = time.time() if start is None else start
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self._now
-
-    def advance(self, seconds: float) -> None:
-        """Move time forward; the emulator applies it on its next tick (every RPC ticks first)."""
-        with self._lock:
-            self._now += seconds
-
-
-class InProcessEmulator:
-    """An :class:`EmulatorServer` running in this process, with a control client.
-
-    ``server`` gives direct access to its ``state``, ``faults`` and ``stats``; ``clock`` is the
-    model's clock (a :class:`FakeClock` when the test asked for one).
-    """
-
-    def __init__(
-        self,
-        capacity: Mapping[str, int] | None = None,
-        seed: int = 0,
-        faults: Sequence[str] | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        from airflow_provider_dws.emulator.server import EmulatorServer
-
-        self.clock = clock
-        self.server = EmulatorServer(capacity, seed=seed, faults=faults, clock=clock).start()
-        self.address = self.server.address
-        assert self.server.port is not None
-        self.port: int = self.server.port
-        self.rest_url = self.server.rest_url  # the REST front (Compute Engine): the port + 1
-        self.control = EmulatorControl(self.address, timeout=30.0)
-
-    def calls(self, method: str) -> int:
-        """How many calls of ``method`` (short name, ``GetCustomJob``) the emulator received."""
-        return sum(
-            n for full, n in self.server.stats.snapshot()["calls"].items() if full.endswith("/" + method)
-        )
-
-    def stop(self) -> None:
-        self.control.close()
-        self.server.stop(grace=0)
-
-
-ServerFactory = Callable[..., InProcessEmulator]
-
-
-@pytest.fixture(scope="session")
-def dws_emulator_server() -> Iterator[InProcessEmulator]:
-    """One in-process emulator with the default inventory for the whole session (see ``dws_emulator``)."""
-    emulator = InProcessEmulator()
-    yield emulator
-    emulator.stop()
-
-
-@pytest.fixture
-def dws_emulator_server_factory() -> Iterator[ServerFactory]:
-    """Start private in-process emulators: ``factory({"us-central1/NVIDIA_H100_80GB": 0}, clock=FakeClock())``.
-
-    Same arguments as ``dws_emulator_factory`` plus ``clock``. All are stopped at the end of the test.
-    """
-    started: list[InProcessEmulator] = []
-
-    def start(
-        capacity: Mapping[str, int] | None = None,
-        seed: int = 0,
-        faults: Sequence[str] | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> InProcessEmulator:
-        emulator = InProcessEmulator(capacity, seed, faults, clock)
-        started.append(emulator)
-        return emulator
-
-    yield start
-    for emulator in started:
-        emulator.stop()
-
-
-@pytest.fixture(scope="session")
-def dws_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorProcess]:
-    """One emulator subprocess with the default inventory for the whole session.
-
-    Shared: tests should use their own project id so listings do not see each other's jobs,
-    and must not assume exact free capacity (use ``dws_emulator_factory`` for that).
-    """
-    emulator = EmulatorProcess(None, 0, tmp_path_factory.mktemp("dws-emulator") / "emulator.log")
-    yield emulator
-    emulator.stop()
-
-
-@pytest.fixture
-def dws_emulator_factory(tmp_path: Path) -> Iterator[EmulatorFactory]:
-    """Start private emulator subprocesses: ``dws_emulator_factory({"us-central1/NVIDIA_H100_80GB": 0}, seed=1)``.
-
-    ``capacity=None`` gives the default inventory; ``faults`` are ``serve --faults`` rules
-    (``["GetCustomJob=UNAVAILABLE@0.2"]``). All are stopped at the end of the test.
-    """
-    started: list[EmulatorProcess] = []
-
-    def start(
-        capacity: Mapping[str, int] | None = None, seed: int = 0, faults: Sequence[str] | None = None
-    ) -> EmulatorProcess:
-        emulator = EmulatorProcess(capacity, seed, tmp_path / f"emulator-{len(started)}.log", faults)
-        started.append(emulator)
-        return emulator
-
-    yield start
-    for emulator in started:
-        emulator.stop()
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "the condition") -> Any:
-    """Poll ``predicate`` until it is truthy (returned); fail after a generous ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.02)
+pytest_plugins = ["dws_emulator.testing.fixtures"]
 
 
 # -- the provider's clients on an in-process emulator ---------------------------------------------

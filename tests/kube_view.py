@@ -10,8 +10,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from airflow_provider_dws.emulator.kube.connection import rest_url
 from airflow_provider_dws.facts import GKE_QUEUED_PROVISIONING_CLASS, QUEUED_TOLERATION
+from dws_emulator.kube.connection import rest_url
 
 #: The provider's identity label: what it made carries it.
 MANAGED = "dws_managed=true"

@@ -33,7 +33,7 @@ GPUs and TPUs share one capacity model (:mod:`.core.capacity`): pools keyed ``LO
 with a strict FIFO queue each. GPU pools are a region and a Vertex accelerator type, shared by
 Vertex AI, Cloud Batch and Compute Engine VMs (a Batch job's ``nvidia-l4`` x N per VM, or a VM in
 ``us-central1-a``, draws on ``REGION/NVIDIA_L4``;
-the name table is :data:`airflow_provider_dws.facts.COMPUTE_GPU_NAMES`); TPU pools
+the name table is :data:`.facts.VERTEX_NAME`); TPU pools
 are a zone and a TPU family counted in **chips** (``v5litepod-16`` and ``v6e-16`` need 16 chips;
 ``v2``/``v3``/``v4``/``v5p-N`` need N/2; a multislice of k nodes needs k times that, at once;
 see :mod:`.tpu`).
@@ -53,13 +53,13 @@ reservation without such a pool is INVALID_ARGUMENT.
 
 Queued resources go CREATING -> ACCEPTED -> (WAITING_FOR_RESOURCES) -> PROVISIONING (0.5 s) ->
 ACTIVE with READY nodes; ``queueing_policy`` valid-until times fail them (RESOURCE_EXHAUSTED in
-``failed_data.error``), valid-after times hold them back (life cycle in :mod:`.tpu_state`).
+``failed_data.error``), valid-after times hold them back (life cycle in :mod:`.tpu.state`).
 
 Preemption: ``EmulatorControl.preempt(name)`` or ``dws-emulator preempt --port P NAME`` preempts
 an ACTIVE **Spot** queued resource: SUSPENDING, then SUSPENDED, its nodes PREEMPTED and its chips
 released (anything else is FAILED_PRECONDITION).
 
-Fault injection (:mod:`.faults`): ``serve --faults SPEC ...`` at start, ``dws-emulator faults
+Fault injection (:mod:`.core.faults`): ``serve --faults SPEC ...`` at start, ``dws-emulator faults
 --port P SPEC ...`` (or ``EmulatorControl.set_faults``) at run time. A rule is
 ``METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL]``:
 
@@ -89,7 +89,7 @@ then stops the gRPC server and the REST listener, so clients see "connection ref
 (UNAVAILABLE), and after SECONDS serves the same state on the same ports again; the control
 service is down during it as well.
 
-Call counters (:mod:`.stats`): every call to JobService, Tpu, BatchService, Operations and a Compute REST route is counted by full
+Call counters (:mod:`.core.stats`): every call to JobService, Tpu, BatchService, Operations and a Compute REST route is counted by full
 method name when it arrives, before fault injection (so faulted calls count) and even for
 methods the emulator does not implement; control calls are not counted.
 ``EmulatorControl.stats()`` / ``dws-emulator stats --port P [--json]`` return ``{"calls":
@@ -97,7 +97,7 @@ methods the emulator does not implement; control calls are not counted.
 
 Python API::
 
-    from airflow_provider_dws.emulator import EmulatorServer, EmulatorControl
+    from dws_emulator import EmulatorServer, EmulatorControl
 
     with EmulatorServer({"us-central1/NVIDIA_H100_80GB": 8, "us-west4-a/v5litepod": 16}) as server:
         control = EmulatorControl(server.address)
@@ -122,9 +122,6 @@ Layout: one package per API over one shared core that imports none of them.
 * the bootstrap: :mod:`.defaults` (default inventory, service names), :mod:`.state`
   (:class:`~.state.EmulatorState`, the core with every API), :mod:`.server`
   (:class:`~.server.EmulatorServer`), :mod:`.control` (client), :mod:`.process`, :mod:`.cli`.
-
-``capacity``, ``faults``, ``stats``, ``filters``, ``validation`` and ``tpu_state`` at the top
-level are the old import paths, kept as re-exports.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``python -m airflow_provider_dws.emulator`` runs the ``dws-emulator`` CLI."""
+"""``python -m dws_emulator`` runs the ``dws-emulator`` CLI."""
 
 import sys
 

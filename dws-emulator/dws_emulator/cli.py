@@ -29,7 +29,7 @@ the ``us-central1`` pool of that GPU; ``--kube-node-pools`` replaces the default
 ``--kube-booking-seconds`` sets how long a Provisioned request waits for its pods (default 600).
 
 Fault rules are ``METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL]`` (``GetCustomJob=UNAVAILABLE@0.2``,
-``*=latency:0.3``; see :mod:`.faults`). ``faults`` without rules shows the rules and what was
+``*=latency:0.3``; see :mod:`.core.faults`). ``faults`` without rules shows the rules and what was
 injected; with rules it replaces them (``--add`` appends). ``outage`` returns at once.
 ``stats`` shows how many calls each emulated method received since the last reset; ``--reset``
 shows them and zeroes the counters in the same step.
@@ -55,9 +55,9 @@ from typing import Any
 
 import grpc
 
-from .capacity import parse_pool_spec
 from .control import EmulatorControl
-from .faults import FaultRule, FaultSpecError, parse_specs
+from .core.capacity import parse_pool_spec
+from .core.faults import FaultRule, FaultSpecError, parse_specs
 from .process import LISTENING
 
 

@@ -38,7 +38,7 @@ class EmulatorProcess:
         start_timeout: float = 60.0,
         control_timeout: float = 10.0,
     ) -> None:
-        cmd = [sys.executable, "-m", "airflow_provider_dws.emulator", "serve", "--port", "0"]
+        cmd = [sys.executable, "-m", "dws_emulator", "serve", "--port", "0"]
         cmd += ["--seed", str(seed)]
         if faults:
             cmd += ["--faults", *faults]

@@ -45,7 +45,7 @@ GKE_CONN_ID = "dws_gke_emulator"
 def emulator_env(address: str) -> dict[str, str]:
     """What points a DAG run at the emulator at ``address``: every hook, through
     ``DWS_EMULATOR_HOST``, and cncf-kubernetes' operators, through a connection to its cluster."""
-    from airflow_provider_dws.emulator.kube.connection import airflow_connection
+    from dws_emulator.kube.connection import airflow_connection
 
     return {
         "DWS_EMULATOR_HOST": address,

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from dws_emulator.testing import wait_until
 from tests.airflow.conftest import (
     AirflowHome,
     ExampleRun,
@@ -19,7 +20,6 @@ from tests.airflow.conftest import (
     no_record_warnings,
     records,
 )
-from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.airflow, pytest.mark.emulator]
 

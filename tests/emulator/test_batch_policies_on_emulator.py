@@ -17,7 +17,7 @@ import pytest
 
 from airflow_provider_dws.exceptions import CapacityNotObtainedError
 from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
-from tests.conftest import InProcessEmulator, wait_until
+from dws_emulator.testing import InProcessEmulator, wait_until
 
 pytestmark = pytest.mark.emulator
 

@@ -27,7 +27,7 @@ from airflow_provider_dws.operators.compute import CreateComputeReservedVMsOpera
 from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
 from airflow_provider_dws.operators.vertex_ai import CreateVertexAIReservedJobOperator
 from airflow_provider_dws.triggers.capacity_request import first_event
-from tests.conftest import wait_until
+from dws_emulator.testing import wait_until
 from tests.emulator.test_calendar_provider_on_emulator import PROJECT, ZONE, Run, emulator  # noqa: F401
 
 pytestmark = pytest.mark.emulator

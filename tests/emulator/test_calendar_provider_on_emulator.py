@@ -30,7 +30,7 @@ from airflow_provider_dws.records import XCOM_KEY, read_records
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import Outcome, Phase, RequestTimings
 from airflow_provider_dws.triggers import poller
-from tests.conftest import wait_until
+from dws_emulator.testing import wait_until
 
 pytestmark = pytest.mark.emulator
 

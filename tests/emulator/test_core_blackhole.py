@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend
-from airflow_provider_dws.emulator.control import EmulatorControl
-from airflow_provider_dws.emulator.server import EmulatorServer
 from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.triggers import poller
 from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
+from dws_emulator.control import EmulatorControl
+from dws_emulator.server import EmulatorServer
 from tests.tcp_proxy import OutageProxy
 
 pytestmark = pytest.mark.emulator

@@ -25,7 +25,7 @@ from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.scheduling.policies import Placement
 from airflow_provider_dws.triggers.capacity_request import first_event
-from tests.conftest import FakeClock, InProcessEmulator
+from dws_emulator.testing import FakeClock, InProcessEmulator
 
 pytestmark = pytest.mark.emulator
 
@@ -73,8 +73,8 @@ def operator(task_id: str = "train", exit_code: int = 0, **kwargs: Any) -> Creat
 
 def wire_kueue(emulator: InProcessEmulator) -> None:
     """Kueue on the emulated cluster, with the queues of GKE's guide, unless the emulator has it."""
-    from airflow_provider_dws.emulator.kube.kueue import Kueue
-    from airflow_provider_dws.emulator.kube.kueue_objects import seed
+    from dws_emulator.kube.kueue import Kueue
+    from dws_emulator.kube.kueue_objects import seed
 
     cluster = emulator.server.state.kube.cluster
     with cluster.core.lock:

@@ -18,7 +18,7 @@ from airflow_provider_dws.operators.gke import CreateGKEProvisioningRequestOpera
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.scheduling.policies import Placement
-from tests.conftest import FakeClock
+from dws_emulator.testing import FakeClock
 
 pytestmark = pytest.mark.emulator
 

@@ -28,11 +28,6 @@ from google.cloud.batch_v1.services.batch_service.transports import BatchService
 from airflow_provider_dws.backends import batch as batch_backend
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.batch import LIVE_FILTER, BatchJobBackend
-from airflow_provider_dws.emulator.batch.state import (
-    CANCEL_SECONDS,
-    QUEUED_LIMIT_SECONDS,
-    SCHEDULE_SECONDS,
-)
 from airflow_provider_dws.exceptions import CapacityNotObtainedError, WorkloadFailedError
 from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
 from airflow_provider_dws.scheduling.identity import LABEL_MANAGED, RequestIdentity
@@ -40,7 +35,12 @@ from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.scheduling.policies import Placement
 from airflow_provider_dws.triggers import poller
 from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
-from tests.conftest import FakeClock, InProcessEmulator
+from dws_emulator.batch.state import (
+    CANCEL_SECONDS,
+    QUEUED_LIMIT_SECONDS,
+    SCHEDULE_SECONDS,
+)
+from dws_emulator.testing import FakeClock, InProcessEmulator
 
 pytestmark = pytest.mark.emulator
 

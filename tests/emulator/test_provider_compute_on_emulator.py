@@ -21,7 +21,7 @@ from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.scheduling.policies import Placement
 from airflow_provider_dws.triggers import poller
 from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
-from tests.conftest import wait_until
+from dws_emulator.testing import wait_until
 
 pytestmark = pytest.mark.emulator
 

@@ -23,7 +23,7 @@ from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.triggers import poller
 from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
-from tests.conftest import FakeClock, InProcessEmulator
+from dws_emulator.testing import FakeClock, InProcessEmulator
 from tests.tcp_proxy import OutageProxy
 
 pytestmark = pytest.mark.emulator

@@ -184,7 +184,7 @@ def test_valid_after_delays_the_slice_and_max_wait_still_applies(emulator: Any) 
 @pytest.fixture
 def slow_deletes(monkeypatch: pytest.MonkeyPatch) -> Any:
     """An in-process emulator whose queued resources stay DELETING for 2 s."""
-    from airflow_provider_dws.emulator.server import EmulatorServer
+    from dws_emulator.server import EmulatorServer
 
     server = EmulatorServer({V5E: 16})
     server.state.tpu.delete_seconds = 2.0

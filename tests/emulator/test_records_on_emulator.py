@@ -19,7 +19,7 @@ from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
 from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.records import XCOM_KEY, RequestRecord, parse_time, read_records
 from airflow_provider_dws.triggers.capacity_request import first_event
-from tests.conftest import FakeClock, InProcessEmulator
+from dws_emulator.testing import FakeClock, InProcessEmulator
 from tests.emulator.test_provider_batch_on_emulator import L4, ticking
 from tests.emulator.test_provider_on_emulator import H100, pools
 

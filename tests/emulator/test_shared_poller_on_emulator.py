@@ -23,11 +23,11 @@ from airflow_provider_dws.backends import tpu as tpu_backend
 from airflow_provider_dws.backends import vertex_ai
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend
-from airflow_provider_dws.emulator.control import EmulatorControl
 from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.triggers import poller
 from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
+from dws_emulator.control import EmulatorControl
 
 pytestmark = pytest.mark.emulator
 

@@ -33,8 +33,8 @@ from typing import Any, TypeVar
 import httpx
 import psycopg2
 
-from airflow_provider_dws.emulator.kube.connection import airflow_connection
-from tests.conftest import EmulatorProcess
+from dws_emulator.kube.connection import airflow_connection
+from dws_emulator.process import EmulatorProcess
 
 DAGS_FOLDER = Path(__file__).resolve().parent / "dags"
 BIN = Path(sys.executable).parent

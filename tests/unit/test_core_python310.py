@@ -1,6 +1,6 @@
-"""Python 3.10 and the import rule, checked on the source: no provider module (the emulator aside)
-uses an asyncio or exception API newer than 3.10, and the modules operators import at DAG-parse
-time (all but the emulator) import no Google client, grpc or providers-google."""
+"""Python 3.10 and the import rule, checked on the source: no provider module uses an asyncio or
+exception API newer than 3.10, and the modules operators import at DAG-parse time import no Google
+client, grpc, providers-google or the emulator."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "airflow_provider_dws"
-PROVIDER = sorted(p for p in PACKAGE.rglob("*.py") if "emulator" not in p.relative_to(PACKAGE).parts)
+PROVIDER = sorted(PACKAGE.rglob("*.py"))
 #: asyncio names that arrived in 3.11 (asyncio.timeout raised AttributeError in every wait on 3.10).
 NEWER_ASYNCIO = {"timeout", "timeout_at", "TaskGroup", "Timeout", "Runner"}
 NEWER_BUILTINS = {"ExceptionGroup", "BaseExceptionGroup"}
 PARSE_TIME = ("backends", "hooks", "triggers", "links", "operators", "scheduling", "timetables", "plugins")
-FORBIDDEN = ("google", "grpc", "airflow.providers.google", "airflow_provider_dws.emulator", "kubernetes")
+FORBIDDEN = ("google", "grpc", "airflow.providers.google", "dws_emulator", "kubernetes")
 
 
 def newer_than_310(tree: ast.AST) -> list[str]:

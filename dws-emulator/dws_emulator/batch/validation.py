@@ -2,15 +2,13 @@
 
 Capacity: a Batch job draws on the same GPU pools as Vertex AI, ``REGION/VERTEX_ACCELERATOR``
 (``us-central1/NVIDIA_L4``). Batch spells accelerator types the Compute Engine way
-(``nvidia-l4``); :data:`airflow_provider_dws.facts.COMPUTE_GPU_NAMES` is the one table between the
-two, the same the operator's checks and the backend read. A job needs, at once,
+(``nvidia-l4``); :data:`~dws_emulator.facts.VERTEX_NAME` is the table between the two. A job needs, at once,
 ``vms x gpus_per_vm`` GPUs, where ``vms = ceil(min(task_count, parallelism) / task_count_per_node)``
 (the VMs that run its tasks side by side) and ``gpus_per_vm`` comes from
 ``instances[0].policy.accelerators[0].count`` or, for accelerator-optimized machine types
 (``g2-standard-4``, ``a3-highgpu-8g``...), from the GPUs the machine always has
-(:data:`airflow_provider_dws.facts.GPU_MACHINE_ROWS`). A FLEX_START job may only ask for the GPUs
-flex-start VMs offer (:data:`airflow_provider_dws.facts.BATCH_FLEX_START_GPUS`, the table the
-operator checks too; the GPU machine types all come with one of them).
+(:data:`~dws_emulator.facts.MACHINE_GPUS`). A FLEX_START job may only have the GPUs flex-start VMs
+offer (:data:`~dws_emulator.facts.FLEX_START_GPUS`: not an A4X's GB200s), asked for or built in.
 
 Workload: ``DWS_EMULATOR_RUN_SECONDS`` / ``DWS_EMULATOR_EXIT_CODE`` (:mod:`..core.workload`) are read
 from ``task_spec.environment.variables``, then from each runnable's ``environment.variables`` (a
@@ -30,10 +28,10 @@ from typing import Any
 import grpc
 from google.cloud.batch_v1.types import job as gcb_job
 
-from ...facts import BATCH_FLEX_START_GPUS, COMPUTE_GPU_NAMES, GPU_MACHINE_ROWS
 from ..core.capacity import PoolKey
 from ..core.errors import EmulatorError, check_labels
 from ..core.workload import EXIT_CODE_ENV, RUN_SECONDS_ENV, parse_workload
+from ..facts import COMPUTE_NAME, FLEX_START_GPUS, MACHINE_GPUS, VERTEX_NAME
 
 ProvisioningModel = gcb_job.AllocationPolicy.ProvisioningModel
 
@@ -184,7 +182,7 @@ def _instance_policy(job: Any) -> tuple[str, str, str | None, int, str | None]:
     if model == "PROVISIONING_MODEL_UNSPECIFIED":
         model = "STANDARD"
     machine = policy.machine_type or "e2-standard-4"
-    built_in = GPU_MACHINE_ROWS.get(machine)
+    built_in = MACHINE_GPUS.get(machine)
     accelerator, per_vm = (built_in[0], built_in[1]) if built_in else (None, 0)
     accelerators = list(policy.accelerators)
     if len(accelerators) > 1:
@@ -192,11 +190,11 @@ def _instance_policy(job: Any) -> tuple[str, str, str | None, int, str | None]:
     if accelerators:
         acc = accelerators[0]
         where = f"{field}.policy.accelerators[0]"
-        name = COMPUTE_GPU_NAMES.get(acc.type_)
+        name = VERTEX_NAME.get(acc.type_)
         if name is None:
             raise batch_error(
                 f"{where}.type",
-                f"Unknown accelerator type {acc.type_!r}; expected one of: {', '.join(COMPUTE_GPU_NAMES)}.",
+                f"Unknown accelerator type {acc.type_!r}; expected one of: {', '.join(VERTEX_NAME)}.",
             )
         if acc.count < 1:
             raise batch_error(f"{where}.count", f"Must be at least 1, got {acc.count}.")
@@ -206,12 +204,13 @@ def _instance_policy(job: Any) -> tuple[str, str, str | None, int, str | None]:
                 f"Machine type {machine} comes with {built_in[1]} x {built_in[0]}; got {acc.count} x {acc.type_}.",
             )
         accelerator, per_vm = name, acc.count
-        if model == "FLEX_START" and acc.type_ not in BATCH_FLEX_START_GPUS:
-            raise batch_error(
-                f"{where}.type",
-                f"{acc.type_} cannot be obtained with FLEX_START; flex-start VMs offer: "
-                f"{', '.join(sorted(BATCH_FLEX_START_GPUS))}.",
-            )
+    gpu = COMPUTE_NAME.get(accelerator or "")
+    if model == "FLEX_START" and gpu is not None and gpu not in FLEX_START_GPUS:
+        raise batch_error(
+            f"{field}.policy.accelerators[0].type" if accelerators else f"{field}.policy.machine_type",
+            f"{gpu} cannot be obtained with FLEX_START; flex-start VMs offer: "
+            f"{', '.join(sorted(FLEX_START_GPUS))}.",
+        )
     if model == "FLEX_START" and accelerator is None:
         raise batch_error(
             f"{field}.policy.provisioning_model",

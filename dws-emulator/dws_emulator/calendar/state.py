@@ -5,18 +5,17 @@ package doc). The reservations they deliver, the advice and the control calls ar
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Container
 from typing import Any
 
 from google.cloud.compute_v1.types import compute as gce
 
-from ...facts import ZONE_PATTERN
 from ..core.api import Api, Core
 from ..core.clock import Schedule, iso
 from ..core.gce import aggregated_json, compile_filter, invalid, link, list_json, page, parse_body, to_json
 from ..core.reservations import Reservation
 from ..core.rest import RestError, RestRoute, not_found
+from ..facts import ZONE_RE
 from . import CALENDAR_METHODS, COMPUTE_SERVICE
 from .controls import CalendarControls
 from .inventory import DAY, CapacityCalendar
@@ -28,7 +27,6 @@ from .validation import check_future_reservation
 log = logging.getLogger("dws_emulator")
 
 FutureReservationPb = gce.FutureReservation.pb()
-_ZONE_RE = re.compile(ZONE_PATTERN)
 
 #: A delivered block (its reservation exists until the block ends).
 DELIVERED = frozenset({"FULFILLED", "FAILED_PARTIALLY_FULFILLED"})
@@ -269,7 +267,7 @@ class CalendarState(ServedReservations, CalendarControls, Api):
             replayed = ops.replayed(project, request_id)
             if replayed is not None:
                 return replayed
-            if not _ZONE_RE.fullmatch(zone):
+            if not ZONE_RE.fullmatch(zone):
                 raise invalid("zone", zone, "Must be a zone, e.g. us-central1-a.")
             fr = parse_body(body, FutureReservationPb, "resource")
             now = self.core.clock()

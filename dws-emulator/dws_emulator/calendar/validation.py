@@ -1,14 +1,12 @@
 """Checks of future reservation bodies and calendar-mode advice requests, and what they ask for.
 
-What calendar mode offers (the Compute Engine documents: A3-or-newer GPUs, TPU v5e, v5p and v6e)
-and its limits are the provider's own tables (``facts.CALENDAR_*``, the ones its operators check):
-the GPU machine types of :data:`~airflow_provider_dws.facts.CALENDAR_GPU_SERIES` with their fixed
-GPUs (:data:`~airflow_provider_dws.facts.GPU_MACHINE_ROWS`), reserved by ``specificSkuProperties``
-(instances of one machine type), and the TPU versions of
-:data:`~airflow_provider_dws.facts.CALENDAR_TPU_ROWS`, reserved by ``aggregateReservation`` (chips
-of one VM family). The emulator models no H4D (it has no accelerators to book). A block lasts 1 to
-90 days and starts at least the emulator's minimum lead time from now, at most 60 days (GPUs) or
-120 days (TPUs) ahead.
+What calendar mode offers and its limits are the emulator's facts (:mod:`..facts`, from the Compute
+Engine documents): GPU machine types of the A3 series and newer with their fixed GPUs
+(:data:`~..facts.CALENDAR_MACHINES`), reserved by ``specificSkuProperties`` (instances of one
+machine type), and TPU v5e, v5p and v6e (:data:`~..facts.CALENDAR_TPU_FAMILIES`), reserved by
+``aggregateReservation`` (chips of one VM family). The emulator models no H4D (it has no
+accelerators to book). A block lasts 1 to 90 days and starts at least the emulator's minimum lead
+time from now, at most 60 days (GPUs) or 120 days (TPUs) ahead.
 Errors are Compute's 400 ``Invalid value for field 'FIELD': 'VALUE'. WHY``.
 """
 
@@ -19,31 +17,32 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ...facts import (
-    CALENDAR_GPU_HORIZON,
-    CALENDAR_MAX_BLOCK,
-    CALENDAR_MAX_GPU_VMS,
-    CALENDAR_MIN_BLOCK,
-    CALENDAR_TPU_CHIPS,
-    CALENDAR_TPU_HORIZON,
-    CALENDAR_TPU_ROWS,
-    CALENDAR_TPU_SERVING_CHIPS,
-    CALENDAR_TPU_WORKLOADS,
-    COMPUTE_GPU_NAMES,
-    GPU_MACHINE_ROWS,
-    calendar_gpu_machine,
-)
 from ..core.capacity import PoolKey
 from ..core.clock import iso
 from ..core.gce import check_name, invalid, strip_link
 from ..core.rest import RestError
+from ..facts import (
+    CALENDAR_GPU_HORIZON_SECONDS,
+    CALENDAR_MACHINES,
+    CALENDAR_MAX_GPU_VMS,
+    CALENDAR_MAX_SECONDS,
+    CALENDAR_MIN_SECONDS,
+    CALENDAR_TPU_CHIPS,
+    CALENDAR_TPU_FAMILIES,
+    CALENDAR_TPU_HORIZON_SECONDS,
+    CALENDAR_TPU_SERVING_CHIPS,
+    CALENDAR_TPU_WORKLOADS,
+    DAY_SECONDS,
+    MAX_NAME_PREFIX,
+    VERTEX_NAME,
+)
 
-DAY = 86400.0
-MIN_BLOCK_SECONDS = CALENDAR_MIN_BLOCK.total_seconds()
-MAX_BLOCK_SECONDS = CALENDAR_MAX_BLOCK.total_seconds()
+DAY = DAY_SECONDS
+MIN_BLOCK_SECONDS = CALENDAR_MIN_SECONDS
+MAX_BLOCK_SECONDS = CALENDAR_MAX_SECONDS
 #: How far ahead a block may start: GPU VMs 60 days, TPUs 120 days.
-GPU_HORIZON_SECONDS = CALENDAR_GPU_HORIZON.total_seconds()
-TPU_HORIZON_SECONDS = CALENDAR_TPU_HORIZON.total_seconds()
+GPU_HORIZON_SECONDS = CALENDAR_GPU_HORIZON_SECONDS
+TPU_HORIZON_SECONDS = CALENDAR_TPU_HORIZON_SECONDS
 #: GPU VMs one request may reserve.
 MAX_GPU_VMS = CALENDAR_MAX_GPU_VMS
 #: TPU chips one request may reserve (a v5e SERVING block: 1, 4 or 8), and the workload types (the
@@ -51,15 +50,8 @@ MAX_GPU_VMS = CALENDAR_MAX_GPU_VMS
 TPU_CHIPS = CALENDAR_TPU_CHIPS
 TPU_SERVING_CHIPS = CALENDAR_TPU_SERVING_CHIPS
 TPU_WORKLOADS = ("", "UNSPECIFIED", *CALENDAR_TPU_WORKLOADS)
-#: The longest reservation name prefix (the API's ``namePrefix`` limit).
-MAX_NAME_PREFIX = 20
-
-#: Calendar-mode GPU machine types (A3 and newer) -> (the pools' GPU name, GPUs per VM).
-CALENDAR_MACHINES: dict[str, tuple[str, int]] = {
-    machine: row for machine, row in GPU_MACHINE_ROWS.items() if calendar_gpu_machine(machine)
-}
 #: ``aggregateReservation.vmFamily`` of the calendar-mode TPUs -> the TPU family (the pools' name).
-TPU_VM_FAMILIES = {row[0]: row[2] for row in CALENDAR_TPU_ROWS.values()}
+TPU_VM_FAMILIES = CALENDAR_TPU_FAMILIES
 _DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]{1,9})?)s")
 _PREFIX_RE = re.compile(r"[a-z](?:[-a-z0-9]{0,18}[a-z0-9])?")
 
@@ -204,7 +196,7 @@ def _gpu_of_reservation(fr: Any) -> Ask:
     machine = strip_link(props.machine_type).rsplit("/", 1)[-1]
     ask = gpu_ask(machine, sku.total_count, f"{where}.instanceProperties.machineType", f"{where}.totalCount")
     for i, acc in enumerate(props.guest_accelerators):
-        name = COMPUTE_GPU_NAMES.get(strip_link(acc.accelerator_type).rsplit("/", 1)[-1])
+        name = VERTEX_NAME.get(strip_link(acc.accelerator_type).rsplit("/", 1)[-1])
         if (name, acc.accelerator_count) != (ask.accelerator, ask.gpus_per_vm):
             raise invalid(
                 f"{where}.instanceProperties.guestAccelerators[{i}]",

@@ -30,8 +30,8 @@ applied at once, except a resize request's CREATING -> ACCEPTED).
 GPU pools: a VM draws its GPUs from its **region's** pool (``us-central1/NVIDIA_H100_80GB`` for a
 VM in ``us-central1-a``), the pools Vertex AI and Cloud Batch use, so all three compete for the
 same GPUs in one FIFO. The accelerator comes from the machine type
-(:data:`airflow_provider_dws.facts.GPU_MACHINE_ROWS`, ``a3-highgpu-8g`` = 8 x H100) or else from
-the template's ``guestAccelerators`` (Compute names, :data:`~airflow_provider_dws.facts.COMPUTE_GPU_NAMES`).
+(:data:`~dws_emulator.facts.MACHINE_GPUS`, ``a3-highgpu-8g`` = 8 x H100) or else from
+the template's ``guestAccelerators`` (Compute names, :data:`~dws_emulator.facts.VERTEX_NAME`).
 A regional MIG's VMs get the zones of its ``distributionPolicy`` (default ``REGION-a/b/c``) in
 turn, all in the first one with ``targetShape`` ANY_SINGLE_ZONE. A template without GPUs needs
 no pool; a GPU with no pool in the region FAILS the request.

@@ -5,18 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...facts import COMPUTE_GPU_NAMES, GPU_MACHINE_ROWS
 from ..core.capacity import PoolKey
 from ..core.reservations import RESERVATION_KEY
+from ..facts import COMPUTE_NAME, MACHINE_GPUS, VERTEX_NAME
 from .resources import check_name, invalid, strip_link
 
 #: ``requestedRunDuration`` bounds (seconds), and the VMs' lifetime when it is absent.
 MIN_RUN_SECONDS = 600
 MAX_RUN_SECONDS = 7 * 24 * 3600
 DEFAULT_RUN_SECONDS = MAX_RUN_SECONDS
-
-#: Vertex AI GPU name (the pools') -> Compute Engine accelerator name (an instance's ``guestAccelerators``).
-COMPUTE_NAME_OF_GPU = {vertex: compute for compute, vertex in COMPUTE_GPU_NAMES.items()}
 
 
 @dataclass(frozen=True)
@@ -42,7 +39,7 @@ class VmPlan:
         """The GPU's Compute Engine name (``nvidia-h100-80gb``)."""
         if self.accelerator is None:
             return None
-        return COMPUTE_NAME_OF_GPU.get(self.accelerator, self.accelerator.lower().replace("_", "-"))
+        return COMPUTE_NAME.get(self.accelerator, self.accelerator.lower().replace("_", "-"))
 
 
 def check_template(template: Any) -> None:
@@ -53,11 +50,11 @@ def check_template(template: Any) -> None:
         raise invalid("resource.properties.machineType", "", "A machine type is required.")
     for i, acc in enumerate(props.guest_accelerators):
         name = strip_link(acc.accelerator_type).rsplit("/", 1)[-1]
-        if name not in COMPUTE_GPU_NAMES:
+        if name not in VERTEX_NAME:
             raise invalid(
                 f"resource.properties.guestAccelerators[{i}].acceleratorType",
                 acc.accelerator_type,
-                f"Unknown accelerator type; expected one of: {', '.join(COMPUTE_GPU_NAMES)}.",
+                f"Unknown accelerator type; expected one of: {', '.join(VERTEX_NAME)}.",
             )
         if acc.accelerator_count <= 0:
             raise invalid(
@@ -71,14 +68,14 @@ def vm_plan(template: Any) -> VmPlan:
     """What each VM of ``template`` (a stored InstanceTemplate) needs."""
     props = template.properties
     machine = strip_link(props.machine_type).rsplit("/", 1)[-1]
-    row = GPU_MACHINE_ROWS.get(machine)
+    row = MACHINE_GPUS.get(machine)
     accelerator: str | None = None
     count = 0
     if row is not None:
         accelerator, count = row
     elif props.guest_accelerators:
         acc = props.guest_accelerators[0]
-        accelerator = COMPUTE_GPU_NAMES[strip_link(acc.accelerator_type).rsplit("/", 1)[-1]]
+        accelerator = VERTEX_NAME[strip_link(acc.accelerator_type).rsplit("/", 1)[-1]]
         count = sum(a.accelerator_count for a in props.guest_accelerators)
     sched = props.scheduling
     problems = []

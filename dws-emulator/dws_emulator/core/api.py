@@ -1,7 +1,7 @@
 """How an API package plugs into the shared core: the :class:`Api` base class.
 
 The core (capacity, clock and tick, operations, faults, counters, control, server) imports no API
-package. An API subclasses :class:`Api` and the bootstrap (:mod:`airflow_provider_dws.emulator.apis`)
+package. An API subclasses :class:`Api` and the bootstrap (:mod:`dws_emulator.apis`)
 hands its class to :class:`~.state.CoreState`. What an API contributes:
 
 * ``services``: its gRPC service names and methods (fault rules and call counters use them);

@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ...facts import COMPUTE_GPU_NAMES
 from ..core.capacity import PoolKey
+from ..facts import VERTEX_NAME
 
 #: The one location every GKE project / location / cluster name maps to.
 CLUSTER_LOCATION = "us-central1"
@@ -57,7 +57,7 @@ class NodePool:
         """The capacity model's pool its GPUs come from."""
         if self.accelerator is None:
             return None
-        return PoolKey(self.location, COMPUTE_GPU_NAMES[self.accelerator])
+        return PoolKey(self.location, VERTEX_NAME[self.accelerator])
 
     def nodes_for(self, gpus: int) -> int:
         return max(1, math.ceil(gpus / self.gpus_per_node)) if self.gpus_per_node else 1
@@ -88,10 +88,8 @@ DEFAULT_POOL = NodePool("default-pool", None, "e2-standard-8")
 
 def queued_pool(accelerator: str, name: str | None = None, location: str | None = None) -> NodePool:
     """The queued node pool of ``accelerator`` (a GKE label value); ValueError for an unknown GPU."""
-    if accelerator not in COMPUTE_GPU_NAMES:
-        raise ValueError(
-            f"unknown accelerator {accelerator!r}; one of: {', '.join(sorted(COMPUTE_GPU_NAMES))}"
-        )
+    if accelerator not in VERTEX_NAME:
+        raise ValueError(f"unknown accelerator {accelerator!r}; one of: {', '.join(sorted(VERTEX_NAME))}")
     machine, per_node = MACHINES.get(accelerator, (f"{accelerator}-8g", 8))
     return NodePool(
         name or f"dws-{accelerator}", accelerator, machine, per_node, location or CLUSTER_LOCATION

@@ -11,24 +11,23 @@ Chip arithmetic (:func:`parse_accelerator_type`):
   (``v5litepod-16`` -> 4 hosts, ``v5p-32`` -> 16 chips -> 4 hosts);
 * a multislice request (``multislice_params.node_count = k``) needs k times the chips, at once.
 
-Only the shapes of :mod:`airflow_provider_dws.catalog` are accepted (the real API offers fixed
-shapes); the operators check against the same table, so what passes their parse-time check is
-what the emulator accepts.
+Only the slices of :data:`~..facts.TPU_FAMILIES` are accepted (the real API offers fixed shapes;
+the emulator's facts are its own, written from the Cloud TPU documents).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 
-from ...catalog import TPU_FAMILIES, TpuShape, split_tpu_type, tpu_shape
 from ..core.capacity import PoolKey
 from ..core.errors import EmulatorError, check_labels
+from ..facts import MULTI_HOST_VM_CHIPS, TPU_FAMILIES
 
-ACCELERATOR_TYPE_RE = re.compile(rf"^({'|'.join(TPU_FAMILIES)})-([0-9]+)$")
+ACCELERATOR_TYPE_RE = re.compile(rf"^({'|'.join(TPU_FAMILIES)})-(0|[1-9][0-9]*)$")
 TPU_PORT = 8470
 
 _RFC1035_RE = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -36,23 +35,35 @@ _PARENT_RE = re.compile(r"projects/([^/]+)/locations/([^/]+)")
 _RESERVATION_RE = re.compile(r"projects/([^/]+)/locations/([^/]+)/reservations/([^/]+)")
 
 
+class TpuShape(NamedTuple):
+    """One slice of ``accelerator_type``: its family, the suffix, chips and TPU VMs (hosts)."""
+
+    accelerator_type: str
+    family: str
+    size: int
+    chips: int
+    hosts: int
+
+
 def parse_accelerator_type(accelerator_type: str) -> TpuShape:
     """``v5litepod-16`` -> TpuShape(family="v5litepod", size=16, chips=16, hosts=4).
 
     Raises ``ValueError`` with a readable reason for unknown families or sizes.
     """
-    split = split_tpu_type(accelerator_type)
-    if split is None:
+    match = ACCELERATOR_TYPE_RE.fullmatch(accelerator_type)
+    if match is None:
         raise ValueError(
             f"{accelerator_type!r} is not a TPU accelerator type; expected "
             f"{ACCELERATOR_TYPE_RE.pattern}, e.g. v5litepod-16."
         )
-    family, size = split
-    if not family.accepts(size):
+    family, size = TPU_FAMILIES[match[1]], int(match[2])
+    chips = family.slice_chips(size)
+    if chips is None:
         raise ValueError(
-            f"{accelerator_type!r} is not a known {family.name} size; known sizes: {family.describe_sizes()}."
+            f"{accelerator_type!r} is not a known {family.name} size; known sizes: {family.describe()}."
         )
-    return tpu_shape(accelerator_type)
+    hosts = 1 if chips <= family.vm_chips else chips // MULTI_HOST_VM_CHIPS
+    return TpuShape(accelerator_type, family.name, size, chips, hosts)
 
 
 def tpu_error(

@@ -65,7 +65,7 @@ def _flow(dag_id: str, operator: type[ReserveCalendarBlockOperator], doc: str, r
 
         @task
         def work_on_block(block: dict) -> str:
-            from airflow_provider_dws.emulator.control import EmulatorControl
+            from dws_emulator.control import EmulatorControl
 
             print(f"DWS BLOCK: {block}")
             # A block lasts a day at least, and calendar mode gives none back before its end: the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dws.emulator.filters import (
+from dws_emulator.core.filters import (
     And,
     Compare,
     FilterError,

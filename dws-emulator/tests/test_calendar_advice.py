@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 from google.api_core import exceptions
 from google.cloud import compute_v1
-
-from tests.conftest import FakeClock
-from tests.emulator.test_calendar_routes import (
+from test_calendar_routes import (
     DAY,
     H100_A,
     H100_B,
@@ -26,6 +24,8 @@ from tests.emulator.test_calendar_routes import (
     start_emulator,
     status,
 )
+
+from dws_emulator.testing import FakeClock
 
 pytestmark = pytest.mark.emulator
 P = "cal-test"

@@ -14,12 +14,7 @@ import pytest
 import requests
 from google.api_core import exceptions
 from google.cloud import compute_v1
-
-from airflow_provider_dws.emulator import cli
-from airflow_provider_dws.emulator.core.faults import FaultRule
-from airflow_provider_dws.emulator.server import EmulatorServer
-from tests.conftest import FakeClock, wait_until
-from tests.emulator.test_emulator_compute import (
+from test_emulator_compute import (
     ZONE,
     Clients,
     flex_template,
@@ -29,6 +24,11 @@ from tests.emulator.test_emulator_compute import (
     resize,
     vms,
 )
+
+from dws_emulator import cli
+from dws_emulator.core.faults import FaultRule
+from dws_emulator.server import EmulatorServer
+from dws_emulator.testing import FakeClock, wait_until
 
 pytestmark = pytest.mark.emulator
 
@@ -234,16 +234,6 @@ def test_cli_requests_lists_resize_requests(gce, emulator, capsys) -> None:
         in out
     )
     assert "instances: " in out
-
-
-def test_the_providers_emulator_client_reaches_the_rest_front(emulator) -> None:
-    from airflow_provider_dws.hooks.base import emulator_client
-
-    client = emulator_client(
-        compute_v1.InstanceTemplatesClient, emulator.server.rest_address, transport="rest"
-    )
-    with pytest.raises(exceptions.NotFound):
-        client.get(project=P, instance_template="nope")
 
 
 def test_a_waiting_request_starts_when_the_shared_pool_grows(gce, emulator) -> None:

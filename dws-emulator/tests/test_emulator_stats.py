@@ -25,7 +25,7 @@ from google.cloud.aiplatform_v1.services.job_service.transports import (
 from google.cloud.tpu_v2 import TpuClient
 from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcTransport
 
-from airflow_provider_dws.emulator.stats import RequestStats
+from dws_emulator.core.stats import RequestStats
 
 pytestmark = pytest.mark.emulator
 
@@ -60,7 +60,7 @@ def make_job() -> types.CustomJob:
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "airflow_provider_dws.emulator", *args],
+        [sys.executable, "-m", "dws_emulator", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -9,10 +9,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import airflow_provider_dws.emulator as emulator_package
+import dws_emulator as emulator_package
 
 ROOT = Path(emulator_package.__file__).parent
-PREFIX = "airflow_provider_dws.emulator"
+PREFIX = "dws_emulator"
 API_PACKAGES = ("vertex", "tpu", "batch", "compute", "calendar", "kubernetes")
 
 
@@ -106,3 +106,49 @@ def test_no_import_cycles_among_emulator_modules() -> None:
         if name not in state:
             visit(name, [name])
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every absolute module ``path`` imports, at any depth (module level, functions, TYPE_CHECKING)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
+            "import_module",
+            "__import__",
+        ):
+            found.update(
+                a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+            )
+    return found
+
+
+def test_the_walk_sees_an_import_inside_a_function() -> None:
+    seen = imported_names(ROOT / "testing" / "__init__.py") | imported_names(ROOT / "cli.py")
+    assert "threading" in seen and "grpc" in seen
+
+
+def test_no_module_imports_the_provider() -> None:
+    """The emulator knows each API from Google's documents, never from its client's tables."""
+    bad = {
+        (name, target)
+        for name, path in modules().items()
+        for target in imported_names(path)
+        if target == "airflow_provider_dws" or target.startswith("airflow_provider_dws.")
+    }
+    assert not bad, f"emulator modules import the provider: {sorted(bad)}"
+
+
+def test_relative_imports_stay_inside_the_package() -> None:
+    """``from ... import`` above ``dws_emulator`` would reach whatever package it is installed beside."""
+    escaping = []
+    for name, path in modules().items():
+        depth = name.count(".") + (1 if path.name == "__init__.py" else 0)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level > depth:
+                escaping.append(f"{name}: {'.' * node.level}{node.module or ''}")
+    assert not escaping, f"relative imports leave the package: {escaping}"

@@ -17,7 +17,7 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
-from tests.conftest import FakeClock
+from dws_emulator.testing import FakeClock
 
 pytestmark = pytest.mark.emulator
 

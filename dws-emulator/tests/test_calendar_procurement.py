@@ -10,9 +10,7 @@ from typing import Any
 import grpc
 import pytest
 from google.api_core import exceptions
-
-from tests.conftest import FakeClock
-from tests.emulator.test_calendar_routes import (
+from test_calendar_routes import (
     DAY,
     H100_A,
     LINK,
@@ -31,6 +29,8 @@ from tests.emulator.test_calendar_routes import (
     status,
     tpu_block,
 )
+
+from dws_emulator.testing import FakeClock
 
 pytestmark = pytest.mark.emulator
 
@@ -301,7 +301,7 @@ def test_settings_come_from_the_environment(monkeypatch, dws_emulator_server_fac
 
 
 def test_the_cli_shows_a_block_and_parses_the_calendar_options(gce, clock, emulator, capsys) -> None:
-    from airflow_provider_dws.emulator.cli import build_parser, main
+    from dws_emulator.cli import build_parser, main
 
     insert(gce, gpu_block("shown", clock() + 60))
     deliver(gce, clock, "shown")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from airflow_provider_dws.emulator.defaults import DEFAULT_CAPACITY
-from airflow_provider_dws.emulator.kube.store import KINDS
-from airflow_provider_dws.emulator.state import EmulatorState
-from tests.conftest import FakeClock
+from dws_emulator.defaults import DEFAULT_CAPACITY
+from dws_emulator.kube.store import KINDS
+from dws_emulator.state import EmulatorState
+from dws_emulator.testing import FakeClock
 
 PR = KINDS["provisioningrequests.autoscaling.x-k8s.io"]
 POD = KINDS["pods"]
@@ -30,7 +30,7 @@ class Env:
         self.clock = FakeClock(1_800_000_000.0)
         self.state = EmulatorState(DEFAULT_CAPACITY if capacity is None else capacity, clock=self.clock)
         if "kube" not in self.state.apis:  # registered by the routes' branch; add it when absent
-            from airflow_provider_dws.emulator.kube.state import KubeState
+            from dws_emulator.kube.state import KubeState
 
             self.state.apis["kube"] = KubeState(self.state)
         self.kube = self.state.apis["kube"]

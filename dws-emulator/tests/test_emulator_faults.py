@@ -21,8 +21,8 @@ from google.cloud.tpu_v2 import TpuClient
 from google.cloud.tpu_v2 import types as tpu
 from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcTransport
 
-from airflow_provider_dws.emulator.faults import FaultInjector, FaultRule, FaultSpecError
-from tests.conftest import wait_until
+from dws_emulator.core.faults import FaultInjector, FaultRule, FaultSpecError
+from dws_emulator.testing import wait_until
 
 pytestmark = pytest.mark.emulator
 
@@ -64,7 +64,7 @@ def make_job(labels: dict[str, str] | None = None) -> types.CustomJob:
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "airflow_provider_dws.emulator", *args],
+        [sys.executable, "-m", "dws_emulator", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -330,27 +330,3 @@ def test_outage_refuses_connections_then_serves_same_state(dws_emulator_server_f
     assert again.name == job.name and again.create_time == job.create_time
     assert [j.name for j in client.list_custom_jobs(parent=parent)] == [job.name]
     assert client.create_custom_job(parent=parent, custom_job=make_job()).name != job.name
-
-
-def test_provider_backend_survives_unavailable(
-    dws_emulator_server_factory: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend
-    from airflow_provider_dws.scheduling.identity import RequestIdentity
-
-    # The seed fixes which calls fail: here the first create (so submit looks up and retries)
-    # and one get.
-    emulator = dws_emulator_server_factory(seed=1, faults=[f"{JOBS}/*=UNAVAILABLE@0.3"])
-    monkeypatch.setenv("DWS_EMULATOR_HOST", emulator.address)
-    backend = VertexCustomJobBackend("faults-project", "us-central1")
-    identity = RequestIdentity("dag", "task", f"run-{time.monotonic_ns()}")
-    job, _ = backend.submit(make_job(identity.labels()), identity)
-    for _ in range(3):
-        assert backend.get_status(job.name).phase.name in {"WAITING", "RUNNING"}
-    jobs = [r for r in emulator.control.requests() if r["project"] == "faults-project"]
-    assert [r["name"] for r in jobs] == [job.name]
-    report = emulator.control.faults()
-    assert report["injected"] == {
-        f"{JOBS}/CreateCustomJob": {"UNAVAILABLE": 1},
-        f"{JOBS}/GetCustomJob": {"UNAVAILABLE": 1},
-    }

@@ -8,8 +8,8 @@ import grpc
 import pytest
 from google.cloud.aiplatform_v1 import types
 
-from airflow_provider_dws.emulator.state import EmulatorState, JobState
-from airflow_provider_dws.emulator.validation import EmulatorError
+from dws_emulator.core.errors import EmulatorError
+from dws_emulator.state import EmulatorState, JobState
 
 H100 = "us-central1/NVIDIA_H100_80GB"
 PARENT = "projects/p/locations/us-central1"

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_dws.emulator.kube.store import KINDS
-from tests.conftest import FakeClock
+from dws_emulator.kube.store import KINDS
+from dws_emulator.testing import FakeClock
 
 pytestmark = pytest.mark.emulator
 

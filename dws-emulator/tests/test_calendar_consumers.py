@@ -21,9 +21,7 @@ from google.cloud.batch_v1.services.batch_service.transports import BatchService
 from google.cloud.tpu_v2 import TpuClient
 from google.cloud.tpu_v2 import types as tpu
 from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcTransport
-
-from tests.conftest import FakeClock
-from tests.emulator.test_calendar_routes import (
+from test_calendar_routes import (
     DAY,
     H100_A,
     ZONE,
@@ -38,6 +36,8 @@ from tests.emulator.test_calendar_routes import (
     status,
     tpu_block,
 )
+
+from dws_emulator.testing import FakeClock
 
 pytestmark = pytest.mark.emulator
 

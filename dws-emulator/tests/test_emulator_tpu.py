@@ -19,7 +19,7 @@ from google.cloud.tpu_v2 import types as tpu
 from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcAsyncIOTransport, TpuGrpcTransport
 from google.longrunning import operations_pb2
 
-from airflow_provider_dws.emulator.tpu import both_tiers_on_wire, parse_accelerator_type
+from dws_emulator.tpu import both_tiers_on_wire, parse_accelerator_type
 
 pytestmark = pytest.mark.emulator
 
@@ -110,7 +110,7 @@ def history(emulator, name: str) -> list[str]:
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "airflow_provider_dws.emulator", *args],
+        [sys.executable, "-m", "dws_emulator", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -701,8 +701,8 @@ class FakeClock:
 def test_deleting_lasts_delete_seconds_and_a_second_delete_is_refused_as_in_progress() -> None:
     """D4: the real API refuses a delete while one is in progress; with DELETING lasting zero
     ticks, no client could ever meet that answer."""
-    from airflow_provider_dws.emulator.server import EmulatorServer
-    from airflow_provider_dws.emulator.state import EmulatorState
+    from dws_emulator.server import EmulatorServer
+    from dws_emulator.state import EmulatorState
 
     clock = FakeClock()
     server = EmulatorServer({"us-west4-a/v5litepod": 16})
@@ -727,8 +727,8 @@ def test_deleting_lasts_delete_seconds_and_a_second_delete_is_refused_as_in_prog
 
 
 def test_delete_seconds_defaults_to_the_next_tick(monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_provider_dws.emulator.state import EmulatorState
-    from airflow_provider_dws.emulator.tpu_state import DELETE_SECONDS_ENV
+    from dws_emulator.state import EmulatorState
+    from dws_emulator.tpu.state import DELETE_SECONDS_ENV
 
     monkeypatch.delenv(DELETE_SECONDS_ENV, raising=False)
     assert EmulatorState().tpu.delete_seconds == 0.0

@@ -6,9 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-
-from airflow_provider_dws.emulator.kube.store import KubeError
-from tests.emulator.test_kube_cluster_env import (
+from test_kube_cluster_env import (
     CONSUME,
     JOB,
     NS,
@@ -22,6 +20,8 @@ from tests.emulator.test_kube_cluster_env import (
     request,
     template,
 )
+
+from dws_emulator.kube.store import KubeError
 
 
 @pytest.fixture

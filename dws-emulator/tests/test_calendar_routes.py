@@ -18,7 +18,7 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
-from tests.conftest import FakeClock
+from dws_emulator.testing import FakeClock
 
 pytestmark = pytest.mark.emulator
 
@@ -469,19 +469,3 @@ def test_a_block_s_reservation_exists_inactive_from_its_approval(gce, clock, emu
     clock.advance(1)
     ready = gce.reservations.get(project=P, zone=ZONE, reservation="block-res")
     assert (ready.status, ready.id, ready.specific_reservation.assured_count) == ("READY", inactive.id, 3)
-
-
-def test_the_emulator_s_calendar_limits_are_the_provider_s_tables() -> None:
-    """One set of facts: the emulator refuses what the provider's parse-time checks refuse."""
-    from airflow_provider_dws import facts
-    from airflow_provider_dws.emulator.calendar import validation
-
-    assert validation.TPU_CHIPS is facts.CALENDAR_TPU_CHIPS
-    assert validation.TPU_SERVING_CHIPS is facts.CALENDAR_TPU_SERVING_CHIPS
-    assert validation.MAX_GPU_VMS == facts.CALENDAR_MAX_GPU_VMS
-    assert facts.CALENDAR_GPU_HORIZON.total_seconds() == validation.GPU_HORIZON_SECONDS
-    assert facts.CALENDAR_TPU_HORIZON.total_seconds() == validation.TPU_HORIZON_SECONDS
-    assert set(validation.TPU_VM_FAMILIES) == {row[0] for row in facts.CALENDAR_TPU_ROWS.values()}
-    assert set(validation.CALENDAR_MACHINES) == {
-        m for m in facts.GPU_MACHINE_ROWS if facts.calendar_gpu_machine(m)
-    }

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_dws.emulator.kube.kueue import Kueue
-from airflow_provider_dws.emulator.kube.kueue_objects import (
+from dws_emulator.kube.kueue import Kueue
+from dws_emulator.kube.kueue_objects import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
     CONFIGS,
@@ -30,10 +30,10 @@ from airflow_provider_dws.emulator.kube.kueue_objects import (
     seed,
     workload_name,
 )
-from airflow_provider_dws.emulator.kube.state import KubeState
-from airflow_provider_dws.emulator.kube.store import timestamp
-from airflow_provider_dws.emulator.state import EmulatorState
-from tests.conftest import FakeClock
+from dws_emulator.kube.state import KubeState
+from dws_emulator.kube.store import timestamp
+from dws_emulator.state import EmulatorState
+from dws_emulator.testing import FakeClock
 
 NS = "default"
 START = 1_800_000_000.0

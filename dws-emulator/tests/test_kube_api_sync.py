@@ -11,9 +11,9 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from airflow_provider_dws.emulator.kube import routes
-from airflow_provider_dws.emulator.kube.store import KINDS, invalid
-from tests.conftest import FakeClock
+from dws_emulator.kube import routes
+from dws_emulator.kube.store import KINDS, invalid
+from dws_emulator.testing import FakeClock
 
 pytestmark = pytest.mark.emulator
 

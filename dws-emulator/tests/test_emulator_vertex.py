@@ -26,7 +26,7 @@ from google.cloud.aiplatform_v1.services.job_service.transports import (
 )
 from google.protobuf import empty_pb2
 
-from tests.conftest import FakeClock
+from dws_emulator.testing import FakeClock
 
 pytestmark = pytest.mark.emulator
 
@@ -531,7 +531,7 @@ def test_invalid_parent_and_location_without_pool(dws_emulator_server) -> None:
 # --- control API and CLI --------------------------------------------------------------------
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "airflow_provider_dws.emulator", *args],
+        [sys.executable, "-m", "dws_emulator", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -585,7 +585,7 @@ def test_cli_requests_and_capacity(dws_emulator_factory) -> None:
 
 
 def test_default_inventory_and_seeded_ids(dws_emulator_server, dws_emulator_server_factory) -> None:
-    from airflow_provider_dws.emulator import DEFAULT_CAPACITY
+    from dws_emulator import DEFAULT_CAPACITY
 
     inventory = dws_emulator_server.control.capacity()
     assert {k: v["total"] for k, v in inventory.items()} == DEFAULT_CAPACITY

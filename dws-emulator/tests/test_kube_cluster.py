@@ -8,9 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from airflow_provider_dws.emulator.kube.store import KINDS, Event
-from tests.emulator.test_kube_cluster_env import (
+from test_kube_cluster_env import (
     NS,
     POD,
     PR,
@@ -21,6 +19,8 @@ from tests.emulator.test_kube_cluster_env import (
     request,
     template,
 )
+
+from dws_emulator.kube.store import KINDS, Event
 
 
 @pytest.fixture
@@ -240,7 +240,7 @@ def test_cpu_pod_runs_at_once_and_logs(env: Env) -> None:
 
 
 def test_pod_log_errors(env: Env) -> None:
-    from airflow_provider_dws.emulator.kube.store import KubeError
+    from dws_emulator.kube.store import KubeError
 
     with pytest.raises(KubeError) as missing:
         env.cluster.pod_log(NS, "nope", None)
@@ -255,7 +255,7 @@ def test_pod_log_errors(env: Env) -> None:
 
 
 def _cpu_spec(**kwargs: Any) -> dict[str, Any]:
-    from tests.emulator.test_kube_cluster_env import pod_spec
+    from test_kube_cluster_env import pod_spec
 
     return pod_spec(gpus=0, accelerator=None, toleration=False, **kwargs)
 
@@ -276,7 +276,7 @@ def test_records_for_list_requests(env: Env) -> None:
 
 
 def test_control_fail_and_revoke(env: Env) -> None:
-    from airflow_provider_dws.emulator.core.errors import EmulatorError
+    from dws_emulator.core.errors import EmulatorError
 
     methods = env.cluster.control_methods()
     provisioned(env, "a", count=1)
@@ -344,7 +344,7 @@ def test_controllers_get_every_change_and_tick(env: Env) -> None:
 
 
 def test_revoke_reasons_and_the_cli_table(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
-    from airflow_provider_dws.emulator.cli import _print_requests
+    from dws_emulator.cli import _print_requests
 
     provisioned(env, "timed", count=1, maxRunDurationSeconds="60")
     env.advance(60)
@@ -366,7 +366,7 @@ def test_revoke_reasons_and_the_cli_table(env: Env, capsys: pytest.CaptureFixtur
 
 
 def test_cli_node_pool_and_booking_flags() -> None:
-    from airflow_provider_dws.emulator.cli import build_parser
+    from dws_emulator.cli import build_parser
 
     args = build_parser().parse_args(
         ["serve", "--kube-node-pools", "nvidia-l4", "h100=nvidia-h100-80gb", "--kube-booking-seconds", "30"]

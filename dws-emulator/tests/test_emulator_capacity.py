@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dws.emulator.capacity import CapacityModel, PoolKey, parse_pool_spec
+from dws_emulator.core.capacity import CapacityModel, PoolKey, parse_pool_spec
 
 H100 = "us-central1/NVIDIA_H100_80GB"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dws.emulator.calendar.inventory import DAY, CapacityCalendar, parse_day
-from airflow_provider_dws.emulator.calendar.records import CalendarSettings, parse_seconds
-from airflow_provider_dws.emulator.calendar.state import lock_time
-from airflow_provider_dws.emulator.core.capacity import PoolKey
-from airflow_provider_dws.emulator.core.reservations import Reservation, Reservations, parse_reference
+from dws_emulator.calendar.inventory import DAY, CapacityCalendar, parse_day
+from dws_emulator.calendar.records import CalendarSettings, parse_seconds
+from dws_emulator.calendar.state import lock_time
+from dws_emulator.core.capacity import PoolKey
+from dws_emulator.core.reservations import Reservation, Reservations, parse_reference
 
 KEY = PoolKey("us-central1-a", "NVIDIA_H100_80GB")
 T0 = 20_000 * DAY  # a UTC midnight

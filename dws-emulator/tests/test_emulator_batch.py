@@ -19,9 +19,9 @@ from google.cloud.batch_v1.services.batch_service.transports import (
     BatchServiceGrpcTransport,
 )
 
-from airflow_provider_dws.emulator.batch.state import QUEUED_LIMIT_SECONDS, SCHEDULE_SECONDS
-from airflow_provider_dws.facts import COMPUTE_GPU_NAMES
-from tests.conftest import FakeClock
+from dws_emulator.batch.state import QUEUED_LIMIT_SECONDS, SCHEDULE_SECONDS
+from dws_emulator.facts import VERTEX_NAME
+from dws_emulator.testing import FakeClock
 
 pytestmark = pytest.mark.emulator
 
@@ -380,10 +380,10 @@ def test_invalid_requests_name_the_field(client, parent, job_id, job, field) -> 
 
 
 def test_accelerator_table_covers_every_vertex_pool_of_the_default_inventory() -> None:
-    from airflow_provider_dws.emulator import DEFAULT_CAPACITY
+    from dws_emulator import DEFAULT_CAPACITY
 
     gpu_pools = {key.split("/")[1] for key in DEFAULT_CAPACITY if key.split("/")[1].startswith("NVIDIA_")}
-    assert gpu_pools <= set(COMPUTE_GPU_NAMES.values())
+    assert gpu_pools <= set(VERTEX_NAME.values())
 
 
 # --- async client, counters and faults -----------------------------------------------------
@@ -422,7 +422,7 @@ def test_batch_methods_are_counted_and_can_be_faulted(client, emulator) -> None:
 
 
 def test_cli_lists_batch_jobs_and_sets_their_pool(client, emulator, capsys) -> None:
-    from airflow_provider_dws.emulator.cli import main
+    from dws_emulator.cli import main
 
     create(client, "shown", make_job(count=2, labels={"team": "ml"}))
     assert main(["capacity", "--port", str(emulator.port), "us-central1/NVIDIA_L4=4"]) == 0

@@ -90,7 +90,9 @@ COMPUTE_GPU_NAMES = {
     "nvidia-gb200": "NVIDIA_GB200",
 }
 #: GPU types a Cloud Batch job with the FLEX_START provisioning model may ask for (Compute names):
-#: the flex-start VM GPUs (G2, A2, A3, A4, A4X machines, and N1 machines with attached T4s).
+#: the flex-start VM GPUs (G2, A2, A3 and A4 machines, and N1 machines with attached T4s). Not A4X's
+#: GB200: "Flex-start VMs support all accelerator-optimized machine types (except A4X and G4)"
+#: (Compute Engine, About Flex-start VMs, read 2026-12; the emulator's facts cross-check it).
 BATCH_FLEX_START_GPUS = frozenset(
     {
         "nvidia-l4",
@@ -101,7 +103,6 @@ BATCH_FLEX_START_GPUS = frozenset(
         "nvidia-h100-mega-80gb",
         "nvidia-h200-141gb",
         "nvidia-b200",
-        "nvidia-gb200",
     }
 )
 #: Machine families whose VMs take GPUs attached (Compute Engine's GPU pages: "For N1 general-purpose
@@ -200,6 +201,8 @@ def batch_gpu_matches(machine_type: object, accelerator_type: object, count: obj
         return False
     if accelerator_type is None:
         return count is None
+    if accelerator_type not in BATCH_FLEX_START_GPUS:
+        return False
     return (COMPUTE_GPU_NAMES.get(accelerator_type), row[1] if count is None else count) == row  # type: ignore[call-overload]
 
 

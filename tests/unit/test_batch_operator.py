@@ -27,7 +27,7 @@ from airflow_provider_dws.triggers.capacity_request import WAIT_DEADLINE_GRACE
 
 IDENTITY = RequestIdentity("batch_dag", "infer", "manual__2026-03-01")
 FLEX = AllocationPolicy.ProvisioningModel.FLEX_START
-GPUS = "['nvidia-a100-80gb', 'nvidia-b200', 'nvidia-gb200', 'nvidia-h100-80gb', 'nvidia-h100-mega-80gb'"
+GPUS = "['nvidia-a100-80gb', 'nvidia-b200', 'nvidia-h100-80gb', 'nvidia-h100-mega-80gb'"
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 
 

@@ -50,9 +50,8 @@ GPUS: tuple[Gpu, ...] = (
     Gpu("nvidia-h200-141gb", "NVIDIA_H200_141GB", True),
     Gpu("nvidia-b200", "NVIDIA_B200", True),
     Gpu("nvidia-gb200", "NVIDIA_GB200", False),  # A4X: excepted by [flex-start VMs]
-    # N1 with attached T4s: the page names accelerator-optimized machines only; Batch's flex-start
-    # jobs on N1 + T4 are not verified either way, and are accepted (as the Batch API would be
-    # asked to judge them).
+    # N1 machines with attached T4s are not on that page's list (it names accelerator-optimized
+    # machines); Cloud Batch's own flex-start page could not be read: accepted, not verified.
     Gpu("nvidia-tesla-t4", "NVIDIA_TESLA_T4", True),
     # The other GPUs N1 machines take attached [gpus]: no flex-start.
     Gpu("nvidia-tesla-v100", "NVIDIA_TESLA_V100", False),

@@ -46,7 +46,8 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-## Quality gates, then every test ring (unit, emulator, Airflow end to end), on PYTEST_WORKERS processes
+## Quality gates, then every test ring (unit, emulator, Airflow end to end, and the emulator's own tests in
+## dws-emulator/tests: pytest's testpaths hold both trees), on PYTEST_WORKERS processes
 ## (work-stealing: tests/conftest.py starts each on its share of the slow tests; three on two cores,
 ## since most of the slow tests wait on real Airflow processes);
 ## then the unit tests again on Python 3.10, the oldest Python the provider supports.

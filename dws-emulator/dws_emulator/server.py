@@ -9,36 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .core.control_service import CONTROL_SERVICE, MAX_OUTAGE_SECONDS, ControlServicer
-from .core.faults import OPERATIONS_SERVICE
-from .core.operations import MAX_WAIT_OPERATION_SECONDS, OperationsServicer
-from .core.server import OUTAGE_GRACE_SECONDS, REBIND_SECONDS, TICK_SECONDS, ServerCore, is_loopback
-from .core.wire import FaultInjectingHandler
+from .core.server import ServerCore, is_loopback
 from .defaults import DEFAULT_CAPACITY
 from .state import EmulatorState
-from .tpu import TPU_SERVICE
-from .tpu.service import TpuServicer
-from .vertex import JOB_SERVICE
-from .vertex.service import JobServiceServicer
 
-__all__ = [
-    "CONTROL_SERVICE",
-    "JOB_SERVICE",
-    "MAX_OUTAGE_SECONDS",
-    "MAX_WAIT_OPERATION_SECONDS",
-    "OPERATIONS_SERVICE",
-    "OUTAGE_GRACE_SECONDS",
-    "REBIND_SECONDS",
-    "TICK_SECONDS",
-    "TPU_SERVICE",
-    "ControlServicer",
-    "EmulatorServer",
-    "FaultInjectingHandler",
-    "JobServiceServicer",
-    "OperationsServicer",
-    "TpuServicer",
-    "is_loopback",
-]
+__all__ = ["EmulatorServer", "is_loopback"]
 
 
 class EmulatorServer(ServerCore):

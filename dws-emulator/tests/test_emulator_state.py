@@ -9,7 +9,8 @@ import pytest
 from google.cloud.aiplatform_v1 import types
 
 from dws_emulator.core.errors import EmulatorError
-from dws_emulator.state import EmulatorState, JobState
+from dws_emulator.state import EmulatorState
+from dws_emulator.vertex.state import JobState
 
 H100 = "us-central1/NVIDIA_H100_80GB"
 PARENT = "projects/p/locations/us-central1"
@@ -48,16 +49,16 @@ def flex_job(count: int = 8, run_seconds: float = 10, max_wait: float | None = N
 
 
 def state_names(state: EmulatorState, name: str) -> list[str]:
-    return [s.removeprefix("JOB_STATE_") for s, _ in state.jobs[name].history]
+    return [s.removeprefix("JOB_STATE_") for s, _ in state.vertex.jobs[name].history]
 
 
 def test_life_cycle_timestamps_follow_the_clock() -> None:
     clock = FakeClock()
     state = EmulatorState({H100: 8}, seed=1, clock=clock)
-    name = state.create_custom_job(PARENT, flex_job(run_seconds=10)).name
+    name = state.vertex.create_custom_job(PARENT, flex_job(run_seconds=10)).name
     clock.now += 1
     state.tick()
-    job = state.get_custom_job(name)
+    job = state.vertex.get_custom_job(name)
     assert state_names(state, name) == ["QUEUED", "PENDING", "RUNNING"]
     assert job.start_time.seconds == int(clock.now)
     clock.now += 9.99
@@ -65,7 +66,7 @@ def test_life_cycle_timestamps_follow_the_clock() -> None:
     assert state_names(state, name)[-1] == "RUNNING"
     clock.now += 0.01
     state.tick()
-    job = state.get_custom_job(name)
+    job = state.vertex.get_custom_job(name)
     assert state_names(state, name)[-1] == "SUCCEEDED"
     assert job.end_time.ToNanoseconds() - job.start_time.ToNanoseconds() == pytest.approx(10e9, rel=1e-6)
     assert state.inventory()[H100]["in_use"] == 0
@@ -74,15 +75,15 @@ def test_life_cycle_timestamps_follow_the_clock() -> None:
 def test_default_max_wait_is_24h_and_zero_waits_forever() -> None:
     clock = FakeClock()
     state = EmulatorState({H100: 0}, clock=clock)
-    default = state.create_custom_job(PARENT, flex_job()).name
-    forever = state.create_custom_job(PARENT, flex_job(max_wait=0)).name
+    default = state.vertex.create_custom_job(PARENT, flex_job()).name
+    forever = state.vertex.create_custom_job(PARENT, flex_job(max_wait=0)).name
     clock.now += 24 * 3600 - 1
     state.tick()
     assert state_names(state, default)[-1] == "PENDING"
     clock.now += 1
     state.tick()
     assert state_names(state, default)[-1] == "FAILED"
-    assert "max wait duration of 86400s" in state.get_custom_job(default).error.message
+    assert "max wait duration of 86400s" in state.vertex.get_custom_job(default).error.message
     clock.now += 365 * 24 * 3600
     state.tick()
     assert state_names(state, forever)[-1] == "PENDING"
@@ -91,17 +92,17 @@ def test_default_max_wait_is_24h_and_zero_waits_forever() -> None:
 def test_deleted_jobs_stay_in_requests_and_ids_are_seeded() -> None:
     clock = FakeClock()
     a, b = EmulatorState({H100: 8}, seed=5, clock=clock), EmulatorState({H100: 8}, seed=5, clock=clock)
-    name = a.create_custom_job(PARENT, flex_job(run_seconds=0)).name
-    assert b.create_custom_job(PARENT, flex_job()).name == name
-    assert EmulatorState({H100: 8}, seed=6).create_custom_job(PARENT, flex_job()).name != name
+    name = a.vertex.create_custom_job(PARENT, flex_job(run_seconds=0)).name
+    assert b.vertex.create_custom_job(PARENT, flex_job()).name == name
+    assert EmulatorState({H100: 8}, seed=6).vertex.create_custom_job(PARENT, flex_job()).name != name
     a.tick()
     a.tick()
-    op = a.delete_custom_job(name)
+    op = a.vertex.delete_custom_job(name)
     assert not op.done
     a.tick()
     assert a.get_operation(op.name).done
     with pytest.raises(EmulatorError) as info:
-        a.get_custom_job(name)
+        a.vertex.get_custom_job(name)
     assert info.value.code == grpc.StatusCode.NOT_FOUND
     [record] = a.requests()
     assert record["deleted"] is True
@@ -117,17 +118,17 @@ def test_a_tick_leaves_waiting_jobs_alone() -> None:
     """Jobs waiting for capacity are on no agenda: a tick costs what changes, not what exists."""
     clock = FakeClock()
     state = EmulatorState({H100: 0}, seed=1, clock=clock)
-    names = [state.create_custom_job(PARENT, flex_job()).name for _ in range(200)]
+    names = [state.vertex.create_custom_job(PARENT, flex_job()).name for _ in range(200)]
     clock.now += 1
     state.tick()  # QUEUED -> PENDING for all 200: they were due
-    assert {JobState(state.get_custom_job(n).state).name for n in names} == {"JOB_STATE_PENDING"}
+    assert {JobState(state.vertex.get_custom_job(n).state).name for n in names} == {"JOB_STATE_PENDING"}
     assert len(state.vertex._due) == 0
     assert not state.capacity._dirty
     clock.now += 3600
     state.tick()
-    assert {JobState(state.get_custom_job(n).state).name for n in names} == {"JOB_STATE_PENDING"}
+    assert {JobState(state.vertex.get_custom_job(n).state).name for n in names} == {"JOB_STATE_PENDING"}
     state.set_capacity({H100: 16})  # room for the first two, in arrival order
-    assert [JobState(state.get_custom_job(n).state).name for n in names[:3]] == [
+    assert [JobState(state.vertex.get_custom_job(n).state).name for n in names[:3]] == [
         "JOB_STATE_RUNNING",
         "JOB_STATE_RUNNING",
         "JOB_STATE_PENDING",

@@ -87,7 +87,7 @@ async def until(predicate: Any, what: str, timeout: float = 60.0) -> None:
 
 def recorded(emulator: InProcessEmulator, name: str) -> tuple[float, float | None, float | None]:
     """(created, started, ended) as the emulator recorded them, epoch seconds."""
-    rec = emulator.server.state.jobs[name]
+    rec = emulator.server.state.vertex.jobs[name]
     ended = rec.job.end_time.ToNanoseconds() / 1e9 if rec.job.HasField("end_time") else None
     return rec.created_at, rec.started_at, ended
 
@@ -192,7 +192,7 @@ def test_trigger_waits_through_queue_to_success_via_async_client(emulator_env: A
         assert not task.done()
         clock.advance(20)  # 20 s pass in the queue
         await asyncio.to_thread(emulator.control.set_capacity, {H100: 8})
-        rec = emulator.server.state.jobs[job.name]
+        rec = emulator.server.state.vertex.jobs[job.name]
         await until(lambda: rec.started_at is not None, "the job to start")
         assert not task.done()
         clock.advance(1)  # longer than its 0.5 s run: it ends on the next tick

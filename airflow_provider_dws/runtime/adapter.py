@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from airflow_provider_dws.backends.base import BackendCache
-from airflow_provider_dws.runtime.loop import resolve_project
+from airflow_provider_dws.runtime.task import resolve_project
 from airflow_provider_dws.scheduling.phases import Phase, reached
 
 if TYPE_CHECKING:
@@ -51,6 +51,9 @@ class RequestAdapter(Generic[_Op, _Backend]):
     #: Whether this task owns its requests, and its trigger may give them up (on a kill, at the
     #: task's deadline, at the max wait); False for a task that follows another task's request.
     releases: ClassVar[bool] = True
+    #: The XCom key under which the task pushes the name of the request it adopted or submitted (a
+    #: release, a consumer or a later step reads it).
+    name_key: ClassVar[str] = "request_name"
 
     def __init__(self, operator: _Op) -> None:
         self.op = operator
@@ -69,10 +72,6 @@ class RequestAdapter(Generic[_Op, _Backend]):
 
     def location_of(self, name: str) -> str:
         """The region or zone a request's full name lives in."""
-        raise NotImplementedError
-
-    def find(self, context: Context, identity: RequestIdentity) -> Found | None:
-        """The live or succeeded request of any attempt of this task instance, to adopt."""
         raise NotImplementedError
 
     def submit(
@@ -97,7 +96,45 @@ class RequestAdapter(Generic[_Op, _Backend]):
         ``machine_type``, ``pricing_model`` and ``console_url``; the loop adds the rest."""
         raise NotImplementedError
 
+    def persist_link(self, context: Context, status: RequestStatus) -> str | None:
+        """Store the request's console link for the task (``links``); its URL, if there is one."""
+        return None
+
     # -- shared defaults -------------------------------------------------------------------------
+
+    def find(self, context: Context, identity: RequestIdentity) -> Found | None:
+        """The live or succeeded request of any attempt of this task instance, to adopt. Default: one
+        list per location the task may have used (its placements), the choice of
+        :func:`~airflow_provider_dws.scheduling.reattach.choose_existing` (a live request, newest
+        first, else a success); an API that keeps ended requests to delete, or names its requests
+        by attempt, finds its own way."""
+        from airflow_provider_dws.scheduling.policies import Placement
+        from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
+
+        placements: dict[str, Placement] = {}
+        for placement in self.op.placements():
+            placements.setdefault(placement.location, placement)
+        found: dict[str, RequestStatus] = {}
+        for location in placements:
+            backend: Any = self.backend(location)
+            found.update({status.name: status for status in backend.find(identity)})
+        decision = choose_existing([Candidate(n, s.phase, s.timings.submitted) for n, s in found.items()])
+        self.log.info("%s", decision.describe(identity.describe()))
+        if decision.name is None:
+            return None
+        status = found[decision.name]
+        location = self.location_of(status.name)
+        self.remember(context, status)
+        placement = placements.get(location) or Placement(location=location)
+        return Found(status, placement, int(status.details.get("attempt") or 1))
+
+    def remember(self, context: Context, status: RequestStatus) -> None:
+        """The request this task now waits on: its name pushed under :attr:`name_key`, its console
+        link stored and logged."""
+        context["ti"].xcom_push(key=self.name_key, value=status.name)
+        url = self.persist_link(context, status)
+        if url:
+            self.log.info("Console: %s", url)
 
     def delete_ended(self) -> None:
         """Delete ended requests the last :meth:`find` saw, if the API keeps them listed."""
@@ -125,9 +162,9 @@ class RequestAdapter(Generic[_Op, _Backend]):
             f", ran {timedelta(seconds=round(timings.run_seconds))}" if timings.run_seconds else "",
         )
 
-    def cancel(self, name: str) -> str | None:
-        """Cancel or release one request by name, from the worker; an ended or gone one is fine.
-        Returns why the request was kept instead, if it was (``None``: released, or nothing left)."""
+    def release_or_keep(self, name: str) -> str | None:
+        """Release one request by name from the worker (cancel or delete; an ended or gone one is
+        fine), or keep it: returns why it was kept (``None``: released, or nothing left)."""
         self.backend(self.location_of(name)).release(name)  # type: ignore[attr-defined]
         return None
 

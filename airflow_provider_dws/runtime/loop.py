@@ -9,8 +9,6 @@ operator's :class:`~airflow_provider_dws.runtime.adapter.RequestAdapter`.
 
 from __future__ import annotations
 
-import asyncio
-import importlib
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -18,9 +16,10 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from airflow_provider_dws import registry
 from airflow_provider_dws.backends.base import WAIT_ERROR, RequestStatus
 from airflow_provider_dws.runtime.state import AttemptState
-from airflow_provider_dws.scheduling.identity import RequestIdentity
+from airflow_provider_dws.runtime.task import task_identity, wait_for_event
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -34,30 +33,13 @@ _NOW_SLACK = timedelta(seconds=1)
 WAITING_KEY = "dws_waiting"
 
 
-def task_identity(context: Context, task_id: str | None = None) -> RequestIdentity:
-    """The identity of the running task instance (or of ``task_id`` in the same run and map index)."""
-    ti = context["ti"]
-    map_index = getattr(ti, "map_index", -1)
-    try_number = getattr(ti, "try_number", 1)
-    return RequestIdentity(
-        dag_id=ti.dag_id,
-        task_id=task_id or ti.task_id,
-        run_id=ti.run_id,
-        map_index=map_index if isinstance(map_index, int) and map_index >= 0 else -1,
-        try_number=try_number
-        if isinstance(try_number, int) and not isinstance(try_number, bool) and try_number >= 1
-        else 1,
-    )
-
-
 def adapter_of(op: DwsRequestOperator) -> RequestAdapter[Any, Any]:
     """The operator's adapter for this task run (its ``ADAPTER``), built on first use."""
     adapter = op.__dict__.get("_dws_adapter")
     if adapter is None:
         cls = op.ADAPTER
         if isinstance(cls, str):
-            module, _, name = cls.partition(":")
-            cls = getattr(importlib.import_module(module), name)
+            cls = registry.load(cls)
         adapter = op.__dict__["_dws_adapter"] = cls(op)
     return adapter  # type: ignore[no-any-return]
 
@@ -68,34 +50,6 @@ def loop_of(op: DwsRequestOperator) -> AttemptLoop:
     if loop is None:
         loop = op.__dict__["_dws_loop"] = AttemptLoop(op, adapter_of(op))
     return loop  # type: ignore[no-any-return]
-
-
-def wait_for_event(op: Any, trigger: Any, method_name: str) -> dict[str, Any]:
-    """Wait on ``trigger``: deferred (``op.deferrable``; the task resumes in ``method_name`` and this
-    never returns), or in this worker, running the same trigger coroutine to its first event.
-
-    No defer timeout: the trigger enforces ``execution_timeout`` itself (and cancels its request
-    first, where it should), whereas Airflow's trigger timeout would stop the wait without that.
-    """
-    if op.deferrable:
-        op.defer(trigger=trigger, method_name=method_name)
-    from airflow_provider_dws.triggers.capacity_request import first_event
-
-    op.log.info("deferrable=False: waiting in this worker")
-    return asyncio.run(first_event(trigger))
-
-
-def resolve_project(op: Any) -> str:
-    """The operator's ``project_id``, or the project of its connection when it is not set."""
-    if op.project_id:
-        return str(op.project_id)
-    from airflow_provider_dws.hooks.base import DwsBaseHook
-
-    project = DwsBaseHook(gcp_conn_id=op.gcp_conn_id).project_id or None
-    if not project:
-        raise op._param_error(f"project_id is not set and connection {op.gcp_conn_id!r} names no project")
-    op.project_id = project
-    return str(project)
 
 
 class AttemptLoop:
@@ -180,7 +134,7 @@ class AttemptLoop:
         if name and self.op.cancel_on_kill:
             self.log.warning("Task killed while waiting on %s; cancelling it", name)
             try:
-                kept = self.adapter.cancel(name)
+                kept = self.adapter.release_or_keep(name)
                 if kept:
                     self.log.warning("%s is kept: %s", name, kept)
             except Exception:
@@ -226,7 +180,7 @@ class AttemptLoop:
             waited_try,
             name,
         )
-        kept = self.adapter.cancel(name)
+        kept = self.adapter.release_or_keep(name)
         self._forget_waiting(context)
         if kept:
             self.log.info("%s is kept (%s): this try adopts it", name, kept)
@@ -456,7 +410,7 @@ class AttemptLoop:
             ),
         )
         try:
-            kept = self.adapter.cancel(name)
+            kept = self.adapter.release_or_keep(name)
             if not kept:
                 self.adapter.release_failed(cancelled, state.placement)
         except Exception:

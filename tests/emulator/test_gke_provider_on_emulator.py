@@ -181,7 +181,7 @@ def test_the_xcom_lets_a_pod_run_on_the_requests_nodes(emulator: Any) -> None:
     core.create_namespaced_pod(NS, pod)
     assert core.read_namespaced_pod("train-0", NS).status.phase == "Running"
     assert adapter.backend().consumers(status.name) == ["train-0"]
-    adapter.cancel(status.name)
+    adapter.release_or_keep(status.name)
     assert adapter.backend().get_status(status.name) is None
 
 

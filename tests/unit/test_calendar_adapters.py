@@ -16,10 +16,10 @@ from airflow_provider_dws.operators.calendar import (
     FindCalendarBlockOperator,
     ReserveCalendarBlockOperator,
 )
-from airflow_provider_dws.operators.calendar_checks import search_range
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import Outcome, Phase, RequestTimings
 from airflow_provider_dws.scheduling.policies import Placement
+from airflow_provider_dws.specs.calendar_block import search_range
 
 PAST = datetime(2020, 1, 1, tzinfo=timezone.utc)
 SOON = datetime.now(timezone.utc) + timedelta(days=10)
@@ -174,7 +174,7 @@ def test_the_wait_s_cancel_leaves_the_block(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(FutureReservationBackend, "release", lambda self, name, **_: released.append(name))
     monkeypatch.setattr(FutureReservationBackend, "discard", lambda self, name: released.append(name))
     adapter = _wait().adapter()
-    assert "reserve task" in str(adapter.cancel(status("APPROVED", Phase.PROVISIONING).name))
+    assert "reserve task" in str(adapter.release_or_keep(status("APPROVED", Phase.PROVISIONING).name))
     assert released == []
 
 

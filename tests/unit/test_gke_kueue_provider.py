@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_dws.backends.base import BACKENDS, RequestStatus, backend_from_spec
+from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.kube_base import translate
 from airflow_provider_dws.backends.kueue import KueueJobBackend
 from airflow_provider_dws.errors import (
@@ -31,6 +31,7 @@ from airflow_provider_dws.exceptions import (
     WorkloadFailedError,
 )
 from airflow_provider_dws.operators.gke_kueue import CreateGKEQueuedJobOperator
+from airflow_provider_dws.registry import BACKENDS, backend_from_spec
 from airflow_provider_dws.runtime.gke_kueue import KueueJobAdapter, job_result
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings

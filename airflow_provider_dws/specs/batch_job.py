@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import catalog
 from airflow_provider_dws.facts import IDENTITY_LABELS, MAX_LABELS
-from airflow_provider_dws.operators.checks import has_template
-from airflow_provider_dws.operators.labels import check_labels
+from airflow_provider_dws.specs.labels import check_labels
+from airflow_provider_dws.specs.templates import has_template
 
 if TYPE_CHECKING:
     from airflow_provider_dws.scheduling.policies import Placement

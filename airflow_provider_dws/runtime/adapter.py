@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from airflow_provider_dws.backends.base import BackendCache
 from airflow_provider_dws.runtime.task import resolve_project
-from airflow_provider_dws.scheduling.phases import Phase, reached
+from airflow_provider_dws.scheduling.phases import Phase
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from airflow_provider_dws.operators.base import DwsRequestOperator
     from airflow_provider_dws.scheduling.identity import RequestIdentity
     from airflow_provider_dws.scheduling.policies import Placement
-    from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
 _Op = TypeVar("_Op", bound="DwsRequestOperator")
 _Backend = TypeVar("_Backend")
@@ -168,48 +167,9 @@ class RequestAdapter(Generic[_Op, _Backend]):
         self.backend(self.location_of(name)).release(name)  # type: ignore[attr-defined]
         return None
 
-    def is_done(self, status: RequestStatus) -> bool:
-        """Whether the wait is over: the request ended, or reached :attr:`target`."""
-        return reached(self.target, status.phase)
-
-    def is_success(self, status: RequestStatus) -> bool:
-        """Whether the request gave what the task needs."""
-        if self.target == "end":
-            return status.phase is Phase.SUCCEEDED
-        return status.phase is Phase.RUNNING or (
-            self.target == "provisioning" and status.phase is Phase.PROVISIONING
-        )
-
     def wait_deadline(self, status: RequestStatus, max_wait: timedelta) -> datetime:
         """When a request still waiting for capacity is given up (its max wait from submission)."""
         return (status.timings.submitted or datetime.now(timezone.utc)) + max_wait
-
-    def trigger(
-        self,
-        status: RequestStatus,
-        placement: Placement,
-        max_wait: timedelta,
-        echo: dict[str, Any],
-        task_deadline: datetime | None = None,
-    ) -> CapacityRequestTrigger:
-        """The trigger that waits on the request through the shared poller; it hands ``echo``
-        back in its event and gives up at ``task_deadline`` (the end of ``execution_timeout``)."""
-        from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
-
-        backend: Any = self.backend(placement.location)
-        return CapacityRequestTrigger(
-            kind=backend.kind,
-            backend_spec=backend.spec(),
-            request_name=status.name,
-            poll_interval=float(self.op.poll_interval),
-            wait_deadline=self.wait_deadline(status, max_wait).isoformat(),
-            cancel_on_kill=self.op.cancel_on_kill,
-            target=self.target,
-            echo=echo,
-            task_deadline=task_deadline.isoformat() if task_deadline else None,
-            wait_grace=None if self.wait_grace is None else self.wait_grace.total_seconds(),
-            releases=self.releases,
-        )
 
     def cached_backend(self, cls: type[_Backend], location: str) -> _Backend:
         """``cls(project, location, connection, impersonation chain)``, built once per task."""

@@ -20,12 +20,15 @@ from airflow_provider_dws import registry
 from airflow_provider_dws.backends.base import WAIT_ERROR, RequestStatus
 from airflow_provider_dws.runtime.state import AttemptState
 from airflow_provider_dws.runtime.task import task_identity, wait_for_event
+from airflow_provider_dws.scheduling.phases import Phase, reached
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_dws.operators.base import DwsRequestOperator
     from airflow_provider_dws.runtime.adapter import RequestAdapter
+    from airflow_provider_dws.scheduling.policies import Placement
+    from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
 #: A submit time this close to now is "now" (no point deferring for it).
 _NOW_SLACK = timedelta(seconds=1)
@@ -95,7 +98,7 @@ class AttemptLoop:
         if found is not None:
             status, placement, number = found
             state = AttemptState(placement=placement, attempt=number)
-            if self.adapter.is_done(status) and self.adapter.is_success(status):
+            if _is_done(self.adapter, status) and _is_success(self.adapter, status):
                 self.log.info(
                     "%s (attempt %d) already succeeded: taking it as the result", status.name, number
                 )
@@ -276,14 +279,14 @@ class AttemptLoop:
 
     def wait(self, context: Context, status: RequestStatus, state: AttemptState) -> Any:
         """Wait on a submitted (or adopted) request: deferred, or in this worker."""
-        if self.adapter.is_done(status):
+        if _is_done(self.adapter, status):
             self.waiting_on = None
             return self.attempt_ended(context, status.to_event(), state)
         self.waiting_on = status.name  # a kill before the deferral cancels it (see `plan`)
         deadline = self.timeout_at(context)
         # The state travels once, in the trigger's event: Airflow's triggerer hands it back, and
         # `airflow dags test` hands back the event alone (not the deferral's keyword arguments).
-        trigger = self.adapter.trigger(
+        trigger = self.trigger(
             status, state.placement, state.max_wait(self.op.max_wait), state.to_dict(), deadline
         )
         if deadline is not None:
@@ -300,6 +303,36 @@ class AttemptLoop:
         finally:
             self.waiting_on = None
         return self.complete(context, event, {})
+
+    def trigger(
+        self,
+        status: RequestStatus,
+        placement: Placement,
+        max_wait: timedelta,
+        echo: dict[str, Any],
+        task_deadline: datetime | None = None,
+    ) -> CapacityRequestTrigger:
+        """The trigger that waits on the request through the shared poller, as the adapter says (its
+        backend, :attr:`~RequestAdapter.target`, max wait deadline and grace, whether it releases);
+        it hands ``echo`` back in its event and gives up at ``task_deadline`` (the end of
+        ``execution_timeout``)."""
+        from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
+
+        adapter = self.adapter
+        backend: Any = adapter.backend(placement.location)
+        return CapacityRequestTrigger(
+            kind=backend.kind,
+            backend_spec=backend.spec(),
+            request_name=status.name,
+            poll_interval=float(self.op.poll_interval),
+            wait_deadline=adapter.wait_deadline(status, max_wait).isoformat(),
+            cancel_on_kill=self.op.cancel_on_kill,
+            target=adapter.target,
+            echo=echo,
+            task_deadline=task_deadline.isoformat() if task_deadline else None,
+            wait_grace=None if adapter.wait_grace is None else adapter.wait_grace.total_seconds(),
+            releases=adapter.releases,
+        )
 
     def attempt_ended(self, context: Context, event: dict[str, Any], state: AttemptState) -> Any:
         """Record the attempt, then return the result, submit the next attempt, or raise."""
@@ -331,8 +364,8 @@ class AttemptLoop:
         ti.xcom_push(key="wait_seconds", value=status.timings.wait_seconds)
         if adapter.target == "end":
             ti.xcom_push(key="run_seconds", value=status.timings.run_seconds)
-        self.recorder.ended(context, status, state, adapter.is_success(status))
-        if adapter.is_success(status):
+        self.recorder.ended(context, status, state, _is_success(adapter, status))
+        if _is_success(adapter, status):
             return adapter.result(context, status)
         adapter.release_failed(status, state.placement)
         failure = status.outcome.failure
@@ -371,7 +404,7 @@ class AttemptLoop:
         (:meth:`~.adapter.RequestAdapter.kept_after_failed_wait`: a workload that is running, a
         calendar block already approved) or ``cancel_on_kill=False``."""
         from airflow_provider_dws.exceptions import WaitFailedError
-        from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase
+        from airflow_provider_dws.scheduling.phases import FailureKind, Outcome
 
         status = RequestStatus.from_event(event)
         name, error, phase = status.name, event[WAIT_ERROR], status.phase.value
@@ -451,3 +484,18 @@ class AttemptLoop:
         lines = [Attempt.from_dict(dict(a)).describe() for a in history]
         summary = ("; attempts: " + "; ".join(lines)) if lines else "; no request was submitted"
         return CapacityNotObtainedError(f"giving up: {reason}{summary}")
+
+
+def _is_done(adapter: RequestAdapter[Any, Any], status: RequestStatus) -> bool:
+    """Whether the wait is over: the request ended, or reached the adapter's target."""
+    return reached(adapter.target, status.phase)
+
+
+def _is_success(adapter: RequestAdapter[Any, Any], status: RequestStatus) -> bool:
+    """Whether the request gave what the task needs (its workload succeeded, or the capacity is held,
+    or, for ``target="provisioning"``, promised)."""
+    if adapter.target == "end":
+        return status.phase is Phase.SUCCEEDED
+    return status.phase is Phase.RUNNING or (
+        adapter.target == "provisioning" and status.phase is Phase.PROVISIONING
+    )

@@ -32,7 +32,7 @@ LOCATION_PATTERN = rf"{facts.REGION_PATTERN}(?:-[a-z])?"
 def gpus_fit(accelerator: Any, gpus: Any) -> bool:
     """Quick: one node of ``accelerator`` can give a pod ``gpus`` GPUs, and a GPU count comes with an
     accelerator and an accelerator with GPUs (both ``None``: a CPU Job). Else
-    :func:`~.gke_kueue_checks.gpu_error` says what is wrong."""
+    :func:`airflow_provider_dws.specs.kueue_job.gpu_error` says what is wrong."""
     if accelerator is None and gpus is None:
         return True
     most = facts.GKE_ACCELERATOR_MAX_GPUS.get(accelerator) if isinstance(accelerator, str) else None

@@ -47,7 +47,7 @@ def _pools_ok(pools: Any) -> bool:
     """Quick: dict pools on one known GPU machine with its own GPUs, replicas in range, an image.
 
     Anything else (messages, templates in the machine spec, an unknown machine type, an error)
-    goes to :mod:`.vertex_pools`, which says what is wrong or accepts what this cannot judge.
+    goes to :mod:`airflow_provider_dws.specs.vertex_pools`, which says what is wrong or accepts what this cannot judge.
     """
     if type(pools) is not list or not pools:
         return False

@@ -98,7 +98,7 @@ class AttemptLoop:
         if found is not None:
             status, placement, number = found
             state = AttemptState(placement=placement, attempt=number)
-            if _is_done(self.adapter, status) and _is_success(self.adapter, status):
+            if is_done(self.adapter, status) and is_success(self.adapter, status):
                 self.log.info(
                     "%s (attempt %d) already succeeded: taking it as the result", status.name, number
                 )
@@ -279,7 +279,7 @@ class AttemptLoop:
 
     def wait(self, context: Context, status: RequestStatus, state: AttemptState) -> Any:
         """Wait on a submitted (or adopted) request: deferred, or in this worker."""
-        if _is_done(self.adapter, status):
+        if is_done(self.adapter, status):
             self.waiting_on = None
             return self.attempt_ended(context, status.to_event(), state)
         self.waiting_on = status.name  # a kill before the deferral cancels it (see `plan`)
@@ -364,8 +364,8 @@ class AttemptLoop:
         ti.xcom_push(key="wait_seconds", value=status.timings.wait_seconds)
         if adapter.target == "end":
             ti.xcom_push(key="run_seconds", value=status.timings.run_seconds)
-        self.recorder.ended(context, status, state, _is_success(adapter, status))
-        if _is_success(adapter, status):
+        self.recorder.ended(context, status, state, is_success(adapter, status))
+        if is_success(adapter, status):
             return adapter.result(context, status)
         adapter.release_failed(status, state.placement)
         failure = status.outcome.failure
@@ -486,12 +486,12 @@ class AttemptLoop:
         return CapacityNotObtainedError(f"giving up: {reason}{summary}")
 
 
-def _is_done(adapter: RequestAdapter[Any, Any], status: RequestStatus) -> bool:
+def is_done(adapter: RequestAdapter[Any, Any], status: RequestStatus) -> bool:
     """Whether the wait is over: the request ended, or reached the adapter's target."""
     return reached(adapter.target, status.phase)
 
 
-def _is_success(adapter: RequestAdapter[Any, Any], status: RequestStatus) -> bool:
+def is_success(adapter: RequestAdapter[Any, Any], status: RequestStatus) -> bool:
     """Whether the request gave what the task needs (its workload succeeded, or the capacity is held,
     or, for ``target="provisioning"``, promised)."""
     if adapter.target == "end":

@@ -1,6 +1,8 @@
-"""What a Flex Start Cloud Batch job may be, and why a value is refused.
+"""What a Flex Start Cloud Batch job may be, and why a value is refused; the job dict the task's
+request is built from (:func:`as_job_dict`).
 
-Imported at parse time only when a quick test of :mod:`.batch` cannot accept a value (or for a
+Imported at parse time only when a quick test of :mod:`airflow_provider_dws.operators.batch` cannot
+accept a value (or for a
 whole ``job``, which always needs a closer look); the ``Job`` message itself is built only after
 rendering, in the worker.
 """

@@ -1,5 +1,6 @@
-"""The calendar operators' detailed checks: the times of a block and why a shape is refused (the
-catalog is imported only then).
+"""A calendar block's times and shape: read and checked by the calendar operators (detailed checks,
+loaded when a quick rule refuses) and by the tasks that book and find blocks (the catalog is
+imported only when a shape is read).
 
 A time given as a literal is checked at every parse for its form and time zone, and for what no clock
 can make right: a relative start (a ``timedelta`` from when the task runs) past calendar mode's horizon,

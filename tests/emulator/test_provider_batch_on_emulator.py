@@ -35,6 +35,7 @@ from airflow_provider_dws.emulator.batch.state import (
 )
 from airflow_provider_dws.exceptions import CapacityNotObtainedError, WorkloadFailedError
 from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
+from airflow_provider_dws.runtime.loop import AttemptLoop
 from airflow_provider_dws.scheduling.identity import LABEL_MANAGED, RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.scheduling.policies import Placement
@@ -466,7 +467,7 @@ def test_trigger_built_by_the_adapter_fires_success_when_the_job_ends(
     who = RequestIdentity(ti.dag_id, ti.task_id, ti.run_id)
     placement = Placement(location=REGION)
     job = adapter.submit({"ti": ti}, who, placement, op.max_wait)
-    trigger = adapter.trigger(job, placement, op.max_wait, echo={})
+    trigger = AttemptLoop(adapter.op, adapter).trigger(job, placement, op.max_wait, echo={})
     # Rebuilt from serialize(), as the triggerer does.
     trigger = CapacityRequestTrigger(**trigger.serialize()[1])
     assert trigger.kind == "batch_job" and trigger.target == "end"
@@ -511,7 +512,7 @@ def test_trigger_cancels_the_job_when_max_wait_passes_without_capacity(
     who = RequestIdentity(ti.dag_id, ti.task_id, ti.run_id)
     placement = Placement(location=REGION)
     job = adapter.submit({"ti": ti}, who, placement, op.max_wait)
-    trigger = adapter.trigger(job, placement, op.max_wait, echo={})
+    trigger = AttemptLoop(adapter.op, adapter).trigger(job, placement, op.max_wait, echo={})
 
     event = asyncio.run(asyncio.wait_for(first_event(trigger), 60))
     assert event["phase"] == "not_obtained"

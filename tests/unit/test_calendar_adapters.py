@@ -16,6 +16,7 @@ from airflow_provider_dws.operators.calendar import (
     FindCalendarBlockOperator,
     ReserveCalendarBlockOperator,
 )
+from airflow_provider_dws.runtime.loop import AttemptLoop
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import Outcome, Phase, RequestTimings
 from airflow_provider_dws.scheduling.policies import Placement
@@ -164,7 +165,7 @@ def _wait(**kwargs: Any) -> Any:
 def test_the_wait_s_trigger_cancels_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     adapter = _wait(cancel_on_kill=True).adapter()
     pending = status("PENDING_APPROVAL", Phase.WAITING, start_time=SOON.isoformat())
-    trigger = adapter.trigger(pending, Placement(ZONE), timedelta(days=7), {})
+    trigger = AttemptLoop(adapter.op, adapter).trigger(pending, Placement(ZONE), timedelta(days=7), {})
     assert trigger.releases is False and trigger.serialize()[1]["releases"] is False
 
 

@@ -104,14 +104,15 @@ class Harness:
         monkeypatch.setattr(adapter, "find", find_existing)
         monkeypatch.setattr(adapter, "submit", submit_attempt)
         monkeypatch.setattr(adapter, "release_or_keep", self.cancelled.append)
-        original = adapter.trigger
+        loop = op.attempt_loop()
+        original = loop.trigger
 
         def make_trigger(*args: Any) -> Any:
             trigger = original(*args)
             self.triggers.append(trigger)
             return trigger
 
-        monkeypatch.setattr(adapter, "trigger", make_trigger)
+        monkeypatch.setattr(loop, "trigger", make_trigger)
 
 
 def vertex(**kwargs: Any) -> CreateVertexAIFlexStartJobOperator:
@@ -320,7 +321,7 @@ def test_tpu_trigger_gets_the_task_deadline_too(monkeypatch: pytest.MonkeyPatch)
         runtime_version="v2-alpha-tpuv5-lite",
         execution_timeout=timedelta(minutes=30),
     )
-    trigger = op.adapter().trigger(
+    trigger = op.attempt_loop().trigger(
         status("projects/my-project/locations/us-west4-a/queuedResources/q", Phase.WAITING),
         Placement(location="us-west4-a"),
         timedelta(hours=1),

@@ -94,16 +94,16 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _nodes(tree: ast.AST) -> Iterator[ast.AST]:
-    """Every node of ``tree`` but what sits under ``if TYPE_CHECKING:``."""
+def _nodes(tree: ast.AST, type_only: bool = False) -> Iterator[ast.AST]:
+    """Every node of ``tree`` but what sits under ``if TYPE_CHECKING:`` (with ``type_only``: those too)."""
     for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if not type_only and isinstance(node, ast.If) and _is_type_checking(node.test):
             for child in node.orelse:
                 yield child
                 yield from _nodes(child)
             continue
         yield node
-        yield from _nodes(node)
+        yield from _nodes(node, type_only)
 
 
 def registry_entries(known: dict[str, Path]) -> dict[str, set[str]]:
@@ -143,8 +143,9 @@ def _resolve(name: str, known: dict[str, Path]) -> str | None:
     return name or None
 
 
-def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
-    """Module -> the provider modules it imports (see the module's docstring)."""
+def import_graph(root: Path = ROOT, type_only: bool = False) -> dict[str, set[str]]:
+    """Module -> the provider modules it imports (see the module's docstring); with ``type_only``,
+    the imports under ``if TYPE_CHECKING:`` too."""
     known = modules(root)
     entries = registry_entries(known)
     graph: dict[str, set[str]] = {}
@@ -154,7 +155,7 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
         targets: list[str] = []
         uses_registry = module == REGISTRY
         names: set[str] = set()
-        for node in _nodes(tree):
+        for node in _nodes(tree, type_only):
             if isinstance(node, ast.Import):
                 targets += [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -276,6 +277,14 @@ def test_no_import_cycle() -> None:
     assert found == [], "import cycles:\n" + "\n".join(" -> ".join(loop) for loop in found)
 
 
+def test_type_only_imports_go_up_only_from_runtime_to_the_operators_classes() -> None:
+    # The one exception the graph leaves out (TYPE_ONLY): an adapter or a release names the
+    # operator it serves in its types. Nothing else may reach upward, even for the type checker.
+    upward = upward_edges(import_graph(type_only=True))
+    others = [edge for edge in upward if not edge.endswith("(runtime -> operators)")]
+    assert others == [], "type-only imports upward:\n" + "\n".join(others)
+
+
 def test_every_module_is_in_a_layer() -> None:
     for module in modules():
         layer_of(module)
@@ -329,6 +338,8 @@ def test_the_graph_sees_function_level_registry_and_relative_imports(tmp_path: P
     assert graph[f"{PACKAGE}.runtime.r"] == {f"{PACKAGE}.registry", f"{PACKAGE}.operators.b"}
     assert cycles(graph) == [[f"{PACKAGE}.operators.b", f"{PACKAGE}.runtime.a", f"{PACKAGE}.operators.b"]]
     assert len(upward_edges(graph)) == 2
+    typed = import_graph(tmp_path, type_only=True)[f"{PACKAGE}.runtime.a"]
+    assert typed == {f"{PACKAGE}.operators.b", f"{PACKAGE}.operators.c"}
 
 
 if __name__ == "__main__":

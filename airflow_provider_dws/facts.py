@@ -321,6 +321,8 @@ KUBE_NAME_PATTERN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9
 KUBE_NAME_MAX = 253
 #: A namespace (DNS-1123 label), at most 63 characters.
 KUBE_NAMESPACE_PATTERN = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+#: An environment variable name Kubernetes accepts.
+KUBE_ENV_NAME_PATTERN = r"[-._a-zA-Z][-._a-zA-Z0-9]*"
 #: A Kubernetes label value: at most 63 characters, alphanumeric at both ends.
 KUBE_LABEL_VALUE_PATTERN = r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?"
 #: A GKE cluster name: a lowercase letter first, lowercase letters, digits and '-', at most 40.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 from collections.abc import AsyncIterable, Callable, Collection, Container, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -329,27 +328,3 @@ class BackendCache:
         except KeyError:
             backend = self._backends[key] = cls(*args, **kwargs)
         return backend
-
-
-#: kind -> "module:Class". Adding a DWS API is one adapter plus one entry here.
-BACKENDS: dict[str, str] = {
-    "vertex_custom_job": "airflow_provider_dws.backends.vertex_ai:VertexCustomJobBackend",
-    "tpu_queued_resource": "airflow_provider_dws.backends.tpu:TpuQueuedResourceBackend",
-    "batch_job": "airflow_provider_dws.backends.batch:BatchJobBackend",
-    "compute_resize_request": "airflow_provider_dws.backends.compute:ComputeResizeRequestBackend",
-    "compute_future_reservation": "airflow_provider_dws.backends.calendar:FutureReservationBackend",
-    "gke_provisioning_request": "airflow_provider_dws.backends.kubernetes:ProvisioningRequestBackend",
-    "gke_kueue_job": "airflow_provider_dws.backends.kueue:KueueJobBackend",
-}
-
-
-def backend_from_spec(kind: str, spec: dict[str, Any]) -> AsyncRequestBackend:
-    """Rebuild a backend from its ``kind`` and :meth:`AsyncRequestBackend.spec`."""
-    try:
-        target = BACKENDS[kind]
-    except KeyError:
-        raise ValueError(f"unknown DWS backend kind {kind!r}; known: {sorted(BACKENDS)}") from None
-    module_name, _, class_name = target.partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    backend: AsyncRequestBackend = cls(**spec)
-    return backend

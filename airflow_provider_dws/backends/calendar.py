@@ -282,7 +282,7 @@ class FutureReservationBackend(ComputeBackend):
     #: Cancelled while not delivered (the API refuses once the block is locked for procurement).
     cancellable = UNDELIVERED
     #: The trigger's kill path (the waiting task marked failed, cleared or killed) gives up only a
-    #: block awaiting approval, as the worker's does (``CalendarReserveAdapter.cancel``): one
+    #: block awaiting approval, as the worker's does (``CalendarReserveAdapter.release_or_keep``): one
     #: approved is booked, and left to the release teardown, which cancels it before its lock time.
     kill_cancellable = AWAITING_APPROVAL
 

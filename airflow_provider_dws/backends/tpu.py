@@ -37,6 +37,11 @@ def parse_queued_resource_name(name: str) -> tuple[str, str, str]:
     return parts["project"], parts["location"], parts["queued_resource"]
 
 
+def zone_of(name: str) -> str:
+    """The zone of ``projects/P/locations/ZONE/queuedResources/ID``."""
+    return str(parse_queued_resource_name(name)[1])
+
+
 def describe_queued_resource(qr: QueuedResource, zone: str) -> str:
     """``v5litepod-16 (16 chips) in us-west4-a`` or ``2 x v5p-8 (8 chips) in ...`` for multislice."""
     if not qr.tpu.node_spec:

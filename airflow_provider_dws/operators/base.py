@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import BaseOperator
 from airflow.sdk.bases.operator import BaseOperatorMeta
 
-from airflow_provider_dws import facts
+from airflow_provider_dws import facts, registry
 from airflow_provider_dws.operators.checks import Check, flag, matches, non_empty_str, run_checks
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ WAIT_CHECKS = (
         _labels_ok,
         templated=True,
         optional=True,
-        explain="airflow_provider_dws.operators.labels:check_labels",
+        explain=registry.CHECK_LABELS,
     ),
 )
 
@@ -177,6 +177,9 @@ class DwsBaseOperator(BaseOperator, metaclass=DwsOperatorMeta):
 
     #: The parameter checks of the operator (see :mod:`airflow_provider_dws.operators.checks`).
     CHECKS: tuple[Check, ...] = ()
+    #: What the task is to the other tasks of its DAG, for the ones that look it up (a release, a
+    #: wait): one of :mod:`airflow_provider_dws.specs.roles`, or ``None``.
+    ROLE: ClassVar[str | None] = None
 
     def _param_error(self, message: str) -> ValueError:
         """A parameter error naming the operator and the task (the caller raises it)."""
@@ -198,8 +201,8 @@ class DwsBaseOperator(BaseOperator, metaclass=DwsOperatorMeta):
 
 class DwsSetupReleaseOperator(DwsBaseOperator):
     """A teardown that gives back what its setup task (``setup_task_id``, same run and map index)
-    got; already gone is success. A subclass names the function that does it, ``RELEASE``
-    (``"module:function"``, called with the operator and the context), imported when the task runs.
+    got; already gone is success. A subclass's :meth:`release` calls the runtime function that does
+    it, imported there (when the task runs, never at parse).
 
     :param setup_task_id: the setup task, in the same DAG.
     :param project_id: Google Cloud project; defaults to the connection's project (templated).
@@ -208,7 +211,6 @@ class DwsSetupReleaseOperator(DwsBaseOperator):
 
     template_fields: Sequence[str] = ("project_id", "impersonation_chain")
     CHECKS = (*CONNECTION_CHECKS, Check("setup_task_id", non_empty_str, "must be a task id"))
-    RELEASE: ClassVar[str]
 
     def __init__(
         self,
@@ -227,12 +229,13 @@ class DwsSetupReleaseOperator(DwsBaseOperator):
         self.check_parameters(rendered=False)
 
     def execute(self, context: Context) -> Any:
-        """Give the setup's request(s) back (:attr:`RELEASE`); already gone is success."""
-        import importlib
-
+        """Give the setup's request(s) back (:meth:`release`); already gone is success."""
         self.check_parameters(rendered=True)
-        module, _, name = self.RELEASE.partition(":")
-        return getattr(importlib.import_module(module), name)(self, context)
+        return self.release(context)
+
+    def release(self, context: Context) -> Any:
+        """Release what the setup got (what the task returns)."""
+        raise NotImplementedError
 
 
 class DwsRequestOperator(DwsBaseOperator):
@@ -305,10 +308,6 @@ class DwsRequestOperator(DwsBaseOperator):
         """Check the rendered parameters, then find or submit the request and wait for it."""
         self.prepare_for_execution_checks()
         self.check_parameters(rendered=True)
-        return self.attempt_loop().run(context)
-
-    def run_attempts(self, context: Context) -> Any:
-        """The attempt loop from the start (adopt this task instance's request, or submit)."""
         return self.attempt_loop().run(context)
 
     def resume_attempt(self, context: Context, event: Any = None, **kwargs: Any) -> Any:

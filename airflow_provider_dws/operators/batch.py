@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
 
-from airflow_provider_dws import facts
+from airflow_provider_dws import facts, registry
 from airflow_provider_dws.facts import DEFAULT_MAX_WAIT, MAX_RUN_LIMIT, MAX_WAIT_LIMIT
 from airflow_provider_dws.links import BatchFlexStartJobLink, BatchJobLogsLink
 from airflow_provider_dws.operators.base import (
@@ -26,12 +26,9 @@ __all__ = ["CreateBatchFlexStartJobOperator", "CreateBatchReservedJobOperator"]
 if TYPE_CHECKING:
     from google.cloud.batch_v1 import Job
 
-    from airflow_provider_dws.runtime.batch import BatchFlexStartAdapter
-    from airflow_provider_dws.scheduling.identity import RequestIdentity
     from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
     from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
 
-_CHECKS = "airflow_provider_dws.operators.batch_checks:"
 #: An environment variable name (what a shell accepts).
 _ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 #: The parameters that describe the job when no whole ``job`` is given.
@@ -138,7 +135,7 @@ class CreateBatchFlexStartJobOperator(DwsRequestOperator):
         "impersonation_chain",
     )
     template_fields_renderers = {"job": "json", "environment": "json", "labels": "json", "script": "bash"}
-    ADAPTER = "airflow_provider_dws.runtime.batch:BatchFlexStartAdapter"
+    ADAPTER = registry.BATCH_FLEX_START_ADAPTER
     operator_extra_links = (BatchFlexStartJobLink(), BatchJobLogsLink())
     ui_color = "#d7ecd9"
     CHECKS = (
@@ -149,7 +146,7 @@ class CreateBatchFlexStartJobOperator(DwsRequestOperator):
             _batch_labels_ok,
             templated=True,
             optional=True,
-            explain=_CHECKS + "check_batch_labels",
+            explain=registry.CHECK_BATCH_LABELS,
         ),
         Check(
             "region",
@@ -157,7 +154,7 @@ class CreateBatchFlexStartJobOperator(DwsRequestOperator):
             "must be a Cloud Batch region such as 'us-central1'",
             templated=True,
         ),
-        Check("job", templated=True, optional=True, explain=_CHECKS + "check_job"),
+        Check("job", templated=True, optional=True, explain=registry.CHECK_BATCH_JOB),
         Check("image_uri", non_empty_str, "must be a container image URI", templated=True, optional=True),
         Check(
             "commands",
@@ -272,7 +269,7 @@ class CreateBatchFlexStartJobOperator(DwsRequestOperator):
         if self.job is None and not facts.batch_gpu_matches(
             machine_type, accelerator_type, accelerator_count
         ):
-            from airflow_provider_dws.operators.batch_checks import check_gpus
+            from airflow_provider_dws.specs.batch_job import check_gpus
 
             check_gpus(self)
         self.init_policies(window, deadline, capacity_retry, failover)
@@ -310,7 +307,7 @@ class CreateBatchFlexStartJobOperator(DwsRequestOperator):
 
     def check_placement(self, placement: Placement) -> None:
         """Failover placements must be regions, with a machine type and GPU that go together."""
-        from airflow_provider_dws.operators.batch_checks import check_batch_placement
+        from airflow_provider_dws.specs.batch_job import check_batch_placement
 
         check_batch_placement(self, placement)
 
@@ -319,18 +316,6 @@ class CreateBatchFlexStartJobOperator(DwsRequestOperator):
         from airflow_provider_dws.scheduling.policies import Placement
 
         return Placement(location=self.region)
-
-    # -- what the task run uses (see runtime.batch) ---------------------------------------------
-
-    def adapter(self) -> BatchFlexStartAdapter:
-        """This task run's Cloud Batch adapter."""
-        return super().adapter()  # type: ignore[return-value]
-
-    def build_job(
-        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
-    ) -> Job:
-        """The ``Job`` an attempt submits (see :meth:`BatchFlexStartAdapter.build`)."""
-        return self.adapter().build(identity, placement, max_wait)
 
 
 class CreateBatchReservedJobOperator(BlockConsumer, CreateBatchFlexStartJobOperator):
@@ -355,7 +340,7 @@ class CreateBatchReservedJobOperator(BlockConsumer, CreateBatchFlexStartJobOpera
     """
 
     template_fields: Sequence[str] = (*CreateBatchFlexStartJobOperator.template_fields, "reservation")
-    ADAPTER = "airflow_provider_dws.runtime.batch:BatchReservedAdapter"
+    ADAPTER = registry.BATCH_RESERVED_ADAPTER
     CHECKS: tuple[Check, ...] = block_checks(CreateBatchFlexStartJobOperator.CHECKS, "Cloud Batch")
 
     def __init__(

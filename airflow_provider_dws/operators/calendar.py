@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
 
-from airflow_provider_dws import facts
+from airflow_provider_dws import facts, registry
 from airflow_provider_dws.links import CalendarBlockLink
 from airflow_provider_dws.operators.base import (
     CONNECTION_CHECKS,
@@ -34,8 +34,10 @@ from airflow_provider_dws.operators.base import (
     DwsRequestOperator,
     DwsSetupReleaseOperator,
 )
-from airflow_provider_dws.operators.calendar_checks import check_search_range, check_start_time
-from airflow_provider_dws.operators.checks import Check, duration, flag, is_template, matches, non_empty_str
+from airflow_provider_dws.operators.checks import Check, duration, flag, matches, non_empty_str
+from airflow_provider_dws.specs import roles
+from airflow_provider_dws.specs.calendar_block import check_search_range, check_start_time
+from airflow_provider_dws.specs.templates import is_template
 
 __all__ = [
     "FindCalendarBlockOperator",
@@ -96,7 +98,7 @@ def _shape_ok(op: Any) -> bool:
 
 def _check_shape(op: Any) -> None:
     if not _shape_ok(op):
-        from airflow_provider_dws.operators.calendar_checks import check_shape
+        from airflow_provider_dws.specs.calendar_block import check_shape
 
         check_shape(op)
 
@@ -189,6 +191,7 @@ class FindCalendarBlockOperator(_ShapeMixin, DwsBaseOperator):
     :param gcp_conn_id: Airflow connection; :param impersonation_chain: account(s) to impersonate.
     """
 
+    ROLE = roles.CALENDAR_FIND
     template_fields: Sequence[str] = (
         "project_id",
         "zones",
@@ -293,8 +296,9 @@ class ReserveCalendarBlockOperator(_ShapeMixin, DwsRequestOperator):
     :param cancel_on_kill: cancel the request when a user kills the waiting task (default True).
     """
 
+    ROLE = roles.CALENDAR_RESERVE
     template_fields: Sequence[str] = ("project_id", "zone", "start_time", "impersonation_chain")
-    ADAPTER = "airflow_provider_dws.runtime.calendar:CalendarReserveAdapter"
+    ADAPTER = registry.CALENDAR_RESERVE_ADAPTER
     operator_extra_links = (CalendarBlockLink(),)
     ui_color = "#e6f4ea"
     CHECKS = (
@@ -427,8 +431,9 @@ class WaitForCalendarBlockOperator(DwsRequestOperator):
     :param project_id, gcp_conn_id, impersonation_chain, deferrable: as for the other operators.
     """
 
+    ROLE = roles.CALENDAR_WAIT
     template_fields: Sequence[str] = ("project_id", "future_reservation", "impersonation_chain")
-    ADAPTER = "airflow_provider_dws.runtime.calendar:CalendarWaitAdapter"
+    ADAPTER = registry.CALENDAR_WAIT_ADAPTER
     operator_extra_links = (CalendarBlockLink(),)
     ui_color = "#e6f4ea"
     CHECKS = (
@@ -517,7 +522,12 @@ class ReleaseCalendarBlockOperator(DwsSetupReleaseOperator):
 
     operator_extra_links = (CalendarBlockLink(),)
     ui_color = "#e6f4ea"
-    RELEASE = "airflow_provider_dws.runtime.calendar_release:release_blocks"
+
+    def release(self, context: Context) -> Any:
+        """Cancel or delete the reserve's block (:func:`~airflow_provider_dws.runtime.calendar_release.release_blocks`)."""
+        from airflow_provider_dws.runtime.calendar_release import release_blocks
+
+        return release_blocks(self, context)
 
 
 def block_asset(op: Any, asset: Asset | str | None, task_id: str) -> Asset:

@@ -2,8 +2,8 @@
 
 Each :class:`Check` names a parameter, says whether it is templated, and gives a predicate ``ok``
 with the message of what the value must be. A structured value (labels, worker pools) has a quick
-``ok`` that is true only for values needing no closer look, and an ``explain`` function (named as
-``"module:function"``, imported only when ``ok`` is false) that finds what is wrong and raises with
+``ok`` that is true only for values needing no closer look, and an ``explain`` function (a
+:mod:`airflow_provider_dws.registry` entry, imported only when ``ok`` is false) that finds what is wrong and raises with
 a precise message, or accepts what the quick test could not judge (templates, unknown machine
 types). So a DAG file whose parameters are right loads only the quick tests; a test keeps the two
 in agreement. :func:`run_checks` runs a table before rendering (every parameter; a templated value
@@ -13,29 +13,13 @@ always through ``explain``).
 
 from __future__ import annotations
 
-import importlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-
-def is_template(value: Any) -> bool:
-    """True for a string that still holds Jinja (checked again after rendering)."""
-    return isinstance(value, str) and ("{{" in value or "{%" in value)
-
-
-def has_template(value: Any) -> bool:
-    """True if ``value`` or anything nested in it is a Jinja template string."""
-    if isinstance(value, str):
-        return "{{" in value or "{%" in value
-    if isinstance(value, (dict, list, tuple)) or (
-        # Plain values first: an ABC test of a type the process has not seen yet is slow.
-        not isinstance(value, (int, float)) and value is not None and isinstance(value, Mapping)
-    ):
-        return any(has_template(v) for v in (value.values() if isinstance(value, Mapping) else value))
-    return False
-
+from airflow_provider_dws import registry
+from airflow_provider_dws.specs.templates import has_template
 
 #: ``validate(operator, value, is_unrendered)``: raise ``operator._param_error(...)`` when wrong;
 #: ``is_unrendered(part)`` says whether a nested part still holds a template (skip it).
@@ -78,8 +62,7 @@ class Check:
         explain = self.explain
         if explain is not None:
             if isinstance(explain, str):
-                module, _, function = explain.partition(":")
-                explain = getattr(importlib.import_module(module), function)
+                explain = registry.load(explain)
             explain(op, value, is_unrendered)
         elif not is_unrendered(value):
             raise op._param_error(f"{self.name} {self.message}, got {value!r}")

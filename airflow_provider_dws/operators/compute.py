@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
 
-from airflow_provider_dws import facts
+from airflow_provider_dws import facts, registry
 from airflow_provider_dws.facts import COMPUTE_MAX_RUN, COMPUTE_MIN_RUN, DEFAULT_MAX_WAIT, MAX_WAIT_LIMIT
 from airflow_provider_dws.links import ComputeFlexStartMIGLink
 from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsRequestOperator
@@ -18,12 +18,13 @@ from airflow_provider_dws.operators.reserved import BLOCK_CHECKS, BlockConsumer
 
 __all__ = ["CreateComputeFlexStartVMsOperator", "CreateComputeReservedVMsOperator"]
 
+from airflow_provider_dws.specs import roles
+
 if TYPE_CHECKING:
     from airflow_provider_dws.runtime.compute import ComputeFlexStartAdapter
     from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
     from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
 
-_CHECKS = "airflow_provider_dws.operators.compute_checks:"
 #: The parameters that describe the VMs when the operator creates the template and MIG.
 SPEC_PARAMETERS = (
     "machine_type",
@@ -91,6 +92,7 @@ class CreateComputeFlexStartVMsOperator(DwsRequestOperator):
         where the operator creates the MIG, other machine types to try in order.
     """
 
+    ROLE = roles.COMPUTE_FLEX_START_VMS
     template_fields: Sequence[str] = (
         "project_id",
         "zone",
@@ -105,7 +107,7 @@ class CreateComputeFlexStartVMsOperator(DwsRequestOperator):
         "impersonation_chain",
     )
     template_fields_renderers = {"metadata": "json", "labels": "json"}
-    ADAPTER = "airflow_provider_dws.runtime.compute:ComputeFlexStartAdapter"
+    ADAPTER = registry.COMPUTE_FLEX_START_ADAPTER
     operator_extra_links = (ComputeFlexStartMIGLink(),)
     ui_color = "#d2e3fc"
     CHECKS: tuple[Check, ...] = (
@@ -297,7 +299,7 @@ class CreateComputeReservedVMsOperator(BlockConsumer, CreateComputeFlexStartVMsO
     """
 
     template_fields: Sequence[str] = (*CreateComputeFlexStartVMsOperator.template_fields, "reservation")
-    ADAPTER = "airflow_provider_dws.runtime.compute_reserved:ComputeReservedAdapter"
+    ADAPTER = registry.COMPUTE_RESERVED_ADAPTER
     CHECKS: tuple[Check, ...] = (*CreateComputeFlexStartVMsOperator.CHECKS, *BLOCK_CHECKS)
     LOCATION_FIELD = "zone"
 

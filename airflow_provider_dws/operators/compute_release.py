@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from airflow_provider_dws.links import ComputeFlexStartMIGLink
 from airflow_provider_dws.operators.base import DwsSetupReleaseOperator
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 class DeleteComputeFlexStartVMsOperator(DwsSetupReleaseOperator):
@@ -28,4 +33,9 @@ class DeleteComputeFlexStartVMsOperator(DwsSetupReleaseOperator):
 
     operator_extra_links = (ComputeFlexStartMIGLink(),)
     ui_color = "#d2e3fc"
-    RELEASE = "airflow_provider_dws.runtime.compute:release_vms"
+
+    def release(self, context: Context) -> dict[str, Any]:
+        """Delete the setup's VMs, then its requests (:func:`~airflow_provider_dws.runtime.compute.release_vms`)."""
+        from airflow_provider_dws.runtime.compute import release_vms
+
+        return release_vms(self, context)

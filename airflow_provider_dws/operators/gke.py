@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
 
+from airflow_provider_dws import registry
 from airflow_provider_dws.facts import (
     DEFAULT_MAX_WAIT,
     GKE_QUEUED_PROVISIONING_CLASS,
@@ -21,6 +22,7 @@ from airflow_provider_dws.links import GKEProvisioningRequestLink
 from airflow_provider_dws.operators.base import DwsRequestOperator
 from airflow_provider_dws.operators.checks import duration
 from airflow_provider_dws.operators.gke_checks import CHECKS
+from airflow_provider_dws.specs import roles
 
 __all__ = ["QUEUED_GPU_TOLERATIONS", "CreateGKEProvisioningRequestOperator", "GKEProvisioningRequestOperator"]
 
@@ -87,6 +89,7 @@ class CreateGKEProvisioningRequestOperator(DwsRequestOperator):
         obtained or revoked (each attempt its own request, ``-a<N>``). One cluster: no ``failover``.
     """
 
+    ROLE = roles.GKE_PROVISIONING_REQUEST
     template_fields: Sequence[str] = (
         "project_id",
         "location",
@@ -98,7 +101,7 @@ class CreateGKEProvisioningRequestOperator(DwsRequestOperator):
         "impersonation_chain",
     )
     template_fields_renderers = {"pod_template": "json", "parameters": "json", "labels": "json"}
-    ADAPTER = "airflow_provider_dws.runtime.gke:GKEProvisioningRequestAdapter"
+    ADAPTER = registry.GKE_PROVISIONING_REQUEST_ADAPTER
     operator_extra_links = (GKEProvisioningRequestLink(),)
     ui_color = "#c6dafc"
     CHECKS = CHECKS

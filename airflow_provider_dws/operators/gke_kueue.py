@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
 
-from airflow_provider_dws import facts
+from airflow_provider_dws import facts, registry
 from airflow_provider_dws.facts import DEFAULT_MAX_RUN, DEFAULT_MAX_WAIT, MAX_RUN_LIMIT, MAX_WAIT_LIMIT
 from airflow_provider_dws.links import GKEQueuedJobLink
 from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsRequestOperator
@@ -21,21 +21,18 @@ if TYPE_CHECKING:
 
 __all__ = ["CreateGKEQueuedJobOperator", "GKEQueuedJobOperator"]
 
-_CHECKS = "airflow_provider_dws.operators.gke_kueue_checks:"
 #: Most pods one Job may run at once here (Kueue admits the whole set together).
 MAX_PARALLELISM = 1000
 
 
 #: A GKE location: a region (regional cluster) or a zone (zonal cluster).
 LOCATION_PATTERN = rf"{facts.REGION_PATTERN}(?:-[a-z])?"
-#: An environment variable name Kubernetes accepts.
-ENV_NAME_PATTERN = r"[-._a-zA-Z][-._a-zA-Z0-9]*"
 
 
 def gpus_fit(accelerator: Any, gpus: Any) -> bool:
     """Quick: one node of ``accelerator`` can give a pod ``gpus`` GPUs, and a GPU count comes with an
     accelerator and an accelerator with GPUs (both ``None``: a CPU Job). Else
-    :func:`~.gke_kueue_checks.gpu_error` says what is wrong."""
+    :func:`airflow_provider_dws.specs.kueue_job.gpu_error` says what is wrong."""
     if accelerator is None and gpus is None:
         return True
     most = facts.GKE_ACCELERATOR_MAX_GPUS.get(accelerator) if isinstance(accelerator, str) else None
@@ -48,7 +45,7 @@ def _str_list(value: Any) -> bool:
 
 def _env_ok(value: Any) -> bool:
     return type(value) is dict and all(
-        type(k) is str and re.fullmatch(ENV_NAME_PATTERN, k) is not None and type(v) is str
+        type(k) is str and re.fullmatch(facts.KUBE_ENV_NAME_PATTERN, k) is not None and type(v) is str
         for k, v in value.items()
     )
 
@@ -110,7 +107,7 @@ class CreateGKEQueuedJobOperator(DwsRequestOperator):
         "impersonation_chain",
     )
     template_fields_renderers = {"job": "json", "env_vars": "json", "labels": "json"}
-    ADAPTER = "airflow_provider_dws.runtime.gke_kueue:KueueJobAdapter"
+    ADAPTER = registry.KUEUE_JOB_ADAPTER
     operator_extra_links = (GKEQueuedJobLink(),)
     ui_color = "#d2e3fc"
     CHECKS: tuple[Check, ...] = (
@@ -144,11 +141,11 @@ class CreateGKEQueuedJobOperator(DwsRequestOperator):
         ),
         Check("kubernetes_conn_id", non_empty_str, "must be a non-empty connection id", optional=True),
         flag("use_internal_ip"),
-        Check("job", templated=True, optional=True, explain=_CHECKS + "check_job"),
+        Check("job", templated=True, optional=True, explain=registry.CHECK_KUEUE_JOB),
         Check("image", non_empty_str, "must be a container image", templated=True, optional=True),
         Check("cmds", _str_list, "must be a list of strings", templated=True, optional=True),
         Check("arguments", _str_list, "must be a list of strings", templated=True, optional=True),
-        Check("env_vars", _env_ok, templated=True, optional=True, explain=_CHECKS + "check_env_vars"),
+        Check("env_vars", _env_ok, templated=True, optional=True, explain=registry.CHECK_KUEUE_ENV_VARS),
         Check(
             "parallelism", int_in(1, MAX_PARALLELISM), f"must be a whole number from 1 to {MAX_PARALLELISM}"
         ),
@@ -227,7 +224,7 @@ class CreateGKEQueuedJobOperator(DwsRequestOperator):
         if cluster_name is None and kubernetes_conn_id is None:
             raise self._param_error("pass cluster_name (the GKE cluster), or a kubernetes_conn_id")
         if not gpus_fit(accelerator, gpus):
-            from airflow_provider_dws.operators.gke_kueue_checks import gpu_error
+            from airflow_provider_dws.specs.kueue_job import gpu_error
 
             raise self._param_error(gpu_error(accelerator, gpus) or f"gpus={gpus!r} cannot be given")
         self.check_parameters(rendered=False)

@@ -44,7 +44,6 @@ class DeleteGKEProvisioningRequestOperator(DwsSetupReleaseOperator):
     )
     operator_extra_links = (GKEProvisioningRequestLink(),)
     ui_color = "#c6dafc"
-    RELEASE = "airflow_provider_dws.runtime.gke:release_all"
     CHECKS: tuple[Check, ...] = (  # type: ignore[assignment]
         *DwsSetupReleaseOperator.CHECKS,
         Check(
@@ -102,16 +101,19 @@ class DeleteGKEProvisioningRequestOperator(DwsSetupReleaseOperator):
         self.use_internal_ip = bool(self.use_internal_ip)
         return super().execute(context)
 
+    def release(self, context: Context) -> dict[str, Any]:
+        """Delete every request of the setup (:func:`~airflow_provider_dws.runtime.gke.release_all`)."""
+        from airflow_provider_dws.runtime.gke import release_all
+
+        return release_all(self, context)
+
     def take_from_setup(self, context: Context) -> None:
         """Each of :data:`FROM_SETUP` not given: the setup task's value, rendered for this run."""
-        from airflow_provider_dws.operators.checks import has_template
-        from airflow_provider_dws.operators.gke import CreateGKEProvisioningRequestOperator
+        from airflow_provider_dws.specs.roles import GKE_PROVISIONING_REQUEST, task_in_role
+        from airflow_provider_dws.specs.templates import has_template
 
-        dag = getattr(self, "dag", None) if self.has_dag() else None
-        if dag is None or not dag.has_task(self.setup_task_id):
-            return
-        setup = dag.get_task(self.setup_task_id)
-        if not isinstance(setup, CreateGKEProvisioningRequestOperator):
+        setup = task_in_role(self, self.setup_task_id, GKE_PROVISIONING_REQUEST)
+        if setup is None:
             return
         for name in FROM_SETUP:
             if getattr(self, name) is None:

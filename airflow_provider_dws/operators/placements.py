@@ -37,21 +37,3 @@ def check_gpu_placement(op: Any, placement: Placement, where: str, what: str) ->
         )
         if error:
             raise op._param_error(f"failover placement {placement}: {error}")
-
-
-def check_tpu_placement(op: Any, placement: Placement) -> None:
-    """A TPU zone, and if given a TPU type Cloud TPU offers and a tier."""
-    from airflow_provider_dws.operators.tpu import check_accelerator
-
-    if not catalog.ZONE_RE.fullmatch(placement.location):
-        raise op._param_error(
-            f"failover location {placement.location!r} is not a Cloud TPU zone such as 'us-east5-a'"
-        )
-    if placement.accelerator_type:
-        check_accelerator(op, placement.accelerator_type)
-    if placement.tier not in (None, "spot", "guaranteed", "on-demand"):
-        raise op._param_error(
-            f"failover placement {placement}: tier must be 'spot', 'guaranteed' or 'on-demand'"
-        )
-    if placement.machine_type:
-        raise op._param_error(f"failover placement {placement}: TPU slices have no machine_type")

@@ -32,12 +32,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow_provider_dws.operators.checks import (
     Check,
     flag,
-    has_template,
-    is_template,
     matches,
     non_empty_str,
     run_checks,
 )
+from airflow_provider_dws.specs.templates import has_template, is_template
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
 
-from airflow_provider_dws import facts
+from airflow_provider_dws import facts, registry
 from airflow_provider_dws.facts import DEFAULT_MAX_WAIT, MAX_WAIT_LIMIT
 from airflow_provider_dws.links import TPUQueuedResourceLink
 from airflow_provider_dws.operators.base import (
@@ -23,13 +23,10 @@ from airflow_provider_dws.operators.reserved import BLOCK_CHECKS, BlockConsumer
 
 __all__ = ["CreateTPUQueuedResourceOperator"]
 
-if TYPE_CHECKING:
-    from google.cloud.tpu_v2 import QueuedResource
+from airflow_provider_dws.specs import roles
 
-    from airflow_provider_dws.backends.tpu import TpuQueuedResourceBackend
+if TYPE_CHECKING:
     from airflow_provider_dws.runtime.reserved import Block
-    from airflow_provider_dws.runtime.tpu import TPUQueuedResourceAdapter
-    from airflow_provider_dws.scheduling.identity import RequestIdentity
     from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
     from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
 
@@ -111,6 +108,7 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsRequestOperator):
     :param failover: other zones (optionally with another accelerator type or tier) to try in order.
     """
 
+    ROLE = roles.TPU_QUEUED_RESOURCE
     template_fields: Sequence[str] = (
         "project_id",
         "zone",
@@ -126,7 +124,7 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsRequestOperator):
         "impersonation_chain",
     )
     template_fields_renderers = {"labels": "json"}
-    ADAPTER = "airflow_provider_dws.runtime.tpu:TPUQueuedResourceBlockAdapter"
+    ADAPTER = registry.TPU_ADAPTER
     LOCATION_FIELD = "zone"
     operator_extra_links = (TPUQueuedResourceLink(),)
     ui_color = "#fce8b2"
@@ -255,9 +253,20 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsRequestOperator):
 
     def check_placement(self, placement: Placement) -> None:
         """Failover placements must be TPU zones, with a valid accelerator type and tier."""
-        from airflow_provider_dws.operators.placements import check_tpu_placement
+        from airflow_provider_dws import catalog  # loaded only for a DAG that gives failover
 
-        check_tpu_placement(self, placement)
+        if not catalog.ZONE_RE.fullmatch(placement.location):
+            raise self._param_error(
+                f"failover location {placement.location!r} is not a Cloud TPU zone such as 'us-east5-a'"
+            )
+        if placement.accelerator_type:
+            check_accelerator(self, placement.accelerator_type)
+        if placement.tier not in (None, "spot", "guaranteed", "on-demand"):
+            raise self._param_error(
+                f"failover placement {placement}: tier must be 'spot', 'guaranteed' or 'on-demand'"
+            )
+        if placement.machine_type:
+            raise self._param_error(f"failover placement {placement}: TPU slices have no machine_type")
 
     def home_placement(self) -> Placement:
         """The operator's own zone."""
@@ -267,43 +276,11 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsRequestOperator):
             raise self._param_error("the zone is not known yet (it is the block's, found when the task runs)")
         return Placement(location=self.zone)
 
-    # -- what the task run uses (see runtime.tpu) -----------------------------------------------
-
-    def adapter(self) -> TPUQueuedResourceAdapter:
-        """This task run's Cloud TPU adapter."""
-        return super().adapter()  # type: ignore[return-value]
-
-    def build_queued_resource(
-        self,
-        identity_labels: Mapping[str, str],
-        parent: str,
-        node_id: str,
-        placement: Placement | None = None,
-        max_wait: timedelta | None = None,
-    ) -> QueuedResource:
-        """The ``QueuedResource`` an attempt creates (see :meth:`TPUQueuedResourceAdapter.build`)."""
-        return self.adapter().build(identity_labels, parent, node_id, placement, max_wait)
-
-    def queued_resource_base(self, identity: RequestIdentity) -> str:
-        """What every submission's id starts with: ``queued_resource_id``, or the derived base."""
-        return self.adapter().base_id(identity)
-
-    def queued_resource_id_for(self, identity: RequestIdentity) -> str:
-        """This submission's id: the base plus ``-t<try>-a<attempt>`` (always, so it parses back)."""
-        return self.adapter().id_for(identity)
-
-    def _backend(self, zone: str | None = None) -> TpuQueuedResourceBackend:
-        return self.adapter().backend(zone)
-
 
 def __getattr__(name: str) -> Any:
-    # The release (its own module) and the deprecated name load only for a DAG file that uses them.
+    # The release (its own module) loads only for a DAG file that uses it.
     if name == "DeleteTPUQueuedResourceOperator":
         from airflow_provider_dws.operators.tpu_release import DeleteTPUQueuedResourceOperator
 
         return DeleteTPUQueuedResourceOperator
-    if name == "TPUQueuedResourceOperator":
-        from airflow_provider_dws.operators import deprecated
-
-        return deprecated.TPUQueuedResourceOperator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

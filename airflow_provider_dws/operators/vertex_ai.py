@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
 
-from airflow_provider_dws import facts
+from airflow_provider_dws import facts, registry
 from airflow_provider_dws.facts import (
     DEFAULT_MAX_RUN,
     DEFAULT_MAX_WAIT,
@@ -35,23 +35,19 @@ WORKER_POOL_FIELDS = facts.WORKER_POOL_FIELDS
 if TYPE_CHECKING:
     from google.cloud.aiplatform_v1 import CustomJob, WorkerPoolSpec
 
-    from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend
-    from airflow_provider_dws.runtime.vertex_ai import VertexFlexStartAdapter
-    from airflow_provider_dws.scheduling.identity import RequestIdentity
     from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
     from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
 
 #: Patterns, compiled by ``re``'s cache on first use (only for the parameters a DAG gives).
 _NETWORK = r"projects/[^/\s]+/global/networks/[^/\s]+"
 _GCS_URI = r"gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/.*)?"
-_POOLS = "airflow_provider_dws.operators.vertex_pools:"
 
 
 def _pools_ok(pools: Any) -> bool:
     """Quick: dict pools on one known GPU machine with its own GPUs, replicas in range, an image.
 
     Anything else (messages, templates in the machine spec, an unknown machine type, an error)
-    goes to :mod:`.vertex_pools`, which says what is wrong or accepts what this cannot judge.
+    goes to :mod:`airflow_provider_dws.specs.vertex_pools`, which says what is wrong or accepts what this cannot judge.
     """
     if type(pools) is not list or not pools:
         return False
@@ -143,7 +139,7 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         "impersonation_chain",
     )
     template_fields_renderers = {"worker_pool_specs": "json", "custom_job": "json", "labels": "json"}
-    ADAPTER = "airflow_provider_dws.runtime.vertex_ai:VertexFlexStartAdapter"
+    ADAPTER = registry.VERTEX_FLEX_START_ADAPTER
     operator_extra_links = (VertexAIFlexStartJobLink(),)
     ui_color = "#c5e1f5"
     CHECKS: tuple[Check, ...] = (
@@ -181,13 +177,13 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
             templated=True,
             optional=True,
             ok=_pools_ok,
-            explain=_POOLS + "check_worker_pool_specs",
+            explain=registry.CHECK_WORKER_POOL_SPECS,
         ),
         Check(
             "custom_job",
             templated=True,
             optional=True,
-            explain=_POOLS + "check_custom_job",
+            explain=registry.CHECK_CUSTOM_JOB,
         ),
     )
     _rendered = False
@@ -261,25 +257,10 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
     def prepare_for_execution_checks(self) -> None:
         """Rendered worker pools get their integer fields back (Jinja renders numbers as text)."""
 
-        from airflow_provider_dws.operators.vertex_pools import normalize_pool
+        from airflow_provider_dws.specs.vertex_pools import normalize_pool
 
         if self.worker_pool_specs is not None:
             self.worker_pool_specs = [normalize_pool(p) for p in self.worker_pool_specs]
-
-    # -- what the task run uses (see runtime.vertex_ai) -----------------------------------------
-
-    def adapter(self) -> VertexFlexStartAdapter:
-        """This task run's Vertex AI adapter."""
-        return super().adapter()  # type: ignore[return-value]
-
-    def build_custom_job(
-        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
-    ) -> CustomJob:
-        """The ``CustomJob`` an attempt submits (see :meth:`VertexFlexStartAdapter.build`)."""
-        return self.adapter().build(identity, placement, max_wait)
-
-    def _backend(self, region: str | None = None) -> VertexCustomJobBackend:
-        return self.adapter().backend(region)
 
 
 class CreateVertexAIReservedJobOperator(BlockConsumer, CreateVertexAIFlexStartJobOperator):
@@ -305,7 +286,7 @@ class CreateVertexAIReservedJobOperator(BlockConsumer, CreateVertexAIFlexStartJo
     """
 
     template_fields: Sequence[str] = (*CreateVertexAIFlexStartJobOperator.template_fields, "reservation")
-    ADAPTER = "airflow_provider_dws.runtime.vertex_ai:VertexReservedAdapter"
+    ADAPTER = registry.VERTEX_RESERVED_ADAPTER
     CHECKS: tuple[Check, ...] = block_checks(CreateVertexAIFlexStartJobOperator.CHECKS, "Vertex AI")
 
     def __init__(
@@ -322,12 +303,3 @@ class CreateVertexAIReservedJobOperator(BlockConsumer, CreateVertexAIFlexStartJo
         super().__init__(region=region, **kwargs)  # type: ignore[arg-type]  # None: the block's
         self.max_run = None if max_run is None else duration(self, "max_run", max_run, MAX_RUN_LIMIT)  # type: ignore[assignment]
         self.init_block(block_task_id, reservation, allow_past_block_end, failover=failover)
-
-
-def __getattr__(name: str) -> Any:
-    # The deprecated name loads (and warns) only for a DAG file that still uses it.
-    if name == "FlexStartCustomJobOperator":
-        from airflow_provider_dws.operators import deprecated
-
-        return deprecated.FlexStartCustomJobOperator
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

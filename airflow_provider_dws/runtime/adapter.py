@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from airflow_provider_dws.backends.base import BackendCache
-from airflow_provider_dws.runtime.loop import resolve_project
-from airflow_provider_dws.scheduling.phases import Phase, reached
+from airflow_provider_dws.runtime.task import resolve_project
+from airflow_provider_dws.scheduling.phases import Phase
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from airflow_provider_dws.operators.base import DwsRequestOperator
     from airflow_provider_dws.scheduling.identity import RequestIdentity
     from airflow_provider_dws.scheduling.policies import Placement
-    from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
 _Op = TypeVar("_Op", bound="DwsRequestOperator")
 _Backend = TypeVar("_Backend")
@@ -51,6 +50,9 @@ class RequestAdapter(Generic[_Op, _Backend]):
     #: Whether this task owns its requests, and its trigger may give them up (on a kill, at the
     #: task's deadline, at the max wait); False for a task that follows another task's request.
     releases: ClassVar[bool] = True
+    #: The XCom key under which the task pushes the name of the request it adopted or submitted (a
+    #: release, a consumer or a later step reads it).
+    name_key: ClassVar[str] = "request_name"
 
     def __init__(self, operator: _Op) -> None:
         self.op = operator
@@ -69,10 +71,6 @@ class RequestAdapter(Generic[_Op, _Backend]):
 
     def location_of(self, name: str) -> str:
         """The region or zone a request's full name lives in."""
-        raise NotImplementedError
-
-    def find(self, context: Context, identity: RequestIdentity) -> Found | None:
-        """The live or succeeded request of any attempt of this task instance, to adopt."""
         raise NotImplementedError
 
     def submit(
@@ -97,7 +95,45 @@ class RequestAdapter(Generic[_Op, _Backend]):
         ``machine_type``, ``pricing_model`` and ``console_url``; the loop adds the rest."""
         raise NotImplementedError
 
+    def persist_link(self, context: Context, status: RequestStatus) -> str | None:
+        """Store the request's console link for the task (``links``); its URL, if there is one."""
+        return None
+
     # -- shared defaults -------------------------------------------------------------------------
+
+    def find(self, context: Context, identity: RequestIdentity) -> Found | None:
+        """The live or succeeded request of any attempt of this task instance, to adopt. Default: one
+        list per location the task may have used (its placements), the choice of
+        :func:`~airflow_provider_dws.scheduling.reattach.choose_existing` (a live request, newest
+        first, else a success); an API that keeps ended requests to delete, or names its requests
+        by attempt, finds its own way."""
+        from airflow_provider_dws.scheduling.policies import Placement
+        from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
+
+        placements: dict[str, Placement] = {}
+        for placement in self.op.placements():
+            placements.setdefault(placement.location, placement)
+        found: dict[str, RequestStatus] = {}
+        for location in placements:
+            backend: Any = self.backend(location)
+            found.update({status.name: status for status in backend.find(identity)})
+        decision = choose_existing([Candidate(n, s.phase, s.timings.submitted) for n, s in found.items()])
+        self.log.info("%s", decision.describe(identity.describe()))
+        if decision.name is None:
+            return None
+        status = found[decision.name]
+        location = self.location_of(status.name)
+        self.remember(context, status)
+        placement = placements.get(location) or Placement(location=location)
+        return Found(status, placement, int(status.details.get("attempt") or 1))
+
+    def remember(self, context: Context, status: RequestStatus) -> None:
+        """The request this task now waits on: its name pushed under :attr:`name_key`, its console
+        link stored and logged."""
+        context["ti"].xcom_push(key=self.name_key, value=status.name)
+        url = self.persist_link(context, status)
+        if url:
+            self.log.info("Console: %s", url)
 
     def delete_ended(self) -> None:
         """Delete ended requests the last :meth:`find` saw, if the API keeps them listed."""
@@ -125,54 +161,15 @@ class RequestAdapter(Generic[_Op, _Backend]):
             f", ran {timedelta(seconds=round(timings.run_seconds))}" if timings.run_seconds else "",
         )
 
-    def cancel(self, name: str) -> str | None:
-        """Cancel or release one request by name, from the worker; an ended or gone one is fine.
-        Returns why the request was kept instead, if it was (``None``: released, or nothing left)."""
+    def release_or_keep(self, name: str) -> str | None:
+        """Release one request by name from the worker (cancel or delete; an ended or gone one is
+        fine), or keep it: returns why it was kept (``None``: released, or nothing left)."""
         self.backend(self.location_of(name)).release(name)  # type: ignore[attr-defined]
         return None
-
-    def is_done(self, status: RequestStatus) -> bool:
-        """Whether the wait is over: the request ended, or reached :attr:`target`."""
-        return reached(self.target, status.phase)
-
-    def is_success(self, status: RequestStatus) -> bool:
-        """Whether the request gave what the task needs."""
-        if self.target == "end":
-            return status.phase is Phase.SUCCEEDED
-        return status.phase is Phase.RUNNING or (
-            self.target == "provisioning" and status.phase is Phase.PROVISIONING
-        )
 
     def wait_deadline(self, status: RequestStatus, max_wait: timedelta) -> datetime:
         """When a request still waiting for capacity is given up (its max wait from submission)."""
         return (status.timings.submitted or datetime.now(timezone.utc)) + max_wait
-
-    def trigger(
-        self,
-        status: RequestStatus,
-        placement: Placement,
-        max_wait: timedelta,
-        echo: dict[str, Any],
-        task_deadline: datetime | None = None,
-    ) -> CapacityRequestTrigger:
-        """The trigger that waits on the request through the shared poller; it hands ``echo``
-        back in its event and gives up at ``task_deadline`` (the end of ``execution_timeout``)."""
-        from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
-
-        backend: Any = self.backend(placement.location)
-        return CapacityRequestTrigger(
-            kind=backend.kind,
-            backend_spec=backend.spec(),
-            request_name=status.name,
-            poll_interval=float(self.op.poll_interval),
-            wait_deadline=self.wait_deadline(status, max_wait).isoformat(),
-            cancel_on_kill=self.op.cancel_on_kill,
-            target=self.target,
-            echo=echo,
-            task_deadline=task_deadline.isoformat() if task_deadline else None,
-            wait_grace=None if self.wait_grace is None else self.wait_grace.total_seconds(),
-            releases=self.releases,
-        )
 
     def cached_backend(self, cls: type[_Backend], location: str) -> _Backend:
         """``cls(project, location, connection, impersonation chain)``, built once per task."""

@@ -21,14 +21,13 @@ from airflow_provider_dws.exceptions import (
     WorkloadFailedError,
 )
 from airflow_provider_dws.links import BatchFlexStartJobLink, BatchJobLogsLink, batch_job_console_url
-from airflow_provider_dws.operators.batch_checks import as_job_dict
-from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
-from airflow_provider_dws.runtime.loop import resolve_project
+from airflow_provider_dws.runtime.adapter import RequestAdapter
 from airflow_provider_dws.runtime.reserved import ReservedSteps, check_machine
+from airflow_provider_dws.runtime.task import resolve_project
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind
 from airflow_provider_dws.scheduling.policies import Placement
-from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
+from airflow_provider_dws.specs.batch_job import as_job_dict
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -55,6 +54,8 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
     Batch has no max-wait field: the trigger cancels a job still waiting at its max wait, with
     no grace (:attr:`wait_grace`), and the task fails with capacity not obtained.
     """
+
+    name_key = "job_name"
 
     target = "end"
     wait_grace = timedelta(0)
@@ -155,34 +156,13 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
         )
         return Job(task_groups=[group], allocation_policy=AllocationPolicy(instances=[instance]))
 
-    def find(self, context: Context, identity: RequestIdentity) -> Found | None:
-        """Any live or succeeded job of this task instance, in any region it may have used."""
-        regions: dict[str, Placement] = {}
-        for placement in self.op.placements():
-            regions.setdefault(placement.location, placement)
-        jobs: dict[str, RequestStatus] = {}
-        for region in regions:
-            jobs.update({job.name: job for job in self.backend(region).find(identity)})
-        decision = choose_existing(
-            [Candidate(name, job.phase, job.timings.submitted) for name, job in jobs.items()]
-        )
-        self.log.info("%s", decision.describe(identity.describe()))
-        if decision.name is None:
-            return None
-        job = jobs[decision.name]
-        region = self.location_of(job.name)
-        self._remember(context, job)
-        return Found(
-            job, regions.get(region, Placement(location=region)), int(job.details.get("attempt") or 1)
-        )
-
-    def _remember(self, context: Context, job: RequestStatus) -> None:
-        _, region, job_id = parse_job_name(job.name)
+    def persist_link(self, context: Context, status: RequestStatus) -> str:
+        """The job's console page (and, once the job has a uid, its task logs' link, logged)."""
+        _, region, job_id = parse_job_name(status.name)
         project = resolve_project(self.op)
-        context["ti"].xcom_push(key="job_name", value=job.name)
-        self.log.info("Console: %s", BatchFlexStartJobLink.persist(context, project, region, job_id))
-        if job.details.get("uid"):
-            self.log.info("Task logs: %s", BatchJobLogsLink.persist(context, project, job.details["uid"]))
+        if status.details.get("uid"):
+            self.log.info("Task logs: %s", BatchJobLogsLink.persist(context, project, status.details["uid"]))
+        return BatchFlexStartJobLink.persist(context, project, region, job_id)
 
     def submit(
         self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
@@ -211,7 +191,7 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
             job.description,
             max_wait,
         )
-        self._remember(context, job)
+        self.remember(context, job)
         return job
 
     def result(self, context: Context, status: RequestStatus) -> Any:

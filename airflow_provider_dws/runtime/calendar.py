@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.calendar import (
     AWAITING_APPROVAL,
     DELIVERED,
@@ -24,12 +23,12 @@ from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApi
 from airflow_provider_dws.exceptions import BadRequestError, CapacityNotObtainedError, RequestCancelledError
 from airflow_provider_dws.facts import CALENDAR_PROVISIONING_LIMIT
 from airflow_provider_dws.links import CalendarBlockLink, future_reservation_console_url
-from airflow_provider_dws.operators.calendar_checks import parse_moment
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
-from airflow_provider_dws.runtime.compute import _pulled
-from airflow_provider_dws.runtime.loop import resolve_project
+from airflow_provider_dws.runtime.task import pulled, resolve_project
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
+from airflow_provider_dws.specs import roles
+from airflow_provider_dws.specs.calendar_block import parse_moment, shape_fields, shape_of
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -46,30 +45,7 @@ if TYPE_CHECKING:
 
 _REFUSED = (InvalidRequestError, PermissionDeniedApiError)
 #: The XCom key of the future reservation a reserve made or adopted (the wait and release read it).
-NAME_KEY = "future_reservation_name"
-
-
-def shape_of(op: Any) -> CalendarShape:
-    """The block's shape from the operator's (rendered, resolved) parameters."""
-    try:
-        return catalog.calendar_shape(
-            op.machine_type, op.vm_count, op.tpu_version, op.chip_count, op.workload_type
-        )
-    except ValueError as err:
-        raise op._param_error(str(err)) from None
-
-
-def shape_fields(shape: CalendarShape, workload_type: str) -> dict[str, Any]:
-    """What a block reserves, as the tasks return it (and the reserve reads back from a Find)."""
-    return {
-        "machine_type": shape.machine_type,
-        "vm_count": shape.vm_count or None,
-        "tpu_version": shape.tpu_version,
-        "chip_count": shape.chip_count or None,
-        "workload_type": workload_type,
-        "accelerator_type": shape.accelerator_type,
-        "accelerator_count": shape.accelerator_count,
-    }
+NAME_KEY = roles.FUTURE_RESERVATION_NAME_KEY
 
 
 # -- Reserve ---------------------------------------------------------------------------------------
@@ -90,6 +66,8 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
     """A future reservation per attempt, named ``<base>-t<try>-a<attempt>``; the wait ends when it is
     approved (``wait_for_delivery``: delivered). The API has no max wait for approval: the trigger
     cancels at ``max_wait`` with no grace, and an attempt that ends without its block leaves nothing."""
+
+    name_key = NAME_KEY
 
     target = "provisioning"
     wait_grace = timedelta(0)
@@ -151,7 +129,7 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
             return None
         status = next(s for s in statuses if s.name == decision.name)
         self._say_differences(status)
-        self._remember(context, status)
+        self.remember(context, status)
         zone = self.location_of(status.name)
         return Found(status, Placement(zone), int(status.details.get("attempt") or 1))
 
@@ -184,13 +162,10 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
             self.backend(self.location_of(status.name)).discard(status.name)
         self._ended = []
 
-    def _remember(self, context: Context, status: RequestStatus) -> None:
+    def persist_link(self, context: Context, status: RequestStatus) -> str:
+        """The block's console page."""
         where = parse_future_reservation_name(status.name)
-        context["ti"].xcom_push(key=NAME_KEY, value=status.name)
-        self.log.info(
-            "Console: %s",
-            CalendarBlockLink.persist(context, where.project, where.zone, where.future_reservation),
-        )
+        return CalendarBlockLink.persist(context, where.project, where.zone, where.future_reservation)
 
     def submit(
         self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
@@ -226,10 +201,10 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
             max_wait,
             " and then for its delivery" if self.target == "running" else "",
         )
-        self._remember(context, status)
+        self.remember(context, status)
         return status
 
-    def cancel(self, name: str) -> str | None:
+    def release_or_keep(self, name: str) -> str | None:
         """Give the block up if it still waits for approval (read again now: the trigger's last status
         may be old): cancel it, then delete it. One approved, locked or delivered since is booked and
         kept (returns why: its release task gives it back); one that ended is deleted. A refused
@@ -270,6 +245,8 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
         try:
             return self.backend(self.location_of(name)).discard(name)
         except _REFUSED as err:
+            from airflow_provider_dws.runtime.calendar_release import locked_message
+
             self.log.warning("%s", locked_message(name, err.message))
             return None
 
@@ -334,17 +311,6 @@ def block_differences(fr: FutureReservation, ask: BlockAsk) -> list[str]:
     ):
         out.append(f"{shape.describe() if shape else 'another shape'}, not {ask.shape.describe()}")
     return out
-
-
-def locked_message(name: str, refusal: str, end: datetime | None = None) -> str:
-    """Why a block could not be given back, and what then happens to it."""
-    until = f" at {end.isoformat()}" if end is not None else ""
-    return (
-        f"Compute Engine will not let {name} go ({refusal}): a calendar block locked for procurement or "
-        f"delivered is billed until its end{until}, when Compute Engine deletes its reservation and "
-        "everything on it; calendar mode gives no block back early. A release that runs after its end "
-        "deletes the request's record (a record left blocks new requests of the same shape)"
-    )
 
 
 def block_facts(shape: CalendarShape | None, name: str, end: Any = None) -> dict[str, Any]:
@@ -466,7 +432,7 @@ class CalendarWaitAdapter(RequestAdapter["WaitForCalendarBlockOperator", FutureR
         """The block is its reserve task's: a wait that failed never gives it up."""
         return OWNED_BY_RESERVE
 
-    def cancel(self, name: str) -> str | None:
+    def release_or_keep(self, name: str) -> str | None:
         """Never: the block is its reserve task's (killed, cleared or timed out, a wait only stops)."""
         self.log.info("Leaving %s alone: %s", name, OWNED_BY_RESERVE)
         return OWNED_BY_RESERVE
@@ -489,9 +455,9 @@ class CalendarWaitAdapter(RequestAdapter["WaitForCalendarBlockOperator", FutureR
         if op.future_reservation:
             return str(op.future_reservation)
         assert op.reserve_task_id is not None
-        result = _pulled(context, op.reserve_task_id)
+        result = pulled(context, op.reserve_task_id)
         pushed = result.get("future_reservation") if isinstance(result, dict) else None
-        pushed = pushed or _pulled(context, op.reserve_task_id, NAME_KEY)
+        pushed = pushed or pulled(context, op.reserve_task_id, NAME_KEY)
         if isinstance(pushed, str) and pushed:
             return pushed
         from airflow_provider_dws.runtime.calendar_release import reserve_candidates

@@ -13,10 +13,16 @@ from airflow_provider_dws.backends.calendar import FutureReservationBackend, des
 from airflow_provider_dws.backends.calendar_advice import advice_request, choose_offer, read_offers
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import BadRequestError, CapacityNotObtainedError
-from airflow_provider_dws.operators.calendar_checks import check_block_start, parse_moment, search_range
-from airflow_provider_dws.runtime.calendar import shape_fields, shape_of
-from airflow_provider_dws.runtime.compute import _pulled
-from airflow_provider_dws.runtime.loop import resolve_project
+from airflow_provider_dws.runtime.task import pulled, resolve_project
+from airflow_provider_dws.specs import roles
+from airflow_provider_dws.specs.calendar_block import (
+    check_block_start,
+    parse_moment,
+    search_range,
+    shape_fields,
+    shape_of,
+)
+from airflow_provider_dws.specs.roles import task_in_role
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -115,9 +121,9 @@ def take_find_choice(op: ReserveCalendarBlockOperator, context: Context) -> None
         {name for name in _FROM_FIND[:3] if getattr(op, name) is not None}
         | ({"shape"} if op.has_shape() else set()),
     )
-    again = _pulled(context, op.task_id, FOUND_AGAIN_KEY)
+    again = pulled(context, op.task_id, FOUND_AGAIN_KEY)
     again = again if isinstance(again, dict) and again.get("zone") else None
-    choice = again or _pulled(context, op.find_task_id)
+    choice = again or pulled(context, op.find_task_id)
     if not isinstance(choice, dict) or not choice.get("zone"):
         raise op._param_error(
             f"task {op.find_task_id!r} left no calendar block to reserve (did it run and succeed in this DAG run?)"
@@ -230,13 +236,8 @@ def _start(op: ReserveCalendarBlockOperator) -> datetime:
 
 def find_task_of(op: ReserveCalendarBlockOperator) -> FindCalendarBlockOperator | None:
     """The Reserve task's Find task, as the DAG defines it (``None``: not a Find task of its DAG)."""
-    from airflow_provider_dws.operators.calendar import FindCalendarBlockOperator
-
-    dag = op.dag if op.has_dag() else None
-    if dag is None or op.find_task_id is None or not dag.has_task(op.find_task_id):
-        return None
-    task = dag.get_task(op.find_task_id)
-    return task if isinstance(task, FindCalendarBlockOperator) else None
+    find: FindCalendarBlockOperator | None = task_in_role(op, op.find_task_id, roles.CALENDAR_FIND)
+    return find
 
 
 class _FindNow:
@@ -245,7 +246,7 @@ class _FindNow:
     (rendering an operator renders it in place)."""
 
     def __init__(self, find: FindCalendarBlockOperator, context: Context) -> None:
-        from airflow_provider_dws.operators.checks import has_template
+        from airflow_provider_dws.specs.templates import has_template
 
         for name in find.template_fields:
             value = getattr(find, name)

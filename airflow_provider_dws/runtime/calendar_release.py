@@ -22,9 +22,10 @@ from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApi
 from airflow_provider_dws.exceptions import BadRequestError
 from airflow_provider_dws.links import CalendarBlockLink
 from airflow_provider_dws.records import XCOM_KEY, RequestRecord, parse_time, read_records
-from airflow_provider_dws.runtime.compute import _pulled
-from airflow_provider_dws.runtime.loop import resolve_project, task_identity
+from airflow_provider_dws.runtime.task import pulled, resolve_project, task_identity
 from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
+from airflow_provider_dws.specs import roles
+from airflow_provider_dws.specs.roles import is_in_role, task_in_role
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -49,10 +50,8 @@ def _task(op: Any, task_id: str) -> Any | None:
 
 
 def _reserve_of(op: Any, task_id: str) -> ReserveCalendarBlockOperator | None:
-    from airflow_provider_dws.operators.calendar import ReserveCalendarBlockOperator
-
-    task = _task(op, task_id)
-    return task if isinstance(task, ReserveCalendarBlockOperator) else None
+    reserve: ReserveCalendarBlockOperator | None = task_in_role(op, task_id, roles.CALENDAR_RESERVE)
+    return reserve
 
 
 def reserve_zones(op: Any, context: Context, task_id: str) -> list[str]:
@@ -64,7 +63,7 @@ def reserve_zones(op: Any, context: Context, task_id: str) -> list[str]:
 def zones_of(reserve: ReserveCalendarBlockOperator, context: Context) -> list[str]:
     """The zones a reserve task may have booked in: its own (rendered), its Find task's choice, and
     the zones that Find task considered (a Find run again may have chosen another)."""
-    from airflow_provider_dws.operators.checks import has_template
+    from airflow_provider_dws.specs.templates import has_template
 
     zones: list[str] = []
     if reserve.zone is not None:
@@ -74,7 +73,7 @@ def zones_of(reserve: ReserveCalendarBlockOperator, context: Context) -> list[st
             )
         )
     if reserve.find_task_id:
-        choice = _pulled(context, reserve.find_task_id)
+        choice = pulled(context, reserve.find_task_id)
         if isinstance(choice, dict) and isinstance(choice.get("zone"), str):
             zones.append(choice["zone"])
         find = _task(reserve, reserve.find_task_id)
@@ -114,17 +113,22 @@ def reserve_candidates(op: Any, context: Context, task_id: str) -> list[str]:
     return names
 
 
+def locked_message(name: str, refusal: str, end: datetime | None = None) -> str:
+    """Why a block could not be given back, and what then happens to it."""
+    until = f" at {end.isoformat()}" if end is not None else ""
+    return (
+        f"Compute Engine will not let {name} go ({refusal}): a calendar block locked for procurement or "
+        f"delivered is billed until its end{until}, when Compute Engine deletes its reservation and "
+        "everything on it; calendar mode gives no block back early. A release that runs after its end "
+        "deletes the request's record (a record left blocks new requests of the same shape)"
+    )
+
+
 def _waits_of(op: Any, task_id: str) -> list[str]:
     """The wait tasks of this DAG that follow ``task_id``'s block (their records saw it delivered)."""
-    from airflow_provider_dws.operators.calendar import WaitForCalendarBlockOperator
-
     dag = getattr(op, "dag", None) if op.has_dag() else None
     tasks = dag.tasks if dag is not None else []
-    return [
-        t.task_id
-        for t in tasks
-        if isinstance(t, WaitForCalendarBlockOperator) and t.reserve_task_id == task_id
-    ]
+    return [t.task_id for t in tasks if is_in_role(t, roles.CALENDAR_WAIT) and t.reserve_task_id == task_id]
 
 
 def consumer_records(op: Any, context: Context) -> list[RequestRecord]:
@@ -193,13 +197,12 @@ def usage(
 def release_blocks(op: ReleaseCalendarBlockOperator, context: Context) -> dict[str, Any]:
     """Cancel the setup's block if it is not delivered; delete its reservations and itself if it was
     delivered or has ended; every other block of the setup's task instance too. Already gone is success."""
-    from airflow_provider_dws.runtime.calendar import NAME_KEY
     from airflow_provider_dws.runtime.recording import record_release
 
-    result = _pulled(context, op.setup_task_id)
+    result = pulled(context, op.setup_task_id)
     names: list[str] = []
-    pushed = (result.get("future_reservation") if isinstance(result, dict) else None) or _pulled(
-        context, op.setup_task_id, NAME_KEY
+    pushed = (result.get("future_reservation") if isinstance(result, dict) else None) or pulled(
+        context, op.setup_task_id, roles.FUTURE_RESERVATION_NAME_KEY
     )
     if isinstance(pushed, str) and pushed:
         names.append(pushed)
@@ -273,8 +276,6 @@ def _kept(
     """A block the API will not let go (locked, or delivered and not ended): not an error of the
     release (nothing more can be done for it), but said loudly. Anything else refused (a permission
     missing, a block in another state) fails the task."""
-    from airflow_provider_dws.runtime.calendar import locked_message
-
     message = getattr(refusal, "message", str(refusal))
     fr = backend.get(name)
     state = fr.status.procurement_status if fr is not None else "gone"

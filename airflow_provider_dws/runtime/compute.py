@@ -17,9 +17,11 @@ from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApi
 from airflow_provider_dws.exceptions import BadRequestError, CapacityNotObtainedError, RequestCancelledError
 from airflow_provider_dws.links import ComputeFlexStartMIGLink, mig_console_url
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
-from airflow_provider_dws.runtime.loop import resolve_project, task_identity
+from airflow_provider_dws.runtime.task import pulled, resolve_project, task_identity
 from airflow_provider_dws.scheduling.phases import FailureKind
 from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
+from airflow_provider_dws.specs import roles
+from airflow_provider_dws.specs.roles import task_in_role
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 
 _REFUSED = (InvalidRequestError, PermissionDeniedApiError)
 #: The XCom key of the request a setup waits on (the release reads it).
-NAME_KEY = "resize_request_name"
+NAME_KEY = roles.RESIZE_REQUEST_NAME_KEY
 
 
 def _created_after(summaries: list[dict[str, Any]], since: datetime | None) -> list[dict[str, Any]]:
@@ -65,6 +67,8 @@ class ComputeFlexStartAdapter(
     """A resize request per attempt, named ``<base>-t<try>-a<attempt>``; the wait ends when it
     SUCCEEDED (the VMs are held). The API has no max wait: the trigger cancels at ``max_wait`` with
     no grace, and an attempt that ends without VMs is cancelled and deleted."""
+
+    name_key = NAME_KEY
 
     target = "running"
     wait_grace = timedelta(0)
@@ -188,7 +192,7 @@ class ComputeFlexStartAdapter(
         if decision.name is None:
             return None
         status, placement = found[decision.name]
-        self._remember(context, status)
+        self.remember(context, status)
         return Found(status, placement, int(status.details.get("attempt") or 1))
 
     def delete_ended(self) -> None:
@@ -199,13 +203,12 @@ class ComputeFlexStartAdapter(
             self.backend(self.location_of(status.name)).delete(status.name)
         self._ended = []
 
-    def _remember(self, context: Context, status: RequestStatus) -> None:
+    def persist_link(self, context: Context, status: RequestStatus) -> str:
+        """The MIG's console page."""
         where = parse_resize_request_name(status.name)
-        context["ti"].xcom_push(key=NAME_KEY, value=status.name)
-        url = ComputeFlexStartMIGLink.persist(
+        return ComputeFlexStartMIGLink.persist(
             context, where.project, where.location, where.instance_group_manager
         )
-        self.log.info("Console: %s", url)
 
     def submit(
         self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
@@ -232,10 +235,10 @@ class ComputeFlexStartAdapter(
             self.machine_of(placement) or "the MIG's machine type",
             max_wait,
         )
-        self._remember(context, status)
+        self.remember(context, status)
         return status
 
-    def cancel(self, name: str) -> None:
+    def release_or_keep(self, name: str) -> None:
         """Cancel the request if it still waits, then delete it (a SUCCEEDED one is the teardown's)."""
         self.backend(self.location_of(name)).discard(name)
 
@@ -354,23 +357,13 @@ class ComputeFlexStartAdapter(
 # -- the release (DeleteComputeFlexStartVMsOperator) ------------------------------------------------
 
 
-def _setup_of(op: DeleteComputeFlexStartVMsOperator) -> CreateComputeFlexStartVMsOperator | None:
-    from airflow_provider_dws.operators.compute import CreateComputeFlexStartVMsOperator
-
-    dag = getattr(op, "dag", None) if op.has_dag() else None
-    if dag is None or not dag.has_task(op.setup_task_id):
-        return None
-    task = dag.get_task(op.setup_task_id)
-    return task if isinstance(task, CreateComputeFlexStartVMsOperator) else None
-
-
 def _rendered(
     setup: CreateComputeFlexStartVMsOperator, context: Context, project: str
 ) -> CreateComputeFlexStartVMsOperator:
     """A copy of the setup with its location and MIG rendered (they may be templates)."""
     import copy
 
-    from airflow_provider_dws.operators.checks import has_template
+    from airflow_provider_dws.specs.templates import has_template
 
     rendered = copy.copy(setup)
     for name in ("zone", "region", "instance_group_manager"):
@@ -381,24 +374,19 @@ def _rendered(
     return rendered
 
 
-def _pulled(context: Context, task_id: str, key: str | None = None) -> Any:
-    try:
-        return context["ti"].xcom_pull(task_ids=task_id, key=key or "return_value")
-    except Exception:  # no XCom backend reachable: fall back on the identity
-        return None
-
-
 def release_vms(op: DeleteComputeFlexStartVMsOperator, context: Context) -> dict[str, Any]:
     """Delete the VMs the setup's request created (the URLs of its result, or what the request's MIG
     holds that it created), then the request itself; every request of the setup's task instance
     still waiting is cancelled and deleted too. Already gone is success."""
     project = resolve_project(op)
     identity = task_identity(context, task_id=op.setup_task_id)
-    result = _pulled(context, op.setup_task_id)
+    result = pulled(context, op.setup_task_id)
     result = result if isinstance(result, dict) else {}
-    setup = _setup_of(op)
+    setup: CreateComputeFlexStartVMsOperator | None = task_in_role(
+        op, op.setup_task_id, roles.COMPUTE_FLEX_START_VMS
+    )
     names: list[str] = []
-    pushed = result.get("resize_request") or _pulled(context, op.setup_task_id, NAME_KEY)
+    pushed = result.get("resize_request") or pulled(context, op.setup_task_id, NAME_KEY)
     if isinstance(pushed, str) and pushed:
         names.append(pushed)
     if setup is not None:

@@ -30,11 +30,11 @@ from airflow_provider_dws.facts import (
     QUEUED_TOLERATION,
 )
 from airflow_provider_dws.links import GKEProvisioningRequestLink, gke_cluster_console_url
-from airflow_provider_dws.operators.gke_checks import accelerator_of, pod_gpus, pod_spec_of
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
-from airflow_provider_dws.runtime.loop import task_identity
+from airflow_provider_dws.runtime.task import task_identity
 from airflow_provider_dws.scheduling.identity import parse_attempt_name
 from airflow_provider_dws.scheduling.phases import FailureKind
+from airflow_provider_dws.specs.pod_template import accelerator_of, pod_gpus, pod_spec_of
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -108,6 +108,8 @@ class GKEProvisioningRequestAdapter(
     """A PodTemplate and a ProvisioningRequest per attempt, named ``<base>-t<try>-a<attempt>``; the
     wait ends when the request is Provisioned, and an attempt that ends without it is deleted. The
     API has no max wait: the trigger deletes a request still queued at the provider's."""
+
+    name_key = REQUEST_XCOM
 
     target = "running"
     wait_grace = timedelta(0)
@@ -188,7 +190,7 @@ class GKEProvisioningRequestAdapter(
         if best is None:
             return None
         (_, attempt), status = best
-        self._remember(context, status.name)
+        self.remember(context, status)
         return Found(status, self.op.home_placement(), max(attempt, 1))
 
     def delete_ended(self) -> None:
@@ -199,14 +201,14 @@ class GKEProvisioningRequestAdapter(
             self.backend().release(status.name)
         self._ended = []
 
-    def _remember(self, context: Context, name: str) -> None:
-        context["ti"].xcom_push(key=REQUEST_XCOM, value=name)
+    def persist_link(self, context: Context, status: RequestStatus) -> str | None:
+        """The cluster's console page, when the cluster is named."""
         op = self.op
-        if op.cluster_name and op.project_id:
-            url = GKEProvisioningRequestLink.persist(
-                context, str(op.project_id), str(op.location), op.cluster_name
-            )
-            self.log.info("Console: %s", url)
+        if not (op.cluster_name and op.project_id):
+            return None
+        return GKEProvisioningRequestLink.persist(
+            context, str(op.project_id), str(op.location), op.cluster_name
+        )
 
     def submit(
         self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
@@ -237,10 +239,10 @@ class GKEProvisioningRequestAdapter(
             self.op.max_run or "GKE's default",
             max_wait,
         )
-        self._remember(context, name)
+        self.remember(context, status)
         return status
 
-    def cancel(self, name: str) -> None:
+    def release_or_keep(self, name: str) -> None:
         """Delete the request and its PodTemplate (no cancel verb exists)."""
         self.backend().release(name)
 

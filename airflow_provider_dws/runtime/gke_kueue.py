@@ -52,6 +52,8 @@ class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBacke
     Kueue has no max wait: the trigger deletes a Job still waiting at its max wait, with no grace.
     """
 
+    name_key = "job_name"
+
     target = "end"
     wait_grace = timedelta(0)
     op: CreateGKEQueuedJobOperator
@@ -141,15 +143,15 @@ class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBacke
         if decision.name is None:
             return None
         job = jobs[decision.name]
-        self._remember(context, job.name)
+        self.remember(context, job)
         return Found(job, self.op.home_placement(), int(job.details.get("attempt") or 1))
 
-    def _remember(self, context: Context, name: str) -> None:
-        context["ti"].xcom_push(key="job_name", value=name)
-        url = self._console_url(name)
+    def persist_link(self, context: Context, status: RequestStatus) -> str | None:
+        """The Job's console page, when the cluster is named."""
+        url = self._console_url(status.name)
         if url:
             GKEQueuedJobLink.push_url(context, url)
-            self.log.info("Console: %s", url)
+        return url
 
     def _console_url(self, name: str) -> str | None:
         op = self.op
@@ -179,7 +181,7 @@ class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBacke
             max_wait,
             self.op.max_run,
         )
-        self._remember(context, job.name)
+        self.remember(context, job)
         return job
 
     def result(self, context: Context, status: RequestStatus) -> dict[str, Any]:

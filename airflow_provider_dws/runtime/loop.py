@@ -9,8 +9,6 @@ operator's :class:`~airflow_provider_dws.runtime.adapter.RequestAdapter`.
 
 from __future__ import annotations
 
-import asyncio
-import importlib
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -18,36 +16,24 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from airflow_provider_dws import registry
 from airflow_provider_dws.backends.base import WAIT_ERROR, RequestStatus
 from airflow_provider_dws.runtime.state import AttemptState
-from airflow_provider_dws.scheduling.identity import RequestIdentity
+from airflow_provider_dws.runtime.task import task_identity, wait_for_event
+from airflow_provider_dws.scheduling.phases import Phase, reached
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_dws.operators.base import DwsRequestOperator
     from airflow_provider_dws.runtime.adapter import RequestAdapter
+    from airflow_provider_dws.scheduling.policies import Placement
+    from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
 #: A submit time this close to now is "now" (no point deferring for it).
 _NOW_SLACK = timedelta(seconds=1)
 #: task_state_store key: the request a deferred try waits on, and which try that is.
 WAITING_KEY = "dws_waiting"
-
-
-def task_identity(context: Context, task_id: str | None = None) -> RequestIdentity:
-    """The identity of the running task instance (or of ``task_id`` in the same run and map index)."""
-    ti = context["ti"]
-    map_index = getattr(ti, "map_index", -1)
-    try_number = getattr(ti, "try_number", 1)
-    return RequestIdentity(
-        dag_id=ti.dag_id,
-        task_id=task_id or ti.task_id,
-        run_id=ti.run_id,
-        map_index=map_index if isinstance(map_index, int) and map_index >= 0 else -1,
-        try_number=try_number
-        if isinstance(try_number, int) and not isinstance(try_number, bool) and try_number >= 1
-        else 1,
-    )
 
 
 def adapter_of(op: DwsRequestOperator) -> RequestAdapter[Any, Any]:
@@ -56,8 +42,7 @@ def adapter_of(op: DwsRequestOperator) -> RequestAdapter[Any, Any]:
     if adapter is None:
         cls = op.ADAPTER
         if isinstance(cls, str):
-            module, _, name = cls.partition(":")
-            cls = getattr(importlib.import_module(module), name)
+            cls = registry.load(cls)
         adapter = op.__dict__["_dws_adapter"] = cls(op)
     return adapter  # type: ignore[no-any-return]
 
@@ -68,34 +53,6 @@ def loop_of(op: DwsRequestOperator) -> AttemptLoop:
     if loop is None:
         loop = op.__dict__["_dws_loop"] = AttemptLoop(op, adapter_of(op))
     return loop  # type: ignore[no-any-return]
-
-
-def wait_for_event(op: Any, trigger: Any, method_name: str) -> dict[str, Any]:
-    """Wait on ``trigger``: deferred (``op.deferrable``; the task resumes in ``method_name`` and this
-    never returns), or in this worker, running the same trigger coroutine to its first event.
-
-    No defer timeout: the trigger enforces ``execution_timeout`` itself (and cancels its request
-    first, where it should), whereas Airflow's trigger timeout would stop the wait without that.
-    """
-    if op.deferrable:
-        op.defer(trigger=trigger, method_name=method_name)
-    from airflow_provider_dws.triggers.capacity_request import first_event
-
-    op.log.info("deferrable=False: waiting in this worker")
-    return asyncio.run(first_event(trigger))
-
-
-def resolve_project(op: Any) -> str:
-    """The operator's ``project_id``, or the project of its connection when it is not set."""
-    if op.project_id:
-        return str(op.project_id)
-    from airflow_provider_dws.hooks.base import DwsBaseHook
-
-    project = DwsBaseHook(gcp_conn_id=op.gcp_conn_id).project_id or None
-    if not project:
-        raise op._param_error(f"project_id is not set and connection {op.gcp_conn_id!r} names no project")
-    op.project_id = project
-    return str(project)
 
 
 class AttemptLoop:
@@ -141,7 +98,7 @@ class AttemptLoop:
         if found is not None:
             status, placement, number = found
             state = AttemptState(placement=placement, attempt=number)
-            if self.adapter.is_done(status) and self.adapter.is_success(status):
+            if is_done(self.adapter, status) and is_success(self.adapter, status):
                 self.log.info(
                     "%s (attempt %d) already succeeded: taking it as the result", status.name, number
                 )
@@ -180,7 +137,7 @@ class AttemptLoop:
         if name and self.op.cancel_on_kill:
             self.log.warning("Task killed while waiting on %s; cancelling it", name)
             try:
-                kept = self.adapter.cancel(name)
+                kept = self.adapter.release_or_keep(name)
                 if kept:
                     self.log.warning("%s is kept: %s", name, kept)
             except Exception:
@@ -226,7 +183,7 @@ class AttemptLoop:
             waited_try,
             name,
         )
-        kept = self.adapter.cancel(name)
+        kept = self.adapter.release_or_keep(name)
         self._forget_waiting(context)
         if kept:
             self.log.info("%s is kept (%s): this try adopts it", name, kept)
@@ -322,14 +279,14 @@ class AttemptLoop:
 
     def wait(self, context: Context, status: RequestStatus, state: AttemptState) -> Any:
         """Wait on a submitted (or adopted) request: deferred, or in this worker."""
-        if self.adapter.is_done(status):
+        if is_done(self.adapter, status):
             self.waiting_on = None
             return self.attempt_ended(context, status.to_event(), state)
         self.waiting_on = status.name  # a kill before the deferral cancels it (see `plan`)
         deadline = self.timeout_at(context)
         # The state travels once, in the trigger's event: Airflow's triggerer hands it back, and
         # `airflow dags test` hands back the event alone (not the deferral's keyword arguments).
-        trigger = self.adapter.trigger(
+        trigger = self.trigger(
             status, state.placement, state.max_wait(self.op.max_wait), state.to_dict(), deadline
         )
         if deadline is not None:
@@ -346,6 +303,36 @@ class AttemptLoop:
         finally:
             self.waiting_on = None
         return self.complete(context, event, {})
+
+    def trigger(
+        self,
+        status: RequestStatus,
+        placement: Placement,
+        max_wait: timedelta,
+        echo: dict[str, Any],
+        task_deadline: datetime | None = None,
+    ) -> CapacityRequestTrigger:
+        """The trigger that waits on the request through the shared poller, as the adapter says (its
+        backend, :attr:`~RequestAdapter.target`, max wait deadline and grace, whether it releases);
+        it hands ``echo`` back in its event and gives up at ``task_deadline`` (the end of
+        ``execution_timeout``)."""
+        from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
+
+        adapter = self.adapter
+        backend: Any = adapter.backend(placement.location)
+        return CapacityRequestTrigger(
+            kind=backend.kind,
+            backend_spec=backend.spec(),
+            request_name=status.name,
+            poll_interval=float(self.op.poll_interval),
+            wait_deadline=adapter.wait_deadline(status, max_wait).isoformat(),
+            cancel_on_kill=self.op.cancel_on_kill,
+            target=adapter.target,
+            echo=echo,
+            task_deadline=task_deadline.isoformat() if task_deadline else None,
+            wait_grace=None if adapter.wait_grace is None else adapter.wait_grace.total_seconds(),
+            releases=adapter.releases,
+        )
 
     def attempt_ended(self, context: Context, event: dict[str, Any], state: AttemptState) -> Any:
         """Record the attempt, then return the result, submit the next attempt, or raise."""
@@ -377,8 +364,8 @@ class AttemptLoop:
         ti.xcom_push(key="wait_seconds", value=status.timings.wait_seconds)
         if adapter.target == "end":
             ti.xcom_push(key="run_seconds", value=status.timings.run_seconds)
-        self.recorder.ended(context, status, state, adapter.is_success(status))
-        if adapter.is_success(status):
+        self.recorder.ended(context, status, state, is_success(adapter, status))
+        if is_success(adapter, status):
             return adapter.result(context, status)
         adapter.release_failed(status, state.placement)
         failure = status.outcome.failure
@@ -417,7 +404,7 @@ class AttemptLoop:
         (:meth:`~.adapter.RequestAdapter.kept_after_failed_wait`: a workload that is running, a
         calendar block already approved) or ``cancel_on_kill=False``."""
         from airflow_provider_dws.exceptions import WaitFailedError
-        from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase
+        from airflow_provider_dws.scheduling.phases import FailureKind, Outcome
 
         status = RequestStatus.from_event(event)
         name, error, phase = status.name, event[WAIT_ERROR], status.phase.value
@@ -456,7 +443,7 @@ class AttemptLoop:
             ),
         )
         try:
-            kept = self.adapter.cancel(name)
+            kept = self.adapter.release_or_keep(name)
             if not kept:
                 self.adapter.release_failed(cancelled, state.placement)
         except Exception:
@@ -497,3 +484,18 @@ class AttemptLoop:
         lines = [Attempt.from_dict(dict(a)).describe() for a in history]
         summary = ("; attempts: " + "; ".join(lines)) if lines else "; no request was submitted"
         return CapacityNotObtainedError(f"giving up: {reason}{summary}")
+
+
+def is_done(adapter: RequestAdapter[Any, Any], status: RequestStatus) -> bool:
+    """Whether the wait is over: the request ended, or reached the adapter's target."""
+    return reached(adapter.target, status.phase)
+
+
+def is_success(adapter: RequestAdapter[Any, Any], status: RequestStatus) -> bool:
+    """Whether the request gave what the task needs (its workload succeeded, or the capacity is held,
+    or, for ``target="provisioning"``, promised)."""
+    if adapter.target == "end":
+        return status.phase is Phase.SUCCEEDED
+    return status.phase is Phase.RUNNING or (
+        adapter.target == "provisioning" and status.phase is Phase.PROVISIONING
+    )

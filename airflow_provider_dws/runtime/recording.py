@@ -35,7 +35,7 @@ from airflow_provider_dws.records import (
     read_records,
     upsert,
 )
-from airflow_provider_dws.runtime.loop import resolve_project
+from airflow_provider_dws.runtime.task import resolve_project
 from airflow_provider_dws.scheduling.phases import Phase
 
 if TYPE_CHECKING:
@@ -322,7 +322,7 @@ def record_release(
     end): recorded as held since they began, so the page shows them held, not released.
     """
     if location_of is None:
-        from airflow_provider_dws.runtime.tpu import zone_of
+        from airflow_provider_dws.backends.tpu import zone_of
 
         location_of = zone_of
     if not released:

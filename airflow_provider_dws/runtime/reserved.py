@@ -26,9 +26,9 @@ from airflow_provider_dws.backends.calendar import (
     parse_reservation_name,
 )
 from airflow_provider_dws.exceptions import BadRequestError, CapacityRevokedError, RequestCancelledError
-from airflow_provider_dws.runtime.compute import _pulled
-from airflow_provider_dws.runtime.loop import resolve_project, wait_for_event
+from airflow_provider_dws.runtime.task import pulled, resolve_project, wait_for_event
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
+from airflow_provider_dws.specs import roles
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -134,11 +134,9 @@ def _named_block(op: Any, context: Context) -> str | Block:
     """The future reservation a consumer names (its full name), or the reservation when that is what
     it names (a :class:`Block` without its block, found next)."""
     if op.block_task_id is not None:
-        from airflow_provider_dws.runtime.calendar import NAME_KEY
-
-        pushed = _pulled(context, op.block_task_id)
+        pushed = pulled(context, op.block_task_id)
         name = pushed.get("future_reservation") if isinstance(pushed, dict) else None
-        name = name or _pulled(context, op.block_task_id, NAME_KEY)
+        name = name or pulled(context, op.block_task_id, roles.FUTURE_RESERVATION_NAME_KEY)
         if not isinstance(name, str) or not name:
             raise op._param_error(
                 f"task {op.block_task_id!r} left no calendar block in this DAG run (block_task_id names a "
@@ -198,7 +196,7 @@ def restore_block(op: Any, context: Context) -> Block:
     if op._block is not None:
         return op._block
     ti = context["ti"]
-    kept = Block.from_dict(_pulled(context, ti.task_id, BLOCK_KEY))
+    kept = Block.from_dict(pulled(context, ti.task_id, BLOCK_KEY))
     block = kept if kept is not None else find_block(op, context)[0]
     op.use_block(block)
     return block

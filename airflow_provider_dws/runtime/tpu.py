@@ -11,6 +11,7 @@ from airflow_provider_dws.backends.tpu import (
     TpuQueuedResourceBackend,
     node_summary,
     parse_queued_resource_name,
+    zone_of,
 )
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
@@ -21,10 +22,12 @@ from airflow_provider_dws.exceptions import (
 )
 from airflow_provider_dws.links import TPUQueuedResourceLink, queued_resource_console_url
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
-from airflow_provider_dws.runtime.loop import resolve_project, task_identity
 from airflow_provider_dws.runtime.reserved import ReservedSteps
+from airflow_provider_dws.runtime.task import resolve_project, task_identity
 from airflow_provider_dws.scheduling.identity import is_attempt_of, parse_attempt_name
 from airflow_provider_dws.scheduling.phases import FailureKind
+from airflow_provider_dws.specs import roles
+from airflow_provider_dws.specs.roles import task_in_role
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -38,11 +41,6 @@ if TYPE_CHECKING:
 
 #: What the API answers when it refuses a request (invalid, not allowed, wrong state).
 _REFUSED = (InvalidRequestError, PermissionDeniedApiError)
-
-
-def zone_of(name: str) -> str:
-    """The zone of ``projects/P/locations/ZONE/queuedResources/ID``."""
-    return str(parse_queued_resource_name(name)[1])
 
 
 def _timestamp(stamp_class: Any, moment: datetime) -> Any:
@@ -66,6 +64,8 @@ def _persist_link(context: Context, backend: TpuQueuedResourceBackend, name: str
 class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator", TpuQueuedResourceBackend]):
     """A queued resource per attempt, named ``<base>-t<try>-a<attempt>``; the wait ends when the
     slice is ACTIVE, and an attempt that ends without it is deleted."""
+
+    name_key = roles.QUEUED_RESOURCE_NAME_KEY
 
     target = "running"
 
@@ -176,7 +176,7 @@ class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator",
         if found is None:
             return None
         (_, attempt), status, placement, backend = found
-        self._remember(context, backend, status.name)
+        self.remember(context, status)
         return Found(status, placement, max(attempt, 1))
 
     def delete_ended(self) -> None:
@@ -187,9 +187,9 @@ class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator",
             backend.release(status.name)
         self._ended = []
 
-    def _remember(self, context: Context, backend: TpuQueuedResourceBackend, name: str) -> None:
-        context["ti"].xcom_push(key="queued_resource_name", value=name)
-        self.log.info("Console: %s", _persist_link(context, backend, name))
+    def persist_link(self, context: Context, status: RequestStatus) -> str:
+        """The queued resource's console page."""
+        return _persist_link(context, self.backend(zone_of(status.name)), status.name)
 
     def submit(
         self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
@@ -219,14 +219,14 @@ class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator",
             max_wait,
             f" after a delay of {op.valid_after}" if op.valid_after else "",
         )
-        self._remember(context, backend, name)
+        self.remember(context, status)
         return status
 
     def wait_deadline(self, status: RequestStatus, max_wait: timedelta) -> datetime:
         """The max wait counts from when the request becomes valid (``valid_after``)."""
         return super().wait_deadline(status, max_wait + (self.op.valid_after or timedelta(0)))
 
-    def cancel(self, name: str) -> None:
+    def release_or_keep(self, name: str) -> None:
         """Delete the queued resource (and any nodes) and wait until it is gone."""
         self.backend(zone_of(name)).release(name, wait=True)
 
@@ -321,27 +321,19 @@ class TPUQueuedResourceBlockAdapter(ReservedSteps, TPUQueuedResourceAdapter):
 # -- the release (DeleteTPUQueuedResourceOperator) -------------------------------------------------
 
 
-def _setup_of(op: DeleteTPUQueuedResourceOperator) -> CreateTPUQueuedResourceOperator | None:
-    from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
-
-    dag = getattr(op, "dag", None) if op.has_dag() else None
-    if dag is None or not op.setup_task_id or not dag.has_task(op.setup_task_id):
-        return None
-    task = dag.get_task(op.setup_task_id)
-    return task if isinstance(task, CreateTPUQueuedResourceOperator) else None
-
-
 def _targets(
     op: DeleteTPUQueuedResourceOperator, context: Context
 ) -> tuple[RequestIdentity | None, str | None, list[str], list[str]]:
     """Whose submissions to release (the setup's identity, or a base id), where, and names
     released whatever they are."""
-    from airflow_provider_dws.operators.checks import has_template
+    from airflow_provider_dws.specs.templates import has_template
 
     zones = [op.zone, *op.failover_zones]
     if op.queued_resource_id:
         return None, op.queued_resource_id, zones, []
-    setup = _setup_of(op)
+    setup: CreateTPUQueuedResourceOperator | None = task_in_role(
+        op, op.setup_task_id, roles.TPU_QUEUED_RESOURCE
+    )
     if setup is not None:
         home = setup.render_template(setup.zone, context) if has_template(setup.zone) else setup.zone
         # A setup on a calendar block may leave its zone to the block: its pushed name says where.
@@ -355,7 +347,7 @@ def _targets(
         )
     exact: list[str] = []
     # The setup pushes the name of the submission it waits on; it may be in any zone.
-    pushed = context["ti"].xcom_pull(task_ids=op.setup_task_id, key="queued_resource_name")
+    pushed = context["ti"].xcom_pull(task_ids=op.setup_task_id, key=roles.QUEUED_RESOURCE_NAME_KEY)
     if isinstance(pushed, str) and pushed:
         exact.append(pushed)
         zones.append(zone_of(pushed))

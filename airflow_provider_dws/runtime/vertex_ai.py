@@ -17,14 +17,13 @@ from airflow_provider_dws.exceptions import (
 )
 from airflow_provider_dws.facts import RESERVATION_AFFINITY_KEY
 from airflow_provider_dws.links import VertexAIFlexStartJobLink, custom_job_console_url
-from airflow_provider_dws.operators.vertex_pools import as_dict
-from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
-from airflow_provider_dws.runtime.loop import resolve_project
+from airflow_provider_dws.runtime.adapter import RequestAdapter
 from airflow_provider_dws.runtime.reserved import ReservedSteps, check_machine
+from airflow_provider_dws.runtime.task import resolve_project
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind
 from airflow_provider_dws.scheduling.policies import Placement
-from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
+from airflow_provider_dws.specs.vertex_pools import as_dict
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -40,6 +39,8 @@ _SHAPE_ONLY = RequestIdentity(dag_id="dws", task_id="record", run_id="facts")
 
 class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator", VertexCustomJobBackend]):
     """A Flex Start ``CustomJob`` per attempt; the wait ends when the job ends."""
+
+    name_key = "job_name"
 
     target = "end"
     #: What the job is, in the task log.
@@ -109,31 +110,10 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
         job.labels = labels
         return job
 
-    def find(self, context: Context, identity: RequestIdentity) -> Found | None:
-        """Any live or succeeded job of this task instance, in any region it may have used."""
-        regions: dict[str, Placement] = {}
-        for placement in self.op.placements():
-            regions.setdefault(placement.location, placement)
-        jobs: dict[str, RequestStatus] = {}
-        for region in regions:
-            jobs.update({job.name: job for job in self.backend(region).find(identity)})
-        candidates = [Candidate(name, job.phase, job.timings.submitted) for name, job in jobs.items()]
-        decision = choose_existing(candidates)
-        self.log.info("%s", decision.describe(identity.describe()))
-        if decision.name is None:
-            return None
-        job = jobs[decision.name]
-        region = self.location_of(job.name)
-        self._remember(context, job)
-        return Found(
-            job, regions.get(region, Placement(location=region)), int(job.details.get("attempt") or 1)
-        )
-
-    def _remember(self, context: Context, job: RequestStatus) -> None:
-        region, job_id = parse_job_name(job.name)
-        context["ti"].xcom_push(key="job_name", value=job.name)
-        url = VertexAIFlexStartJobLink.persist(context, resolve_project(self.op), region, job_id)
-        self.log.info("Console: %s", url)
+    def persist_link(self, context: Context, status: RequestStatus) -> str:
+        """The job's console page."""
+        region, job_id = parse_job_name(status.name)
+        return VertexAIFlexStartJobLink.persist(context, resolve_project(self.op), region, job_id)
 
     def submit(
         self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
@@ -157,7 +137,7 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
             max_wait,
             self.op.max_run or "its block's end",
         )
-        self._remember(context, job)
+        self.remember(context, job)
         return job
 
     def result(self, context: Context, status: RequestStatus) -> Any:

@@ -10,15 +10,14 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_dws.backends.base import (
-    BACKENDS,
     EVENT_MESSAGE_LIMIT,
     WAIT_ERROR,
     AsyncRequestBackend,
     GivesUpWaiting,
     RequestStatus,
-    backend_from_spec,
 )
 from airflow_provider_dws.errors import RequestNotFoundError
+from airflow_provider_dws.registry import BACKENDS, backend_from_spec
 from airflow_provider_dws.scheduling.phases import (
     WAIT_TARGETS,
     FailureKind,
@@ -60,7 +59,7 @@ class CapacityRequestTrigger(BaseTrigger):
     (submitted, started, finished, wait and run seconds), plus ``echo``. Transient API errors are
     retried with backoff and never end the wait.
 
-    :param kind: backend kind (see ``backends.base.BACKENDS``), e.g. ``"vertex_custom_job"``.
+    :param kind: backend kind (see ``registry.BACKENDS``), e.g. ``"vertex_custom_job"``.
     :param backend_spec: the backend's constructor arguments (``backend.spec()``).
     :param request_name: full resource name of the request.
     :param poll_interval: seconds between reads.

@@ -41,11 +41,11 @@ from airflow_provider_dws.backends.base import (
     EndedLister,
     GroupedLister,
     RequestStatus,
-    backend_from_spec,
     counting_pages,
 )
 from airflow_provider_dws.backends.retry import is_transient
 from airflow_provider_dws.errors import QuotaExceededError, RequestNotFoundError
+from airflow_provider_dws.registry import backend_from_spec
 from airflow_provider_dws.scheduling.backoff import backoff
 
 log = logging.getLogger(__name__)

@@ -52,7 +52,7 @@ def job_request(identity: RequestIdentity) -> Any:
             }
         ],
     )
-    return op.build_custom_job(identity)
+    return op.adapter().build(identity)
 
 
 async def until(condition: Any, what: str, limit: float = 60.0) -> None:

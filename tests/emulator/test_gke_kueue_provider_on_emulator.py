@@ -21,6 +21,7 @@ from airflow_provider_dws.backends.kueue import KueueJobBackend
 from airflow_provider_dws.exceptions import CapacityNotObtainedError, WorkloadFailedError
 from airflow_provider_dws.operators.gke_kueue import CreateGKEQueuedJobOperator
 from airflow_provider_dws.runtime.gke_kueue import KueueJobAdapter
+from airflow_provider_dws.runtime.loop import AttemptLoop
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.scheduling.policies import Placement
@@ -253,7 +254,9 @@ def test_the_trigger_deletes_a_job_still_waiting_at_its_max_wait(emulator_env: A
     status, _ = b.submit(adapter.build(identity), identity)
     waiting = b.get_status(status.name)
     assert waiting is not None and waiting.phase is Phase.WAITING, waiting
-    trigger = adapter.trigger(waiting, Placement("us-central1"), timedelta(minutes=10), {})
+    trigger = AttemptLoop(adapter.op, adapter).trigger(
+        waiting, Placement("us-central1"), timedelta(minutes=10), {}
+    )
     event = asyncio.run(first_event(trigger))
     assert event["phase"] == Phase.NOT_OBTAINED.value
     assert b.get_status(status.name) is None  # the provider deleted it

@@ -15,6 +15,7 @@ from airflow_provider_dws import errors
 from airflow_provider_dws.backends.kubernetes import ProvisioningAsk, ProvisioningRequestBackend
 from airflow_provider_dws.hooks.base import EMULATOR_HOST_ENV
 from airflow_provider_dws.operators.gke import CreateGKEProvisioningRequestOperator
+from airflow_provider_dws.runtime.loop import is_done, is_success
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.scheduling.policies import Placement
@@ -165,7 +166,7 @@ def test_the_xcom_lets_a_pod_run_on_the_requests_nodes(emulator: Any) -> None:
     status = adapter.submit({"ti": ti}, identity, Placement("us-central1"), timedelta(hours=1))
     assert ti.xcom["provisioning_request_name"] == status.name
     current = adapter.backend().get_status(status.name)
-    assert current is not None and adapter.is_done(current) and adapter.is_success(current)
+    assert current is not None and is_done(adapter, current) and is_success(adapter, current)
     result = adapter.result({"ti": ti}, current)
     assert result["annotations"]["autoscaling.x-k8s.io/consume-provisioning-request"] == status.name
     assert result["node_selector"]["cloud.google.com/gke-accelerator"] == "nvidia-h100-80gb"
@@ -181,7 +182,7 @@ def test_the_xcom_lets_a_pod_run_on_the_requests_nodes(emulator: Any) -> None:
     core.create_namespaced_pod(NS, pod)
     assert core.read_namespaced_pod("train-0", NS).status.phase == "Running"
     assert adapter.backend().consumers(status.name) == ["train-0"]
-    adapter.cancel(status.name)
+    adapter.release_or_keep(status.name)
     assert adapter.backend().get_status(status.name) is None
 
 

@@ -30,6 +30,7 @@ from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.batch import LIVE_FILTER, BatchJobBackend
 from airflow_provider_dws.exceptions import CapacityNotObtainedError, WorkloadFailedError
 from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
+from airflow_provider_dws.runtime.loop import AttemptLoop
 from airflow_provider_dws.scheduling.identity import LABEL_MANAGED, RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.scheduling.policies import Placement
@@ -121,7 +122,7 @@ def operator(task_id: str = "train", exit_code: int = 0, **kwargs: Any) -> Creat
 def submit(
     backend: BatchJobBackend, who: RequestIdentity, op: CreateBatchFlexStartJobOperator | None = None
 ) -> Any:
-    job, created = backend.submit((op or operator()).build_job(who), who, who.batch_job_id())
+    job, created = backend.submit((op or operator()).adapter().build(who), who, who.batch_job_id())
     assert created
     return job
 
@@ -183,7 +184,7 @@ def test_a_create_whose_reply_was_lost_is_adopted_not_duplicated(emulator_env: A
     emulator.control.set_faults(["CreateJob=DEADLINE_EXCEEDEDx1"])
     backend = BatchJobBackend(PROJECT, REGION)
     who = identity()
-    job, created = backend.submit(operator().build_job(who), who, who.batch_job_id())
+    job, created = backend.submit(operator().adapter().build(who), who, who.batch_job_id())
     assert not created
     assert job.name == backend.name_of(who.batch_job_id()) and job.phase is Phase.WAITING
     assert emulator.calls("CreateJob") == 1  # the lookup found it: no second create was sent
@@ -200,7 +201,9 @@ def test_a_second_submit_of_the_same_identity_replays_its_request_id(emulator_en
     emulator = emulator_env()
     who = identity()
     first = submit(BatchJobBackend(PROJECT, REGION), who)
-    again, _ = BatchJobBackend(PROJECT, REGION).submit(operator().build_job(who), who, who.batch_job_id())
+    again, _ = BatchJobBackend(PROJECT, REGION).submit(
+        operator().adapter().build(who), who, who.batch_job_id()
+    )
     assert again.name == first.name and again.details["uid"] == first.details["uid"]
     assert emulator.calls("CreateJob") == 2
     assert [r["name"] for r in batch_records(emulator)] == [first.name]
@@ -212,10 +215,10 @@ def test_already_exists_without_the_request_id_is_adoption(emulator_env: Any) ->
     emulator = emulator_env()
     who = identity()
     made = raw_client(emulator).create_job(
-        parent=PARENT, job_id=who.batch_job_id(), job=operator().build_job(who)
+        parent=PARENT, job_id=who.batch_job_id(), job=operator().adapter().build(who)
     )
     backend = BatchJobBackend(PROJECT, REGION)
-    job, created = backend.submit(operator().build_job(who), who, who.batch_job_id())
+    job, created = backend.submit(operator().adapter().build(who), who, who.batch_job_id())
     assert not created
     assert job.name == made.name and job.details["uid"] == made.uid
     assert len(batch_records(emulator)) == 1
@@ -279,7 +282,7 @@ def test_the_live_filter_returns_exactly_the_live_managed_jobs_across_pages(
     scheduled = submit(backend, identity("scheduled")).name  # the freed L4: SCHEDULED (no more time passes)
     queued = [submit(backend, identity(f"queued{i}")).name for i in range(7)]  # no GPU left
     # A job of the same labels but not the provider's (no dws_managed) is not followed.
-    unmanaged_job = operator().build_job(identity("unmanaged"))
+    unmanaged_job = operator().adapter().build(identity("unmanaged"))
     del unmanaged_job.labels[LABEL_MANAGED]
     raw_client(emulator).create_job(parent=PARENT, job_id="someone-elses", job=unmanaged_job)
     states = {name: backend.get_status(name).state for name in (running, succeeded, scheduled, cancelled)}  # type: ignore[union-attr]
@@ -374,7 +377,7 @@ def test_a_standard_job_stocked_out_failed_before_running_is_capacity_not_obtain
     emulator = emulator_env()
     backend = BatchJobBackend(PROJECT, REGION)
     who = identity()
-    job = operator().build_job(who)
+    job = operator().adapter().build(who)
     policy = job.allocation_policy.instances[0].policy
     policy.provisioning_model = batch_v1.AllocationPolicy.ProvisioningModel.STANDARD  # type: ignore[assignment]
     made = raw_client(emulator).create_job(parent=PARENT, job_id=who.batch_job_id(), job=job)
@@ -464,7 +467,7 @@ def test_trigger_built_by_the_adapter_fires_success_when_the_job_ends(
     who = RequestIdentity(ti.dag_id, ti.task_id, ti.run_id)
     placement = Placement(location=REGION)
     job = adapter.submit({"ti": ti}, who, placement, op.max_wait)
-    trigger = adapter.trigger(job, placement, op.max_wait, echo={})
+    trigger = AttemptLoop(adapter.op, adapter).trigger(job, placement, op.max_wait, echo={})
     # Rebuilt from serialize(), as the triggerer does.
     trigger = CapacityRequestTrigger(**trigger.serialize()[1])
     assert trigger.kind == "batch_job" and trigger.target == "end"
@@ -509,7 +512,7 @@ def test_trigger_cancels_the_job_when_max_wait_passes_without_capacity(
     who = RequestIdentity(ti.dag_id, ti.task_id, ti.run_id)
     placement = Placement(location=REGION)
     job = adapter.submit({"ti": ti}, who, placement, op.max_wait)
-    trigger = adapter.trigger(job, placement, op.max_wait, echo={})
+    trigger = AttemptLoop(adapter.op, adapter).trigger(job, placement, op.max_wait, echo={})
 
     event = asyncio.run(asyncio.wait_for(first_event(trigger), 60))
     assert event["phase"] == "not_obtained"
@@ -617,7 +620,7 @@ def test_a_whole_job_the_operator_accepts_is_one_the_api_accepts(emulator_env: A
     try:
         op = operator(job=WHOLE_JOBS[case], image_uri=None, machine_type=None, environment=None)
         op.check_parameters(rendered=True)
-        job = op.build_job(who)
+        job = op.adapter().build(who)
     except ValueError:
         accepted = False
         data = copy.deepcopy(WHOLE_JOBS[case])

@@ -16,6 +16,7 @@ from airflow_provider_dws.backends import compute_groups as groups
 from airflow_provider_dws.backends.compute import ComputeResizeRequestBackend, ResizeAsk
 from airflow_provider_dws.operators.compute import CreateComputeFlexStartVMsOperator
 from airflow_provider_dws.runtime.compute import ComputeFlexStartAdapter, request_vms
+from airflow_provider_dws.runtime.loop import AttemptLoop
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.scheduling.policies import Placement
@@ -134,7 +135,7 @@ def test_capacity_never_coming_leaves_no_request(emulator: Callable[..., Any]) -
     wait_until(lambda: backend.get_status(status.name).state == "ACCEPTED", what="ACCEPTED")  # type: ignore[union-attr]
 
     async def wait() -> dict[str, Any]:
-        trigger = adapter.trigger(status, Placement(ZONE), timedelta(seconds=1), {})
+        trigger = AttemptLoop(adapter.op, adapter).trigger(status, Placement(ZONE), timedelta(seconds=1), {})
         assert isinstance(trigger, CapacityRequestTrigger)
         return await first_event(trigger)
 
@@ -237,7 +238,7 @@ def test_an_outage_is_a_transient_error_and_the_wait_survives_it(emulator: Calla
     wait_until(lambda: refused() is None, what="the outage to end")
 
     async def wait() -> dict[str, Any]:
-        trigger = adapter.trigger(status, Placement(ZONE), timedelta(minutes=10), {})
+        trigger = AttemptLoop(adapter.op, adapter).trigger(status, Placement(ZONE), timedelta(minutes=10), {})
         return await asyncio.wait_for(first_event(trigger), 120)
 
     async def scenario() -> dict[str, Any]:

@@ -145,7 +145,7 @@ def test_backend_submit_find_decide_and_cancel(emulator_env: Any) -> None:
     backend = VertexCustomJobBackend("emu-project", "us-central1")
     identity = RequestIdentity("dag", "task", f"run-{time.monotonic_ns()}")
     op = operator("unused")
-    job, created = backend.submit(op.build_custom_job(identity), identity)
+    job, created = backend.submit(op.adapter().build(identity), identity)
     assert created
     decision = backend.decide(identity)
     assert decision.action == "wait" and decision.name == job.name
@@ -178,7 +178,7 @@ def test_trigger_waits_through_queue_to_success_via_async_client(emulator_env: A
     emulator = emulator_env({H100: 0}, clock=clock)
     backend = VertexCustomJobBackend("emu-project", "us-central1")
     identity = RequestIdentity("dag", "trigger", f"run-{time.monotonic_ns()}")
-    job, _ = backend.submit(operator("unused").build_custom_job(identity), identity)
+    job, _ = backend.submit(operator("unused").adapter().build(identity), identity)
     trigger = _trigger_for(backend, job)
     # Rebuild from serialize(), as the triggerer does.
     classpath, kwargs = trigger.serialize()
@@ -212,7 +212,7 @@ def test_trigger_reports_not_obtained_when_max_wait_expires(emulator_env: Any) -
     emulator = emulator_env({H100: 0}, clock=clock)
     backend = VertexCustomJobBackend("emu-project", "us-central1")
     identity = RequestIdentity("dag", "expire", f"run-{time.monotonic_ns()}")
-    job, _ = backend.submit(operator("unused", max_wait=60).build_custom_job(identity), identity)
+    job, _ = backend.submit(operator("unused", max_wait=60).adapter().build(identity), identity)
 
     async def scenario() -> dict[str, Any]:
         task = asyncio.ensure_future(first_event(_trigger_for(backend, job)))
@@ -232,7 +232,7 @@ def test_trigger_on_kill_cancels_the_waiting_job(emulator_env: Any) -> None:
     emulator = emulator_env({H100: 0})
     backend = VertexCustomJobBackend("emu-project", "us-central1")
     identity = RequestIdentity("dag", "kill", f"run-{time.monotonic_ns()}")
-    job, _ = backend.submit(operator("unused").build_custom_job(identity), identity)
+    job, _ = backend.submit(operator("unused").adapter().build(identity), identity)
     trigger = _trigger_for(backend, job)
 
     async def scenario() -> None:
@@ -256,7 +256,7 @@ def test_trigger_survives_an_emulator_outage(
     monkeypatch.setenv("DWS_EMULATOR_HOST", proxy.address)
     backend = VertexCustomJobBackend("emu-project", "us-central1")
     identity = RequestIdentity("dag", "outage", f"run-{time.monotonic_ns()}")
-    job, _ = backend.submit(operator("unused").build_custom_job(identity), identity)
+    job, _ = backend.submit(operator("unused").adapter().build(identity), identity)
     trigger = _trigger_for(backend, job)
 
     async def scenario() -> dict[str, Any]:

@@ -116,7 +116,7 @@ def test_backend_create_is_idempotent_and_delete_needs_force_while_nodes_exist(e
     backend = TpuQueuedResourceBackend(PROJECT, ZONE)
     identity = RequestIdentity("dag", "idem", f"run-{time.monotonic_ns()}")
     qr_id = identity.queued_resource_id()
-    request = ask().build_queued_resource(identity.labels(), backend.parent, qr_id)
+    request = ask().adapter().build(identity.labels(), backend.parent, qr_id)
     first, created = backend.submit(request, identity, qr_id)
     second, created_again = backend.submit(request, identity, qr_id)
     assert created and not created_again
@@ -137,9 +137,7 @@ def test_trigger_waits_until_active_then_on_kill_deletes(emulator: Any) -> None:
     backend = TpuQueuedResourceBackend(PROJECT, ZONE)
     identity = RequestIdentity("dag", "trig", f"run-{time.monotonic_ns()}")
     qr_id = identity.queued_resource_id()
-    qr, _ = backend.submit(
-        ask().build_queued_resource(identity.labels(), backend.parent, qr_id), identity, qr_id
-    )
+    qr, _ = backend.submit(ask().adapter().build(identity.labels(), backend.parent, qr_id), identity, qr_id)
     trigger = CapacityRequestTrigger(
         kind=backend.kind,
         backend_spec=backend.spec(),
@@ -200,9 +198,7 @@ def test_deleting_what_is_already_being_deleted_is_success(slow_deletes: Any) ->
     backend = TpuQueuedResourceBackend(PROJECT, ZONE)
     identity = RequestIdentity("dag", "d4", f"run-{time.monotonic_ns()}")
     qr_id = identity.queued_resource_id()
-    qr, _ = backend.submit(
-        ask().build_queued_resource(identity.labels(), backend.parent, qr_id), identity, qr_id
-    )
+    qr, _ = backend.submit(ask().adapter().build(identity.labels(), backend.parent, qr_id), identity, qr_id)
     assert backend.release(qr.name) is True  # DELETING now, for 2 s
     assert backend.get_status(qr.name).state == "DELETING"  # type: ignore[union-attr]
     assert backend.release(qr.name) is True  # refused by the API as in progress: success

@@ -84,7 +84,7 @@ def job(index: int, exit_code: int = 0) -> tuple[CustomJob, RequestIdentity]:
         ],
     )
     identity = RequestIdentity("shared_poller", f"t{index}", f"run{next(_runs)}_{time.monotonic_ns()}")
-    return op.build_custom_job(identity), identity
+    return op.adapter().build(identity), identity
 
 
 class Spy:
@@ -267,10 +267,8 @@ def test_tpu_waits_share_one_list_per_zone(
             runtime_version="v2-alpha-tpuv5-lite",
         )
         identity = RequestIdentity("shared_poller_tpu", f"slice{i}", f"run{next(_runs)}")
-        qr_id = op.queued_resource_id_for(identity)
-        qr, _ = backend.submit(
-            op.build_queued_resource(identity.labels(), backend.parent, qr_id), identity, qr_id
-        )
+        qr_id = op.adapter().id_for(identity)
+        qr, _ = backend.submit(op.adapter().build(identity.labels(), backend.parent, qr_id), identity, qr_id)
         names.append(qr.name)
     control = EmulatorControl(emulator.address)
 

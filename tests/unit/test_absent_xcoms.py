@@ -42,7 +42,7 @@ def test_a_first_try_reads_no_xcom(monkeypatch: pytest.MonkeyPatch) -> None:
     stub(op, monkeypatch, [JOB.format(1)])
     ti = TI()
     with pytest.raises(TaskDeferred):
-        op.run_attempts({"ti": ti, "task_state_store": state})
+        op.attempt_loop().run({"ti": ti, "task_state_store": state})
     assert ti.pulls == []
     [record] = records_of(ti)
     assert (record.request_name, record.phase) == (JOB.format(1), "waiting")
@@ -58,7 +58,7 @@ def test_a_resumed_run_reads_its_records_from_the_state_store(monkeypatch: pytes
     first = vertex()
     stub(first, monkeypatch, [JOB.format(1)])
     with pytest.raises(TaskDeferred) as deferred:
-        first.run_attempts({"ti": TI(xcoms), "task_state_store": state})
+        first.attempt_loop().run({"ti": TI(xcoms), "task_state_store": state})
     resumed = vertex()
     stub(resumed, monkeypatch, [])
     ended = status(

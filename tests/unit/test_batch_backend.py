@@ -26,8 +26,9 @@ from hypothesis import strategies as st
 
 from airflow_provider_dws import errors
 from airflow_provider_dws.backends import batch
-from airflow_provider_dws.backends.base import BACKENDS, RequestBackend, backend_from_spec
+from airflow_provider_dws.backends.base import RequestBackend
 from airflow_provider_dws.backends.batch import BatchJobBackend, job_status
+from airflow_provider_dws.registry import BACKENDS, backend_from_spec
 from airflow_provider_dws.scheduling.identity import RequestIdentity, parse_attempt_name
 from airflow_provider_dws.scheduling.phases import (
     BATCH_JOB_STATES,

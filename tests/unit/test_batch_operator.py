@@ -241,7 +241,7 @@ def test_the_job_from_parameters_is_flex_start_with_its_shape_labels_and_environ
         service_account="runner@my-project.iam.gserviceaccount.com",
         subnetwork="projects/my-project/regions/us-central1/subnetworks/gpu",
     )
-    job = op.build_job(IDENTITY)
+    job = op.adapter().build(IDENTITY)
     (group,) = job.task_groups
     assert (group.task_count, group.parallelism) == (16, 4)
     (runnable,) = group.task_spec.runnables
@@ -260,7 +260,9 @@ def test_the_job_from_parameters_is_flex_start_with_its_shape_labels_and_environ
 
 
 def test_a_whole_job_gets_flex_start_on_every_instance_policy_and_keeps_its_own_labels() -> None:
-    job = make(**job_args(JOB), labels={"team": "ml"}).build_job(IDENTITY, max_wait=timedelta(minutes=30))
+    job = (
+        make(**job_args(JOB), labels={"team": "ml"}).adapter().build(IDENTITY, max_wait=timedelta(minutes=30))
+    )
     assert [i.policy.provisioning_model for i in job.allocation_policy.instances] == [FLEX]
     assert job.labels["owner"] == "ml" and job.labels["team"] == "ml"
     assert job.labels["dws_max_wait"] == "1800" and job.labels["dws_key"] == IDENTITY.key
@@ -270,7 +272,8 @@ def test_a_whole_job_gets_flex_start_on_every_instance_policy_and_keeps_its_own_
 def test_a_failover_placement_swaps_the_machine_and_its_gpus() -> None:
     op = make(machine_type="n1-standard-8", accelerator_type="nvidia-tesla-t4", accelerator_count=2)
     policy = (
-        op.build_job(IDENTITY, Placement("us-east4", machine_type="a2-highgpu-1g"))
+        op.adapter()
+        .build(IDENTITY, Placement("us-east4", machine_type="a2-highgpu-1g"))
         .allocation_policy.instances[0]
         .policy
     )
@@ -280,7 +283,8 @@ def test_a_failover_placement_swaps_the_machine_and_its_gpus() -> None:
     )
     assert policy.provisioning_model == FLEX
     same = (
-        op.build_job(IDENTITY, Placement("us-east4", machine_type="n1-standard-16"))
+        op.adapter()
+        .build(IDENTITY, Placement("us-east4", machine_type="n1-standard-16"))
         .allocation_policy.instances[0]
         .policy
     )
@@ -421,7 +425,7 @@ def explained_ok(check: Any, *args: Any) -> bool:
 
 def test_the_quick_gpu_check_accepts_only_what_its_explanation_accepts() -> None:
     from airflow_provider_dws import facts
-    from airflow_provider_dws.operators.batch_checks import check_gpus
+    from airflow_provider_dws.specs.batch_job import check_gpus
 
     machines = [*facts.GPU_MACHINE_ROWS, "n1-standard-8", "g2-standard-5", "a3-highgpu-3g"]
     accelerators = [None, *facts.COMPUTE_GPU_NAMES, "NVIDIA_L4"]
@@ -442,7 +446,7 @@ def test_the_quick_gpu_check_accepts_only_what_its_explanation_accepts() -> None
 
 def test_the_quick_labels_check_accepts_only_what_its_explanation_accepts() -> None:
     from airflow_provider_dws.operators.batch import _batch_labels_ok
-    from airflow_provider_dws.operators.batch_checks import check_batch_labels
+    from airflow_provider_dws.specs.batch_job import check_batch_labels
 
     for size in (0, 1, 54, 55, 56, 57):
         labels = {f"k{i}": "v" for i in range(size)}

@@ -16,10 +16,11 @@ from airflow_provider_dws.operators.calendar import (
     FindCalendarBlockOperator,
     ReserveCalendarBlockOperator,
 )
-from airflow_provider_dws.operators.calendar_checks import search_range
+from airflow_provider_dws.runtime.loop import AttemptLoop
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import Outcome, Phase, RequestTimings
 from airflow_provider_dws.scheduling.policies import Placement
+from airflow_provider_dws.specs.calendar_block import search_range
 
 PAST = datetime(2020, 1, 1, tzinfo=timezone.utc)
 SOON = datetime.now(timezone.utc) + timedelta(days=10)
@@ -164,7 +165,7 @@ def _wait(**kwargs: Any) -> Any:
 def test_the_wait_s_trigger_cancels_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     adapter = _wait(cancel_on_kill=True).adapter()
     pending = status("PENDING_APPROVAL", Phase.WAITING, start_time=SOON.isoformat())
-    trigger = adapter.trigger(pending, Placement(ZONE), timedelta(days=7), {})
+    trigger = AttemptLoop(adapter.op, adapter).trigger(pending, Placement(ZONE), timedelta(days=7), {})
     assert trigger.releases is False and trigger.serialize()[1]["releases"] is False
 
 
@@ -174,7 +175,7 @@ def test_the_wait_s_cancel_leaves_the_block(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(FutureReservationBackend, "release", lambda self, name, **_: released.append(name))
     monkeypatch.setattr(FutureReservationBackend, "discard", lambda self, name: released.append(name))
     adapter = _wait().adapter()
-    assert "reserve task" in str(adapter.cancel(status("APPROVED", Phase.PROVISIONING).name))
+    assert "reserve task" in str(adapter.release_or_keep(status("APPROVED", Phase.PROVISIONING).name))
     assert released == []
 
 

@@ -11,7 +11,7 @@ from google.cloud import compute_v1
 from google.protobuf import json_format
 
 from airflow_provider_dws import catalog
-from airflow_provider_dws.backends.base import RequestBackend, backend_from_spec
+from airflow_provider_dws.backends.base import RequestBackend
 from airflow_provider_dws.backends.calendar import (
     UNDELIVERED,
     BlockAsk,
@@ -28,6 +28,7 @@ from airflow_provider_dws.backends.calendar_advice import (
     choose_offer,
     read_offers,
 )
+from airflow_provider_dws.registry import backend_from_spec
 from airflow_provider_dws.scheduling.identity import RequestIdentity, parse_attempt_name
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 

@@ -171,7 +171,11 @@ PARSE_PATH = {
     "airflow_provider_dws.operators.base",
     "airflow_provider_dws.operators.checks",
     "airflow_provider_dws.operators.calendar",
-    "airflow_provider_dws.operators.calendar_checks",
+    "airflow_provider_dws.registry",
+    "airflow_provider_dws.specs",
+    "airflow_provider_dws.specs.calendar_block",
+    "airflow_provider_dws.specs.roles",
+    "airflow_provider_dws.specs.templates",
 }
 
 
@@ -256,7 +260,7 @@ def test_an_approved_block_stays_recorded_as_waiting(monkeypatch: pytest.MonkeyP
     store: dict[tuple[str, str], Any] = {}
     ti = TI(store, "reserve_block")
     with pytest.raises(TaskDeferred) as deferred:
-        op.run_attempts({"ti": ti})  # type: ignore[arg-type]
+        op.attempt_loop().run({"ti": ti})  # type: ignore[arg-type]
     assert deferred.value.trigger.target == "provisioning"  # type: ignore[attr-defined]
     [waiting] = read_records(store[("reserve_block", XCOM_KEY)])
     assert (waiting.phase, waiting.pricing_model, waiting.accelerator_count) == ("waiting", "calendar", 64)

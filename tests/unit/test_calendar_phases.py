@@ -6,6 +6,7 @@ import pytest
 from google.cloud.compute_v1 import FutureReservationStatus
 
 from airflow_provider_dws.runtime.adapter import RequestAdapter
+from airflow_provider_dws.runtime.loop import is_success
 from airflow_provider_dws.scheduling.phases import (
     FUTURE_RESERVATION_STATE_PHASES,
     FUTURE_RESERVATION_STATES,
@@ -103,7 +104,7 @@ def test_success_per_target() -> None:
 
     adapter = _Adapter(object())  # type: ignore[arg-type]
     adapter.target = "provisioning"  # type: ignore[misc]
-    assert adapter.is_success(status(Phase.PROVISIONING)) and adapter.is_success(status(Phase.RUNNING))
-    assert not adapter.is_success(status(Phase.SUCCEEDED))  # a block past its end is no success
+    assert is_success(adapter, status(Phase.PROVISIONING)) and is_success(adapter, status(Phase.RUNNING))
+    assert not is_success(adapter, status(Phase.SUCCEEDED))  # a block past its end is no success
     adapter.target = "running"  # type: ignore[misc]
-    assert not adapter.is_success(status(Phase.PROVISIONING)) and adapter.is_success(status(Phase.RUNNING))
+    assert not is_success(adapter, status(Phase.PROVISIONING)) and is_success(adapter, status(Phase.RUNNING))

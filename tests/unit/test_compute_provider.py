@@ -17,7 +17,7 @@ from google.cloud.compute_v1 import (
     InstanceGroupManagerResizeRequestStatus,
 )
 
-from airflow_provider_dws.backends.base import GroupedLister, RequestBackend, backend_from_spec
+from airflow_provider_dws.backends.base import GroupedLister, RequestBackend
 from airflow_provider_dws.backends.compute import (
     POOL_THREADS,
     ComputeResizeRequestBackend,
@@ -31,6 +31,7 @@ from airflow_provider_dws.hooks.base import emulator_rest_host
 from airflow_provider_dws.links import mig_console_url
 from airflow_provider_dws.operators.compute import CreateComputeFlexStartVMsOperator
 from airflow_provider_dws.operators.compute_release import DeleteComputeFlexStartVMsOperator
+from airflow_provider_dws.registry import backend_from_spec
 from airflow_provider_dws.runtime.compute import ComputeFlexStartAdapter
 from airflow_provider_dws.scheduling.identity import RequestIdentity, parse_attempt_name
 from airflow_provider_dws.scheduling.phases import COMPUTE_RESIZE_REQUEST_STATES, FailureKind, Phase

@@ -15,18 +15,14 @@ from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiExcepti
 from airflow_provider_dws import errors
 from airflow_provider_dws.backends import kube_base
 from airflow_provider_dws.backends import kubernetes as kb
-from airflow_provider_dws.backends.base import (
-    BACKENDS,
-    AsyncRequestBackend,
-    RequestBackend,
-    backend_from_spec,
-)
+from airflow_provider_dws.backends.base import AsyncRequestBackend, RequestBackend
 from airflow_provider_dws.backends.kubernetes import (
     ProvisioningAsk,
     ProvisioningRequestBackend,
     request_status,
 )
 from airflow_provider_dws.backends.retry import retry_kwargs
+from airflow_provider_dws.registry import BACKENDS, backend_from_spec
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 

@@ -118,7 +118,7 @@ def test_a_templated_manifest_is_checked_after_rendering() -> None:
 
 
 def test_the_quick_gpu_rule_agrees_with_the_catalogs_explanation() -> None:
-    from airflow_provider_dws.operators.gke_kueue_checks import gpu_error
+    from airflow_provider_dws.specs.kueue_job import gpu_error
 
     accelerators = [
         None,

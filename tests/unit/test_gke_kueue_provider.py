@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_dws.backends.base import BACKENDS, RequestStatus, backend_from_spec
+from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.kube_base import translate
 from airflow_provider_dws.backends.kueue import KueueJobBackend
 from airflow_provider_dws.errors import (
@@ -31,7 +31,9 @@ from airflow_provider_dws.exceptions import (
     WorkloadFailedError,
 )
 from airflow_provider_dws.operators.gke_kueue import CreateGKEQueuedJobOperator
+from airflow_provider_dws.registry import BACKENDS, backend_from_spec
 from airflow_provider_dws.runtime.gke_kueue import KueueJobAdapter, job_result
+from airflow_provider_dws.runtime.loop import AttemptLoop
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 from airflow_provider_dws.scheduling.policies import Placement
@@ -225,7 +227,9 @@ def test_each_end_raises_its_own_error(status: RequestStatus, error: type[Except
 def test_kueue_has_no_max_wait_so_the_trigger_deletes_the_job_with_no_grace() -> None:
     adapter = KueueJobAdapter(make())
     status = ended("Queued", Phase.WAITING)
-    trigger = adapter.trigger(status, Placement("us-central1"), timedelta(hours=2), {})
+    trigger = AttemptLoop(adapter.op, adapter).trigger(
+        status, Placement("us-central1"), timedelta(hours=2), {}
+    )
     assert trigger.wait_grace == 0
     assert trigger.kind == "gke_kueue_job"
     assert trigger.target == "end"

@@ -438,7 +438,9 @@ def test_the_release_deletes_every_attempt_of_its_setup(monkeypatch: pytest.Monk
 def test_the_wait_ends_at_provisioned_and_the_provider_keeps_the_max_wait() -> None:
     submitted = datetime(2026, 12, 2, 10, 0, tzinfo=timezone.utc)
     status = RequestStatus(NAME, "Accepted", Outcome(Phase.WAITING), RequestTimings(submitted=submitted))
-    trigger = op(poll_interval=15).adapter().trigger(status, Placement("us-central1"), timedelta(hours=1), {})
+    trigger = (
+        op(poll_interval=15).attempt_loop().trigger(status, Placement("us-central1"), timedelta(hours=1), {})
+    )
     assert (trigger.kind, trigger.target, trigger.wait_grace) == ("gke_provisioning_request", "running", 0.0)
     assert trigger.wait_deadline == (submitted + timedelta(hours=1)).isoformat()
     assert trigger.backend_spec["namespace"] == "team" and trigger.backend_spec["cluster_name"] == "train"

@@ -400,7 +400,7 @@ def test_vertex_build_with_a_placement_swaps_the_machine_of_every_pool() -> None
     workers = {**copy.deepcopy(POOL), "replica_count": 3}
     op = vertex(worker_pool_specs=[copy.deepcopy(POOL), workers], max_wait=timedelta(hours=2))
     placement = Placement("us-east4", machine_type="a2-ultragpu-8g", accelerator_type="NVIDIA_A100_80GB")
-    job = op.build_custom_job(VERTEX_IDENTITY.with_attempt(2), placement, max_wait=timedelta(minutes=5))
+    job = op.adapter().build(VERTEX_IDENTITY.with_attempt(2), placement, max_wait=timedelta(minutes=5))
     pools = list(job.job_spec.worker_pool_specs)
     assert [p.replica_count for p in pools] == [1, 3]
     for built in pools:
@@ -414,7 +414,7 @@ def test_vertex_build_with_a_placement_swaps_the_machine_of_every_pool() -> None
 
 def test_vertex_build_with_a_location_only_placement_keeps_the_machine() -> None:
     op = vertex(max_wait=timedelta(hours=2))
-    job = op.build_custom_job(VERTEX_IDENTITY, Placement("us-east4"), max_wait=timedelta(minutes=30))
+    job = op.adapter().build(VERTEX_IDENTITY, Placement("us-east4"), max_wait=timedelta(minutes=30))
     (built,) = job.job_spec.worker_pool_specs
     assert built.machine_spec.machine_type == "a3-highgpu-8g"
     assert built.machine_spec.accelerator_type == AcceleratorType.NVIDIA_H100_80GB
@@ -423,14 +423,14 @@ def test_vertex_build_with_a_location_only_placement_keeps_the_machine() -> None
 
 
 def test_vertex_build_without_max_wait_uses_the_operator_max_wait() -> None:
-    job = vertex(max_wait=timedelta(hours=2)).build_custom_job(VERTEX_IDENTITY, Placement("us-east4"))
+    job = vertex(max_wait=timedelta(hours=2)).adapter().build(VERTEX_IDENTITY, Placement("us-east4"))
     assert job.job_spec.scheduling.max_wait_duration == timedelta(hours=2)
 
 
 def test_tpu_build_with_a_placement_sets_accelerator_spot_tier_and_valid_until() -> None:
     op = tpu(max_wait=timedelta(hours=2))
     placement = Placement("us-east5-a", accelerator_type="v5p-8", tier="spot")
-    qr = op.build_queued_resource(
+    qr = op.adapter().build(
         TPU_IDENTITY.labels(), TPU_PARENT, "node-1", placement, max_wait=timedelta(minutes=5)
     )
     spec = qr.tpu.node_spec[0]
@@ -443,7 +443,7 @@ def test_tpu_build_with_a_placement_sets_accelerator_spot_tier_and_valid_until()
 
 def test_tpu_build_with_a_guaranteed_placement_overrides_a_spot_home() -> None:
     op = tpu(spot=True)
-    qr = op.build_queued_resource(
+    qr = op.adapter().build(
         TPU_IDENTITY.labels(), TPU_PARENT, "node-1", Placement("us-east5-a", tier="guaranteed")
     )
     assert qr._pb.WhichOneof("tier") == "guaranteed"
@@ -454,7 +454,7 @@ def test_tpu_build_with_a_guaranteed_placement_overrides_a_spot_home() -> None:
 
 def test_tpu_build_with_an_on_demand_placement_has_no_tier() -> None:
     op = tpu(spot=True)
-    qr = op.build_queued_resource(
+    qr = op.adapter().build(
         TPU_IDENTITY.labels(), TPU_PARENT, "node-1", Placement("us-east5-a", tier="on-demand")
     )
     assert qr._pb.WhichOneof("tier") is None
@@ -462,8 +462,16 @@ def test_tpu_build_with_an_on_demand_placement_has_no_tier() -> None:
 
 
 def test_tpu_build_with_a_location_only_placement_keeps_the_home_tier() -> None:
-    qr = tpu(guaranteed=True).build_queued_resource(
-        TPU_IDENTITY.labels(), TPU_PARENT, "node-1", Placement("us-east5-a"), max_wait=timedelta(minutes=9)
+    qr = (
+        tpu(guaranteed=True)
+        .adapter()
+        .build(
+            TPU_IDENTITY.labels(),
+            TPU_PARENT,
+            "node-1",
+            Placement("us-east5-a"),
+            max_wait=timedelta(minutes=9),
+        )
     )
     assert qr._pb.WhichOneof("tier") == "guaranteed"
     assert qr.tpu.node_spec[0].node.accelerator_type == "v5litepod-16"
@@ -475,8 +483,8 @@ def test_tpu_build_with_a_location_only_placement_keeps_the_home_tier() -> None:
 
 def test_derived_queued_resource_id_per_attempt() -> None:
     op = tpu()
-    first = op.queued_resource_id_for(TPU_IDENTITY)
-    third = op.queued_resource_id_for(TPU_IDENTITY.with_attempt(3))
+    first = op.adapter().id_for(TPU_IDENTITY)
+    third = op.adapter().id_for(TPU_IDENTITY.with_attempt(3))
     assert first == TPU_IDENTITY.queued_resource_id()
     assert re.fullmatch(r"dws-ask-for-tpu-[0-9a-f]{16}-t1-a1", first)
     assert third == first.replace("-t1-a1", "-t1-a3")
@@ -485,19 +493,19 @@ def test_derived_queued_resource_id_per_attempt() -> None:
 def test_custom_queued_resource_id_per_attempt() -> None:
     # The attempt is always in the name (Kueue's rule), so the teardown can find every attempt.
     op = tpu(queued_resource_id="nightly-slice")
-    assert op.queued_resource_id_for(TPU_IDENTITY) == "nightly-slice-t1-a1"
-    assert op.queued_resource_id_for(TPU_IDENTITY.with_attempt(3)) == "nightly-slice-t1-a3"
+    assert op.adapter().id_for(TPU_IDENTITY) == "nightly-slice-t1-a1"
+    assert op.adapter().id_for(TPU_IDENTITY.with_attempt(3)) == "nightly-slice-t1-a3"
     retried = RequestIdentity(TPU_IDENTITY.dag_id, TPU_IDENTITY.task_id, TPU_IDENTITY.run_id, try_number=2)
-    assert op.queued_resource_id_for(retried) == "nightly-slice-t2-a1"
+    assert op.adapter().id_for(retried) == "nightly-slice-t2-a1"
 
 
 def test_long_custom_queued_resource_id_is_cut_to_fit_the_suffix() -> None:
     # 63 characters; cut to 57 for "-t1-a2", it would end in "-", which is dropped.
     op = tpu(queued_resource_id="ab-" + "c" * 53 + "-def")
-    second = op.queued_resource_id_for(TPU_IDENTITY.with_attempt(2))
+    second = op.adapter().id_for(TPU_IDENTITY.with_attempt(2))
     assert second == "ab-" + "c" * 53 + "-t1-a2"
     assert len(second) == 62
-    twelfth = tpu(queued_resource_id="x" * 63).queued_resource_id_for(TPU_IDENTITY.with_attempt(12))
+    twelfth = tpu(queued_resource_id="x" * 63).adapter().id_for(TPU_IDENTITY.with_attempt(12))
     assert twelfth == "x" * 56 + "-t1-a12"
     assert len(twelfth) == 63
 
@@ -523,7 +531,7 @@ def test_tpu_valid_after_with_window_is_refused() -> None:
 
 def test_tpu_failover_drops_the_home_zone_reservation() -> None:
     op = tpu(reservation_name="projects/p/locations/us-west4-a/reservations/r", failover="us-east5-a")
-    home = op.build_queued_resource({}, "projects/p/locations/us-west4-a", "n")
-    away = op.build_queued_resource({}, "projects/p/locations/us-east5-a", "n", Placement("us-east5-a"))
+    home = op.adapter().build({}, "projects/p/locations/us-west4-a", "n")
+    away = op.adapter().build({}, "projects/p/locations/us-east5-a", "n", Placement("us-east5-a"))
     assert home.reservation_name == "projects/p/locations/us-west4-a/reservations/r"
     assert away.reservation_name == ""

@@ -103,15 +103,16 @@ class Harness:
         adapter = op.adapter()
         monkeypatch.setattr(adapter, "find", find_existing)
         monkeypatch.setattr(adapter, "submit", submit_attempt)
-        monkeypatch.setattr(adapter, "cancel", self.cancelled.append)
-        original = adapter.trigger
+        monkeypatch.setattr(adapter, "release_or_keep", self.cancelled.append)
+        loop = op.attempt_loop()
+        original = loop.trigger
 
         def make_trigger(*args: Any) -> Any:
             trigger = original(*args)
             self.triggers.append(trigger)
             return trigger
 
-        monkeypatch.setattr(adapter, "trigger", make_trigger)
+        monkeypatch.setattr(loop, "trigger", make_trigger)
 
 
 def vertex(**kwargs: Any) -> CreateVertexAIFlexStartJobOperator:
@@ -141,7 +142,7 @@ def test_request_an_earlier_try_was_deferred_on_is_cancelled_not_adopted(
     h = Harness(op, status(OLD, Phase.WAITING), monkeypatch)
     store = Store({WAITING_KEY: {"request": OLD, "try": 1}})
     with pytest.raises(TaskDeferred):
-        op.run_attempts(context(2, store))
+        op.attempt_loop().run(context(2, store))
     assert h.cancelled == [OLD]
     assert h.submitted == [1]
     assert h.triggers[0].request_name == NEW
@@ -154,7 +155,7 @@ def test_live_request_of_a_try_that_never_deferred_is_adopted(monkeypatch: pytes
     h = Harness(op, status(OLD, Phase.WAITING), monkeypatch)
     store = Store()
     with pytest.raises(TaskDeferred):
-        op.run_attempts(context(2, store))
+        op.attempt_loop().run(context(2, store))
     assert h.cancelled == []
     assert h.submitted == []
     assert h.triggers[0].request_name == OLD
@@ -165,7 +166,7 @@ def test_record_of_the_same_try_is_not_an_abandonment(monkeypatch: pytest.Monkey
     op = vertex()
     h = Harness(op, status(OLD, Phase.WAITING), monkeypatch)
     with pytest.raises(TaskDeferred):
-        op.run_attempts(context(1, Store({WAITING_KEY: {"request": OLD, "try": 1}})))
+        op.attempt_loop().run(context(1, Store({WAITING_KEY: {"request": OLD, "try": 1}})))
     assert h.cancelled == []
     assert h.triggers[0].request_name == OLD
 
@@ -175,7 +176,7 @@ def test_abandoned_request_is_adopted_when_cancel_on_kill_is_off(monkeypatch: py
     h = Harness(op, status(OLD, Phase.WAITING), monkeypatch)
     store = Store({WAITING_KEY: {"request": OLD, "try": 1}})
     with pytest.raises(TaskDeferred):
-        op.run_attempts(context(2, store))
+        op.attempt_loop().run(context(2, store))
     assert h.cancelled == []
     assert h.submitted == []
     assert h.triggers[0].request_name == OLD
@@ -187,7 +188,7 @@ def test_a_succeeded_request_is_still_taken_when_another_was_abandoned(
     op = vertex()
     h = Harness(op, status(NEW, Phase.SUCCEEDED), monkeypatch)
     monkeypatch.setattr(op.adapter(), "result", lambda ctx, st: {"name": st.name})
-    result = op.run_attempts(context(3, Store({WAITING_KEY: {"request": OLD, "try": 2}})))
+    result = op.attempt_loop().run(context(3, Store({WAITING_KEY: {"request": OLD, "try": 2}})))
     assert result == {"name": NEW}
     assert h.cancelled == [OLD]
     assert h.submitted == []
@@ -200,7 +201,7 @@ def test_without_a_usable_store_the_labels_decide(
     op = vertex()
     h = Harness(op, status(OLD, Phase.WAITING), monkeypatch)
     with pytest.raises(TaskDeferred):
-        op.run_attempts(context(2, store))
+        op.attempt_loop().run(context(2, store))
     assert h.cancelled == []
     assert h.triggers[0].request_name == OLD
 
@@ -285,7 +286,7 @@ def test_a_failed_wait_whose_cancel_fails_says_to_cancel_by_hand(monkeypatch: py
     def refuse(name: str) -> None:
         raise RuntimeError("API down")
 
-    monkeypatch.setattr(op.adapter(), "cancel", refuse)
+    monkeypatch.setattr(op.adapter(), "release_or_keep", refuse)
     with pytest.raises(WaitFailedError, match="cancelling the request failed: cancel it by hand"):
         op.complete_attempt(context(1, Store()), failed_wait(Phase.WAITING))
 
@@ -297,7 +298,7 @@ def test_execution_timeout_reaches_the_trigger(monkeypatch: pytest.MonkeyPatch) 
     op = vertex(execution_timeout=timedelta(hours=2))
     h = Harness(op, None, monkeypatch)
     with pytest.raises(TaskDeferred) as deferred:
-        op.run_attempts(context(1, Store()))
+        op.attempt_loop().run(context(1, Store()))
     assert h.triggers[0].task_deadline == (STARTED + timedelta(hours=2)).isoformat()
     # The trigger enforces it (and cancels first); an Airflow trigger timeout would not cancel.
     assert deferred.value.timeout is None
@@ -307,7 +308,7 @@ def test_without_execution_timeout_the_trigger_has_no_task_deadline(monkeypatch:
     op = vertex()
     h = Harness(op, None, monkeypatch)
     with pytest.raises(TaskDeferred):
-        op.run_attempts(context(1, Store()))
+        op.attempt_loop().run(context(1, Store()))
     assert h.triggers[0].task_deadline is None
 
 
@@ -320,7 +321,7 @@ def test_tpu_trigger_gets_the_task_deadline_too(monkeypatch: pytest.MonkeyPatch)
         runtime_version="v2-alpha-tpuv5-lite",
         execution_timeout=timedelta(minutes=30),
     )
-    trigger = op.adapter().trigger(
+    trigger = op.attempt_loop().trigger(
         status("projects/my-project/locations/us-west4-a/queuedResources/q", Phase.WAITING),
         Placement(location="us-west4-a"),
         timedelta(hours=1),
@@ -354,7 +355,7 @@ def test_on_kill_while_waiting_in_the_worker_cancels(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr("airflow_provider_dws.triggers.capacity_request.first_event", first_event)
     monkeypatch.setattr(op.adapter(), "result", lambda ctx, st: "ok")
-    assert op.run_attempts(context(1, Store())) == "ok"
+    assert op.attempt_loop().run(context(1, Store())) == "ok"
     assert seen == [NEW]
     assert h.cancelled == [NEW]
     assert op.attempt_loop().waiting_on is None
@@ -380,7 +381,7 @@ def test_a_kill_while_waiting_in_the_worker_writes_the_requests_end(monkeypatch:
 
     monkeypatch.setattr("airflow_provider_dws.triggers.capacity_request.first_event", first_event)
     with pytest.raises(AirflowTaskTimeout):
-        op.run_attempts(ctx)
+        op.attempt_loop().run(ctx)
     assert h.cancelled == [NEW]
     assert seen == [("cancelled", TASK_ENDED)]
     (record,) = read_records(ctx["ti"].xcom["dws_requests"])
@@ -400,7 +401,7 @@ def test_a_timeout_between_the_submit_and_the_deferral_cancels_the_request(
 
     monkeypatch.setattr(op.attempt_loop().recorder, "submitted", timed_out)
     with pytest.raises(AirflowTaskTimeout):
-        op.run_attempts(context(1, Store()))
+        op.attempt_loop().run(context(1, Store()))
     assert h.submitted == [1] and h.cancelled == []
     op.on_kill()  # what the task runner does on AirflowTaskTimeout
     assert h.cancelled == [NEW]
@@ -410,7 +411,7 @@ def test_a_deferred_request_is_not_the_worker_kill_path_s(monkeypatch: pytest.Mo
     op = vertex()
     h = Harness(op, None, monkeypatch)
     with pytest.raises(TaskDeferred):
-        op.run_attempts(context(1, Store()))
+        op.attempt_loop().run(context(1, Store()))
     op.on_kill()  # the trigger owns the wait now
     assert h.submitted == [1] and h.cancelled == []
 
@@ -425,7 +426,7 @@ def test_waiting_for_the_window_defers_with_the_execution_timeout(monkeypatch: p
     ctx = context(1, Store())
     ctx["ti"].start_date = now
     with pytest.raises(TaskDeferred) as deferred:
-        op.run_attempts(ctx)
+        op.attempt_loop().run(ctx)
     assert h.submitted == []
     assert type(deferred.value.trigger).__name__ == "ResumeAtTrigger"
     assert timedelta(minutes=59) < deferred.value.timeout <= timedelta(hours=1)
@@ -437,7 +438,7 @@ def test_the_attempt_state_travels_once_in_the_trigger_event(monkeypatch: pytest
     op = vertex(capacity_retry=2)
     h = Harness(op, None, monkeypatch)
     with pytest.raises(TaskDeferred) as deferred:
-        op.run_attempts(context(1, Store()))
+        op.attempt_loop().run(context(1, Store()))
     assert not deferred.value.kwargs
     echo = h.triggers[0].echo
     assert echo["attempt"] == 1 and echo["placement"] == {"location": "us-central1"}

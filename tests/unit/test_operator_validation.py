@@ -355,7 +355,7 @@ def test_build_custom_job() -> None:
         network="projects/123456/global/networks/vpc",
         base_output_directory="gs://bucket/out",
     )
-    job = op.build_custom_job(IDENTITY)
+    job = op.adapter().build(IDENTITY)
     assert isinstance(job, CustomJob)
     scheduling = job.job_spec.scheduling
     assert scheduling.strategy == Scheduling.Strategy.FLEX_START
@@ -373,17 +373,17 @@ def test_build_custom_job() -> None:
 
 
 def test_build_custom_job_defaults_and_explicit_display_name() -> None:
-    job = make().build_custom_job(IDENTITY)
+    job = make().adapter().build(IDENTITY)
     assert job.job_spec.scheduling.max_wait_duration == timedelta(hours=24)
     assert job.job_spec.scheduling.timeout == timedelta(days=7)
     assert not job.job_spec.service_account
-    assert make(display_name="nightly").build_custom_job(IDENTITY).display_name == "nightly"
+    assert make(display_name="nightly").adapter().build(IDENTITY).display_name == "nightly"
 
 
 def test_build_from_custom_job_keeps_its_fields_and_overrides_scheduling() -> None:
     user_job = custom_job({"strategy": "FLEX_START", "disable_retries": True})
     user_job["labels"] = {"owner": "me", "dws_key": "forged"}
-    job = make(custom_job=user_job, max_wait=900).build_custom_job(IDENTITY)
+    job = make(custom_job=user_job, max_wait=900).adapter().build(IDENTITY)
     assert job.display_name == "x"
     assert job.job_spec.scheduling.disable_retries is True
     assert job.job_spec.scheduling.max_wait_duration == timedelta(minutes=15)
@@ -403,7 +403,7 @@ def proto_pool() -> WorkerPoolSpec:
 
 def test_proto_worker_pool_spec_is_accepted() -> None:
     op = make(worker_pool_specs=[proto_pool()])
-    (built,) = op.build_custom_job(IDENTITY).job_spec.worker_pool_specs
+    (built,) = op.adapter().build(IDENTITY).job_spec.worker_pool_specs
     assert built.replica_count == 1
     assert built.machine_spec.accelerator_count == 8
 

@@ -145,7 +145,7 @@ def test_a_failover_machine_brings_its_own_gpu_count() -> None:
     home = {"machine_type": "a3-highgpu-8g", "accelerator_type": "NVIDIA_H100_80GB", "accelerator_count": 8}
     other = Placement("us-east4", machine_type="a2-ultragpu-4g", accelerator_type="NVIDIA_A100_80GB")
     op = vertex_op(home, capacity_retry=1, failover=[other])
-    job = op.build_custom_job(RequestIdentity("d", "t", "r"), other)
+    job = op.adapter().build(RequestIdentity("d", "t", "r"), other)
     spec = job.job_spec.worker_pool_specs[0].machine_spec
     assert (spec.machine_type, spec.accelerator_count) == ("a2-ultragpu-4g", 4)
 

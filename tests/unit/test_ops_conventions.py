@@ -12,12 +12,10 @@ from typing import Any
 import pytest
 from airflow.exceptions import AirflowProviderDeprecationWarning
 
-from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator, TPUQueuedResourceOperator
-from airflow_provider_dws.operators.vertex_ai import (
-    CreateVertexAIFlexStartJobOperator,
-    FlexStartCustomJobOperator,
-)
-from airflow_provider_dws.runtime.loop import task_identity
+from airflow_provider_dws.operators.deprecated import FlexStartCustomJobOperator, TPUQueuedResourceOperator
+from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
+from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
+from airflow_provider_dws.runtime.task import task_identity
 from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_TRY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,8 +80,8 @@ def test_the_identity_counts_airflow_tries_and_capacity_attempts() -> None:
     op = CreateTPUQueuedResourceOperator(task_id="t", queued_resource_id="slice", **TPU)
     first, retried = (task_identity({"ti": TI(n)}) for n in (1, 3))  # type: ignore[typeddict-item]
     assert first.key == retried.key
-    assert op.queued_resource_id_for(first.with_attempt(2)) == "slice-t1-a2"
-    assert op.queued_resource_id_for(retried) == "slice-t3-a1"
+    assert op.adapter().id_for(first.with_attempt(2)) == "slice-t1-a2"
+    assert op.adapter().id_for(retried) == "slice-t3-a1"
     labels = retried.with_attempt(2).labels()
     assert (labels[LABEL_TRY], labels[LABEL_ATTEMPT]) == ("3", "2")
     # A task instance without a usable try number counts as try 1.

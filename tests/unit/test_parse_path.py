@@ -22,8 +22,8 @@ import pytest
 from airflow_provider_dws import catalog, facts
 from airflow_provider_dws.operators import vertex_ai
 from airflow_provider_dws.operators.base import _labels_ok
-from airflow_provider_dws.operators.labels import check_labels
-from airflow_provider_dws.operators.vertex_pools import check_worker_pool_specs
+from airflow_provider_dws.specs.labels import check_labels
+from airflow_provider_dws.specs.vertex_pools import check_worker_pool_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,6 +41,10 @@ PARSE_PATH = {
     "airflow_provider_dws.operators.tpu",
     "airflow_provider_dws.operators.tpu_release",
     "airflow_provider_dws.operators.vertex_ai",
+    "airflow_provider_dws.registry",
+    "airflow_provider_dws.specs",
+    "airflow_provider_dws.specs.roles",
+    "airflow_provider_dws.specs.templates",
 }
 
 #: Run the way the dag-processor does: its parent has imported Airflow's processor (and, with it,

@@ -258,7 +258,7 @@ def test_the_waiting_record_is_pushed_before_the_task_defers(monkeypatch: pytest
     stub(op, monkeypatch, [JOB.format(1)])
     ti = TI()
     with pytest.raises(TaskDeferred):
-        op.run_attempts({"ti": ti})
+        op.attempt_loop().run({"ti": ti})
     [record] = records_of(ti)
     assert record.phase == "waiting" and record.live
     assert record.request_name == JOB.format(1)
@@ -280,7 +280,7 @@ def test_the_resumed_task_upserts_the_final_record_and_sends_the_metrics(
     first = vertex()
     stub(first, monkeypatch, [JOB.format(1)])
     with pytest.raises(TaskDeferred) as deferred:
-        first.run_attempts({"ti": TI(store)})
+        first.attempt_loop().run({"ti": TI(store)})
     # The task resumes in a new process: a new operator, the XCom read back.
     resumed = vertex()
     stub(resumed, monkeypatch, [])
@@ -310,7 +310,7 @@ def test_capacity_attempts_accumulate_one_record_each(
     op = vertex(capacity_retry=2)
     stub(op, monkeypatch, [JOB.format(1)])
     with pytest.raises(TaskDeferred) as deferred:
-        op.run_attempts({"ti": TI(store)})
+        op.attempt_loop().run({"ti": TI(store)})
     resumed = vertex(capacity_retry=2)
     stub(resumed, monkeypatch, [JOB.format(2)])
     event = {
@@ -352,7 +352,7 @@ def test_a_record_that_cannot_be_written_never_fails_the_task(monkeypatch: pytes
     monkeypatch.setattr(op.adapter(), "record_facts", lambda *a: 1 / 0)
     ti = TI()
     with pytest.raises(TaskDeferred):
-        op.run_attempts({"ti": ti})
+        op.attempt_loop().run({"ti": ti})
     [record] = records_of(ti)  # written without its facts
     assert record.kind == "VertexFlexStartAdapter" and record.accelerator_count == 0
 
@@ -456,15 +456,15 @@ def test_a_retry_keeps_the_earlier_tries_records_from_the_state_store(
     first = vertex()
     stub(first, monkeypatch, [JOB.format(1)])
     with pytest.raises(TaskDeferred):
-        first.run_attempts({"ti": TI(), "task_state_store": state})
+        first.attempt_loop().run({"ti": TI(), "task_state_store": state})
     # The task is cleared while deferred: try 2 starts with no XComs, cancels job 1, submits job 2.
     second = vertex()
     stub(second, monkeypatch, [JOB.format(2)])
-    monkeypatch.setattr(second.adapter(), "cancel", lambda name: None)
+    monkeypatch.setattr(second.adapter(), "release_or_keep", lambda name: None)
     ti = TI()
     ti.try_number = 2
     with pytest.raises(TaskDeferred):
-        second.run_attempts({"ti": ti, "task_state_store": state})
+        second.attempt_loop().run({"ti": ti, "task_state_store": state})
     earlier, current = records_of(ti)
     assert (earlier.request_name, earlier.try_number, earlier.phase) == (JOB.format(1), 1, "cancelled")
     assert earlier.ended is not None and "try 1 ended" in earlier.message
@@ -479,7 +479,7 @@ def test_a_provisioning_request_is_recorded_waiting(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(adapter, "submit", lambda *a: status(QR, Phase.PROVISIONING))
     ti = TI()
     with pytest.raises(TaskDeferred):
-        op.run_attempts({"ti": ti})
+        op.attempt_loop().run({"ti": ti})
     [record] = records_of(ti)
     assert record.phase == "waiting" and record.accelerator_count == 16
 

@@ -15,7 +15,7 @@ from google.cloud.tpu_v2 import (
 )
 from google.rpc import status_pb2
 
-from airflow_provider_dws.backends.base import RequestStatus, backend_from_spec
+from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.tpu import (
     TpuQueuedResourceBackend,
     describe_queued_resource,
@@ -25,6 +25,7 @@ from airflow_provider_dws.backends.tpu import (
     queued_resource_status,
     tpu_chips,
 )
+from airflow_provider_dws.registry import backend_from_spec
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 
 PROJECT = "my-project"

@@ -45,7 +45,7 @@ def make_delete(**kwargs: Any) -> DeleteTPUQueuedResourceOperator:
 
 
 def build(**kwargs: Any) -> QueuedResource:
-    return make(**kwargs).build_queued_resource(IDENTITY.labels(), PARENT, NODE_ID)
+    return make(**kwargs).adapter().build(IDENTITY.labels(), PARENT, NODE_ID)
 
 
 BAD = [
@@ -379,7 +379,7 @@ def test_build_default_max_wait() -> None:
 def test_identity_labels_win_over_user_labels() -> None:
     op = make(labels={"team": "ml"})
     op.labels = {"team": "ml", "dws_key": "forged"}  # e.g. after rendering
-    qr = op.build_queued_resource(IDENTITY.labels(), PARENT, NODE_ID)
+    qr = op.adapter().build(IDENTITY.labels(), PARENT, NODE_ID)
     assert qr.tpu.node_spec[0].node.labels["dws_key"] == IDENTITY.key
 
 

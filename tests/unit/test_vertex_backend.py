@@ -8,13 +8,14 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from google.cloud.aiplatform_v1 import CustomJob, JobState
 
-from airflow_provider_dws.backends.base import RequestStatus, backend_from_spec
+from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.vertex_ai import (
     VertexCustomJobBackend,
     describe_job,
     job_status,
     parse_job_name,
 )
+from airflow_provider_dws.registry import backend_from_spec
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 
 NAME = "projects/my-proj/locations/europe-west4/customJobs/987"

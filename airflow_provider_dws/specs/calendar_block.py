@@ -1,5 +1,6 @@
-"""The calendar operators' detailed checks: the times of a block and why a shape is refused (the
-catalog is imported only then).
+"""A calendar block's times and shape: read and checked by the calendar operators (detailed checks,
+loaded when a quick rule refuses) and by the tasks that book and find blocks (the catalog is
+imported only when a shape is read).
 
 A time given as a literal is checked at every parse for its form and time zone, and for what no clock
 can make right: a relative start (a ``timedelta`` from when the task runs) past calendar mode's horizon,
@@ -13,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import facts
+
+if TYPE_CHECKING:
+    from airflow_provider_dws.catalog import CalendarShape
 
 
 def check_shape(op: Any) -> None:
@@ -27,6 +31,31 @@ def check_shape(op: Any) -> None:
     )
     if error:
         raise op._param_error(error)
+
+
+def shape_of(op: Any) -> CalendarShape:
+    """The block's shape from the operator's (rendered, resolved) parameters."""
+    from airflow_provider_dws import catalog
+
+    try:
+        return catalog.calendar_shape(
+            op.machine_type, op.vm_count, op.tpu_version, op.chip_count, op.workload_type
+        )
+    except ValueError as err:
+        raise op._param_error(str(err)) from None
+
+
+def shape_fields(shape: CalendarShape, workload_type: str) -> dict[str, Any]:
+    """What a block reserves, as the tasks return it (and the reserve reads back from a Find)."""
+    return {
+        "machine_type": shape.machine_type,
+        "vm_count": shape.vm_count or None,
+        "tpu_version": shape.tpu_version,
+        "chip_count": shape.chip_count or None,
+        "workload_type": workload_type,
+        "accelerator_type": shape.accelerator_type,
+        "accelerator_count": shape.accelerator_count,
+    }
 
 
 def parse_moment(op: Any, name: str, value: Any, *, now: datetime | None = None) -> datetime:

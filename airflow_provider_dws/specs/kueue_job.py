@@ -1,5 +1,6 @@
-"""What the Kueue Job operator's quick checks refuse, explained: loaded only on a refusal (or to
-check a rendered value), never by a DAG file whose parameters are right."""
+"""What a Kueue Job manifest may be, and why a value is refused: what the Kueue Job operator's quick
+checks refuse, explained; loaded only on a refusal (or to check a rendered value), never by a DAG
+file whose parameters are right."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_provider_dws import facts
-from airflow_provider_dws.operators.gke_kueue import ENV_NAME_PATTERN
 
 
 def gpu_error(accelerator: Any, gpus: Any) -> str | None:
@@ -32,7 +32,7 @@ def gpu_error(accelerator: Any, gpus: Any) -> str | None:
 
 def check_job(op: Any, job: Any, is_unrendered: Callable[[Any], bool]) -> None:
     """A ``batch/v1`` Job manifest whose pods the operator can queue: say what is wrong with it."""
-    from airflow_provider_dws.operators.gke_checks import pod_template_error
+    from airflow_provider_dws.specs.pod_template import pod_template_error
 
     if is_unrendered(job):
         return
@@ -67,7 +67,7 @@ def check_env_vars(op: Any, env: Any, is_unrendered: Callable[[Any], bool]) -> N
     if not isinstance(env, Mapping):
         raise op._param_error(f"env_vars must be a dict of names to strings, got {env!r}")
     for key, value in env.items():
-        if not isinstance(key, str) or not re.fullmatch(ENV_NAME_PATTERN, key):
+        if not isinstance(key, str) or not re.fullmatch(facts.KUBE_ENV_NAME_PATTERN, key):
             raise op._param_error(f"env_vars: {key!r} is not a valid environment variable name")
         if not isinstance(value, str) and not is_unrendered(value):
             raise op._param_error(f"env_vars: the value of {key!r} must be a string, got {value!r}")

@@ -1,6 +1,8 @@
-"""What a Flex Start Cloud Batch job may be, and why a value is refused.
+"""What a Flex Start Cloud Batch job may be, and why a value is refused; the job dict the task's
+request is built from (:func:`as_job_dict`).
 
-Imported at parse time only when a quick test of :mod:`.batch` cannot accept a value (or for a
+Imported at parse time only when a quick test of :mod:`airflow_provider_dws.operators.batch` cannot
+accept a value (or for a
 whole ``job``, which always needs a closer look); the ``Job`` message itself is built only after
 rendering, in the worker.
 """
@@ -12,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import catalog
 from airflow_provider_dws.facts import IDENTITY_LABELS, MAX_LABELS
-from airflow_provider_dws.operators.checks import has_template
-from airflow_provider_dws.operators.labels import check_labels
+from airflow_provider_dws.specs.labels import check_labels
+from airflow_provider_dws.specs.templates import has_template
 
 if TYPE_CHECKING:
     from airflow_provider_dws.scheduling.policies import Placement

@@ -13,7 +13,7 @@ from typing import Any
 from airflow_provider_dws import catalog
 from airflow_provider_dws.facts import FLEX_START_GPUS as FLEX_START_ACCELERATORS
 from airflow_provider_dws.facts import WORKER_POOL_FIELDS
-from airflow_provider_dws.operators.checks import has_template
+from airflow_provider_dws.specs.templates import has_template
 
 _INT_FIELDS = ("replica_count", "accelerator_count")
 

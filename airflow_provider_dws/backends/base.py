@@ -73,8 +73,6 @@ class RequestStatus:
             ),
             timings=RequestTimings.from_dict(event.get("timings") or {}),
             description=event.get("description") or "",
-            # Events of earlier releases carried them.
-            details=event.get("details") or {},
         )
 
 

@@ -319,9 +319,6 @@ class DwsRequestOperator(DwsBaseOperator):
         """An attempt ended (or reached its target): succeed, or decide the next step."""
         return self.attempt_loop().complete(context, event, kwargs)
 
-    #: Resume point of tasks deferred by earlier releases of the provider.
-    execute_complete = complete_attempt
-
     def on_kill(self) -> None:
         """Cancel the request this worker holds (``cancel_on_kill``): submitted and not yet handed to
         a trigger, or waited on in the worker (``deferrable=False``). Airflow calls it when the

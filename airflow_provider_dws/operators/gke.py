@@ -22,7 +22,7 @@ from airflow_provider_dws.operators.base import DwsRequestOperator
 from airflow_provider_dws.operators.checks import duration
 from airflow_provider_dws.operators.gke_checks import CHECKS
 
-__all__ = ["QUEUED_GPU_TOLERATIONS", "CreateGKEProvisioningRequestOperator", "GKEProvisioningRequestOperator"]
+__all__ = ["QUEUED_GPU_TOLERATIONS", "CreateGKEProvisioningRequestOperator"]
 
 #: The tolerations GPU pods on a queued node pool need (the ``tolerations`` of the operator's
 #: result), for a workload operator whose ``tolerations`` is not templated (cncf-kubernetes' pod
@@ -171,14 +171,10 @@ class CreateGKEProvisioningRequestOperator(DwsRequestOperator):
         return super().adapter()  # type: ignore[return-value]
 
 
-#: The issue's name for the same operator.
-GKEProvisioningRequestOperator = CreateGKEProvisioningRequestOperator
-
-
 def __getattr__(name: str) -> Any:
     # The release (its own module) loads only for a DAG file that uses it.
-    if name in ("DeleteGKEProvisioningRequestOperator", "DeleteProvisioningRequestOperator"):
-        from airflow_provider_dws.operators import gke_release
+    if name == "DeleteGKEProvisioningRequestOperator":
+        from airflow_provider_dws.operators.gke_release import DeleteGKEProvisioningRequestOperator
 
-        return getattr(gke_release, name)
+        return DeleteGKEProvisioningRequestOperator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Placement
     from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
 
-__all__ = ["CreateGKEQueuedJobOperator", "GKEQueuedJobOperator"]
+__all__ = ["CreateGKEQueuedJobOperator"]
 
 _CHECKS = "airflow_provider_dws.operators.gke_kueue_checks:"
 #: Most pods one Job may run at once here (Kueue admits the whole set together).
@@ -238,7 +238,3 @@ class CreateGKEQueuedJobOperator(DwsRequestOperator):
         from airflow_provider_dws.scheduling.policies import Placement
 
         return Placement(location=self.location)
-
-
-#: The issue's name for the operator.
-GKEQueuedJobOperator = CreateGKEQueuedJobOperator

@@ -297,13 +297,9 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsRequestOperator):
 
 
 def __getattr__(name: str) -> Any:
-    # The release (its own module) and the deprecated name load only for a DAG file that uses them.
+    # The release (its own module) loads only for a DAG file that uses it.
     if name == "DeleteTPUQueuedResourceOperator":
         from airflow_provider_dws.operators.tpu_release import DeleteTPUQueuedResourceOperator
 
         return DeleteTPUQueuedResourceOperator
-    if name == "TPUQueuedResourceOperator":
-        from airflow_provider_dws.operators import deprecated
-
-        return deprecated.TPUQueuedResourceOperator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

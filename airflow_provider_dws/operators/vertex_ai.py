@@ -322,12 +322,3 @@ class CreateVertexAIReservedJobOperator(BlockConsumer, CreateVertexAIFlexStartJo
         super().__init__(region=region, **kwargs)  # type: ignore[arg-type]  # None: the block's
         self.max_run = None if max_run is None else duration(self, "max_run", max_run, MAX_RUN_LIMIT)  # type: ignore[assignment]
         self.init_block(block_task_id, reservation, allow_past_block_end, failover=failover)
-
-
-def __getattr__(name: str) -> Any:
-    # The deprecated name loads (and warns) only for a DAG file that still uses it.
-    if name == "FlexStartCustomJobOperator":
-        from airflow_provider_dws.operators import deprecated
-
-        return deprecated.FlexStartCustomJobOperator
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

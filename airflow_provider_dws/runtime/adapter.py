@@ -152,10 +152,10 @@ class RequestAdapter(Generic[_Op, _Backend]):
         status: RequestStatus,
         placement: Placement,
         max_wait: timedelta,
-        echo: dict[str, Any],
+        resume: dict[str, Any],
         task_deadline: datetime | None = None,
     ) -> CapacityRequestTrigger:
-        """The trigger that waits on the request through the shared poller; it hands ``echo``
+        """The trigger that waits on the request through the shared poller; it hands ``resume``
         back in its event and gives up at ``task_deadline`` (the end of ``execution_timeout``)."""
         from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
@@ -168,7 +168,7 @@ class RequestAdapter(Generic[_Op, _Backend]):
             wait_deadline=self.wait_deadline(status, max_wait).isoformat(),
             cancel_on_kill=self.op.cancel_on_kill,
             target=self.target,
-            echo=echo,
+            resume=resume,
             task_deadline=task_deadline.isoformat() if task_deadline else None,
             wait_grace=None if self.wait_grace is None else self.wait_grace.total_seconds(),
             releases=self.releases,

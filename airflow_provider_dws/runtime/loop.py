@@ -19,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_provider_dws.backends.base import WAIT_ERROR, RequestStatus
-from airflow_provider_dws.runtime.state import AttemptState
+from airflow_provider_dws.runtime.state import RESUME, AttemptState
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 
 if TYPE_CHECKING:
@@ -157,7 +157,7 @@ class AttemptLoop:
 
     def resume(self, context: Context, event: Any, kwargs: Mapping[str, Any]) -> Any:
         """Back from a wait for the window (or a backoff): plan the attempt again."""
-        return self.plan(context, AttemptState.from_resume(event, kwargs, self.op.home_placement()))
+        return self.plan(context, AttemptState.from_resume(event, self.op.home_placement()))
 
     def complete(self, context: Context, event: dict[str, Any] | None, kwargs: Mapping[str, Any]) -> Any:
         """An attempt ended (or reached its target): succeed, or decide the next step."""
@@ -167,7 +167,7 @@ class AttemptLoop:
             self.log.warning("Resumed without a trigger event; looking for this task's request again")
             return self.run(context)
         self._forget_waiting(context)
-        state = AttemptState.from_resume(event, kwargs, self.op.home_placement())
+        state = AttemptState.from_resume(event, self.op.home_placement())
         if event.get(WAIT_ERROR):
             self.wait_failed(context, event, state)
         return self.attempt_ended(context, event, state)
@@ -302,7 +302,7 @@ class AttemptLoop:
                 timeout_at = self.timeout_at(context)
                 op.defer(
                     trigger=ResumeAtTrigger(
-                        decision.at.isoformat(), echo=waiting.to_dict(), reason=decision.reason
+                        decision.at.isoformat(), resume=waiting.to_dict(), reason=decision.reason
                     ),
                     method_name="resume_attempt",
                     # No request exists while waiting for the window, so Airflow's own trigger
@@ -372,7 +372,7 @@ class AttemptLoop:
         state = state.ended(record.to_dict())
         history = [dict(h) for h in state.history]
         ti = context["ti"]
-        ti.xcom_push(key="dws_request", value={k: v for k, v in event.items() if k != "echo"})
+        ti.xcom_push(key="dws_request", value={k: v for k, v in event.items() if k != RESUME})
         ti.xcom_push(key="dws_attempts", value=history)
         ti.xcom_push(key="wait_seconds", value=status.timings.wait_seconds)
         if adapter.target == "end":

@@ -57,7 +57,7 @@ class CapacityRequestTrigger(BaseTrigger):
 
     The event payload is :meth:`RequestStatus.to_event`, a few hundred bytes: request name, API
     state, phase, classified failure reason and message, what was asked for, and timings
-    (submitted, started, finished, wait and run seconds), plus ``echo``. Transient API errors are
+    (submitted, started, finished, wait and run seconds), plus ``resume``. Transient API errors are
     retried with backoff and never end the wait.
 
     :param kind: backend kind (see ``backends.base.BACKENDS``), e.g. ``"vertex_custom_job"``.
@@ -76,8 +76,9 @@ class CapacityRequestTrigger(BaseTrigger):
     :param task_deadline: ISO-8601 UTC time at which the task's ``execution_timeout`` ends. Airflow
         does not enforce it while a task is deferred, so the trigger does: at that time it cancels
         the request (unless ``cancel_on_kill`` is False) and reports ``timed_out``.
-    :param echo: JSON-serializable state returned in the event under ``"echo"`` (the attempt
-        history), so the task resumes with it whatever runs the trigger.
+    :param resume: the attempt's state (``AttemptState.to_dict()``: attempt, placement, history,
+        max wait), JSON-serializable, handed back in the event under ``"resume"``, so the task
+        resumes from it whatever runs the trigger.
     :param wait_grace: seconds a request may still wait past ``wait_deadline`` before the provider
         cancels it: time for an API that expires its requests itself (Vertex AI, Cloud TPU) to do
         so. ``None``: :data:`WAIT_DEADLINE_GRACE`; ``0`` for an API with no max wait of its own
@@ -96,7 +97,7 @@ class CapacityRequestTrigger(BaseTrigger):
         wait_deadline: str | None = None,
         cancel_on_kill: bool = True,
         target: str = "end",
-        echo: dict[str, Any] | None = None,
+        resume: dict[str, Any] | None = None,
         task_deadline: str | None = None,
         wait_grace: float | None = None,
         releases: bool = True,
@@ -133,9 +134,9 @@ class CapacityRequestTrigger(BaseTrigger):
         self.wait_deadline = wait_deadline
         self.cancel_on_kill = cancel_on_kill
         self.target = target
-        if echo is not None and not isinstance(echo, dict):
-            raise TypeError(f"echo must be a dict, got {type(echo).__name__}")
-        self.echo = echo
+        if resume is not None and not isinstance(resume, dict):
+            raise TypeError(f"resume must be a dict, got {type(resume).__name__}")
+        self.resume = resume
         self._backend: AsyncRequestBackend | None = None
         self._started = datetime.now(timezone.utc)
         #: Whether this wait saw its request get capacity (see :meth:`_wait_deadline_for`).
@@ -154,7 +155,7 @@ class CapacityRequestTrigger(BaseTrigger):
             "wait_deadline": self.wait_deadline,
             "cancel_on_kill": self.cancel_on_kill,
             "target": self.target,
-            "echo": self.echo,
+            "resume": self.resume,
             "task_deadline": self.task_deadline,
         }
         if self.wait_grace is not None:  # only where it differs: triggers stored before it stay valid
@@ -414,14 +415,16 @@ class CapacityRequestTrigger(BaseTrigger):
         )
 
     def _payload(self, status: RequestStatus, wait_error: Exception | None = None) -> dict[str, Any]:
-        """The event: the status (:meth:`RequestStatus.to_event`) and ``echo``, whose empty values
+        """The event: the status (:meth:`RequestStatus.to_event`) and ``resume``, whose empty values
         (no attempt history yet, most often) are left out to keep it small; with ``wait_error``,
         the error that ended the wait before the request did (``wait_error``: its type and text)."""
         payload = status.to_event()
         if wait_error is not None:
             payload[WAIT_ERROR] = f"{type(wait_error).__name__}: {wait_error}"[:EVENT_MESSAGE_LIMIT]
-        if self.echo is not None:
-            payload["echo"] = {key: value for key, value in self.echo.items() if value not in (None, [], {})}
+        if self.resume is not None:
+            payload["resume"] = {
+                key: value for key, value in self.resume.items() if value not in (None, [], {})
+            }
         return payload
 
     async def _read_again(self) -> RequestStatus | None:

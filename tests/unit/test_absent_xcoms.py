@@ -69,7 +69,7 @@ def test_a_resumed_run_reads_its_records_from_the_state_store(monkeypatch: pytes
     )
     ti = TI(xcoms)
     resumed.complete_attempt(
-        {"ti": ti, "task_state_store": state}, {**ended.to_event(), "echo": deferred.value.trigger.echo}
+        {"ti": ti, "task_state_store": state}, {**ended.to_event(), "resume": deferred.value.trigger.resume}
     )
     assert ti.pulls == []
     [record] = records_of(ti)  # the waiting record upserted, not a second one

@@ -287,7 +287,7 @@ def test_the_resumed_task_upserts_the_final_record_and_sends_the_metrics(
     started, ended = SUBMITTED + timedelta(minutes=10), SUBMITTED + timedelta(minutes=40)
     event = {
         **status(JOB.format(1), Phase.SUCCEEDED, started=started, finished=ended).to_event(),
-        "echo": deferred.value.trigger.echo,
+        "resume": deferred.value.trigger.resume,
     }
     ti = TI(store)
     assert resumed.complete_attempt({"ti": ti}, event) == JOB.format(1)
@@ -317,7 +317,7 @@ def test_capacity_attempts_accumulate_one_record_each(
         **status(
             JOB.format(1), Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, finished=SUBMITTED
         ).to_event(),
-        "echo": deferred.value.trigger.echo,
+        "resume": deferred.value.trigger.resume,
     }
     ti = TI(store)
     with pytest.raises(TaskDeferred):  # the retry is submitted at once and deferred on

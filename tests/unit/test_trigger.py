@@ -118,7 +118,7 @@ def test_serialize_round_trips() -> None:
         "wait_deadline": "2026-01-01T02:00:00+00:00",
         "cancel_on_kill": False,
         "target": "running",
-        "echo": None,
+        "resume": None,
         "task_deadline": None,
     }
     rebuilt = CapacityRequestTrigger(**kwargs)
@@ -639,7 +639,7 @@ def test_a_kill_during_a_status_read_keeps_airflow_s_cancel_message(fake: Any) -
 
 def test_event_is_small(fake: Any) -> None:
     """Airflow logs and stores every event, hundreds at once when capacity comes for many: the
-    event carries the status without the backend's details, and the echo without empty values."""
+    event carries the status without the backend's details, and the resume state without empty values."""
     final = RequestStatus(
         name=NAME,
         state="JOB_STATE_SUCCEEDED",
@@ -649,15 +649,20 @@ def test_event_is_small(fake: Any) -> None:
         details={"display_name": "llm-fine-tune-0005", "region": "us-central1", "max_wait_seconds": 7200.0},
     )
     fake([final])
-    echo = {"history": [], "attempt": 1, "placement": {"location": "us-central1"}, "max_wait_seconds": 7200.0}
-    (event,) = run_all(trigger(echo=echo))
-    assert "details" not in event
-    assert event["echo"] == {
+    resume = {
+        "history": [],
         "attempt": 1,
         "placement": {"location": "us-central1"},
         "max_wait_seconds": 7200.0,
     }
-    assert len(json.dumps(event)) <= 500  # 496; with the details and the whole echo it was 677
+    (event,) = run_all(trigger(resume=resume))
+    assert "details" not in event
+    assert event["resume"] == {
+        "attempt": 1,
+        "placement": {"location": "us-central1"},
+        "max_wait_seconds": 7200.0,
+    }
+    assert len(json.dumps(event)) <= 500  # 496; with the details and the whole state it was 677
     again = RequestStatus.from_event(event)
     assert (again.name, again.state, again.outcome, again.timings, again.description) == (
         NAME,

@@ -7,10 +7,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from airflow_provider_dws.backends.base import RESUME
 from airflow_provider_dws.scheduling.policies import Placement
-
-#: The event key (and trigger keyword) under which a trigger hands the attempt's state back.
-RESUME = "resume"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import structlog.testing
 from airflow_provider_dws import errors
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
-from airflow_provider_dws.triggers import capacity_request, poller
+from airflow_provider_dws.triggers import capacity_request, on_kill, poller
 from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
 from airflow_provider_dws.triggers.log_lines import LINES
 
@@ -374,10 +374,10 @@ def test_on_kill_writes_the_requests_end_after_cancelling_it(
         lambda ti, name, phase, message: written.append((ti.task_id, name, phase)) or True,
     )
 
-    async def not_deferred(self: Any) -> bool:
+    async def not_deferred(ti: Any, log: Any) -> bool:
         return False
 
-    monkeypatch.setattr(capacity_request.CapacityRequestTrigger, "_still_deferred", not_deferred)
+    monkeypatch.setattr(on_kill, "still_deferred", not_deferred)
     killed = trigger(cancel_on_kill=True)
     killed.task_instance = type("TI", (), {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1})()
     asyncio.run(killed.on_kill())
@@ -588,12 +588,12 @@ def test_on_kill_survives_the_triggerer_cancelling_it_again(fake: Any) -> None:
             await killer
         assert backend.cancelled == []
         answer.set()  # the API answers after the interruption
-        await asyncio.gather(*capacity_request._KILL_TASKS)
+        await asyncio.gather(*on_kill.KILL_TASKS)
 
     asyncio.run(scenario())
     assert calls == 1
     assert backend.cancelled == [NAME]
-    assert not capacity_request._KILL_TASKS
+    assert not on_kill.KILL_TASKS
 
 
 def test_a_kill_during_a_status_read_keeps_airflow_s_cancel_message(fake: Any) -> None:

@@ -22,6 +22,7 @@ from airflow_provider_dws.exceptions import (
 from airflow_provider_dws.links import TPUQueuedResourceLink, queued_resource_console_url
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.loop import resolve_project, task_identity
+from airflow_provider_dws.runtime.recording import Released, ReleasedApi, record_release
 from airflow_provider_dws.runtime.reserved import ReservedSteps
 from airflow_provider_dws.scheduling.identity import is_attempt_of, parse_attempt_name
 from airflow_provider_dws.scheduling.phases import FailureKind
@@ -43,6 +44,10 @@ _REFUSED = (InvalidRequestError, PermissionDeniedApiError)
 def zone_of(name: str) -> str:
     """The zone of ``projects/P/locations/ZONE/queuedResources/ID``."""
     return str(parse_queued_resource_name(name)[1])
+
+
+#: How a release records TPU slices: held while ACTIVE.
+TPU_SLICES = ReleasedApi(TpuQueuedResourceBackend.kind, "TPU queued resource", zone_of, ("ACTIVE",))
 
 
 def _timestamp(stamp_class: Any, moment: datetime) -> Any:
@@ -397,9 +402,7 @@ def release_all(op: DeleteTPUQueuedResourceOperator, context: Context) -> dict[s
             op.log.info("%s is gone; the slice is no longer billed", status.name)
             released.append(status.name)
             states.append(status.state)
-    from airflow_provider_dws.runtime.recording import record_release
-
-    record_release(op, context, list(zip(released, states, strict=True)))
+    record_release(op, context, TPU_SLICES, Released(list(zip(released, states, strict=True))))
     if not released:
         op.log.info(
             "No queued resource of %s in %s (never created, or already released): nothing to do",

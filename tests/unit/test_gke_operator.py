@@ -414,7 +414,7 @@ def test_the_release_deletes_every_attempt_of_its_setup(monkeypatch: pytest.Monk
     import airflow_provider_dws.runtime.recording as recording
 
     monkeypatch.setattr(
-        recording, "record_release", lambda op_, ctx, released, **kw: recorded.append(released)
+        recording, "record_release", lambda op_, ctx, api, released: recorded.append(released.requests)
     )
     monkeypatch.setattr(setup, "render_template", lambda value, context: "team")
     ti = TI(task_id="release_nodes")

@@ -1,17 +1,12 @@
-"""Accelerator facts, once: Cloud TPU slice shapes and GPU machine types (pure Python, stdlib only).
+"""Lookups derived from :mod:`airflow_provider_dws.facts`: TPU slice shapes and chips, GPU machine
+checks, calendar-mode shapes, GKE node checks, and the messages that explain a refusal (pure Python,
+stdlib only).
 
-The operators' parse-time checks, the TPU backend's chip arithmetic and the emulator's validation
-all read this table, so a shape the operator accepts is one the emulator accepts. The values are
-the ones the public Cloud TPU and Compute Engine documents list (checked 2026-12):
-
-* TPU (cloud.google.com/tpu/docs/v2 ... /v6e): ``v5litepod-N`` and ``v6e-N`` count chips (one
-  TensorCore each) and come in the 2D shapes 1x1 to 16x16 (1, 4, 8, ... 256 chips: no 2-chip
-  slice); ``v2``/``v3``/``v4``/``v5p`` count TensorCores, two per chip. v4 and v5p slices above
-  one 4x4x4 cube (64 chips, 128 cores) come in whole cubes, up to the largest slice (v4: the pod,
-  4,096 chips; v5p: 16x16x24, 6,144 chips).
-* GPU (cloud.google.com/compute/docs/accelerator-optimized-machines): every accelerator-optimized
-  machine type has a fixed GPU model and count; Vertex AI spells the model as its
-  ``AcceleratorType`` enum name.
+No fact is written here: every value comes from a table of :mod:`~airflow_provider_dws.facts`,
+which records what Google's documents say, so a wrong value is corrected there, once. The backends
+(chip arithmetic, shapes) and the detailed parse-time checks (loaded only when a quick check
+refuses) call these; ``catalog.machine_gpu_error`` is the one GPU attachment check every operator
+that takes a machine type uses.
 """
 
 from __future__ import annotations
@@ -30,6 +25,7 @@ from airflow_provider_dws.facts import (
     CALENDAR_TPU_ROWS,
     CALENDAR_TPU_SERVING_CHIPS,
     CALENDAR_TPU_WORKLOADS,
+    CHIPS_PER_HOST,
     COMPUTE_GPU_NAMES,
     FLEX_START_GPUS,
     GKE_ACCELERATOR_LABEL,
@@ -44,6 +40,7 @@ from airflow_provider_dws.facts import (
     QUEUED_RESOURCE_ID_PATTERN,
     REGION_PATTERN,
     TPU_FAMILY_ROWS,
+    VERTEX_ACCELERATOR_TYPES,
     ZONE_PATTERN,
     machine_family,
     tpu_size_offered,
@@ -109,8 +106,6 @@ TPU_FAMILIES: dict[str, TpuFamily] = {
     name: TpuFamily(name, cores, frozenset(sizes), cube, top, single)
     for name, (cores, sizes, cube, top, single) in TPU_FAMILY_ROWS.items()
 }
-#: Chips of one TPU VM in a multi-host slice (one network endpoint each).
-CHIPS_PER_HOST = 4
 TPU_TYPE_RE = re.compile(r"^(?P<family>[a-z0-9]+)-(?P<size>0|[1-9][0-9]*)$")
 
 
@@ -168,30 +163,6 @@ def tpu_shape(accelerator_type: str) -> TpuShape:
 
 
 # -- GPUs (Vertex AI / Compute Engine) ---------------------------------------------------------
-
-#: Vertex AI ``AcceleratorType`` names and numbers (google.cloud.aiplatform_v1; a test keeps
-#: them equal to the installed client's enum).
-VERTEX_ACCELERATOR_TYPES: dict[str, int] = {
-    "ACCELERATOR_TYPE_UNSPECIFIED": 0,
-    "NVIDIA_TESLA_K80": 1,
-    "NVIDIA_TESLA_P100": 2,
-    "NVIDIA_TESLA_V100": 3,
-    "NVIDIA_TESLA_P4": 4,
-    "NVIDIA_TESLA_T4": 5,
-    "TPU_V2": 6,
-    "TPU_V3": 7,
-    "NVIDIA_TESLA_A100": 8,
-    "NVIDIA_A100_80GB": 9,
-    "TPU_V4_POD": 10,
-    "NVIDIA_L4": 11,
-    "TPU_V5_LITEPOD": 12,
-    "NVIDIA_H100_80GB": 13,
-    "NVIDIA_H100_MEGA_80GB": 14,
-    "NVIDIA_H200_141GB": 15,
-    "NVIDIA_B200": 16,
-    "NVIDIA_GB200": 17,
-    "NVIDIA_RTX_PRO_6000": 18,
-}
 
 
 class GpuMachine(NamedTuple):

@@ -1,9 +1,20 @@
-"""The API facts a DAG file's parse checks against, as plain literals: accelerators, names, limits.
+"""The API facts, as plain literals written from Google's documents: accelerators, names, limits.
 
-:mod:`airflow_provider_dws.catalog` builds its richer view (shapes, chips, hosts, messages) on these
-same tables, for the backends and the emulator; the operators' parse-time checks read them here, so
-a DAG file's parse loads nothing but literals. The values, and where they come from, are described
-in :mod:`airflow_provider_dws.catalog`.
+This module is the record of what the documents say, and holds data only (beyond the few values
+derived in place that the parse-time checks need, such as GKE's GPUs per node). The operators'
+parse-time checks read these tables directly, so a DAG file's parse loads nothing but literals;
+:mod:`airflow_provider_dws.catalog` derives the lookups (shapes, chips, hosts, messages) from them.
+The sources (checked 2026-12):
+
+* TPU (cloud.google.com/tpu/docs/v2 ... /v6e): ``v5litepod-N`` and ``v6e-N`` count chips (one
+  TensorCore each) and come in the 2D shapes 1x1 to 16x16 (1, 4, 8, ... 256 chips: no 2-chip
+  slice); ``v2``/``v3``/``v4``/``v5p`` count TensorCores, two per chip. v4 and v5p slices above
+  one 4x4x4 cube (64 chips, 128 cores) come in whole cubes, up to the largest slice (v4: the pod,
+  4,096 chips; v5p: 16x16x24, 6,144 chips).
+* GPU (cloud.google.com/compute/docs/accelerator-optimized-machines): every accelerator-optimized
+  machine type has a fixed GPU model and count; Vertex AI spells the model as its
+  ``AcceleratorType`` enum name.
+* The other tables name their source beside them.
 """
 
 from collections.abc import Container
@@ -28,6 +39,33 @@ TPU_FAMILY_ROWS = {
     "v5p": (2, (8, 16, 32, 64), 128, 12288, 4),
     "v5litepod": (1, (1, 4, 8, 16, 32, 64, 128, 256), 0, 0, 8),
     "v6e": (1, (1, 4, 8, 16, 32, 64, 128, 256), 0, 0, 8),
+}
+
+#: Chips of one TPU VM in a multi-host slice (one network endpoint each).
+CHIPS_PER_HOST = 4
+
+#: Vertex AI ``AcceleratorType`` names and numbers (google.cloud.aiplatform_v1; a test keeps
+#: them equal to the installed client's enum).
+VERTEX_ACCELERATOR_TYPES: dict[str, int] = {
+    "ACCELERATOR_TYPE_UNSPECIFIED": 0,
+    "NVIDIA_TESLA_K80": 1,
+    "NVIDIA_TESLA_P100": 2,
+    "NVIDIA_TESLA_V100": 3,
+    "NVIDIA_TESLA_P4": 4,
+    "NVIDIA_TESLA_T4": 5,
+    "TPU_V2": 6,
+    "TPU_V3": 7,
+    "NVIDIA_TESLA_A100": 8,
+    "NVIDIA_A100_80GB": 9,
+    "TPU_V4_POD": 10,
+    "NVIDIA_L4": 11,
+    "TPU_V5_LITEPOD": 12,
+    "NVIDIA_H100_80GB": 13,
+    "NVIDIA_H100_MEGA_80GB": 14,
+    "NVIDIA_H200_141GB": 15,
+    "NVIDIA_B200": 16,
+    "NVIDIA_GB200": 17,
+    "NVIDIA_RTX_PRO_6000": 18,
 }
 
 #: Accelerator-optimized machine type -> (the Vertex AI name of its GPU, how many it always has).

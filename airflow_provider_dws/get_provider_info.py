@@ -14,9 +14,11 @@ def get_provider_info() -> dict[str, Any]:
         "name": "Google Cloud Dynamic Workload Scheduler",
         "description": (
             "Run AI training and batch work on scarce GPUs and TPUs through Google Cloud's Dynamic "
-            "Workload Scheduler: Vertex AI Flex Start custom jobs, Cloud TPU queued resources, Cloud Batch "
-            "Flex Start jobs, Compute Engine flex-start VMs and GKE ProvisioningRequests (queued provisioning), waited on in the triggerer; and calendar-mode "
-            "blocks (Compute Engine future reservations) found, reserved, waited for and released."
+            "Workload Scheduler: Vertex AI Flex Start custom jobs, Cloud TPU queued resources, Cloud "
+            "Batch Flex Start jobs, Compute Engine flex-start VMs, GKE ProvisioningRequests (queued "
+            "provisioning) and GKE Jobs queued through Kueue, waited on in the triggerer; calendar-mode "
+            "blocks (Compute Engine future reservations) found, reserved, waited for, consumed by "
+            "Vertex AI, Cloud Batch, Compute Engine and Cloud TPU workloads, and released."
         ),
         "versions": [__version__],
         "integrations": [
@@ -30,6 +32,7 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "Google Cloud Dynamic Workload Scheduler",
                 "python-modules": [
+                    "airflow_provider_dws.operators.base",
                     "airflow_provider_dws.operators.vertex_ai",
                     "airflow_provider_dws.operators.tpu",
                     "airflow_provider_dws.operators.tpu_release",
@@ -39,6 +42,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_dws.operators.calendar",
                     "airflow_provider_dws.operators.gke",
                     "airflow_provider_dws.operators.gke_release",
+                    "airflow_provider_dws.operators.gke_kueue",
                 ],
             }
         ],

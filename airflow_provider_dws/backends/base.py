@@ -19,6 +19,9 @@ EVENT_MESSAGE_LIMIT = 500
 #: The event key of an error that ended a trigger's wait before the request ended (its type and
 #: text): the request may still be queued or held, and the task decides what becomes of it.
 WAIT_ERROR = "wait_error"
+#: The event key (and trigger keyword) under which a trigger hands the attempt's state back, so the
+#: task resumes from it (``runtime.state.AttemptState``).
+RESUME = "resume"
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,6 @@ class RequestStatus:
             ),
             timings=RequestTimings.from_dict(event.get("timings") or {}),
             description=event.get("description") or "",
-            # Events of earlier releases carried them.
-            details=event.get("details") or {},
         )
 
 

@@ -9,7 +9,6 @@ from typing import Any
 #: the operators it uses).
 _EXPORTS = {
     "CreateGKEQueuedJobOperator": "airflow_provider_dws.operators.gke_kueue",
-    "GKEQueuedJobOperator": "airflow_provider_dws.operators.gke_kueue",
 }
 
 

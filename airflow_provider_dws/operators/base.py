@@ -15,11 +15,12 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 from airflow.sdk.bases.operator import BaseOperatorMeta
 
 from airflow_provider_dws import facts, registry
-from airflow_provider_dws.operators.checks import Check, flag, matches, non_empty_str, run_checks
+from airflow_provider_dws.operators.checks import Check, duration, flag, matches, non_empty_str, run_checks
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -318,12 +319,74 @@ class DwsRequestOperator(DwsBaseOperator):
         """An attempt ended (or reached its target): succeed, or decide the next step."""
         return self.attempt_loop().complete(context, event, kwargs)
 
-    #: Resume point of tasks deferred by earlier releases of the provider.
-    execute_complete = complete_attempt
-
     def on_kill(self) -> None:
         """Cancel the request this worker holds (``cancel_on_kill``): submitted and not yet handed to
         a trigger, or waited on in the worker (``deferrable=False``). Airflow calls it when the
         worker is killed or its ``execution_timeout`` passes."""
         if "_dws_loop" in self.__dict__:
             self.attempt_loop().on_kill()
+
+
+class DwsQueuedRequestOperator(DwsRequestOperator):
+    """Base of the operators whose request waits in a DWS queue under the scheduling policies
+    (Vertex AI, Cloud TPU, Cloud Batch, Compute Engine, GKE): the parameters they all take,
+    declared and assigned here once. A subclass declares its own (its location, what it asks
+    for) and ends its ``__init__`` with :meth:`check_policies`.
+
+    :param project_id: Google Cloud project; defaults to the connection's project (templated).
+    :param max_wait: how long the request may wait for capacity (``timedelta`` or seconds; default
+        24 h, at most 7 days).
+    :param labels: extra labels of the request (templated; the ``dws_*`` keys are the identity's).
+    :param gcp_conn_id: Airflow connection for Google Cloud.
+    :param impersonation_chain: service account (or chain) to impersonate (templated).
+    :param poll_interval: seconds between status reads while waiting (default 30).
+    :param deferrable: wait in the triggerer (``True``) or in the worker; the default is the
+        deployment's ``[operators] default_deferrable`` (Airflow ships ``false``). Deferred, no
+        worker slot is held while the request waits in the DWS queue.
+    :param cancel_on_kill: cancel the request when the task is killed by a user (default ``True``).
+    :param window: only let capacity arrive inside this off-peak window (``OffPeakWindow``,
+        ``WindowSet`` or a spec such as ``"Mon-Fri 22:00-06:00 Asia/Seoul"``): outside it the task
+        defers until it opens, and the max wait is cut at the window's close.
+    :param deadline: nothing is submitted, and no wait extends, past it (``Deadline``, a
+        ``timedelta`` after the data interval end, or an aware ``datetime``).
+    :param capacity_retry: resubmit after capacity was not obtained (``CapacityRetry`` or a number
+        of retries); each attempt is a new request (``-a<N>``).
+    :param failover: other placements (a region or zone, optionally with another machine or
+        accelerator type) to try, in order, after the home one comes back without capacity.
+    """
+
+    def __init__(
+        self,
+        *,
+        project_id: str | None = None,
+        max_wait: timedelta | int | float = facts.DEFAULT_MAX_WAIT,
+        labels: Mapping[str, str] | None = None,
+        gcp_conn_id: str = "google_cloud_default",
+        impersonation_chain: str | Sequence[str] | None = None,
+        poll_interval: float = 30.0,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        cancel_on_kill: bool = True,
+        window: OffPeakWindow | WindowSet | str | None = None,
+        deadline: Deadline | timedelta | datetime | None = None,
+        capacity_retry: CapacityRetry | int | None = None,
+        failover: Failover | Sequence[str | Placement] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.project_id = project_id
+        self.max_wait = duration(self, "max_wait", max_wait, facts.MAX_WAIT_LIMIT)
+        self.labels = labels
+        self.gcp_conn_id = gcp_conn_id
+        self.impersonation_chain = impersonation_chain
+        self.poll_interval = poll_interval
+        self.deferrable = deferrable
+        self.cancel_on_kill = cancel_on_kill
+        self.window = self.deadline = self.capacity_retry = self.failover = None
+        # Checked last (check_policies): a failover placement is checked against the subclass's
+        # own parameters (its machine type, its location), set after this.
+        self._given_policies = (window, deadline, capacity_retry, failover)
+
+    def check_policies(self) -> None:
+        """Accept the policies given to ``__init__`` (or their short forms) and check them; a
+        subclass calls it at the end of its ``__init__``."""
+        self.init_policies(*self._given_policies)

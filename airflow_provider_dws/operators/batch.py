@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.configuration import conf
-
 from airflow_provider_dws import facts, registry
-from airflow_provider_dws.facts import DEFAULT_MAX_WAIT, MAX_RUN_LIMIT, MAX_WAIT_LIMIT
+from airflow_provider_dws.facts import MAX_RUN_LIMIT
 from airflow_provider_dws.links import BatchFlexStartJobLink, BatchJobLogsLink
 from airflow_provider_dws.operators.base import (
     CONNECTION_CHECKS,
     WAIT_CHECKS,
-    DwsRequestOperator,
+    DwsQueuedRequestOperator,
     _labels_ok,
 )
 from airflow_provider_dws.operators.checks import Check, duration, flag, int_in, matches, non_empty_str
@@ -26,8 +24,7 @@ __all__ = ["CreateBatchFlexStartJobOperator", "CreateBatchReservedJobOperator"]
 if TYPE_CHECKING:
     from google.cloud.batch_v1 import Job
 
-    from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
-    from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
+    from airflow_provider_dws.scheduling.policies import Placement
 
 #: An environment variable name (what a shell accepts).
 _ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -57,7 +54,7 @@ def _batch_labels_ok(labels: Any) -> bool:
     return _labels_ok(labels) and len(labels) < facts.MAX_LABELS - facts.IDENTITY_LABELS
 
 
-class CreateBatchFlexStartJobOperator(DwsRequestOperator):
+class CreateBatchFlexStartJobOperator(DwsQueuedRequestOperator):
     """Run a Cloud Batch job when DWS Flex Start obtains its GPU VMs, without holding a worker slot.
 
     Every instance policy of the job gets the ``FLEX_START`` provisioning model: the job waits
@@ -82,7 +79,6 @@ class CreateBatchFlexStartJobOperator(DwsRequestOperator):
     ``commands``/``entrypoint``) or a ``script``, on ``machine_type`` VMs with their GPUs.
 
     :param region: Cloud Batch region, e.g. ``us-central1`` (templated).
-    :param project_id: Google Cloud project; defaults to the connection's project (templated).
     :param job: a whole ``google.cloud.batch_v1.Job`` (dict or message; templated). Its instance
         policies must not set another provisioning model nor use instance templates.
     :param image_uri: container image each task runs (templated); :param commands: its arguments;
@@ -97,26 +93,19 @@ class CreateBatchFlexStartJobOperator(DwsRequestOperator):
         for GPU machine types it may be left out, or must be the machine's own.
     :param accelerator_count: GPUs per VM (default: the machine's own, or 1).
     :param install_gpu_drivers: let Batch install the GPU drivers on the VMs (default True).
-    :param max_wait: how long the job may wait for its VMs (default 24 h, at most 7 days).
     :param max_run: how long each task may run (the task spec's ``max_run_duration``; default
         Batch's own; at most 7 days, the Flex Start limit).
     :param environment: environment variables of every task (templated).
-    :param labels: extra job labels (the ``dws_*`` keys are reserved for identity).
     :param service_account: service account the VMs run as.
     :param network: VPC network (``projects/<p>/global/networks/<name>``); :param subnetwork:
         its subnetwork (``projects/<p>/regions/<r>/subnetworks/<name>``).
-    :param gcp_conn_id: Airflow connection for Google Cloud.
-    :param impersonation_chain: service account (or chain) to impersonate.
-    :param poll_interval: seconds between status reads while waiting (default 30).
-    :param deferrable: wait in the triggerer (``True``) or in the worker; the default is the
-        deployment's ``[operators] default_deferrable`` (Airflow ships ``false``).
-    :param cancel_on_kill: cancel the job when the task is killed by a user (default ``True``).
-    :param window: only let capacity arrive inside this off-peak window (see the Vertex operator).
-    :param deadline: nothing is submitted, and no wait extends, past it.
-    :param capacity_retry: resubmit after capacity was not obtained (``CapacityRetry`` or a number
-        of retries); each attempt is a new job (``-a<N>``).
     :param failover: other regions (optionally with another machine type and GPU) to try, in
         order, after the home region comes back without capacity.
+
+    The parameters every queued request takes (``project_id``, ``max_wait``, ``labels``,
+    ``gcp_conn_id``, ``impersonation_chain``, ``poll_interval``, ``deferrable``, ``cancel_on_kill``,
+    ``window``, ``deadline``, ``capacity_retry``, ``failover``) are
+    :class:`~airflow_provider_dws.operators.base.DwsQueuedRequestOperator`'s.
     """
 
     template_fields: Sequence[str] = (
@@ -208,7 +197,6 @@ class CreateBatchFlexStartJobOperator(DwsRequestOperator):
         self,
         *,
         region: str,
-        project_id: str | None = None,
         job: Mapping[str, Any] | Job | None = None,
         image_uri: str | None = None,
         commands: Sequence[str] | None = None,
@@ -220,26 +208,14 @@ class CreateBatchFlexStartJobOperator(DwsRequestOperator):
         accelerator_type: str | None = None,
         accelerator_count: int | None = None,
         install_gpu_drivers: bool = True,
-        max_wait: timedelta | int | float = DEFAULT_MAX_WAIT,
         max_run: timedelta | int | float | None = None,
         environment: Mapping[str, str] | None = None,
-        labels: Mapping[str, str] | None = None,
         service_account: str | None = None,
         network: str | None = None,
         subnetwork: str | None = None,
-        gcp_conn_id: str = "google_cloud_default",
-        impersonation_chain: str | Sequence[str] | None = None,
-        poll_interval: float = 30.0,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        cancel_on_kill: bool = True,
-        window: OffPeakWindow | WindowSet | str | None = None,
-        deadline: Deadline | timedelta | datetime | None = None,
-        capacity_retry: CapacityRetry | int | None = None,
-        failover: Failover | Sequence[str | Placement] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.project_id = project_id
         self.region = region
         self.job = job
         self.image_uri = image_uri
@@ -252,18 +228,11 @@ class CreateBatchFlexStartJobOperator(DwsRequestOperator):
         self.accelerator_type = accelerator_type
         self.accelerator_count = accelerator_count
         self.install_gpu_drivers = install_gpu_drivers
-        self.max_wait = duration(self, "max_wait", max_wait, MAX_WAIT_LIMIT)
         self.max_run = None if max_run is None else duration(self, "max_run", max_run, MAX_RUN_LIMIT)
         self.environment = environment
-        self.labels = labels
         self.service_account = service_account
         self.network = network
         self.subnetwork = subnetwork
-        self.gcp_conn_id = gcp_conn_id
-        self.impersonation_chain = impersonation_chain
-        self.poll_interval = poll_interval
-        self.deferrable = deferrable
-        self.cancel_on_kill = cancel_on_kill
         self._check_shape()
         self.check_parameters(rendered=False)
         if self.job is None and not facts.batch_gpu_matches(
@@ -272,7 +241,7 @@ class CreateBatchFlexStartJobOperator(DwsRequestOperator):
             from airflow_provider_dws.specs.batch_job import check_gpus
 
             check_gpus(self)
-        self.init_policies(window, deadline, capacity_retry, failover)
+        self.check_policies()
 
     # -- validation ----------------------------------------------------------------------------
 

@@ -405,8 +405,6 @@ class ReserveCalendarBlockOperator(_ShapeMixin, DwsRequestOperator):
         self.resolve_block(context)
         return super().complete_attempt(context, event, **kwargs)
 
-    execute_complete = complete_attempt
-
 
 class WaitForCalendarBlockOperator(DwsRequestOperator):
     """Wait, deferred, until a reserved calendar block is delivered (FULFILLED), then emit an asset event.
@@ -501,8 +499,6 @@ class WaitForCalendarBlockOperator(DwsRequestOperator):
         if isinstance(name, str) and name.count("/") == 5:
             self._zone = name.split("/")[3]
         return super().complete_attempt(context, event, **kwargs)
-
-    execute_complete = complete_attempt
 
 
 class ReleaseCalendarBlockOperator(DwsSetupReleaseOperator):

@@ -4,15 +4,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.configuration import conf
-
 from airflow_provider_dws import facts, registry
-from airflow_provider_dws.facts import COMPUTE_MAX_RUN, COMPUTE_MIN_RUN, DEFAULT_MAX_WAIT, MAX_WAIT_LIMIT
+from airflow_provider_dws.facts import COMPUTE_MAX_RUN, COMPUTE_MIN_RUN
 from airflow_provider_dws.links import ComputeFlexStartMIGLink
-from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsRequestOperator
+from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsQueuedRequestOperator
 from airflow_provider_dws.operators.checks import Check, duration, int_in, matches, non_empty_str
 from airflow_provider_dws.operators.reserved import BLOCK_CHECKS, BlockConsumer
 
@@ -22,8 +20,7 @@ from airflow_provider_dws.specs import roles
 
 if TYPE_CHECKING:
     from airflow_provider_dws.runtime.compute import ComputeFlexStartAdapter
-    from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
-    from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
+    from airflow_provider_dws.scheduling.policies import Placement
 
 #: The parameters that describe the VMs when the operator creates the template and MIG.
 SPEC_PARAMETERS = (
@@ -43,7 +40,7 @@ def _str_map(value: Any) -> bool:
     return type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items())
 
 
-class CreateComputeFlexStartVMsOperator(DwsRequestOperator):
+class CreateComputeFlexStartVMsOperator(DwsQueuedRequestOperator):
     """Get ``resize_by`` flex-start GPU VMs at once, for ``max_run``, without holding a worker slot.
 
     A managed instance group (MIG) grows through a Compute Engine resize request: DWS creates all
@@ -71,7 +68,6 @@ class CreateComputeFlexStartVMsOperator(DwsRequestOperator):
     :param resize_by: VMs to add, all at once (1 to 1,000).
     :param max_run: how long the VMs run (``requested_run_duration``, 10 minutes to 7 days); they
         are deleted when it ends.
-    :param max_wait: how long the request may wait for capacity (default 24 h, at most 7 days).
     :param machine_type: e.g. ``a3-highgpu-8g`` (a GPU machine type comes with its GPUs) or
         ``n1-standard-8`` with ``accelerator_type="nvidia-tesla-t4"``.
     :param accelerator_type: Compute Engine GPU name; :param accelerator_count: GPUs per VM.
@@ -79,17 +75,13 @@ class CreateComputeFlexStartVMsOperator(DwsRequestOperator):
     :param boot_disk_size_gb: boot disk size; :param boot_disk_type: e.g. ``pd-ssd``, ``hyperdisk-balanced``.
     :param network: VPC network (default ``global/networks/default``); :param subnetwork: its subnetwork.
     :param metadata: instance metadata (e.g. ``startup-script``) (templated).
-    :param labels: VM labels (templated); :param service_account: the VMs' service account.
-    :param project_id: Google Cloud project; defaults to the connection's project (templated).
-    :param gcp_conn_id: Airflow connection; :param impersonation_chain: account(s) to impersonate.
-    :param poll_interval: seconds between status reads while waiting (default 30).
-    :param deferrable: wait in the triggerer (default: ``[operators] default_deferrable``).
-    :param cancel_on_kill: cancel the request when a user kills the waiting task (default True).
-    :param window: only let capacity arrive inside this off-peak window.
-    :param deadline: nothing is submitted, and no wait extends, past it.
-    :param capacity_retry: resubmit after capacity was not obtained (each attempt a new request).
     :param failover: other zones (with an existing MIG: zones with a MIG of the same name) and,
         where the operator creates the MIG, other machine types to try in order.
+
+    The parameters every queued request takes (``project_id``, ``max_wait``, ``labels``,
+    ``gcp_conn_id``, ``impersonation_chain``, ``poll_interval``, ``deferrable``, ``cancel_on_kill``,
+    ``window``, ``deadline``, ``capacity_retry``, ``failover``) are
+    :class:`~airflow_provider_dws.operators.base.DwsQueuedRequestOperator`'s.
     """
 
     ROLE = roles.COMPUTE_FLEX_START_VMS
@@ -185,19 +177,7 @@ class CreateComputeFlexStartVMsOperator(DwsRequestOperator):
         network: str | None = None,
         subnetwork: str | None = None,
         metadata: Mapping[str, str] | None = None,
-        max_wait: timedelta | int | float = DEFAULT_MAX_WAIT,
-        labels: Mapping[str, str] | None = None,
         service_account: str | None = None,
-        project_id: str | None = None,
-        gcp_conn_id: str = "google_cloud_default",
-        impersonation_chain: str | Sequence[str] | None = None,
-        poll_interval: float = 30.0,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        cancel_on_kill: bool = True,
-        window: OffPeakWindow | WindowSet | str | None = None,
-        deadline: Deadline | timedelta | datetime | None = None,
-        capacity_retry: CapacityRetry | int | None = None,
-        failover: Failover | Sequence[str | Placement] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -214,21 +194,13 @@ class CreateComputeFlexStartVMsOperator(DwsRequestOperator):
         self.network = network
         self.subnetwork = subnetwork
         self.metadata = metadata
-        self.max_wait = duration(self, "max_wait", max_wait, MAX_WAIT_LIMIT)
         self.max_run = duration(self, "max_run", max_run, COMPUTE_MAX_RUN)
         if self.max_run < COMPUTE_MIN_RUN:
             raise self._param_error(
                 f"max_run must be at least {COMPUTE_MIN_RUN} (a resize request's requested_run_duration "
                 f"is 10 minutes to 7 days), got {self.max_run}"
             )
-        self.labels = labels
         self.service_account = service_account
-        self.project_id = project_id
-        self.gcp_conn_id = gcp_conn_id
-        self.impersonation_chain = impersonation_chain
-        self.poll_interval = poll_interval
-        self.deferrable = deferrable
-        self.cancel_on_kill = cancel_on_kill
         self._check_shape()
         self.check_parameters(rendered=False)
         if self.instance_group_manager is None and not facts.batch_gpu_matches(
@@ -237,7 +209,7 @@ class CreateComputeFlexStartVMsOperator(DwsRequestOperator):
             from airflow_provider_dws.operators.compute_checks import check_gpus
 
             check_gpus(self)
-        self.init_policies(window, deadline, capacity_retry, failover)
+        self.check_policies()
 
     def _check_shape(self) -> None:
         """A zone or a region; an existing MIG or a machine type, not both."""

@@ -4,27 +4,23 @@ provisioning); the release is in :mod:`.gke_release`."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
-
-from airflow.configuration import conf
 
 from airflow_provider_dws import registry
 from airflow_provider_dws.facts import (
-    DEFAULT_MAX_WAIT,
     GKE_QUEUED_PROVISIONING_CLASS,
     GPU_TOLERATION,
-    MAX_WAIT_LIMIT,
     PROVISIONING_REQUEST_MAX_RUN,
     QUEUED_TOLERATION,
 )
 from airflow_provider_dws.links import GKEProvisioningRequestLink
-from airflow_provider_dws.operators.base import DwsRequestOperator
+from airflow_provider_dws.operators.base import DwsQueuedRequestOperator
 from airflow_provider_dws.operators.checks import duration
 from airflow_provider_dws.operators.gke_checks import CHECKS
 from airflow_provider_dws.specs import roles
 
-__all__ = ["QUEUED_GPU_TOLERATIONS", "CreateGKEProvisioningRequestOperator", "GKEProvisioningRequestOperator"]
+__all__ = ["QUEUED_GPU_TOLERATIONS", "CreateGKEProvisioningRequestOperator"]
 
 #: The tolerations GPU pods on a queued node pool need (the ``tolerations`` of the operator's
 #: result), for a workload operator whose ``tolerations`` is not templated (cncf-kubernetes' pod
@@ -33,11 +29,10 @@ QUEUED_GPU_TOLERATIONS: tuple[dict[str, str], ...] = (dict(QUEUED_TOLERATION), d
 
 if TYPE_CHECKING:
     from airflow_provider_dws.runtime.gke import GKEProvisioningRequestAdapter
-    from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
-    from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
+    from airflow_provider_dws.scheduling.policies import Placement
 
 
-class CreateGKEProvisioningRequestOperator(DwsRequestOperator):
+class CreateGKEProvisioningRequestOperator(DwsQueuedRequestOperator):
     """Ask Dynamic Workload Scheduler for the GKE nodes of ``count`` pods at once; finish when they
     are provisioned, and hand the workload what its pods must carry to land on them.
 
@@ -61,7 +56,6 @@ class CreateGKEProvisioningRequestOperator(DwsRequestOperator):
     :param location: the cluster's region or zone (templated).
     :param cluster_name: the GKE cluster (templated); its endpoint and CA come from the Container
         API and the Google connection. Not needed with ``kubernetes_conn_id`` or the emulator.
-    :param project_id: the cluster's project; defaults to the connection's project (templated).
     :param namespace: where the PodTemplate and the request live (templated).
     :param pod_template: the pods (templated): a pod template spec
         (``{"metadata": {...}, "spec": {"containers": [...], "nodeSelector": {...}}}``) or a pod spec
@@ -71,22 +65,16 @@ class CreateGKEProvisioningRequestOperator(DwsRequestOperator):
     :param count: pods to provision at once.
     :param max_run: how long the nodes may run (``maxRunDurationSeconds``, at most 7 days); ``None``:
         GKE's default (7 days).
-    :param max_wait: how long the request may wait in the queue (default 24 h, at most 7 days).
     :param provisioning_class: the request's class (default ``queued-provisioning.gke.io``).
     :param parameters: more ``spec.parameters`` (strings) (templated).
-    :param labels: more labels on the PodTemplate and the request (the ``dws_*`` keys are the
-        provider's) (templated).
     :param kubernetes_conn_id: a cncf-kubernetes connection (in-cluster, kubeconfig) to use instead
         of the GKE cluster lookup.
     :param use_internal_ip: talk to the cluster's private endpoint.
-    :param gcp_conn_id: Airflow connection for Google Cloud; :param impersonation_chain: service
-        account (or chain) to impersonate.
-    :param poll_interval: seconds between status reads (default 30).
-    :param deferrable: wait in the triggerer (default: ``[operators] default_deferrable``).
-    :param cancel_on_kill: delete the request when a user kills the waiting task (default True).
-    :param window: only let capacity arrive inside this off-peak window; :param deadline: nothing is
-        submitted, and no wait extends, past it; :param capacity_retry: resubmit after capacity was not
-        obtained or revoked (each attempt its own request, ``-a<N>``). One cluster: no ``failover``.
+
+    The parameters every queued request takes (``project_id``, ``max_wait``, ``labels``,
+    ``gcp_conn_id``, ``impersonation_chain``, ``poll_interval``, ``deferrable``, ``cancel_on_kill``,
+    ``window``, ``deadline``, ``capacity_retry``; one cluster, so no ``failover``) are
+    :class:`~airflow_provider_dws.operators.base.DwsQueuedRequestOperator`'s.
     """
 
     ROLE = roles.GKE_PROVISIONING_REQUEST
@@ -113,45 +101,26 @@ class CreateGKEProvisioningRequestOperator(DwsRequestOperator):
         pod_template: Mapping[str, Any],
         count: int = 1,
         cluster_name: str | None = None,
-        project_id: str | None = None,
         namespace: str = "default",
         max_run: timedelta | int | float | None = None,
-        max_wait: timedelta | int | float = DEFAULT_MAX_WAIT,
         provisioning_class: str = GKE_QUEUED_PROVISIONING_CLASS,
         parameters: Mapping[str, str] | None = None,
-        labels: Mapping[str, str] | None = None,
         kubernetes_conn_id: str | None = None,
         use_internal_ip: bool = False,
-        gcp_conn_id: str = "google_cloud_default",
-        impersonation_chain: str | Sequence[str] | None = None,
-        poll_interval: float = 30.0,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        cancel_on_kill: bool = True,
-        window: OffPeakWindow | WindowSet | str | None = None,
-        deadline: Deadline | timedelta | datetime | None = None,
-        capacity_retry: CapacityRetry | int | None = None,
-        failover: Failover | Sequence[str | Placement] | None = None,
         **kwargs: Any,
     ) -> None:
+        failover = kwargs.pop("failover", None)  # refused below, with the reason
         super().__init__(**kwargs)
         self.location = location
         self.pod_template = pod_template
         self.count = count
         self.cluster_name = cluster_name
-        self.project_id = project_id
         self.namespace = namespace
         self.provisioning_class = provisioning_class
         self.parameters = parameters
-        self.labels = labels
         self.service_account = None  # the pods' service account is the pod template's
         self.kubernetes_conn_id = kubernetes_conn_id
         self.use_internal_ip = use_internal_ip
-        self.gcp_conn_id = gcp_conn_id
-        self.impersonation_chain = impersonation_chain
-        self.poll_interval = poll_interval
-        self.deferrable = deferrable
-        self.cancel_on_kill = cancel_on_kill
-        self.max_wait = duration(self, "max_wait", max_wait, MAX_WAIT_LIMIT)
         self.max_run = (
             None if max_run is None else duration(self, "max_run", max_run, PROVISIONING_REQUEST_MAX_RUN)
         )
@@ -161,7 +130,7 @@ class CreateGKEProvisioningRequestOperator(DwsRequestOperator):
                 "failover is not supported: a ProvisioningRequest is for one cluster's node pools (use "
                 "capacity_retry to ask again)"
             )
-        self.init_policies(window, deadline, capacity_retry, None)
+        self.check_policies()
 
     def home_placement(self) -> Placement:
         """The cluster's location."""
@@ -174,14 +143,10 @@ class CreateGKEProvisioningRequestOperator(DwsRequestOperator):
         return super().adapter()  # type: ignore[return-value]
 
 
-#: The issue's name for the same operator.
-GKEProvisioningRequestOperator = CreateGKEProvisioningRequestOperator
-
-
 def __getattr__(name: str) -> Any:
     # The release (its own module) loads only for a DAG file that uses it.
-    if name in ("DeleteGKEProvisioningRequestOperator", "DeleteProvisioningRequestOperator"):
-        from airflow_provider_dws.operators import gke_release
+    if name == "DeleteGKEProvisioningRequestOperator":
+        from airflow_provider_dws.operators.gke_release import DeleteGKEProvisioningRequestOperator
 
-        return getattr(gke_release, name)
+        return DeleteGKEProvisioningRequestOperator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

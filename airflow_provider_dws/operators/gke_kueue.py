@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.configuration import conf
-
 from airflow_provider_dws import facts, registry
-from airflow_provider_dws.facts import DEFAULT_MAX_RUN, DEFAULT_MAX_WAIT, MAX_RUN_LIMIT, MAX_WAIT_LIMIT
+from airflow_provider_dws.facts import DEFAULT_MAX_RUN, MAX_RUN_LIMIT
 from airflow_provider_dws.links import GKEQueuedJobLink
-from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsRequestOperator
+from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsQueuedRequestOperator
 from airflow_provider_dws.operators.checks import Check, duration, flag, int_in, matches, non_empty_str
 
 if TYPE_CHECKING:
-    from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Placement
-    from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
+    from airflow_provider_dws.scheduling.policies import Placement
 
-__all__ = ["CreateGKEQueuedJobOperator", "GKEQueuedJobOperator"]
+__all__ = ["CreateGKEQueuedJobOperator"]
 
 #: Most pods one Job may run at once here (Kueue admits the whole set together).
 MAX_PARALLELISM = 1000
@@ -50,7 +47,7 @@ def _env_ok(value: Any) -> bool:
     )
 
 
-class CreateGKEQueuedJobOperator(DwsRequestOperator):
+class CreateGKEQueuedJobOperator(DwsQueuedRequestOperator):
     """Run a Kubernetes Job on a GKE cluster's queued provisioning (DWS) through Kueue.
 
     The Job is created suspended with the ``kueue.x-k8s.io/queue-name`` label of ``queue_name`` (a
@@ -71,7 +68,6 @@ class CreateGKEQueuedJobOperator(DwsRequestOperator):
     check, or max wait passed), :class:`~airflow_provider_dws.exceptions.CapacityPreemptedError`
     (capacity revoked while it ran) or :class:`~airflow_provider_dws.exceptions.RequestCancelledError`.
 
-    :param project_id: the cluster's project (default: the connection's).
     :param location: the cluster's region or zone. :param cluster_name: the GKE cluster.
     :param namespace: the Job's namespace (default ``default``).
     :param queue_name: the Kueue LocalQueue in that namespace.
@@ -83,13 +79,11 @@ class CreateGKEQueuedJobOperator(DwsRequestOperator):
     :param parallelism: pods run at once (and completions; default 1). Such a Job does not retry a
         failed pod (``backoffLimit: 0``): a failure is the task's, for Airflow's retries.
     :param max_run: the ProvisioningRequest's run limit (default and at most 7 days).
-    :param max_wait: how long the Job may wait for admission (default 24 h, at most 7 days).
-    :param labels: extra labels for the Job (the ``dws_*`` keys are the identity's).
-    :param gcp_conn_id: Google Cloud connection; :param kubernetes_conn_id: a cncf-kubernetes
-        connection (kubeconfig, in-cluster) to use instead of the cluster's GKE credentials;
-    :param impersonation_chain: service account(s) to impersonate.
-    :param window: :param deadline: :param capacity_retry: as for every DWS request operator (a
-        rejected Job is resubmitted with the attempt in its name). No failover.
+
+    The parameters every queued request takes (``project_id``, ``max_wait``, ``labels``,
+    ``gcp_conn_id``, ``impersonation_chain``, ``poll_interval``, ``deferrable``, ``cancel_on_kill``,
+    ``window``, ``deadline``, ``capacity_retry``; one cluster, so no ``failover``) are
+    :class:`~airflow_provider_dws.operators.base.DwsQueuedRequestOperator`'s.
     """
 
     template_fields: Sequence[str] = (
@@ -157,7 +151,6 @@ class CreateGKEQueuedJobOperator(DwsRequestOperator):
         location: str,
         queue_name: str,
         cluster_name: str | None = None,
-        project_id: str | None = None,
         namespace: str = "default",
         job: Mapping[str, Any] | None = None,
         image: str | None = None,
@@ -167,24 +160,13 @@ class CreateGKEQueuedJobOperator(DwsRequestOperator):
         gpus: int | None = None,
         accelerator: str | None = None,
         parallelism: int = 1,
-        max_wait: timedelta | int | float = DEFAULT_MAX_WAIT,
         max_run: timedelta | int | float = DEFAULT_MAX_RUN,
-        labels: Mapping[str, str] | None = None,
-        gcp_conn_id: str = "google_cloud_default",
         kubernetes_conn_id: str | None = None,
-        impersonation_chain: str | Sequence[str] | None = None,
         use_internal_ip: bool = False,
-        poll_interval: float = 30.0,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        cancel_on_kill: bool = True,
-        window: OffPeakWindow | WindowSet | str | None = None,
-        deadline: Deadline | timedelta | datetime | None = None,
-        capacity_retry: CapacityRetry | int | None = None,
         **kwargs: Any,
     ) -> None:
         failover = kwargs.pop("failover", None)
         super().__init__(**kwargs)
-        self.project_id = project_id
         self.location = location
         self.cluster_name = cluster_name
         self.namespace = namespace
@@ -197,17 +179,10 @@ class CreateGKEQueuedJobOperator(DwsRequestOperator):
         self.gpus = gpus
         self.accelerator = accelerator
         self.parallelism = parallelism
-        self.max_wait = duration(self, "max_wait", max_wait, MAX_WAIT_LIMIT)
         self.max_run = duration(self, "max_run", max_run, MAX_RUN_LIMIT)
-        self.labels = labels
         self.service_account = None
-        self.gcp_conn_id = gcp_conn_id
         self.kubernetes_conn_id = kubernetes_conn_id
-        self.impersonation_chain = impersonation_chain
         self.use_internal_ip = use_internal_ip
-        self.poll_interval = poll_interval
-        self.deferrable = deferrable
-        self.cancel_on_kill = cancel_on_kill
         if failover is not None:
             raise self._param_error(
                 "failover is not supported: a Kueue Job waits in its cluster's queue (use capacity_retry)"
@@ -228,14 +203,10 @@ class CreateGKEQueuedJobOperator(DwsRequestOperator):
 
             raise self._param_error(gpu_error(accelerator, gpus) or f"gpus={gpus!r} cannot be given")
         self.check_parameters(rendered=False)
-        self.init_policies(window, deadline, capacity_retry, None)
+        self.check_policies()
 
     def home_placement(self) -> Placement:
         """The cluster's location (the one place its queue is)."""
         from airflow_provider_dws.scheduling.policies import Placement
 
         return Placement(location=self.location)
-
-
-#: The issue's name for the operator.
-GKEQueuedJobOperator = CreateGKEQueuedJobOperator

@@ -119,7 +119,3 @@ class DeleteGKEProvisioningRequestOperator(DwsSetupReleaseOperator):
             if getattr(self, name) is None:
                 value = getattr(setup, name)
                 setattr(self, name, setup.render_template(value, context) if has_template(value) else value)
-
-
-#: The issue's name for the same operator.
-DeleteProvisioningRequestOperator = DeleteGKEProvisioningRequestOperator

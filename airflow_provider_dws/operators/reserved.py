@@ -254,8 +254,6 @@ class BlockConsumer:
         self._restore(context)
         return super().complete_attempt(context, event, **kwargs)  # type: ignore[misc]
 
-    execute_complete = complete_attempt
-
     def _restore(self, context: Context) -> None:
         if self.on_block:
             from airflow_provider_dws.runtime.reserved import restore_block

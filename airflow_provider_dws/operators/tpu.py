@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.configuration import conf
-
 from airflow_provider_dws import facts, registry
-from airflow_provider_dws.facts import DEFAULT_MAX_WAIT, MAX_WAIT_LIMIT
+from airflow_provider_dws.facts import MAX_WAIT_LIMIT
 from airflow_provider_dws.links import TPUQueuedResourceLink
 from airflow_provider_dws.operators.base import (
     CONNECTION_CHECKS,
     QUEUED_RESOURCE_ID_CHECK,
     WAIT_CHECKS,
     ZONE_CHECK,
-    DwsRequestOperator,
+    DwsQueuedRequestOperator,
 )
 from airflow_provider_dws.operators.checks import Check, duration, flag, int_in, matches, non_empty_str
 from airflow_provider_dws.operators.reserved import BLOCK_CHECKS, BlockConsumer
@@ -27,8 +25,7 @@ from airflow_provider_dws.specs import roles
 
 if TYPE_CHECKING:
     from airflow_provider_dws.runtime.reserved import Block
-    from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
-    from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
+    from airflow_provider_dws.scheduling.policies import Placement
 
 MAX_SLICES = facts.MAX_SLICES
 _RESERVATION = r"projects/[^/\s]+/locations/[^/\s]+/reservations/[^/\s]+"
@@ -53,7 +50,7 @@ def check_accelerator(op: Any, value: Any, is_unrendered: Any = lambda _: False)
         )
 
 
-class CreateTPUQueuedResourceOperator(BlockConsumer, DwsRequestOperator):
+class CreateTPUQueuedResourceOperator(BlockConsumer, DwsQueuedRequestOperator):
     """Ask Dynamic Workload Scheduler for a Cloud TPU slice; finish when it is ACTIVE.
 
     Creates a queued resource (or reattaches to this task instance's own: its id is derived from
@@ -71,7 +68,6 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsRequestOperator):
     :param zone: Cloud TPU zone, e.g. ``us-west4-a`` (templated).
     :param accelerator_type: e.g. ``v5litepod-16``, ``v5p-8``, ``v6e-8`` (templated).
     :param runtime_version: TPU software version, e.g. ``v2-alpha-tpuv5-lite`` (templated).
-    :param project_id: Google Cloud project; defaults to the connection's project (templated).
     :param queued_resource_id: id of the request; default ``dws-<task>-<hash of the task
         instance>`` (templated). A custom id must be unique per task instance.
     :param node_count: slices; more than 1 makes a multislice request (1 to 256).
@@ -85,27 +81,16 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsRequestOperator):
         deferred, then creates the queued resource on it; no spot, no failover. A request stopped by
         the block's end fails with :class:`~airflow_provider_dws.exceptions.CapacityRevokedError`
         (see :mod:`airflow_provider_dws.operators.reserved`).
-    :param max_wait: how long the request may wait for capacity (valid-until; default 24 h, at
-        most 7 days), counted from when it becomes valid (see ``valid_after``).
     :param valid_after: do not provision before this long after creation (e.g. an off-peak start).
     :param network: VPC network; :param subnetwork: subnetwork; :param enable_external_ips:
         give the nodes external IP addresses.
     :param service_account: service account email for the nodes.
-    :param labels: extra node labels (the ``dws_*`` keys are reserved for identity).
-    :param gcp_conn_id: Airflow connection for Google Cloud.
-    :param impersonation_chain: service account (or chain) to impersonate.
-    :param poll_interval: seconds between status reads (default 30).
-    :param deferrable: wait in the triggerer (``True``) or in the worker. The default is the
-        deployment's ``[operators] default_deferrable``, as for every Airflow provider; Airflow
-        ships it as ``false``, so pass ``deferrable=True`` (or set it) to keep worker slots free
-        while the request waits in the DWS queue.
-    :param cancel_on_kill: delete the request when a user kills the waiting task (default True).
-    :param window: only let the slice arrive inside this off-peak window (``OffPeakWindow``,
-        ``WindowSet`` or a spec string); outside it the task defers until it opens.
-    :param deadline: nothing is submitted, and no wait extends, past it.
-    :param capacity_retry: resubmit after capacity was not obtained or the slice was preempted
-        (``CapacityRetry`` or a number of retries); each attempt has its own id (``-a<N>``).
     :param failover: other zones (optionally with another accelerator type or tier) to try in order.
+
+    The parameters every queued request takes (``project_id``, ``max_wait``, ``labels``,
+    ``gcp_conn_id``, ``impersonation_chain``, ``poll_interval``, ``deferrable``, ``cancel_on_kill``,
+    ``window``, ``deadline``, ``capacity_retry``, ``failover``) are
+    :class:`~airflow_provider_dws.operators.base.DwsQueuedRequestOperator`'s.
     """
 
     ROLE = roles.TPU_QUEUED_RESOURCE
@@ -164,35 +149,23 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsRequestOperator):
         runtime_version: str,
         block_task_id: str | None = None,
         reservation: str | None = None,
-        project_id: str | None = None,
         queued_resource_id: str | None = None,
         node_count: int = 1,
         spot: bool = False,
         guaranteed: bool = False,
         reservation_name: str | None = None,
-        max_wait: timedelta | int | float = DEFAULT_MAX_WAIT,
         valid_after: timedelta | int | float | None = None,
         network: str | None = None,
         subnetwork: str | None = None,
         enable_external_ips: bool = False,
         service_account: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        gcp_conn_id: str = "google_cloud_default",
-        impersonation_chain: str | Sequence[str] | None = None,
-        poll_interval: float = 30.0,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        cancel_on_kill: bool = True,
-        window: OffPeakWindow | WindowSet | str | None = None,
-        deadline: Deadline | timedelta | datetime | None = None,
-        capacity_retry: CapacityRetry | int | None = None,
-        failover: Failover | Sequence[str | Placement] | None = None,
         **kwargs: Any,
     ) -> None:
+        failover = kwargs.get("failover")  # none on a calendar block (init_block)
         super().__init__(**kwargs)
         self.zone = zone
         self.accelerator_type = accelerator_type
         self.runtime_version = runtime_version
-        self.project_id = project_id
         self.queued_resource_id = queued_resource_id
         self.node_count = node_count
         self.spot = spot
@@ -202,13 +175,6 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsRequestOperator):
         self.subnetwork = subnetwork
         self.enable_external_ips = enable_external_ips
         self.service_account = service_account
-        self.labels = labels
-        self.gcp_conn_id = gcp_conn_id
-        self.impersonation_chain = impersonation_chain
-        self.poll_interval = poll_interval
-        self.deferrable = deferrable
-        self.cancel_on_kill = cancel_on_kill
-        self.max_wait = duration(self, "max_wait", max_wait, MAX_WAIT_LIMIT)
         self.valid_after = (
             None if valid_after is None else duration(self, "valid_after", valid_after, MAX_WAIT_LIMIT)
         )
@@ -220,7 +186,7 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsRequestOperator):
                 "zone it takes)"
             )
         self._check_tier()
-        self.init_policies(window, deadline, capacity_retry, failover)
+        self.check_policies()
         if self.valid_after and (self.window is not None or self.deadline is not None):
             # The max wait is cut from the submit time; a delayed start would let capacity arrive
             # after the window closes or the deadline. Use the window to delay instead.

@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
-
-from airflow.configuration import conf
 
 from airflow_provider_dws import facts, registry
 from airflow_provider_dws.facts import (
     DEFAULT_MAX_RUN,
-    DEFAULT_MAX_WAIT,
     MAX_RUN_LIMIT,
-    MAX_WAIT_LIMIT,
 )
 from airflow_provider_dws.links import VertexAIFlexStartJobLink
-from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsRequestOperator
+from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsQueuedRequestOperator
 from airflow_provider_dws.operators.checks import Check, duration, matches, str_len_in
 from airflow_provider_dws.operators.reserved import BlockConsumer, block_checks
 
@@ -35,8 +31,7 @@ WORKER_POOL_FIELDS = facts.WORKER_POOL_FIELDS
 if TYPE_CHECKING:
     from google.cloud.aiplatform_v1 import CustomJob, WorkerPoolSpec
 
-    from airflow_provider_dws.scheduling.policies import CapacityRetry, Deadline, Failover, Placement
-    from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet
+    from airflow_provider_dws.scheduling.policies import Placement
 
 #: Patterns, compiled by ``re``'s cache on first use (only for the parameters a DAG gives).
 _NETWORK = r"projects/[^/\s]+/global/networks/[^/\s]+"
@@ -77,7 +72,7 @@ def _pools_ok(pools: Any) -> bool:
     )
 
 
-class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
+class CreateVertexAIFlexStartJobOperator(DwsQueuedRequestOperator):
     """Run a Vertex AI custom job when DWS Flex Start obtains its GPUs, without holding a worker slot.
 
     The job is submitted with ``scheduling.strategy = FLEX_START``: it waits in the Dynamic
@@ -93,37 +88,23 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
     :class:`~airflow_provider_dws.exceptions.BadRequestError` (refused; not retried) or
     :class:`~airflow_provider_dws.exceptions.RequestCancelledError`.
 
-    :param project_id: Google Cloud project; defaults to the connection's project.
     :param region: Vertex AI region, e.g. ``us-central1``.
     :param display_name: job display name; defaults to ``<dag_id>.<task_id>``.
     :param worker_pool_specs: list of ``WorkerPoolSpec`` dicts or messages (all pools must share
         one machine spec, a Flex Start rule). Exactly one of this and ``custom_job``.
     :param custom_job: a whole ``CustomJob`` (dict or message); its ``scheduling`` must not set
         strategy, max wait or timeout (use ``max_wait``/``max_run``).
-    :param max_wait: how long the job may wait for capacity (``timedelta`` or seconds; default
-        24 h, the API's default; at most 7 days).
     :param max_run: how long the job may run once started (default and maximum 7 days).
-    :param labels: extra labels for the job (the ``dws_*`` keys are reserved for identity).
     :param service_account: service account the job runs as.
     :param network: VPC network ``projects/<number>/global/networks/<name>``.
     :param base_output_directory: ``gs://`` prefix for the job's outputs.
-    :param gcp_conn_id: Airflow connection for Google Cloud.
-    :param impersonation_chain: service account (or chain) to impersonate.
-    :param poll_interval: seconds between status reads while waiting (default 30).
-    :param deferrable: wait in the triggerer (``True``) or in the worker. The default is the
-        deployment's ``[operators] default_deferrable``, as for every Airflow provider; Airflow
-        ships it as ``false``, so pass ``deferrable=True`` (or set it) to keep worker slots free
-        while the request waits in the DWS queue.
-    :param cancel_on_kill: cancel the job when the task is killed by a user (default ``True``).
-    :param window: only let capacity arrive inside this off-peak window (``OffPeakWindow``,
-        ``WindowSet`` or a spec such as ``"Mon-Fri 22:00-06:00 Asia/Seoul"``): outside it the task
-        defers until it opens, and the max wait is cut at the window's close.
-    :param deadline: nothing is submitted, and no wait extends, past it (``Deadline``, a
-        ``timedelta`` after the data interval end, or an aware ``datetime``).
-    :param capacity_retry: resubmit after capacity was not obtained (``CapacityRetry`` or a number
-        of retries).
     :param failover: other regions (or placements with another machine/accelerator type) to try,
         in order, after the home region comes back without capacity.
+
+    The parameters every queued request takes (``project_id``, ``max_wait``, ``labels``,
+    ``gcp_conn_id``, ``impersonation_chain``, ``poll_interval``, ``deferrable``, ``cancel_on_kill``,
+    ``window``, ``deadline``, ``capacity_retry``, ``failover``) are
+    :class:`~airflow_provider_dws.operators.base.DwsQueuedRequestOperator`'s.
     """
 
     template_fields: Sequence[str] = (
@@ -192,48 +173,28 @@ class CreateVertexAIFlexStartJobOperator(DwsRequestOperator):
         self,
         *,
         region: str,
-        project_id: str | None = None,
         display_name: str | None = None,
         worker_pool_specs: Sequence[Mapping[str, Any] | WorkerPoolSpec] | None = None,
         custom_job: Mapping[str, Any] | CustomJob | None = None,
-        max_wait: timedelta | int | float = DEFAULT_MAX_WAIT,
         max_run: timedelta | int | float = DEFAULT_MAX_RUN,
-        labels: Mapping[str, str] | None = None,
         service_account: str | None = None,
         network: str | None = None,
         base_output_directory: str | None = None,
-        gcp_conn_id: str = "google_cloud_default",
-        impersonation_chain: str | Sequence[str] | None = None,
-        poll_interval: float = 30.0,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        cancel_on_kill: bool = True,
-        window: OffPeakWindow | WindowSet | str | None = None,
-        deadline: Deadline | timedelta | datetime | None = None,
-        capacity_retry: CapacityRetry | int | None = None,
-        failover: Failover | Sequence[str | Placement] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.project_id = project_id
         self.region = region
         self.display_name = display_name
         self.worker_pool_specs = worker_pool_specs
         self.custom_job = custom_job
-        self.max_wait = duration(self, "max_wait", max_wait, MAX_WAIT_LIMIT)
         self.max_run = duration(self, "max_run", max_run, MAX_RUN_LIMIT)
-        self.labels = labels
         self.service_account = service_account
         self.network = network
         self.base_output_directory = base_output_directory
-        self.gcp_conn_id = gcp_conn_id
-        self.impersonation_chain = impersonation_chain
-        self.poll_interval = poll_interval
-        self.deferrable = deferrable
-        self.cancel_on_kill = cancel_on_kill
         if (self.worker_pool_specs is None) == (self.custom_job is None):
             raise self._param_error("pass exactly one of worker_pool_specs and custom_job")
         self.check_parameters(rendered=False)
-        self.init_policies(window, deadline, capacity_retry, failover)
+        self.check_policies()
 
     # -- validation ----------------------------------------------------------------------------
 

@@ -197,7 +197,7 @@ def usage(
 def release_blocks(op: ReleaseCalendarBlockOperator, context: Context) -> dict[str, Any]:
     """Cancel the setup's block if it is not delivered; delete its reservations and itself if it was
     delivered or has ended; every other block of the setup's task instance too. Already gone is success."""
-    from airflow_provider_dws.runtime.recording import record_release
+    from airflow_provider_dws.runtime.recording import Released, ReleasedApi, record_release
 
     result = pulled(context, op.setup_task_id)
     names: list[str] = []
@@ -245,17 +245,23 @@ def release_blocks(op: ReleaseCalendarBlockOperator, context: Context) -> dict[s
         _log_cost(op, name, cost)
         released.append((name, status.state))
         spent.append({"future_reservation": name, "state_before": status.state, **cost})
+    blocks = ReleasedApi(
+        FutureReservationBackend.kind,
+        "Compute Engine calendar block",
+        lambda n: parse_future_reservation_name(n).zone,
+        DELIVERED,
+    )
+    still_held = {k["future_reservation"] for k in kept}
     record_release(
         op,
         context,
-        released,
-        api=FutureReservationBackend.kind,
-        kind="Compute Engine calendar block",
-        location_of=lambda n: parse_future_reservation_name(n).zone,
-        held_states=DELIVERED,
-        records_of=[op.setup_task_id, *_waits_of(op, op.setup_task_id)],
-        held_between=lambda n: windows.get(n, (None, None)),
-        kept=(still_held := {k["future_reservation"] for k in kept}),
+        blocks,
+        Released(
+            released,
+            records_of=[op.setup_task_id, *_waits_of(op, op.setup_task_id)],
+            held_between=lambda n: windows.get(n, (None, None)),
+            kept=still_held,
+        ),
     )
     given_back = [(name, state) for name, state in released if name not in still_held]
     if not given_back and not kept:

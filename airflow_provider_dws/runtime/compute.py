@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import catalog
 from airflow_provider_dws.backends import compute_groups as groups
+from airflow_provider_dws.backends.base import BackendCache
 from airflow_provider_dws.backends.compute import (
     ComputeResizeRequestBackend,
     ResizeAsk,
@@ -385,6 +386,8 @@ def release_vms(op: DeleteComputeFlexStartVMsOperator, context: Context) -> dict
     setup: CreateComputeFlexStartVMsOperator | None = task_in_role(
         op, op.setup_task_id, roles.COMPUTE_FLEX_START_VMS
     )
+    # One backend (hook, connection lookup, clients) per location, whatever the number of requests.
+    backends = BackendCache()
     names: list[str] = []
     pushed = result.get("resize_request") or pulled(context, op.setup_task_id, NAME_KEY)
     if isinstance(pushed, str) and pushed:
@@ -392,8 +395,12 @@ def release_vms(op: DeleteComputeFlexStartVMsOperator, context: Context) -> dict
     if setup is not None:
         setup = _rendered(setup, context, project)
         for placement, mig in ComputeFlexStartAdapter(setup)._searched(identity):
-            backend = ComputeResizeRequestBackend(
-                project, placement.location, op.gcp_conn_id, op.impersonation_chain
+            backend = backends.get(
+                ComputeResizeRequestBackend,
+                project,
+                placement.location,
+                op.gcp_conn_id,
+                op.impersonation_chain,
             )
             names += [s.name for s in backend.find(identity, mig)]
     elif not names:
@@ -405,8 +412,8 @@ def release_vms(op: DeleteComputeFlexStartVMsOperator, context: Context) -> dict
     deleted_vms: list[str] = []
     for name in dict.fromkeys(names):
         where = parse_resize_request_name(name)
-        backend = ComputeResizeRequestBackend(
-            where.project, where.location, op.gcp_conn_id, op.impersonation_chain
+        backend = backends.get(
+            ComputeResizeRequestBackend, where.project, where.location, op.gcp_conn_id, op.impersonation_chain
         )
         status = backend.get_status(name)
         if status is None:
@@ -438,17 +445,15 @@ def release_vms(op: DeleteComputeFlexStartVMsOperator, context: Context) -> dict
             backend.discard(name)
         op.log.info("%s (%s) is released: nothing of it is billed any more", name, status.state)
         released.append((name, status.state))
-    from airflow_provider_dws.runtime.recording import record_release
+    from airflow_provider_dws.runtime.recording import Released, ReleasedApi, record_release
 
-    record_release(
-        op,
-        context,
-        released,
-        api=ComputeResizeRequestBackend.kind,
-        kind="Compute Engine flex-start VMs",
-        location_of=lambda n: parse_resize_request_name(n).location,
-        held_states=("SUCCEEDED",),
+    vms = ReleasedApi(
+        ComputeResizeRequestBackend.kind,
+        "Compute Engine flex-start VMs",
+        lambda n: parse_resize_request_name(n).location,
+        ("SUCCEEDED",),
     )
+    record_release(op, context, vms, Released(released))
     if not released:
         op.log.info(
             "No resize request of task %r (never created, or already released): nothing to do",

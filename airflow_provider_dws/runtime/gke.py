@@ -386,19 +386,14 @@ def release_all(op: DeleteGKEProvisioningRequestOperator, context: Context) -> d
     for template in backend.pod_templates(identity.kube_selector()):
         op.log.info("Deleting PodTemplate %s, left without its ProvisioningRequest", template)
         backend.delete_pod_template(template)
-    from airflow_provider_dws.runtime.recording import record_release
+    from airflow_provider_dws.runtime.recording import Released, ReleasedApi, record_release
 
     # For a request the setup left no record of (its worker killed right after the create), the
     # record is this API's, and Provisioned is what held nodes.
-    record_release(
-        op,
-        context,
-        released,
-        api=backend.kind,
-        kind="GKE ProvisioningRequest",
-        location_of=lambda _name: str(op.location),
-        held_states=("Provisioned",),
+    requests = ReleasedApi(
+        backend.kind, "GKE ProvisioningRequest", lambda _name: str(op.location), ("Provisioned",)
     )
+    record_release(op, context, requests, Released(released))
     if not released:
         op.log.info(
             "No ProvisioningRequest of task %r in %s (never created, or already deleted): nothing to do",

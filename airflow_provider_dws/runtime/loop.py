@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_provider_dws import registry
 from airflow_provider_dws.backends.base import WAIT_ERROR, RequestStatus
-from airflow_provider_dws.runtime.state import AttemptState
+from airflow_provider_dws.runtime.state import RESUME, AttemptState
 from airflow_provider_dws.runtime.task import task_identity, wait_for_event
 from airflow_provider_dws.scheduling.phases import Phase, reached
 
@@ -114,7 +114,7 @@ class AttemptLoop:
 
     def resume(self, context: Context, event: Any, kwargs: Mapping[str, Any]) -> Any:
         """Back from a wait for the window (or a backoff): plan the attempt again."""
-        return self.plan(context, AttemptState.from_resume(event, kwargs, self.op.home_placement()))
+        return self.plan(context, AttemptState.from_resume(event, self.op.home_placement()))
 
     def complete(self, context: Context, event: dict[str, Any] | None, kwargs: Mapping[str, Any]) -> Any:
         """An attempt ended (or reached its target): succeed, or decide the next step."""
@@ -124,7 +124,7 @@ class AttemptLoop:
             self.log.warning("Resumed without a trigger event; looking for this task's request again")
             return self.run(context)
         self._forget_waiting(context)
-        state = AttemptState.from_resume(event, kwargs, self.op.home_placement())
+        state = AttemptState.from_resume(event, self.op.home_placement())
         if event.get(WAIT_ERROR):
             self.wait_failed(context, event, state)
         return self.attempt_ended(context, event, state)
@@ -259,7 +259,7 @@ class AttemptLoop:
                 timeout_at = self.timeout_at(context)
                 op.defer(
                     trigger=ResumeAtTrigger(
-                        decision.at.isoformat(), echo=waiting.to_dict(), reason=decision.reason
+                        decision.at.isoformat(), resume=waiting.to_dict(), reason=decision.reason
                     ),
                     method_name="resume_attempt",
                     # No request exists while waiting for the window, so Airflow's own trigger
@@ -309,12 +309,12 @@ class AttemptLoop:
         status: RequestStatus,
         placement: Placement,
         max_wait: timedelta,
-        echo: dict[str, Any],
+        resume: dict[str, Any],
         task_deadline: datetime | None = None,
     ) -> CapacityRequestTrigger:
         """The trigger that waits on the request through the shared poller, as the adapter says (its
         backend, :attr:`~RequestAdapter.target`, max wait deadline and grace, whether it releases);
-        it hands ``echo`` back in its event and gives up at ``task_deadline`` (the end of
+        it hands ``resume`` back in its event and gives up at ``task_deadline`` (the end of
         ``execution_timeout``)."""
         from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
@@ -328,7 +328,7 @@ class AttemptLoop:
             wait_deadline=adapter.wait_deadline(status, max_wait).isoformat(),
             cancel_on_kill=self.op.cancel_on_kill,
             target=adapter.target,
-            echo=echo,
+            resume=resume,
             task_deadline=task_deadline.isoformat() if task_deadline else None,
             wait_grace=None if adapter.wait_grace is None else adapter.wait_grace.total_seconds(),
             releases=adapter.releases,
@@ -359,7 +359,7 @@ class AttemptLoop:
         state = state.ended(record.to_dict())
         history = [dict(h) for h in state.history]
         ti = context["ti"]
-        ti.xcom_push(key="dws_request", value={k: v for k, v in event.items() if k != "echo"})
+        ti.xcom_push(key="dws_request", value={k: v for k, v in event.items() if k != RESUME})
         ti.xcom_push(key="dws_attempts", value=history)
         ti.xcom_push(key="wait_seconds", value=status.timings.wait_seconds)
         if adapter.target == "end":

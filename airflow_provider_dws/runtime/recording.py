@@ -4,9 +4,10 @@ One :class:`Recorder` per task run writes the record of each request the loop su
 into the task instance's ``dws_requests`` XCom: ``waiting`` before the task defers, the final phase
 when the attempt ends. What differs per API comes from the adapter's ``record_facts``. The XCom
 value is read back once per task run (a resumed deferral is a new run) and kept in memory, so
-every capacity attempt of the try accumulates. :func:`record_release` does the same for the TPU
-slice a release task deletes. A record or a metric that cannot be written is logged, never
-raised: it describes the work, it is not the work.
+every capacity attempt of the try accumulates. :func:`record_release` does the same for what a
+release task gives back, each release saying how its API's requests are recorded
+(:class:`ReleasedApi`). A record or a metric that cannot be written is logged, never raised: it
+describes the work, it is not the work.
 
 No read here asks the API server for one task instance's XCom that may not exist: the task SDK's
 supervisor logs each such absence as an error ("XCom not found") in the task's log, and a healthy
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_dws.backends.base import RequestStatus
-    from airflow_provider_dws.operators.tpu_release import DeleteTPUQueuedResourceOperator
     from airflow_provider_dws.runtime.loop import AttemptLoop
     from airflow_provider_dws.runtime.state import AttemptState
 
@@ -294,94 +294,128 @@ def end_metrics(record: RequestRecord, wait_seconds: float | None, run_seconds: 
         metrics.incr(metrics.REQUEST_CANCELLED, tag)
 
 
-def record_release(
-    op: DeleteTPUQueuedResourceOperator | Any,
-    context: Context,
-    released: list[tuple[str, str]],
-    *,
-    api: str = "tpu_queued_resource",
-    kind: str = "TPU queued resource",
-    location_of: Callable[[str], str] | None = None,
-    held_states: Collection[str] = ("ACTIVE",),
-    records_of: Sequence[str] | None = None,
-    held_between: Callable[[str], tuple[datetime | None, datetime | None]] | None = None,
-    kept: Collection[str] = (),
-) -> None:
+@dataclass(frozen=True)
+class ReleasedApi:
+    """How a release task's records describe its API's requests (given by each release).
+
+    :param api: the record's ``api`` for a request its setup left no record of.
+    :param kind: the record's ``kind`` for such a request.
+    :param location_of: a request's region or zone, from its name.
+    :param held_states: the API states in which a request holds capacity.
+    """
+
+    api: str
+    kind: str
+    location_of: Callable[[str], str]
+    held_states: Collection[str]
+
+
+def _unknown_window(name: str) -> tuple[datetime | None, datetime | None]:
+    return None, None
+
+
+@dataclass(frozen=True)
+class Released:
+    """What one release task gave back.
+
+    :param requests: (name, state before the release) of each request.
+    :param records_of: the tasks whose records describe the requests (``None``: the setup; a later
+        one's record wins: a wait that saw a calendar block delivered after its reserve).
+    :param held_between: when the API says a request began and stopped holding capacity (a
+        calendar block's start, and its end if that came before the release), ``None`` where it
+        does not know.
+    :param kept: those of ``requests`` the API would not let go (a delivered calendar block, until
+        its end): recorded as held since they began, so the page shows them held, not released.
+    """
+
+    requests: Sequence[tuple[str, str]]
+    records_of: Sequence[str] | None = None
+    held_between: Callable[[str], tuple[datetime | None, datetime | None]] = _unknown_window
+    kept: Collection[str] = ()
+
+
+def record_release(op: Any, context: Context, api: ReleasedApi, released: Released) -> None:
     """Records of the capacity a release task gave back (TPU slices, flex-start VMs, calendar
-    blocks), in the release task's own ``dws_requests``.
+    blocks, GKE nodes), in the release task's own ``dws_requests``.
 
     Each is the setup's record of that request (same ``request_name``) with ``holds=False``, its
     ``released`` time and a final phase; a reader merges both, the latest write winning.
-    ``released`` lists (name, state before the release); ``held_states`` are the states in which
-    the request held capacity; ``api``, ``kind`` and ``location_of`` describe a request the setup
-    left no record of. ``records_of``: the tasks whose records describe the requests (default the
-    setup; a later one's record wins: a wait that saw a calendar block delivered after its reserve).
-    ``held_between``: when the API says a request began and stopped holding capacity (a calendar
-    block's start, and its end if that came before the release), ``None`` where it does not know.
-    ``kept``: those of ``released`` the API would not let go (a delivered calendar block, until its
-    end): recorded as held since they began, so the page shows them held, not released.
     """
-    if location_of is None:
-        from airflow_provider_dws.backends.tpu import zone_of
-
-        location_of = zone_of
-    if not released:
+    if not released.requests:
         return
     try:
-        sources = records_of if records_of is not None else ([op.setup_task_id] if op.setup_task_id else [])
+        sources = released.records_of
+        if sources is None:
+            sources = [op.setup_task_id] if op.setup_task_id else []
         known = {r.request_name: r for task_id in sources for r in pull_records(context, task_id)}
         # A release never defers: its try began with its XComs deleted, so it has no records yet.
         own: list[RequestRecord] = []
         released_at = datetime.now(timezone.utc)
-        for name, state in released:
-            began, until = held_between(name) if held_between is not None else (None, None)
-            now = min(released_at, until) if until is not None else released_at
+        for name, state in released.requests:
+            began, until = released.held_between(name)
             record = known.get(name) or RequestRecord(
-                api=api,
-                kind=kind,
+                api=api.api,
+                kind=api.kind,
                 project=resolve_project(op),
-                location=location_of(name),
+                location=api.location_of(name),
                 request_name=name,
-                phase="running" if state in held_states else "waiting",
+                phase="running" if state in api.held_states else "waiting",
                 try_number=_try_number(context),
             )
-            held = record.holds or record.phase == "running" or state in held_states
-            if name in kept:
-                held_from = iso(began) if began is not None else record.held_since
-                record = replace(
-                    record,
-                    phase="running" if state in held_states else record.phase,
-                    holds=state in held_states,
-                    started=record.started or held_from,
-                    held_since=record.held_since or held_from,
-                    ended=None,
-                    released=None,
-                    # Kept until its end: held there no more, whoever releases it.
-                    held_until=iso(until) if until is not None else record.held_until,
+            holds_now = state in api.held_states
+            if name in released.kept:
+                record = _kept(record, holds_now, began, until)
+            else:
+                record = _given_back(
+                    record, holds_now, began, min(released_at, until) if until is not None else released_at
                 )
-                own = read_records(upsert(own, record))
-                continue
-            if held and began is not None:
-                record = replace(
-                    record,
-                    started=record.started or iso(began),
-                    held_since=record.held_since or iso(began),
-                    ended=None,
-                )
-            record = replace(
-                record,
-                phase="succeeded" if held else ("cancelled" if record.phase == "waiting" else record.phase),
-                outcome=record.outcome or ("succeeded" if held else "cancelled"),
-                holds=False,
-                ended=record.ended or iso(now),
-                released=iso(now),
-            )
             own = read_records(upsert(own, record))
-            since = parse_time(record.held_since)
-            if held and since is not None:
-                end_metrics(record, None, max(0.0, (now - since) / timedelta(seconds=1)))
-            elif record.phase == "cancelled":
-                end_metrics(record, None, None)
         context["ti"].xcom_push(key=XCOM_KEY, value=[r.to_dict() for r in own])
     except Exception:
         op.log.warning("Could not write the request records of the released capacity", exc_info=True)
+
+
+def _kept(
+    record: RequestRecord, holds_now: bool, began: datetime | None, until: datetime | None
+) -> RequestRecord:
+    """A request the API would not let go: held (since it began) until ``until``, not released."""
+    held_from = iso(began) if began is not None else record.held_since
+    return replace(
+        record,
+        phase="running" if holds_now else record.phase,
+        holds=holds_now,
+        started=record.started or held_from,
+        held_since=record.held_since or held_from,
+        ended=None,
+        released=None,
+        # Kept until its end: held there no more, whoever releases it.
+        held_until=iso(until) if until is not None else record.held_until,
+    )
+
+
+def _given_back(
+    record: RequestRecord, holds_now: bool, began: datetime | None, now: datetime
+) -> RequestRecord:
+    """A request released ``now``: succeeded if it held capacity, else cancelled; and its metrics."""
+    held = record.holds or record.phase == "running" or holds_now
+    if held and began is not None:
+        record = replace(
+            record,
+            started=record.started or iso(began),
+            held_since=record.held_since or iso(began),
+            ended=None,
+        )
+    record = replace(
+        record,
+        phase="succeeded" if held else ("cancelled" if record.phase == "waiting" else record.phase),
+        outcome=record.outcome or ("succeeded" if held else "cancelled"),
+        holds=False,
+        ended=record.ended or iso(now),
+        released=iso(now),
+    )
+    since = parse_time(record.held_since)
+    if held and since is not None:
+        end_metrics(record, None, max(0.0, (now - since) / timedelta(seconds=1)))
+    elif record.phase == "cancelled":
+        end_metrics(record, None, None)
+    return record

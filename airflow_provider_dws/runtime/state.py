@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from airflow_provider_dws.backends.base import RESUME
 from airflow_provider_dws.scheduling.policies import Placement
 
 
@@ -15,10 +16,10 @@ class AttemptState:
     """Where the loop is: the attempt number, its placement, the attempts before it, its max wait
     and, while waiting for a window or a backoff, the earliest submit time.
 
-    It travels as one JSON-friendly dict (:meth:`to_dict`), once: as the trigger's ``echo``, which
-    the trigger hands back in its event (``airflow dags test`` hands back the event alone, not the
-    deferral's keyword arguments, so the event is the one place both paths keep). :meth:`from_resume`
-    still reads keyword arguments when an event has none (tasks deferred by earlier releases).
+    It travels as one JSON-friendly dict (:meth:`to_dict`), once: as the trigger's
+    ``resume``, which the trigger hands back in its event (``airflow dags test`` hands back
+    the event alone, not the deferral's keyword arguments, so the event is the one place both paths
+    keep).
     """
 
     placement: Placement
@@ -28,7 +29,7 @@ class AttemptState:
     not_before: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The state as deferral keyword arguments and trigger ``echo``."""
+        """The state as the trigger's ``resume``."""
         return {
             "history": [dict(h) for h in self.history],
             "attempt": self.attempt,
@@ -51,10 +52,11 @@ class AttemptState:
         )
 
     @classmethod
-    def from_resume(cls, event: Any, kwargs: Mapping[str, Any], home: Placement) -> AttemptState:
-        """The state a resumed task continues from: the event's ``echo`` if any, else the kwargs."""
-        echo = event.get("echo") if isinstance(event, Mapping) else None
-        return cls.from_dict(echo if isinstance(echo, Mapping) and echo else kwargs, home)
+    def from_resume(cls, event: Any, home: Placement) -> AttemptState:
+        """The state a resumed task continues from: the event's ``resume``, else the first
+        attempt at ``home``."""
+        state = event.get(RESUME) if isinstance(event, Mapping) else None
+        return cls.from_dict(state if isinstance(state, Mapping) else {}, home)
 
     def max_wait(self, default: timedelta) -> timedelta:
         """This attempt's max wait (``default`` when none was decided yet)."""

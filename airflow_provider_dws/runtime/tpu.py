@@ -22,6 +22,7 @@ from airflow_provider_dws.exceptions import (
 )
 from airflow_provider_dws.links import TPUQueuedResourceLink, queued_resource_console_url
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
+from airflow_provider_dws.runtime.recording import Released, ReleasedApi, record_release
 from airflow_provider_dws.runtime.reserved import ReservedSteps
 from airflow_provider_dws.runtime.task import resolve_project, task_identity
 from airflow_provider_dws.scheduling.identity import is_attempt_of, parse_attempt_name
@@ -41,6 +42,10 @@ if TYPE_CHECKING:
 
 #: What the API answers when it refuses a request (invalid, not allowed, wrong state).
 _REFUSED = (InvalidRequestError, PermissionDeniedApiError)
+
+
+#: How a release records TPU slices: held while ACTIVE.
+TPU_SLICES = ReleasedApi(TpuQueuedResourceBackend.kind, "TPU queued resource", zone_of, ("ACTIVE",))
 
 
 def _timestamp(stamp_class: Any, moment: datetime) -> Any:
@@ -389,9 +394,7 @@ def release_all(op: DeleteTPUQueuedResourceOperator, context: Context) -> dict[s
             op.log.info("%s is gone; the slice is no longer billed", status.name)
             released.append(status.name)
             states.append(status.state)
-    from airflow_provider_dws.runtime.recording import record_release
-
-    record_release(op, context, list(zip(released, states, strict=True)))
+    record_release(op, context, TPU_SLICES, Released(list(zip(released, states, strict=True))))
     if not released:
         op.log.info(
             "No queued resource of %s in %s (never created, or already released): nothing to do",

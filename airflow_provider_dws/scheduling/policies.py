@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws.scheduling._time import aware_utc, check_duration, format_duration
+from airflow_provider_dws.scheduling.backoff import backoff as backoff_seconds
 from airflow_provider_dws.scheduling.phases import FailureKind
 
 if TYPE_CHECKING:
@@ -152,18 +153,6 @@ _NEVER_RETRY = {
 _FAILURE_ORDER = list(FailureKind)
 
 
-def _backoff(n: int, base: float, cap: float, jitter: str, rng: random.Random | None) -> float:
-    """Seconds before retry ``n`` (1 = the first): ``base * 2 ** (n - 1)`` capped at ``cap``.
-
-    ``jitter="full"`` draws uniformly between 0 and that. Stands in for
-    ``scheduling.backoff.backoff`` (same signature), which replaces it with a one-line import.
-    """
-    seconds = min(cap, base * (2 ** min(n - 1, 64)))
-    if jitter == "full":
-        seconds = (rng or random.Random()).uniform(0, seconds)
-    return seconds
-
-
 @dataclass(frozen=True)
 class CapacityRetry:
     """Resubmit a request that came back without capacity.
@@ -235,7 +224,7 @@ class CapacityRetry:
         """
         if isinstance(retry_number, bool) or not isinstance(retry_number, int) or retry_number < 1:
             raise ValueError(f"retry_number must be an int >= 1, got {retry_number!r}")
-        seconds = _backoff(
+        seconds = backoff_seconds(
             retry_number,
             self.backoff.total_seconds(),
             self.max_backoff.total_seconds(),

@@ -55,9 +55,8 @@ def write_final_record(ti: Any, request_name: str, phase: str, message: str) -> 
     return True
 
 
-async def awrite_final_record(trigger: Any, request_name: str, phase: str, message: str) -> bool:
-    """:func:`write_final_record` for the trigger's task instance, off the event loop."""
-    ti = getattr(trigger, "task_instance", None)
+async def awrite_final_record(ti: Any, request_name: str, phase: str, message: str) -> bool:
+    """:func:`write_final_record` for a trigger's task instance ``ti``, off the event loop."""
     if ti is None or not getattr(ti, "dag_id", None):
         return False
     from asgiref.sync import sync_to_async

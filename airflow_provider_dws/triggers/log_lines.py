@@ -92,3 +92,20 @@ def _settle(done: asyncio.Future[None]) -> None:
 
 #: The process's one writer.
 LINES = LineWriter()
+
+
+async def log_info(log: Any, message: str, *args: Any, wait: bool = True) -> None:
+    """Log a line without writing it from the event loop's thread, as Airflow's own trigger lines
+    are (``ainfo``), but through the process's one writer, :data:`LINES`.
+
+    Hundreds of triggers log at once when capacity arrives for many, while the triggerer's
+    supervisor, which reads the log socket, is busy storing their events: a write from the loop's
+    thread then waits for it, and every trigger with it (``docs/scale.md``). With ``wait=False``
+    the line is queued (before any later line) and not waited for.
+    """
+    if getattr(log, "ainfo", None) is None:  # a stdlib logger (not in a triggerer or task process)
+        log.info(message, *args)
+        return
+    done = LINES.write(log.info, message, args, wait=wait)
+    if done is not None:
+        await done

@@ -14,27 +14,27 @@ _SLICE_SECONDS = 60.0
 
 
 class ResumeAtTrigger(BaseTrigger):
-    """Sleep in the triggerer until ``moment``, then yield ``{"moment": ..., "echo": echo}``.
+    """Sleep in the triggerer until ``moment``, then yield ``{"moment": ..., "resume": resume}``.
 
     Used between capacity attempts (waiting for an off-peak window to open, or a backoff). The
-    ``echo`` dict comes back in the event, so the task resumes with its attempt history whatever
+    ``resume`` dict (the attempt's state) comes back in the event, so the task resumes with its attempt history whatever
     runs the trigger (the triggerer, or ``airflow dags test``, which does not pass the deferral's
     keyword arguments back).
 
     :param moment: ISO-8601 time with a time zone.
-    :param echo: JSON-serializable state handed back in the event.
+    :param resume: the attempt's state, JSON-serializable, handed back in the event.
     :param reason: what the task is waiting for, for the triggerer's log.
     """
 
-    def __init__(self, moment: str, echo: dict[str, Any] | None = None, reason: str = "") -> None:
+    def __init__(self, moment: str, resume: dict[str, Any] | None = None, reason: str = "") -> None:
         super().__init__()
         parsed = datetime.fromisoformat(moment) if isinstance(moment, str) else None
         if parsed is None or parsed.tzinfo is None:
             raise ValueError(f"moment must be an ISO-8601 time with a time zone, got {moment!r}")
-        if echo is not None and not isinstance(echo, dict):
-            raise TypeError(f"echo must be a dict, got {type(echo).__name__}")
+        if resume is not None and not isinstance(resume, dict):
+            raise TypeError(f"resume must be a dict, got {type(resume).__name__}")
         self.moment = moment
-        self.echo = echo
+        self.resume = resume
         self.reason = reason
         self._at = parsed.astimezone(timezone.utc)
 
@@ -42,7 +42,7 @@ class ResumeAtTrigger(BaseTrigger):
         """Class path and keyword arguments; round-trips through ``__init__``."""
         return (
             "airflow_provider_dws.triggers.resume_at.ResumeAtTrigger",
-            {"moment": self.moment, "echo": self.echo, "reason": self.reason},
+            {"moment": self.moment, "resume": self.resume, "reason": self.reason},
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -53,4 +53,4 @@ class ResumeAtTrigger(BaseTrigger):
             if remaining <= 0:
                 break
             await asyncio.sleep(min(remaining, _SLICE_SECONDS))
-        yield TriggerEvent({"moment": self.moment, "echo": self.echo})
+        yield TriggerEvent({"moment": self.moment, "resume": self.resume})

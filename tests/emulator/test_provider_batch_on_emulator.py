@@ -467,7 +467,7 @@ def test_trigger_built_by_the_adapter_fires_success_when_the_job_ends(
     who = RequestIdentity(ti.dag_id, ti.task_id, ti.run_id)
     placement = Placement(location=REGION)
     job = adapter.submit({"ti": ti}, who, placement, op.max_wait)
-    trigger = AttemptLoop(adapter.op, adapter).trigger(job, placement, op.max_wait, echo={})
+    trigger = AttemptLoop(adapter.op, adapter).trigger(job, placement, op.max_wait, resume={})
     # Rebuilt from serialize(), as the triggerer does.
     trigger = CapacityRequestTrigger(**trigger.serialize()[1])
     assert trigger.kind == "batch_job" and trigger.target == "end"
@@ -512,7 +512,7 @@ def test_trigger_cancels_the_job_when_max_wait_passes_without_capacity(
     who = RequestIdentity(ti.dag_id, ti.task_id, ti.run_id)
     placement = Placement(location=REGION)
     job = adapter.submit({"ti": ti}, who, placement, op.max_wait)
-    trigger = AttemptLoop(adapter.op, adapter).trigger(job, placement, op.max_wait, echo={})
+    trigger = AttemptLoop(adapter.op, adapter).trigger(job, placement, op.max_wait, resume={})
 
     event = asyncio.run(asyncio.wait_for(first_event(trigger), 60))
     assert event["phase"] == "not_obtained"

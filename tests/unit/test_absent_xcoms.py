@@ -17,6 +17,7 @@ from airflow_provider_dws.links import LINKS_KEY, BatchFlexStartJobLink, BatchJo
 from airflow_provider_dws.operators.tpu_release import DeleteTPUQueuedResourceOperator
 from airflow_provider_dws.records import XCOM_KEY
 from airflow_provider_dws.runtime import recording
+from airflow_provider_dws.runtime.tpu import TPU_SLICES
 from airflow_provider_dws.scheduling.phases import Phase
 from tests.unit.test_request_recording import (
     JOB,
@@ -69,7 +70,7 @@ def test_a_resumed_run_reads_its_records_from_the_state_store(monkeypatch: pytes
     )
     ti = TI(xcoms)
     resumed.complete_attempt(
-        {"ti": ti, "task_state_store": state}, {**ended.to_event(), "echo": deferred.value.trigger.echo}
+        {"ti": ti, "task_state_store": state}, {**ended.to_event(), "resume": deferred.value.trigger.resume}
     )
     assert ti.pulls == []
     [record] = records_of(ti)  # the waiting record upserted, not a second one
@@ -91,7 +92,7 @@ def test_a_release_reads_its_setups_records_for_every_map_index_and_not_its_own(
         task_id="release", zone="us-west4-a", setup_task_id="ask", project_id="my-project"
     )
     own = TI(xcoms, task_id="release")
-    recording.record_release(release, {"ti": own}, [(QR, "ACTIVE")])
+    recording.record_release(release, {"ti": own}, TPU_SLICES, recording.Released([(QR, "ACTIVE")]))
     assert own.pulls == [{"key": XCOM_KEY, "task_ids": ["ask"], "map_indexes": "every"}]
     [released] = records_of(own)
     assert released.accelerator_count == 16  # the setup's record, found by its request's name

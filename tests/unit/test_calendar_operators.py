@@ -264,7 +264,7 @@ def test_an_approved_block_stays_recorded_as_waiting(monkeypatch: pytest.MonkeyP
     assert deferred.value.trigger.target == "provisioning"  # type: ignore[attr-defined]
     [waiting] = read_records(store[("reserve_block", XCOM_KEY)])
     assert (waiting.phase, waiting.pricing_model, waiting.accelerator_count) == ("waiting", "calendar", 64)
-    event = {**status(Phase.PROVISIONING, "APPROVED").to_event(), "echo": deferred.value.trigger.echo}  # type: ignore[attr-defined]
+    event = {**status(Phase.PROVISIONING, "APPROVED").to_event(), "resume": deferred.value.trigger.resume}  # type: ignore[attr-defined]
     assert op.attempt_loop().complete({"ti": ti}, event, {}) == NAME  # type: ignore[arg-type]
     [approved] = read_records(store[("reserve_block", XCOM_KEY)])
     # Booked, not delivered: live, not ended and not held (nothing is billed before the start).

@@ -353,3 +353,63 @@ def test_other_apis_keep_one_poller_per_location() -> None:
         assert a is b and a.key == poller.poller_key("vertex_custom_job", spec)
 
     asyncio.run(scenario())
+
+
+# -- the release ----------------------------------------------------------------------------------
+
+
+class _ReleaseTI:
+    dag_id, run_id, map_index, task_id, try_number = "render_dag", "manual__1", -1, "release", 1
+
+    def __init__(self) -> None:
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+    def xcom_pull(self, task_ids: Any = None, key: str = "return_value", **_: Any) -> Any:
+        return None
+
+
+def test_the_release_builds_one_backend_per_location(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two MIGs of one zone (a failover machine type) and three requests: one backend, so one hook,
+    one connection lookup and one set of clients, not one per MIG and per request."""
+    from airflow.sdk import DAG
+
+    import airflow_provider_dws.runtime.compute as runtime_compute
+    from airflow_provider_dws.backends.base import RequestStatus
+    from airflow_provider_dws.scheduling.phases import Outcome, RequestTimings
+
+    built: list[tuple[Any, ...]] = []
+    searched: list[str] = []
+    discarded: list[str] = []
+
+    class Backend:
+        kind = ComputeResizeRequestBackend.kind
+
+        def __init__(self, *args: Any) -> None:
+            built.append(args)
+
+        def find(self, identity: Any, mig: str) -> list[RequestStatus]:
+            base = f"projects/my-project/zones/us-central1-a/instanceGroupManagers/{mig}/resizeRequests/"
+            searched.append(mig)
+            return [status(base + f"r{n}") for n in range(len(searched))]  # 1, then 2 requests
+
+        def get_status(self, name: str) -> RequestStatus:
+            return status(name)
+
+        def discard(self, name: str) -> None:
+            discarded.append(name)
+
+    def status(name: str) -> RequestStatus:
+        return RequestStatus(name, "ACCEPTED", Outcome(Phase.WAITING, None, ""), RequestTimings())
+
+    monkeypatch.setattr(runtime_compute, "ComputeResizeRequestBackend", Backend)
+    with DAG(dag_id="render_dag", schedule=None):
+        make(failover=[Placement("us-central1-a", machine_type="a3-highgpu-4g")], capacity_retry=1)
+        release = DeleteComputeFlexStartVMsOperator(
+            task_id="release", setup_task_id="ask_for_vms", project_id="my-project"
+        )
+    result = release.execute({"ti": _ReleaseTI()})  # type: ignore[arg-type]
+    assert len(searched) == 2 and len(result["released"]) == len(discarded) == 3
+    assert built == [("my-project", "us-central1-a", "google_cloud_default", None)]

@@ -8,7 +8,6 @@ import pytest
 
 from airflow_provider_dws.operators.gke_kueue import (
     CreateGKEQueuedJobOperator,
-    GKEQueuedJobOperator,
     gpus_fit,
 )
 
@@ -37,9 +36,8 @@ def manifest(gpus: Any = "8", accelerator: str | None = "nvidia-h100-80gb", **sp
     return {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {"spec": pod}, **spec}}
 
 
-def test_a_good_operator_and_both_names() -> None:
+def test_a_good_operator() -> None:
     op = make()
-    assert GKEQueuedJobOperator is CreateGKEQueuedJobOperator
     assert op.max_run.total_seconds() == 7 * 24 * 3600
     assert op.home_placement().location == "us-central1"
     make(image=None, gpus=None, accelerator=None, job=manifest())
@@ -50,7 +48,7 @@ def test_a_good_operator_and_both_names() -> None:
 def test_the_operators_package_exports_it_lazily() -> None:
     import airflow_provider_dws.operators as operators
 
-    assert operators.GKEQueuedJobOperator is CreateGKEQueuedJobOperator
+    assert operators.CreateGKEQueuedJobOperator is CreateGKEQueuedJobOperator
     with pytest.raises(AttributeError):
         _ = operators.NoSuchOperator
 

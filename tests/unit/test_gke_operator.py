@@ -23,8 +23,6 @@ from airflow_provider_dws.exceptions import (
 from airflow_provider_dws.operators.gke import (
     CreateGKEProvisioningRequestOperator,
     DeleteGKEProvisioningRequestOperator,
-    DeleteProvisioningRequestOperator,
-    GKEProvisioningRequestOperator,
 )
 from airflow_provider_dws.runtime import gke as runtime_gke
 from airflow_provider_dws.scheduling.identity import RequestIdentity, parse_attempt_name
@@ -58,11 +56,6 @@ def op(**kwargs: Any) -> CreateGKEProvisioningRequestOperator:
 
 
 # -- parse-time checks ------------------------------------------------------------------------------
-
-
-def test_the_issues_names_are_the_same_operators() -> None:
-    assert GKEProvisioningRequestOperator is CreateGKEProvisioningRequestOperator
-    assert DeleteProvisioningRequestOperator is DeleteGKEProvisioningRequestOperator
 
 
 def test_a_good_request_parses_with_its_defaults() -> None:
@@ -421,7 +414,7 @@ def test_the_release_deletes_every_attempt_of_its_setup(monkeypatch: pytest.Monk
     import airflow_provider_dws.runtime.recording as recording
 
     monkeypatch.setattr(
-        recording, "record_release", lambda op_, ctx, released, **kw: recorded.append(released)
+        recording, "record_release", lambda op_, ctx, api, released: recorded.append(released.requests)
     )
     monkeypatch.setattr(setup, "render_template", lambda value, context: "team")
     ti = TI(task_id="release_nodes")

@@ -433,19 +433,19 @@ def test_waiting_for_the_window_defers_with_the_execution_timeout(monkeypatch: p
 
 
 def test_the_attempt_state_travels_once_in_the_trigger_event(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Not twice (deferral kwargs and echo): the trigger's echo is what both Airflow's triggerer
+    """Not twice (deferral kwargs and event): the trigger's ``resume`` is what both Airflow's triggerer
     and ``airflow dags test`` hand back."""
     op = vertex(capacity_retry=2)
     h = Harness(op, None, monkeypatch)
     with pytest.raises(TaskDeferred) as deferred:
         op.attempt_loop().run(context(1, Store()))
     assert not deferred.value.kwargs
-    echo = h.triggers[0].echo
-    assert echo["attempt"] == 1 and echo["placement"] == {"location": "us-central1"}
+    resume = h.triggers[0].resume
+    assert resume["attempt"] == 1 and resume["placement"] == {"location": "us-central1"}
     # The resumed task reads it back from the event alone.
     monkeypatch.setattr(op.adapter(), "result", lambda ctx, st: st.name)
-    event = {**status(NEW, Phase.SUCCEEDED).to_event(), "echo": echo}
+    event = {**status(NEW, Phase.SUCCEEDED).to_event(), "resume": resume}
     ctx = context(1, Store())
     assert op.complete_attempt(ctx, event) == NEW
     assert ctx["ti"].xcom["dws_attempts"][0]["number"] == 1
-    assert "echo" not in ctx["ti"].xcom["dws_request"]
+    assert "resume" not in ctx["ti"].xcom["dws_request"]

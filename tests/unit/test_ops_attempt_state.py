@@ -27,13 +27,13 @@ def test_is_frozen() -> None:
         AttemptState(HOME).attempt = 2  # type: ignore[misc]
 
 
-def test_the_event_echo_wins_over_the_keyword_arguments() -> None:
-    # `airflow dags test` resumes without the deferral's kwargs; the trigger's echo has the state.
-    echoed = AttemptState(OTHER, 2, ({"number": 1},), 60.0).to_dict()
-    stale = AttemptState(HOME).to_dict()
-    assert AttemptState.from_resume({"echo": echoed}, stale, HOME).placement == OTHER
-    assert AttemptState.from_resume({"echo": None}, echoed, HOME).attempt == 2
-    assert AttemptState.from_resume(None, {}, HOME) == AttemptState(HOME)
+def test_the_state_comes_back_in_the_event() -> None:
+    # `airflow dags test` resumes without the deferral's kwargs; the trigger's event has the state.
+    handed_back = AttemptState(OTHER, 2, ({"number": 1},), 60.0).to_dict()
+    assert AttemptState.from_resume({"resume": handed_back}, HOME).placement == OTHER
+    assert AttemptState.from_resume({"resume": handed_back}, HOME).attempt == 2
+    assert AttemptState.from_resume({"resume": None}, HOME) == AttemptState(HOME)
+    assert AttemptState.from_resume(None, HOME) == AttemptState(HOME)
 
 
 def test_transitions() -> None:

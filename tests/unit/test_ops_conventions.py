@@ -10,23 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.exceptions import AirflowProviderDeprecationWarning
 
-from airflow_provider_dws.operators.deprecated import FlexStartCustomJobOperator, TPUQueuedResourceOperator
+from airflow_provider_dws.operators import gke, gke_kueue, gke_release, tpu, vertex_ai
 from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
-from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.runtime.task import task_identity
 from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_TRY
 
 ROOT = Path(__file__).resolve().parents[2]
-POOL = {
-    "machine_spec": {
-        "machine_type": "a3-highgpu-8g",
-        "accelerator_type": "NVIDIA_H100_80GB",
-        "accelerator_count": 8,
-    },
-    "container_spec": {"image_uri": "us-docker.pkg.dev/p/r/train:1"},
-}
 TPU = {"zone": "us-west4-a", "accelerator_type": "v5litepod-16", "runtime_version": "v2-alpha-tpuv5-lite"}
 
 _PROBE = """
@@ -60,13 +50,21 @@ def test_deferrable_follows_the_deployment_default(
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [expected, expected, expected, expected]
 
 
-def test_old_names_still_work_and_warn() -> None:
-    with pytest.warns(AirflowProviderDeprecationWarning, match="renamed CreateVertexAIFlexStartJobOperator"):
-        old = FlexStartCustomJobOperator(task_id="v", region="us-central1", worker_pool_specs=[POOL])
-    assert isinstance(old, CreateVertexAIFlexStartJobOperator)
-    with pytest.warns(AirflowProviderDeprecationWarning, match="renamed CreateTPUQueuedResourceOperator"):
-        tpu = TPUQueuedResourceOperator(task_id="t", **TPU)
-    assert isinstance(tpu, CreateTPUQueuedResourceOperator)
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        (vertex_ai, "FlexStartCustomJobOperator"),
+        (tpu, "TPUQueuedResourceOperator"),
+        (gke, "GKEProvisioningRequestOperator"),
+        (gke, "DeleteProvisioningRequestOperator"),
+        (gke_release, "DeleteProvisioningRequestOperator"),
+        (gke_kueue, "GKEQueuedJobOperator"),
+    ],
+)
+def test_one_name_per_operator(module: Any, name: str) -> None:
+    """The package was never released with other names: each operator has its verb-first name only."""
+    with pytest.raises(AttributeError):
+        getattr(module, name)
 
 
 class TI:

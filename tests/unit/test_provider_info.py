@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import pkgutil
 
+import pytest
 from airflow.sdk import BaseOperatorLink
 
 import airflow_provider_dws
@@ -26,6 +28,52 @@ def test_every_listed_module_imports() -> None:
     assert "airflow_provider_dws.triggers.capacity_request" in modules
     for module in modules:
         importlib.import_module(module)
+
+
+#: Provider info section -> (the subpackage it lists, the Airflow class its modules define).
+SECTIONS = {
+    "operators": ("airflow_provider_dws.operators", "airflow.sdk:BaseOperator"),
+    "triggers": ("airflow_provider_dws.triggers", "airflow.triggers.base:BaseTrigger"),
+    "hooks": ("airflow_provider_dws.hooks", "airflow.sdk:BaseHook"),
+}
+
+
+def _defining(package: str, base: type) -> set[str]:
+    """The modules of ``package`` that define a subclass of ``base`` (not only import one)."""
+    found = set()
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__, package + "."):
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, base) and value.__module__ == info.name:
+                found.add(info.name)
+    return found
+
+
+@pytest.mark.parametrize("section", sorted(SECTIONS))
+def test_provider_info_lists_every_module_that_defines_one(section: str) -> None:
+    """Every operator, trigger and hook module is in the provider info, and only those."""
+    package, base_path = SECTIONS[section]
+    module_name, _, class_name = base_path.partition(":")
+    base = getattr(importlib.import_module(module_name), class_name)
+    listed = {m for entry in get_provider_info()[section] for m in entry["python-modules"]}
+    defining = _defining(package, base)
+    assert defining, f"no {class_name} found under {package}"
+    assert defining - listed == set(), f"missing from provider info {section!r}"
+    assert listed - defining == set(), f"listed in provider info {section!r} but defining no {class_name}"
+
+
+def test_the_description_names_every_surface() -> None:
+    description = get_provider_info()["description"]
+    for surface in (
+        "Vertex AI",
+        "Cloud TPU",
+        "Cloud Batch",
+        "Compute Engine",
+        "ProvisioningRequest",
+        "Kueue",
+        "calendar",
+    ):
+        assert surface in description, surface
 
 
 def test_extra_links_resolve_to_operator_links() -> None:

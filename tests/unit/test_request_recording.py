@@ -19,6 +19,7 @@ from airflow_provider_dws.operators.tpu_release import DeleteTPUQueuedResourceOp
 from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.records import XCOM_KEY, RequestRecord, read_records
 from airflow_provider_dws.runtime import recording
+from airflow_provider_dws.runtime.tpu import TPU_SLICES
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 from airflow_provider_dws.scheduling.policies import Placement
 
@@ -287,7 +288,7 @@ def test_the_resumed_task_upserts_the_final_record_and_sends_the_metrics(
     started, ended = SUBMITTED + timedelta(minutes=10), SUBMITTED + timedelta(minutes=40)
     event = {
         **status(JOB.format(1), Phase.SUCCEEDED, started=started, finished=ended).to_event(),
-        "echo": deferred.value.trigger.echo,
+        "resume": deferred.value.trigger.resume,
     }
     ti = TI(store)
     assert resumed.complete_attempt({"ti": ti}, event) == JOB.format(1)
@@ -317,7 +318,7 @@ def test_capacity_attempts_accumulate_one_record_each(
         **status(
             JOB.format(1), Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, finished=SUBMITTED
         ).to_event(),
-        "echo": deferred.value.trigger.echo,
+        "resume": deferred.value.trigger.resume,
     }
     ti = TI(store)
     with pytest.raises(TaskDeferred):  # the retry is submitted at once and deferred on
@@ -401,7 +402,7 @@ def test_an_active_slice_holds_and_its_release_records_it_released(
         task_id="release", zone="us-west4-a", setup_task_id="ask", project_id="my-project"
     )
     own = TI(store, task_id="release")
-    recording.record_release(release, {"ti": own}, [(QR, "ACTIVE")])
+    recording.record_release(release, {"ti": own}, TPU_SLICES, recording.Released([(QR, "ACTIVE")]))
     [released] = records_of(own)
     assert released.request_name == QR
     assert (released.phase, released.holds, released.outcome) == ("succeeded", False, "succeeded")
@@ -417,7 +418,9 @@ def test_a_release_without_the_setups_record_writes_a_minimal_one() -> None:
         task_id="release", zone="us-west4-a", queued_resource_id="q", project_id="my-project"
     )
     own = TI(task_id="release")
-    recording.record_release(release, {"ti": own}, [(QR, "WAITING_FOR_RESOURCES")])
+    recording.record_release(
+        release, {"ti": own}, TPU_SLICES, recording.Released([(QR, "WAITING_FOR_RESOURCES")])
+    )
     [record] = records_of(own)
     assert (record.api, record.location, record.phase, record.holds) == (
         "tpu_queued_resource",

@@ -17,7 +17,7 @@ import structlog.testing
 from airflow_provider_dws import errors
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
-from airflow_provider_dws.triggers import capacity_request, poller
+from airflow_provider_dws.triggers import capacity_request, on_kill, poller
 from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
 from airflow_provider_dws.triggers.log_lines import LINES
 
@@ -118,7 +118,7 @@ def test_serialize_round_trips() -> None:
         "wait_deadline": "2026-01-01T02:00:00+00:00",
         "cancel_on_kill": False,
         "target": "running",
-        "echo": None,
+        "resume": None,
         "task_deadline": None,
     }
     rebuilt = CapacityRequestTrigger(**kwargs)
@@ -374,10 +374,10 @@ def test_on_kill_writes_the_requests_end_after_cancelling_it(
         lambda ti, name, phase, message: written.append((ti.task_id, name, phase)) or True,
     )
 
-    async def not_deferred(self: Any) -> bool:
+    async def not_deferred(ti: Any, log: Any) -> bool:
         return False
 
-    monkeypatch.setattr(capacity_request.CapacityRequestTrigger, "_still_deferred", not_deferred)
+    monkeypatch.setattr(on_kill, "still_deferred", not_deferred)
     killed = trigger(cancel_on_kill=True)
     killed.task_instance = type("TI", (), {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1})()
     asyncio.run(killed.on_kill())
@@ -588,12 +588,12 @@ def test_on_kill_survives_the_triggerer_cancelling_it_again(fake: Any) -> None:
             await killer
         assert backend.cancelled == []
         answer.set()  # the API answers after the interruption
-        await asyncio.gather(*capacity_request._KILL_TASKS)
+        await asyncio.gather(*on_kill.KILL_TASKS)
 
     asyncio.run(scenario())
     assert calls == 1
     assert backend.cancelled == [NAME]
-    assert not capacity_request._KILL_TASKS
+    assert not on_kill.KILL_TASKS
 
 
 def test_a_kill_during_a_status_read_keeps_airflow_s_cancel_message(fake: Any) -> None:
@@ -639,7 +639,7 @@ def test_a_kill_during_a_status_read_keeps_airflow_s_cancel_message(fake: Any) -
 
 def test_event_is_small(fake: Any) -> None:
     """Airflow logs and stores every event, hundreds at once when capacity comes for many: the
-    event carries the status without the backend's details, and the echo without empty values."""
+    event carries the status without the backend's details, and the resume state without empty values."""
     final = RequestStatus(
         name=NAME,
         state="JOB_STATE_SUCCEEDED",
@@ -649,15 +649,20 @@ def test_event_is_small(fake: Any) -> None:
         details={"display_name": "llm-fine-tune-0005", "region": "us-central1", "max_wait_seconds": 7200.0},
     )
     fake([final])
-    echo = {"history": [], "attempt": 1, "placement": {"location": "us-central1"}, "max_wait_seconds": 7200.0}
-    (event,) = run_all(trigger(echo=echo))
-    assert "details" not in event
-    assert event["echo"] == {
+    resume = {
+        "history": [],
         "attempt": 1,
         "placement": {"location": "us-central1"},
         "max_wait_seconds": 7200.0,
     }
-    assert len(json.dumps(event)) <= 500  # 496; with the details and the whole echo it was 677
+    (event,) = run_all(trigger(resume=resume))
+    assert "details" not in event
+    assert event["resume"] == {
+        "attempt": 1,
+        "placement": {"location": "us-central1"},
+        "max_wait_seconds": 7200.0,
+    }
+    assert len(json.dumps(event)) <= 500  # 496; with the details and the whole state it was 677
     again = RequestStatus.from_event(event)
     assert (again.name, again.state, again.outcome, again.timings, again.description) == (
         NAME,

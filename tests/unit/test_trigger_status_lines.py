@@ -255,15 +255,16 @@ def test_an_unchanged_wait_is_logged_again_at_the_configured_heartbeat(
 def test_the_next_wake_up_follows_the_heartbeat(clock: Any) -> None:
     t = trigger()
     last = T0 + _At.offset - timedelta(seconds=10)
-    t._heartbeat = timedelta(seconds=30)
-    assert t._wake_in(None, last) == 20.0
-    assert not t._heartbeat_due(T0 + _At.offset, last)
-    assert t._heartbeat_due(last + timedelta(seconds=30), last)
+    now = T0 + _At.offset
+    t.limits.heartbeat = timedelta(seconds=30)
+    assert t.limits.wake_in(None, last, now) == 20.0
+    assert not t.limits.heartbeat_due(now, last)
+    assert t.limits.heartbeat_due(last + timedelta(seconds=30), last)
     # No heartbeat and no deadline: only a change of the request wakes the trigger.
-    t._heartbeat = None
-    assert t._wake_in(None, last) is None
-    assert not t._heartbeat_due(last + timedelta(days=1), last)
+    t.limits.heartbeat = None
+    assert t.limits.wake_in(None, last, now) is None
+    assert not t.limits.heartbeat_due(last + timedelta(days=1), last)
     # A deadline still does.
     t = trigger(task_deadline=(T0 + _At.offset + timedelta(seconds=5)).isoformat())
-    t._heartbeat = None
-    assert t._wake_in(status("JOB_STATE_PENDING", Phase.WAITING, submitted=T0), last) == 5.0
+    t.limits.heartbeat = None
+    assert t.limits.wake_in(status("JOB_STATE_PENDING", Phase.WAITING, submitted=T0), last, now) == 5.0

@@ -10,6 +10,14 @@ of its zygote that runs the probe's code as ``__main__``, so it starts from exac
 preload brings, never from what an earlier probe imported; that is how the dag-processor parses
 every DAG file too (a forked child of a parent that imported only ``airflow.*``).
 
+What differs from a new ``python``, and why no check here depends on it: the server has imported
+some of the standard library for itself (json, subprocess, threading, tempfile...), which the
+checks do not count (they look for the provider, Airflow, client libraries, or non-stdlib
+modules); ``PYTHONPATH`` is applied by putting its entries where the interpreter would; the other
+start-up variables (:data:`STARTUP_VARIABLES`) cannot change in a fork, and a probe that changes
+one is refused. ``PYTEST_CURRENT_TEST``, which pytest changes at every test and nothing reads at
+import, is left out of the probe's environment, so probes of different tests share a zygote.
+
 ``python tests/probe.py`` is the server: one JSON request per line on stdin, one JSON reply per line
 on stdout. :class:`Probe` is the client the ``probe`` fixture hands out.
 """
@@ -30,6 +38,9 @@ from typing import Any, TextIO
 
 #: Read by the interpreter at start-up: a probe cannot change them in a forked child, so a probe
 #: whose environment changes one is refused (it would not be the interpreter it asked for).
+#: Changed by pytest at every test, read by nothing at import: kept out of the zygotes' key.
+VOLATILE = ("PYTEST_CURRENT_TEST",)
+
 #: What the dag-processor's parent has imported before it forks a child per DAG file.
 DAG_PROCESSOR = ("airflow.dag_processing.processor", "airflow.sdk")
 
@@ -84,7 +95,7 @@ class Probe:
             "path": None if path is None else str(path),
             "args": list(args),
             "preload": list(preload),
-            "env": dict(os.environ if env is None else env),
+            "env": {k: v for k, v in (os.environ if env is None else env).items() if k not in VOLATILE},
             "cwd": str(cwd or os.getcwd()),
         }
         with self._lock:
@@ -186,8 +197,8 @@ def _zygote(request: dict[str, Any], requests: TextIO, replies: TextIO) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _start_zygote(request: dict[str, Any]) -> tuple[TextIO, TextIO]:
-    """Fork a zygote; the pipes to send it requests and read its replies."""
+def _start_zygote(request: dict[str, Any]) -> tuple[int, TextIO, TextIO]:
+    """Fork a zygote; its pid and the pipes to send it requests and read its replies."""
     child_reads, parent_writes = os.pipe()
     parent_reads, child_writes = os.pipe()
     sys.stdout.flush()
@@ -206,12 +217,12 @@ def _start_zygote(request: dict[str, Any]) -> tuple[TextIO, TextIO]:
             os._exit(0)
     os.close(child_reads)
     os.close(child_writes)
-    return os.fdopen(parent_writes, "w"), os.fdopen(parent_reads)
+    return pid, os.fdopen(parent_writes, "w"), os.fdopen(parent_reads)
 
 
 def serve() -> None:
     """The server loop: route each request to its zygote (started on first use)."""
-    zygotes: dict[str, tuple[TextIO, TextIO]] = {}
+    zygotes: dict[str, tuple[int, TextIO, TextIO]] = {}
     for line in sys.stdin:
         request = json.loads(line)
         env = request["env"]
@@ -222,7 +233,7 @@ def serve() -> None:
             key = json.dumps([request["preload"], request["cwd"], sorted(env.items())])
             if key not in zygotes:
                 zygotes[key] = _start_zygote(request)
-            send, receive = zygotes[key]
+            _, send, receive = zygotes[key]
             send.write(json.dumps(request) + "\n")
             send.flush()
             reply = json.loads(
@@ -230,6 +241,10 @@ def serve() -> None:
             )
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
+    for pid, send, receive in zygotes.values():  # end and reap them (their CPU counts as ours)
+        send.close()
+        receive.close()
+        os.waitpid(pid, 0)
 
 
 if __name__ == "__main__":

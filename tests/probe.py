@@ -197,8 +197,10 @@ def _zygote(request: dict[str, Any], requests: TextIO, replies: TextIO) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _start_zygote(request: dict[str, Any]) -> tuple[int, TextIO, TextIO]:
-    """Fork a zygote; its pid and the pipes to send it requests and read its replies."""
+def _start_zygote(request: dict[str, Any], others: list[TextIO]) -> tuple[int, TextIO, TextIO]:
+    """Fork a zygote; its pid and the pipes to send it requests and read its replies. ``others``:
+    the server's ends of the earlier zygotes' pipes, closed in the new one (a copy of a request
+    pipe's writing end would keep its zygote from ever seeing the end of its requests)."""
     child_reads, parent_writes = os.pipe()
     parent_reads, child_writes = os.pipe()
     sys.stdout.flush()
@@ -206,6 +208,8 @@ def _start_zygote(request: dict[str, Any]) -> tuple[int, TextIO, TextIO]:
     if pid == 0:
         os.close(parent_writes)
         os.close(parent_reads)
+        for pipe in others:
+            os.close(pipe.fileno())
         try:
             with os.fdopen(child_reads) as requests, os.fdopen(child_writes, "w") as replies:
                 _zygote(request, requests, replies)
@@ -232,7 +236,7 @@ def serve() -> None:
         else:
             key = json.dumps([request["preload"], request["cwd"], sorted(env.items())])
             if key not in zygotes:
-                zygotes[key] = _start_zygote(request)
+                zygotes[key] = _start_zygote(request, [p for _, *pipes in zygotes.values() for p in pipes])
             _, send, receive = zygotes[key]
             send.write(json.dumps(request) + "\n")
             send.flush()

@@ -46,19 +46,34 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+## Tests write bytecode whatever the shell says (PYTHONDONTWRITEBYTECODE=1 made every interpreter a
+## test starts compile Airflow from source: about 4 s of CPU each, hundreds of them), into a cache under
+## the virtualenv so the checkout stays clean. benchmarks/parse_cost.py still measures from source.
+PYTEST_ENV = env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache
+
 ## Quality gates, then every test ring (unit, emulator, Airflow end to end, and the emulator's own tests in
 ## dws-emulator/tests: pytest's testpaths hold both trees), on PYTEST_WORKERS processes
 ## (work-stealing: tests/conftest.py starts each on its share of the slow tests; three on two cores,
-## since most of the slow tests wait on real Airflow processes);
-## then the unit tests again on Python 3.10, the oldest Python the provider supports.
+## since most of the slow tests wait on real Airflow processes); then the unit tests again on Python
+## 3.10, the oldest Python the provider supports. Not beside the main ring: its fault-matrix rows and
+## Airflow runs have time limits that two more busy workers on two cores would eat into.
 PYTEST_WORKERS ?= 3
 test: lint
-	$(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal
+	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal
 	@$(MAKE) --no-print-directory test-py310
+
+## The inner loop: no lint, no test marked slow (real Airflow processes, or over about 5 s: the
+## `slow` hook in tests/conftest.py); the unit and emulator rings and the emulator's own tests. Under 2 minutes on two cores, on
+## four workers: many emulator tests wait out poll rounds rather than use a core.
+FAST_WORKERS ?= 4
+.PHONY: test-fast
+test-fast: venv
+	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider -n $(FAST_WORKERS) -m 'not slow' tests/unit tests/emulator dws-emulator/tests
 
 ## Python 3.10 in a virtualenv of its own. The interpreter: python3.10 on PATH if it runs (a pyenv shim
 ## there may not), else the newest 3.10 among pyenv's versions. Without one, one line says so.
 PY310_VENV ?= .venv310
+PY310_WORKERS ?= 2
 FIND_PY310 = for py in "$$(command -v python3.10)" $$(ls -d "$$(pyenv root 2>/dev/null || echo "$$HOME/.pyenv")"/versions/3.10*/bin/python3.10 2>/dev/null | sort -rV); do \
 	  [ -n "$$py" ] && "$$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' 2>/dev/null && { echo "$$py"; break; }; \
 	done; true
@@ -72,7 +87,7 @@ test-py310: venv
 	  $(BIN)/uv venv -q --allow-existing --python "$$py" $(PY310_VENV) && \
 	  VIRTUAL_ENV=$(PY310_VENV) $(BIN)/uv pip install -q $(INSTALL) && rm -rf $(STRAY_EGG_INFO) && touch $(PY310_VENV)/.installed || exit 1; \
 	fi; \
-	$(PY310_VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) tests/unit
+	$(PYTEST_ENV) $(PY310_VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(PY310_WORKERS) tests/unit
 
 clean:
 	rm -rf $(VENV) $(PY310_VENV) .airflow .pytest_cache .mypy_cache .ruff_cache

@@ -32,6 +32,37 @@ def vertex_emulator(monkeypatch: pytest.MonkeyPatch, dws_emulator_server_factory
     return start
 
 
+# -- the fast lane: what ``-m "not slow"`` (``make test-fast``) leaves out ------------------------
+
+#: Tests marked ``slow`` by where they live: real Airflow processes (``airflow dags test``, a
+#: scheduler, an api-server) in every test of these folders.
+SLOW_PATHS = ("tests/airflow/", "tests/faults/")
+
+#: And by node-id prefix, the ones that took over about 5 s on two cores (``pytest --durations``):
+#: Airflow's own parser on every benchmark row (it imports the Google provider), and provider waits
+#: on an emulator that sit through several poll rounds. (The fresh-interpreter import checks are
+#: not here: on the shared probe interpreter of ``tests/probe.py`` they take one to three seconds.)
+SLOW_NODES = (
+    "tests/unit/test_bench_parse_model.py::test_every_row_parses_as_the_dag_processor_parses_it",
+    "tests/emulator/test_calendar_provider_on_emulator.py::test_a_partial_delivery_fails_the_wait",
+    "tests/emulator/test_calendar_provider_on_emulator.py::test_find_reserve_wait_and_release",
+    "tests/emulator/test_provider_compute_on_emulator.py::test_poller_lists_each_mig_once_per_round",
+    "tests/emulator/test_provider_compute_on_emulator.py::test_an_outage_is_a_transient_error",
+    "tests/emulator/test_calendar_consumers_provider.py::test_each_consumer_runs_on_the_delivered_block",
+    "tests/emulator/test_calendar_consumers_provider.py::test_a_consumer_started_before_the_delivery",
+    "tests/emulator/test_calendar_consumers_provider.py::test_a_deferred_consumer_waits_on_the_block",
+    "tests/emulator/test_records_on_emulator.py::test_a_deferred_batch_job_is_waiting_in_xcom",
+    "tests/emulator/test_provider_tpu_on_emulator.py::test_valid_after_delays_the_slice",
+    "tests/emulator/test_provider_tpu_on_emulator.py::test_trigger_waits_until_active_then_on_kill_deletes",
+)
+
+
+def _mark_slow(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SLOW_PATHS + SLOW_NODES):
+            item.add_marker(pytest.mark.slow)
+
+
 # -- ordering for parallel runs -----------------------------------------------------------------
 
 #: Tests that take a minute or more on two cores (real Airflow deployments and ``airflow dags
@@ -75,8 +106,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     collection and lets an idle worker take half of a busy one's queue. Left in file order, the
     slow tests all sat in one worker's part and ran one after another while the other worker
     finished early; here each part begins with slow tests of about equal weight, then fast ones.
-    The order is the same on every worker (xdist requires it).
+    The order is the same on every worker (xdist requires it). First, the ``slow`` marks
+    (:data:`SLOW_PATHS`, :data:`SLOW_NODES`).
     """
+    _mark_slow(items)
     workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
     if workers < 2:
         return

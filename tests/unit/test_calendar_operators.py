@@ -4,8 +4,6 @@ Find task's choice feeding the Reserve task, the records of a block, and the rel
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from airflow_provider_dws.records import XCOM_KEY, RequestRecord, read_records
 from airflow_provider_dws.runtime.calendar import resolve_reserve
 from airflow_provider_dws.runtime.calendar_release import usage
 from airflow_provider_dws.scheduling.phases import Outcome, Phase, RequestTimings
+from tests.probe import DAG_PROCESSOR, Probe
 
 ROOT = Path(__file__).resolve().parents[2]
 SOON = datetime.now(timezone.utc) + timedelta(days=10)
@@ -179,12 +178,10 @@ PARSE_PATH = {
 }
 
 
-def test_a_dag_file_with_calendar_operators_loads_only_the_parse_path(tmp_path: Path) -> None:
+def test_a_dag_file_with_calendar_operators_loads_only_the_parse_path(tmp_path: Path, probe: Probe) -> None:
     dag = tmp_path / "calendar_parse_dag.py"
     dag.write_text(DAG_FILE)
-    done = subprocess.run(
-        [sys.executable, str(dag)], capture_output=True, text=True, check=False, timeout=300, cwd=ROOT
-    )
+    done = probe.run(path=dag, cwd=ROOT, preload=DAG_PROCESSOR)
     assert done.returncode == 0, done.stderr
     loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
     assert loaded - PARSE_PATH == set(), "loaded at parse beyond the parse path"

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,7 @@ from airflow_provider_dws.runtime.loop import AttemptLoop
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 from airflow_provider_dws.scheduling.policies import Placement
+from tests.probe import DAG_PROCESSOR, Probe
 
 ROOT = Path(__file__).resolve().parents[2]
 IDENTITY = RequestIdentity("kueue_dag", "train", "manual__2026-12-01T10:00:00+00:00", attempt=2, try_number=3)
@@ -481,7 +480,7 @@ def test_the_real_clients_exceptions_and_transport_errors_are_translated() -> No
     assert translate(other) is other
 
 
-def test_a_dag_file_with_the_operator_loads_only_its_parse_path() -> None:
+def test_a_dag_file_with_the_operator_loads_only_its_parse_path(probe: Probe) -> None:
     code = """
 import json, sys
 import airflow.dag_processing.processor, airflow.sdk
@@ -495,7 +494,7 @@ with DAG(dag_id="k", schedule=None, start_date=datetime(2026, 1, 1)):
         env_vars={"A": "1"}, cmds=["python"], parallelism=2)
 print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith(("airflow_provider_dws", "kubernetes")))))
 """
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    out = probe.run(code, cwd=ROOT, preload=DAG_PROCESSOR).check()
     loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
     assert "airflow_provider_dws.operators.gke_kueue" in loaded
     assert not {m for m in loaded if m.startswith("kubernetes")}

@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # run as a script, the file imports nothing of the tests
+    from tests.probe import Probe
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "airflow_provider_dws"
@@ -249,25 +252,17 @@ def report(result: dict, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _run_probe(airflow_home: Path) -> dict:
+def _run_probe(airflow_home: Path, probe: Probe) -> dict:
     env = dict(os.environ)
     env["AIRFLOW_HOME"] = str(airflow_home)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    done = subprocess.run(
-        [sys.executable, __file__, "--json"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    done = probe.run(path=__file__, args=["--json"], cwd=ROOT, env=env)
     assert done.returncode == 0, f"probe failed:\n{done.stdout}\n{done.stderr}"
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def test_parsing_imports_no_client_library(tmp_path: Path) -> None:
-    result = _run_probe(tmp_path)
+def test_parsing_imports_no_client_library(tmp_path: Path, probe: Probe) -> None:
+    result = _run_probe(tmp_path, probe)
     assert not result["failed"], report(result)
     # The walk reached the modules DAG files use, and every example DAG was loaded.
     assert {f"{PACKAGE}.operators.vertex_ai", f"{PACKAGE}.operators.tpu"} <= set(result["imported"])
@@ -279,7 +274,7 @@ def test_parsing_imports_no_client_library(tmp_path: Path) -> None:
     assert by <= {f"unusual_prefix_example_{Path(name).stem}" for name in WORKLOAD_DAGS}, report(result)
 
 
-def test_the_probe_sees_a_forbidden_import(tmp_path: Path) -> None:
+def test_the_probe_sees_a_forbidden_import(tmp_path: Path, probe: Probe) -> None:
     """The recorder works: a module-level client import in an example-DAG-like file is reported."""
     # Run the same probe machinery on a package-less file that imports grpc, through a DAG folder
     # of its own: the probe reads EXAMPLE_DAGS from the environment for this.
@@ -290,15 +285,7 @@ def test_the_probe_sees_a_forbidden_import(tmp_path: Path) -> None:
     env["AIRFLOW_HOME"] = str(tmp_path)
     env["DWS_IMPORT_RULE_DAGS"] = str(dags)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    done = subprocess.run(
-        [sys.executable, __file__, "--json", "--dags-only"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    done = probe.run(path=__file__, args=["--json", "--dags-only"], cwd=ROOT, env=env)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["chains"]["grpc"][:2] == ["grpc", f"<- unusual_prefix_example_bad ({dags / 'bad.py'}:1)"]

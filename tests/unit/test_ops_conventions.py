@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ from airflow_provider_dws.operators import gke, gke_kueue, gke_release, tpu, ver
 from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
 from airflow_provider_dws.runtime.task import task_identity
 from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_TRY
+from tests.probe import Probe
 
 ROOT = Path(__file__).resolve().parents[2]
 TPU = {"zone": "us-west4-a", "accelerator_type": "v5litepod-16", "runtime_version": "v2-alpha-tpuv5-lite"}
@@ -37,16 +36,14 @@ print(json.dumps([conf.getboolean("operators", "default_deferrable"), v.deferrab
 
 @pytest.mark.parametrize(("setting", "expected"), [(None, False), ("True", True), ("False", False)])
 def test_deferrable_follows_the_deployment_default(
-    tmp_path: Path, setting: str | None, expected: bool
+    tmp_path: Path, setting: str | None, expected: bool, probe: Probe
 ) -> None:
     # The Airflow convention: [operators] default_deferrable decides (Airflow ships it as false).
     env = {**os.environ, "PYTHONPATH": str(ROOT), "AIRFLOW_HOME": str(tmp_path)}
     env.pop("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", None)
     if setting is not None:
         env["AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE"] = setting
-    out = subprocess.run(
-        [sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True, env=env, timeout=300
-    )
+    out = probe.run(_PROBE, env=env).check()
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [expected, expected, expected, expected]
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from airflow_provider_dws.operators import vertex_ai
 from airflow_provider_dws.operators.base import _labels_ok
 from airflow_provider_dws.specs.labels import check_labels
 from airflow_provider_dws.specs.vertex_pools import check_worker_pool_specs
+from tests.probe import DAG_PROCESSOR, Probe
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,12 +80,10 @@ print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith("ai
 """
 
 
-def test_a_dag_file_with_right_parameters_loads_only_the_parse_path(tmp_path: Path) -> None:
+def test_a_dag_file_with_right_parameters_loads_only_the_parse_path(tmp_path: Path, probe: Probe) -> None:
     dag = tmp_path / "parse_path_dag.py"
     dag.write_text(DAG_FILE)
-    done = subprocess.run(
-        [sys.executable, str(dag)], capture_output=True, text=True, check=False, timeout=300, cwd=ROOT
-    )
+    done = probe.run(path=dag, cwd=ROOT, preload=DAG_PROCESSOR)
     assert done.returncode == 0, done.stderr
     loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
     assert loaded - PARSE_PATH == set(), "loaded at parse beyond the parse path"

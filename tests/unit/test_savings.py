@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -32,6 +31,9 @@ from airflow_provider_dws.savings import (
     request_cost,
     summarize,
 )
+
+if TYPE_CHECKING:  # run as a script, the file imports nothing of the tests
+    from tests.probe import Probe
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
@@ -371,7 +373,7 @@ def test_parse_prices_refuses_bad_entries_by_name(value: Any, message: str) -> N
     assert message in str(raised.value)
 
 
-def test_the_module_imports_no_airflow() -> None:
+def test_the_module_imports_no_airflow(probe: Probe) -> None:
     code = (
         "import sys, airflow_provider_dws.savings; "
         "print(sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')))"
@@ -379,15 +381,7 @@ def test_the_module_imports_no_airflow() -> None:
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    done = probe.run(code, cwd=ROOT, env=env).check()
     assert done.stdout.strip() == "[]"
 
 
@@ -454,7 +448,7 @@ def _scenarios() -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def loaded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+def loaded(tmp_path_factory: pytest.TempPathFactory, probe: Probe) -> dict[str, dict[str, Any]]:
     home = tmp_path_factory.mktemp("airflow_home")
     (home / "airflow.cfg").write_text(CONFIG_FILE)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_VAR_"))}
@@ -465,15 +459,7 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
         AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
         PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
     )
-    done = subprocess.run(
-        [sys.executable, __file__, "--load-prices"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    done = probe.run(path=__file__, args=["--load-prices"], cwd=ROOT, env=env)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     result: dict[str, dict[str, Any]] = json.loads(done.stdout.splitlines()[-1])
     return result

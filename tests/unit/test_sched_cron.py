@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from croniter import croniter
 
 from airflow_provider_dws.scheduling.policies import OffPeakWindow
+from tests.probe import Probe
 
 UTC = timezone.utc
 
@@ -99,7 +98,7 @@ def test_refused(cron: str, message: str) -> None:
         OffPeakWindow.from_cron(cron, timedelta(hours=1), "UTC")
 
 
-def test_croniter_is_imported_only_for_a_cron_window() -> None:
+def test_croniter_is_imported_only_for_a_cron_window(probe: Probe) -> None:
     code = (
         "import sys\n"
         "from airflow_provider_dws.scheduling.policies import OffPeakWindow\n"
@@ -109,4 +108,4 @@ def test_croniter_is_imported_only_for_a_cron_window() -> None:
         "OffPeakWindow.parse('cron 0 22 * * 1-5 for 8h Asia/Seoul')\n"
         "assert 'croniter' in sys.modules\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    probe.run(code).check()

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import airflow_provider_dws
+from tests.probe import Probe
 
 PACKAGE = Path(airflow_provider_dws.__file__).parent
 SCHEDULING = sorted(p for p in (PACKAGE / "scheduling").glob("*.py"))
@@ -19,7 +18,7 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def test_scheduling_imports_nothing_but_the_stdlib() -> None:
+def test_scheduling_imports_nothing_but_the_stdlib(probe: Probe) -> None:
     names = [module_name(p) for p in SCHEDULING]
     code = (
         "import json, sys\n"
@@ -30,9 +29,7 @@ def test_scheduling_imports_nothing_but_the_stdlib() -> None:
         "new = {m.split('.')[0] for m in set(sys.modules) - before if not m.startswith('_sysconfigdata_')}\n"
         "print(json.dumps(sorted(new - set(sys.stdlib_module_names))))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120
-    )
+    out = probe.run(code).check()
     assert json.loads(out.stdout) == ["airflow_provider_dws"]
 
 

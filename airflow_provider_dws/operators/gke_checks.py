@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow_provider_dws import facts
 from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS
-from airflow_provider_dws.operators.checks import Check, flag, int_in, matches, non_empty_str
+from airflow_provider_dws.operators.checks import Check, flag, has_template, int_in, matches, non_empty_str
 
 #: Pods one request may ask for (the API sets no bound of its own; a large number is a typo).
 MAX_COUNT = 10000
@@ -130,6 +130,33 @@ def pod_template_error(template: Any, is_unrendered: Callable[[Any], bool] = lam
     return catalog.gke_gpu_error(accelerator, gpus)
 
 
+def _pod_template_ok(template: Any) -> bool:
+    """The quick test of ``pod_template``: true only for a plain template whose every container has a
+    name and an image and whose pods ask for 1 to the most GPUs of the accelerator its node selector
+    names (``facts.GKE_ACCELERATOR_MAX_GPUS``), or for none and name none; anything else (templates,
+    an instance-type selector, an affinity) goes to :func:`check_pod_template`, which loads the
+    catalog only for what it must compare."""
+    spec = pod_spec_of(template)
+    if spec is None or has_template(template):
+        return False
+    selector = spec.get("nodeSelector") or {}
+    if type(selector) is not dict or facts.INSTANCE_TYPE_LABEL in selector:
+        return False
+    containers = spec.get("containers")
+    if type(containers) is not list or not containers:
+        return False
+    for container in containers:
+        if type(container) is not dict or not container.get("name") or not container.get("image"):
+            return False
+    gpus = pod_gpus(spec)
+    accelerator = accelerator_of(spec)
+    if gpus is None or (accelerator is None and _affinity_names_accelerator(spec)):
+        return False
+    if accelerator is None:
+        return gpus == 0
+    return 0 < gpus <= facts.GKE_ACCELERATOR_MAX_GPUS.get(accelerator, 0)
+
+
 def check_pod_template(op: Any, value: Any, is_unrendered: Callable[[Any], bool]) -> None:
     """The ``explain`` of ``pod_template``: raise with what is wrong."""
     error = pod_template_error(value, is_unrendered)
@@ -198,6 +225,6 @@ CHECKS: tuple[Check, ...] = (
         f"must be a provisioning class name such as {facts.GKE_QUEUED_PROVISIONING_CLASS!r}",
     ),
     Check("parameters", _parameters_ok, templated=True, optional=True, explain=check_parameters),
-    Check("pod_template", None, templated=True, explain=check_pod_template),
+    Check("pod_template", _pod_template_ok, templated=True, explain=check_pod_template),
     flag("use_internal_ip"),
 )

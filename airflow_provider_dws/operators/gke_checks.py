@@ -10,6 +10,7 @@ from typing import Any
 from airflow_provider_dws import facts, registry
 from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS
 from airflow_provider_dws.operators.checks import Check, flag, int_in, matches, non_empty_str
+from airflow_provider_dws.specs.pod_template import pod_template_ok
 
 #: Pods one request may ask for (the API sets no bound of its own; a large number is a typo).
 MAX_COUNT = 10000
@@ -78,6 +79,6 @@ CHECKS: tuple[Check, ...] = (
         f"must be a provisioning class name such as {facts.GKE_QUEUED_PROVISIONING_CLASS!r}",
     ),
     Check("parameters", _parameters_ok, templated=True, optional=True, explain=check_parameters),
-    Check("pod_template", None, templated=True, explain=registry.CHECK_POD_TEMPLATE),
+    Check("pod_template", pod_template_ok, templated=True, explain=registry.CHECK_POD_TEMPLATE),
     flag("use_internal_ip"),
 )

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_provider_dws import facts
+from airflow_provider_dws.specs.templates import has_template
 
 
 def pod_spec_of(template: Any) -> Mapping[str, Any] | None:
@@ -120,6 +121,33 @@ def pod_template_error(template: Any, is_unrendered: Callable[[Any], bool] = lam
         if error:
             return error
     return catalog.gke_gpu_error(accelerator, gpus)
+
+
+def pod_template_ok(template: Any) -> bool:
+    """The quick test of ``pod_template``: true only for a plain template whose every container has a
+    name and an image and whose pods ask for 1 to the most GPUs of the accelerator its node selector
+    names (``facts.GKE_ACCELERATOR_MAX_GPUS``), or for none and name none; anything else (templates,
+    an instance-type selector, an affinity) goes to :func:`check_pod_template`, which loads the
+    catalog only for what it must compare."""
+    spec = pod_spec_of(template)
+    if spec is None or has_template(template):
+        return False
+    selector = spec.get("nodeSelector") or {}
+    if type(selector) is not dict or facts.INSTANCE_TYPE_LABEL in selector:
+        return False
+    containers = spec.get("containers")
+    if type(containers) is not list or not containers:
+        return False
+    for container in containers:
+        if type(container) is not dict or not container.get("name") or not container.get("image"):
+            return False
+    gpus = pod_gpus(spec)
+    accelerator = accelerator_of(spec)
+    if gpus is None or (accelerator is None and _affinity_names_accelerator(spec)):
+        return False
+    if accelerator is None:
+        return gpus == 0
+    return 0 < gpus <= facts.GKE_ACCELERATOR_MAX_GPUS.get(accelerator, 0)
 
 
 def check_pod_template(op: Any, value: Any, is_unrendered: Callable[[Any], bool]) -> None:

@@ -80,13 +80,80 @@ print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith("ai
 """
 
 
-def test_a_dag_file_with_right_parameters_loads_only_the_parse_path(tmp_path: Path, probe: Probe) -> None:
+#: Every family in one file, with a GKE pod template that asks for GPUs and an off-peak schedule.
+EVERY_FAMILY_DAG = (
+    DAG_FILE.split("with DAG(")[0]
+    + """
+from airflow_provider_dws.operators.calendar import (FindCalendarBlockOperator, ReleaseCalendarBlockOperator,
+    ReserveCalendarBlockOperator, WaitForCalendarBlockOperator)
+from airflow_provider_dws.operators.gke import CreateGKEProvisioningRequestOperator
+from airflow_provider_dws.operators.gke_release import DeleteGKEProvisioningRequestOperator
+from airflow_provider_dws.operators.gke_kueue import CreateGKEQueuedJobOperator
+from airflow_provider_dws.timetables.offpeak import OffPeakTimetable
+
+TEMPLATE = {"spec": {"nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
+    "containers": [{"name": "train", "image": "img:1", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}
+with DAG(dag_id="every", schedule=OffPeakTimetable("Mon-Fri 22:00-06:00 America/Chicago"),
+        start_date=datetime(2026, 1, 1)):
+    CreateVertexAIFlexStartJobOperator(task_id="v", project_id="my-project", region="us-central1",
+        worker_pool_specs=[POOL], max_wait=timedelta(hours=1))
+    CreateTPUQueuedResourceOperator(task_id="t", project_id="my-project", zone="us-west4-a",
+        accelerator_type="v5litepod-16", runtime_version="v2-alpha-tpuv5-lite", max_wait=3600)
+    DeleteTPUQueuedResourceOperator(task_id="d", zone="us-west4-a", setup_task_id="t")
+    CreateBatchFlexStartJobOperator(task_id="b", project_id="my-project", region="us-central1",
+        image_uri="img:1", task_count=16, parallelism=4, machine_type="g2-standard-8",
+        accelerator_type="nvidia-l4", max_wait=timedelta(hours=2))
+    CreateComputeFlexStartVMsOperator(task_id="c", project_id="my-project", zone="us-central1-a",
+        machine_type="a3-highgpu-8g", resize_by=4, max_run=timedelta(hours=6))
+    DeleteComputeFlexStartVMsOperator(task_id="cd", setup_task_id="c")
+    FindCalendarBlockOperator(task_id="f", project_id="my-project", zones=["us-central1-a", "us-east4-b"],
+        machine_type="a3-highgpu-8g", vm_count=8, duration=timedelta(days=7), latest_start=timedelta(weeks=4))
+    ReserveCalendarBlockOperator(task_id="r", project_id="my-project", find_task_id="f")
+    WaitForCalendarBlockOperator(task_id="w", project_id="my-project", reserve_task_id="r")
+    ReleaseCalendarBlockOperator(task_id="rr", project_id="my-project", setup_task_id="r")
+    CreateGKEProvisioningRequestOperator(task_id="g", project_id="my-project", location="us-central1",
+        cluster_name="train", pod_template=TEMPLATE, count=2, max_run=timedelta(hours=4))
+    DeleteGKEProvisioningRequestOperator(task_id="gd", setup_task_id="g")
+    CreateGKEQueuedJobOperator(task_id="k", project_id="my-project", location="us-central1",
+        cluster_name="train", queue_name="dws-queue", image="img:1", accelerator="nvidia-l4", gpus=1,
+        parallelism=4)
+print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith("airflow_provider_dws"))))
+"""
+)
+
+#: What the every-family file adds: the other operators' modules and the timetable's; never the
+#: catalog (a right GPU pod template is judged by the quick check on ``facts``), nor what runs a task.
+EVERY_FAMILY_PATH = PARSE_PATH | {
+    "airflow_provider_dws.operators.calendar",
+    "airflow_provider_dws.specs.calendar_block",
+    "airflow_provider_dws.specs.pod_template",
+    "airflow_provider_dws.operators.gke",
+    "airflow_provider_dws.operators.gke_checks",
+    "airflow_provider_dws.operators.gke_kueue",
+    "airflow_provider_dws.operators.gke_release",
+    "airflow_provider_dws.scheduling",
+    "airflow_provider_dws.scheduling._time",
+    "airflow_provider_dws.scheduling.windows",
+    "airflow_provider_dws.timetables",
+    "airflow_provider_dws.timetables.offpeak",
+}
+
+
+@pytest.mark.parametrize(
+    ("source", "parse_path"),
+    [(DAG_FILE, PARSE_PATH), (EVERY_FAMILY_DAG, EVERY_FAMILY_PATH)],
+    ids=["some", "every"],
+)
+def test_a_dag_file_with_right_parameters_loads_only_the_parse_path(
+    tmp_path: Path, probe: Probe, source: str, parse_path: set[str]
+) -> None:
     dag = tmp_path / "parse_path_dag.py"
-    dag.write_text(DAG_FILE)
+    dag.write_text(source)
     done = probe.run(path=dag, cwd=ROOT, preload=DAG_PROCESSOR)
     assert done.returncode == 0, done.stderr
     loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
-    assert loaded - PARSE_PATH == set(), "loaded at parse beyond the parse path"
+    assert loaded - parse_path == set(), "loaded at parse beyond the parse path"
+    assert "airflow_provider_dws.catalog" not in loaded
 
 
 # -- quick checks against their explanations ---------------------------------------------------------
@@ -250,3 +317,63 @@ def test_the_quick_duration_check_agrees_with_check_duration(value: Any) -> None
     except ValueError as err:
         got = str(err)
     assert got == expected
+
+
+def _pod(gpus: Any = "8", selector: Any = None, **spec: Any) -> dict[str, Any]:
+    container = {"name": "train", "image": "img:1", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+    pod: dict[str, Any] = {"containers": [container], **spec}
+    if selector is not None:
+        pod["nodeSelector"] = selector
+    return {"spec": pod}
+
+
+H100 = {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+
+
+def pod_template_variants() -> list[Any]:
+    """Right pod templates and many ways to get one wrong."""
+    variants: list[Any] = [_pod(selector=H100), _pod(selector=H100)["spec"], None, "x", {}, {"spec": {}}]
+    for accelerator, most in facts.GKE_ACCELERATOR_MAX_GPUS.items():
+        for gpus in (0, 1, most, most + 1, str(most), -1, "x", 1.5, True):
+            variants.append(_pod(gpus, {"cloud.google.com/gke-accelerator": accelerator}))
+    for gpus in (0, "0", 1, None):
+        variants.append(_pod(gpus))
+    variants += [
+        _pod(selector={"cloud.google.com/gke-accelerator": "nvidia-h200"}),
+        _pod(selector={**H100, "node.kubernetes.io/instance-type": "a3-highgpu-8g"}),
+        _pod(selector={**H100, "node.kubernetes.io/instance-type": "a3-highgpu-4g"}),
+        _pod(selector={"node.kubernetes.io/instance-type": "g2-standard-8"}, gpus="1"),
+        _pod(selector=["cloud.google.com/gke-accelerator"]),
+        _pod(selector="cloud.google.com/gke-accelerator=nvidia-h100-80gb"),
+        _pod(selector={"cloud.google.com/gke-accelerator": "{{ params.gpu }}"}),
+        _pod("{{ params.gpus }}", H100),
+        _pod(
+            selector=H100,
+            initContainers=[{"name": "i", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "9"}}}],
+        ),
+        _pod(selector=H100, initContainers=["x"]),
+        _pod(affinity={"nodeAffinity": "cloud.google.com/gke-accelerator"}),
+        {"spec": {"nodeSelector": H100, "containers": []}},
+        {"spec": {"nodeSelector": H100, "containers": [{"name": "a"}]}},
+        {"spec": {"nodeSelector": H100, "containers": [{"image": "a"}]}},
+        {"spec": {"nodeSelector": H100, "containers": ["x"]}},
+        {"spec": {"nodeSelector": H100, "containers": ({"name": "a", "image": "b"},)}},
+        {"spec": {"nodeSelector": H100, "containers": [{"name": "a", "image": "b", "resources": []}]}},
+    ]
+    return variants
+
+
+@pytest.mark.parametrize("template", pod_template_variants())
+def test_the_quick_pod_template_check_accepts_only_what_the_full_one_accepts(template: Any) -> None:
+    from airflow_provider_dws.specs.pod_template import check_pod_template, pod_template_ok
+
+    if pod_template_ok(template):
+        assert explained_ok(check_pod_template, template), template
+
+
+def test_the_quick_pod_template_check_takes_a_right_gpu_template_without_the_catalog() -> None:
+    from airflow_provider_dws.specs.pod_template import pod_template_ok
+
+    assert pod_template_ok(_pod(selector=H100))
+    assert pod_template_ok(_pod("1", {"cloud.google.com/gke-accelerator": "nvidia-l4"}))
+    assert pod_template_ok(_pod(0))

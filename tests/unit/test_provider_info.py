@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import pkgutil
+import types
 
 import pytest
 from airflow.sdk import BaseOperatorLink
@@ -44,8 +45,10 @@ def _defining(package: str, base: type) -> set[str]:
     for info in pkgutil.iter_modules(importlib.import_module(package).__path__, package + "."):
         module = importlib.import_module(info.name)
         for value in vars(module).values():
-            if isinstance(value, type) and issubclass(value, base) and value.__module__ == info.name:
-                found.add(info.name)
+            # Python 3.10 takes ``Callable[...]`` aliases for types: skip them before issubclass.
+            if isinstance(value, type) and not isinstance(value, types.GenericAlias):
+                if issubclass(value, base) and value.__module__ == info.name:
+                    found.add(info.name)
     return found
 
 

@@ -165,6 +165,12 @@ class RequestRecord:
         )
 
 
+def phase_of(phase: str) -> str:
+    """A record's phase for a request phase (``Phase.value``): ``provisioning`` (capacity found, not
+    yet usable) is still ``waiting`` to a reader of records, whose phases are :data:`PHASES`."""
+    return phase if phase in PHASES else "waiting"
+
+
 def iso(value: datetime | None) -> str | None:
     """A time as a record stores it (ISO-8601 UTC); ``None`` stays ``None``."""
     return _iso(value)

@@ -22,6 +22,9 @@ WAIT_ERROR = "wait_error"
 #: The event key (and trigger keyword) under which a trigger hands the attempt's state back, so the
 #: task resumes from it (``runtime.state.AttemptState``).
 RESUME = "resume"
+#: The ``details`` and event key of what the task returns, where the backend read it with the
+#: request's final status (a succeeded Vertex AI job, as a dict): the resumed task needs no call.
+RESULT = "result"
 
 
 @dataclass(frozen=True)
@@ -47,8 +50,10 @@ class RequestStatus:
         sends hundreds at once when capacity arrives for many requests (``docs/scale.md``), so the
         event carries only what the resumed task cannot cheaply get: the name, state, phase,
         failure kind, message (cut at :data:`EVENT_MESSAGE_LIMIT`), what was asked for
-        (``description``) and the timings. ``details`` stay behind: the task knows its own
-        region, display name and max wait, and reads the request again when it needs more.
+        (``description``) and the timings. ``details`` stay behind (the task knows its own
+        region, display name and max wait), except :data:`RESULT`: what the task returns, where
+        the backend read it with the final status (a succeeded Vertex AI job, about 1 kB, as
+        providers-google's own job triggers carry it), so the resumed task makes no call for it.
         """
         message = self.outcome.message
         if len(message) > EVENT_MESSAGE_LIMIT:
@@ -61,6 +66,7 @@ class RequestStatus:
             "message": message,
             "description": self.description,
             "timings": self.timings.to_dict(),
+            **({RESULT: self.details[RESULT]} if RESULT in self.details else {}),
         }
 
     @classmethod
@@ -75,6 +81,7 @@ class RequestStatus:
             ),
             timings=RequestTimings.from_dict(event.get("timings") or {}),
             description=event.get("description") or "",
+            details={RESULT: event[RESULT]} if RESULT in event else {},
         )
 
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
+import re
 from collections.abc import Collection, Container, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws.backends.base import (
+    RESULT,
     ListMemo,
     RequestStatus,
     classify_listed,
@@ -54,14 +57,17 @@ def _enum_names(enum_name: str) -> dict[int, str]:
     return {member.value: member.name for member in getattr(aiplatform_v1, enum_name)}
 
 
+#: ``projects/P/locations/R/customJobs/ID``: read here without the client library, so a task
+#: that only names its job (its region, its console link) never imports it.
+_JOB_NAME = re.compile(r"projects/([^/]+)/locations/([^/]+)/customJobs/([^/]+)")
+
+
 def parse_job_name(name: str) -> tuple[str, str]:
     """Split ``projects/P/locations/R/customJobs/ID`` into (region, job id)."""
-    from google.cloud.aiplatform_v1 import JobServiceClient
-
-    parts = JobServiceClient.parse_custom_job_path(name)
-    if not parts or any("/" in part for part in parts.values()):  # the parser's .+? spans slashes
+    match = _JOB_NAME.fullmatch(name)
+    if match is None:
         raise ValueError(f"not a Vertex AI custom job name: {name!r}")
-    return parts["location"], parts["custom_job"]
+    return match.group(2), match.group(3)
 
 
 def _raw(job: CustomJob) -> Any:
@@ -114,6 +120,16 @@ def job_status(job: CustomJob) -> RequestStatus:
         scheduling.max_wait_duration.ToTimedelta() if scheduling.HasField("max_wait_duration") else None
     )
     attempt = raw.labels.get(LABEL_ATTEMPT, "")
+    details: dict[str, Any] = {
+        "display_name": raw.display_name,
+        "region": region,
+        "max_wait_seconds": max_wait.total_seconds() if max_wait else None,
+        "attempt": int(attempt) if attempt.isdigit() else 1,
+    }
+    if state == "JOB_STATE_SUCCEEDED":
+        # The task's return value, read here from the message already in hand (tens of
+        # microseconds), so the resumed task needs neither the client library nor another call.
+        details[RESULT] = job_dict(job)
     return RequestStatus(
         name=raw.name,
         state=state,
@@ -122,13 +138,28 @@ def job_status(job: CustomJob) -> RequestStatus:
             submitted=_when(raw, "create_time"), started=started, finished=_when(raw, "end_time")
         ),
         description=describe_job(job, region),
-        details={
-            "display_name": raw.display_name,
-            "region": region,
-            "max_wait_seconds": max_wait.total_seconds() if max_wait else None,
-            "attempt": int(attempt) if attempt.isdigit() else 1,
-        },
+        details=details,
     )
+
+
+def job_dict(job: CustomJob) -> dict[str, Any]:
+    """A ``CustomJob`` as the task returns it: proto field names, enums by name."""
+    from google.cloud.aiplatform_v1 import CustomJob as CustomJobMessage
+
+    return dict(CustomJobMessage.to_dict(job, use_integers_for_enums=False, preserving_proto_field_name=True))
+
+
+def job_from_spec(spec: dict[str, Any]) -> CustomJob:
+    """The ``CustomJob`` message of a JSON request spec (``RequestAdapter.request_spec``): field
+    names as in the proto or in JSON, durations as ``"3600s"``, enums by name; an unknown field is
+    refused (``ValueError``), as the API would refuse it."""
+    from google.cloud.aiplatform_v1 import CustomJob as CustomJobMessage
+    from google.protobuf.json_format import ParseError
+
+    try:
+        return CustomJobMessage.from_json(json.dumps(spec))
+    except ParseError as err:
+        raise ValueError(f"not a valid CustomJob: {err}") from None
 
 
 def job_version(job: CustomJob) -> tuple[int, int, int]:
@@ -213,6 +244,10 @@ class VertexCustomJobBackend(GoogleBackend[DwsVertexAIHook, DwsVertexAIAsyncHook
             )
 
         return self._create(f"create custom job in {self.parent}", create, adopt)
+
+    def submit_spec(self, spec: dict[str, Any], identity: RequestIdentity) -> tuple[RequestStatus, bool]:
+        """:meth:`submit` for a JSON request spec (what a trigger is handed)."""
+        return self.submit(job_from_spec(spec), identity)
 
     def get(self, name: str) -> CustomJob:
         """Read one job (``RequestNotFoundError`` when it does not exist)."""

@@ -54,6 +54,10 @@ class RequestAdapter(Generic[_Op, _Backend]):
     #: release, a consumer or a later step reads it).
     name_key: ClassVar[str] = "request_name"
 
+    #: Whether a deferrable task hands its request to the trigger to make (:meth:`request_spec`,
+    #: the backend's ``submit_spec``): the worker then imports no client library.
+    submits_in_trigger: ClassVar[bool] = False
+
     def __init__(self, operator: _Op) -> None:
         self.op = operator
         self._backends = BackendCache()
@@ -79,6 +83,18 @@ class RequestAdapter(Generic[_Op, _Backend]):
         """Create this attempt's request (``identity`` carries the attempt) or adopt the one a lost
         reply made."""
         raise NotImplementedError
+
+    def request_spec(
+        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
+    ) -> dict[str, Any]:
+        """The request of this attempt as JSON, for the trigger to make (with
+        :attr:`submits_in_trigger`); built without the client library."""
+        raise NotImplementedError
+
+    def announce(self) -> dict[str, Any]:
+        """What the trigger that makes the request pushes for the task: the XCom key of its name,
+        and of its console link with the link's URL (``{location}`` and ``{id}`` left to fill)."""
+        return {"name_key": self.name_key}
 
     def result(self, context: Context, status: RequestStatus) -> Any:
         """The task's return value once the request gave what the task needs."""

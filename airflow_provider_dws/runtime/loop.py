@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -21,12 +21,14 @@ from airflow_provider_dws.backends.base import WAIT_ERROR, RequestStatus
 from airflow_provider_dws.runtime.state import RESUME, AttemptState
 from airflow_provider_dws.runtime.task import task_identity, wait_for_event
 from airflow_provider_dws.scheduling.phases import Phase, reached
+from airflow_provider_dws.triggers.submit import is_pending
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_dws.operators.base import DwsRequestOperator
     from airflow_provider_dws.runtime.adapter import RequestAdapter
+    from airflow_provider_dws.scheduling.identity import RequestIdentity
     from airflow_provider_dws.scheduling.policies import Placement
     from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
@@ -68,6 +70,8 @@ class AttemptLoop:
         self.adapter = adapter
         #: The request a ``deferrable=False`` wait is on (cancelled by ``on_kill``).
         self.waiting_on: str | None = None
+        #: Requests the trigger must not adopt (an earlier try's, given up by this one).
+        self.avoid: list[str] = []
         from airflow_provider_dws.runtime.recording import Recorder
 
         #: Writes the ``dws_requests`` records and the request metrics.
@@ -91,6 +95,10 @@ class AttemptLoop:
         """
         identity = task_identity(context)
         abandoned = self.cancel_abandoned_request(context)
+        if self.in_trigger():
+            # The trigger looks this task instance's requests up, and adopts one, before it makes one.
+            self.avoid = [abandoned] if abandoned else []
+            return self.plan(context, AttemptState(placement=self.op.home_placement()))
         found = self.adapter.find(context, identity)
         self.adapter.delete_ended()
         if found is not None and found.status.name == abandoned:
@@ -125,6 +133,11 @@ class AttemptLoop:
             return self.run(context)
         self._forget_waiting(context)
         state = AttemptState.from_resume(event, self.op.home_placement())
+        if state.pending and not is_pending(event.get("name")):
+            # The trigger made (or adopted) the request: the task knows its name from now on.
+            status = RequestStatus.from_event(event)
+            self.recorder.made(context, state.pending, status, state)
+            self.adapter.remember(context, status)
         if event.get(WAIT_ERROR):
             self.wait_failed(context, event, state)
         return self.attempt_ended(context, event, state)
@@ -271,11 +284,64 @@ class AttemptLoop:
         if decision.max_wait < op.max_wait:
             self.log.info("%s", decision.reason)
         identity = task_identity(context).with_attempt(state.attempt)
+        if self.in_trigger():
+            return self.defer_submission(context, identity, state, decision.max_wait)
         status = self.adapter.submit(context, identity, state.placement, decision.max_wait)
         # From here until the deferral a kill or an execution_timeout in this worker cancels it
         # (`on_kill`): no trigger exists yet to do so, and the request would wait for nobody.
         self.waiting_on = status.name
         return self.wait(context, status, state.submitted(state.placement, decision.max_wait))
+
+    def in_trigger(self) -> bool:
+        """Whether this task's trigger makes its requests (a deferrable task whose adapter can)."""
+        return bool(self.op.deferrable and self.adapter.submits_in_trigger)
+
+    def defer_submission(
+        self, context: Context, identity: RequestIdentity, state: AttemptState, max_wait: timedelta
+    ) -> Any:
+        """Hand the request to the trigger: it looks the task instance's requests up, adopts one
+        or makes this one (:mod:`~airflow_provider_dws.triggers.submit`), then waits on it."""
+        from airflow_provider_dws.scheduling.phases import Outcome, RequestTimings
+        from airflow_provider_dws.triggers.submit import Submission, pending_name
+
+        adapter = self.adapter
+        pending = pending_name(identity)
+        status = RequestStatus(
+            name=pending,
+            state="SUBMITTING",
+            outcome=Outcome(Phase.WAITING, None, ""),
+            timings=RequestTimings(submitted=datetime.now(timezone.utc)),
+        )
+        places = {state.placement.location: state.placement}
+        for placement in self.op.placements():
+            places.setdefault(placement.location, placement)
+        submission = Submission(
+            request=adapter.request_spec(identity, state.placement, max_wait),
+            identity=asdict(identity),
+            max_wait_seconds=max_wait.total_seconds(),
+            lookup=[
+                {"backend_spec": adapter.backend(loc).spec(), "placement": placement.to_dict()}
+                for loc, placement in places.items()
+            ],
+            avoid=list(self.avoid),
+            announce=adapter.announce(),
+        )
+        waiting = replace(state.submitted(state.placement, max_wait), pending=pending)
+        deadline = self.timeout_at(context)
+        trigger = self.trigger(
+            status, state.placement, max_wait, waiting.to_dict(), deadline, submit=submission.to_dict()
+        )
+        self.log.info(
+            "Handing attempt %d in %s to the triggerer, which looks for this task instance's request "
+            "and makes it if none is found; it may wait up to %s for capacity",
+            state.attempt,
+            state.placement,
+            max_wait,
+        )
+        self.recorder.submitted(context, status, waiting)
+        self._remember_waiting(context, pending)
+        event = wait_for_event(self.op, trigger, "complete_attempt")
+        return self.complete(context, event, {})
 
     def wait(self, context: Context, status: RequestStatus, state: AttemptState) -> Any:
         """Wait on a submitted (or adopted) request: deferred, or in this worker."""
@@ -311,6 +377,7 @@ class AttemptLoop:
         max_wait: timedelta,
         resume: dict[str, Any],
         task_deadline: datetime | None = None,
+        submit: dict[str, Any] | None = None,
     ) -> CapacityRequestTrigger:
         """The trigger that waits on the request through the shared poller, as the adapter says (its
         backend, :attr:`~RequestAdapter.target`, max wait deadline and grace, whether it releases);
@@ -325,13 +392,15 @@ class AttemptLoop:
             backend_spec=backend.spec(),
             request_name=status.name,
             poll_interval=float(self.op.poll_interval),
-            wait_deadline=adapter.wait_deadline(status, max_wait).isoformat(),
+            # A request the trigger makes counts its max wait from when it is made.
+            wait_deadline=None if submit else adapter.wait_deadline(status, max_wait).isoformat(),
             cancel_on_kill=self.op.cancel_on_kill,
             target=adapter.target,
             resume=resume,
             task_deadline=task_deadline.isoformat() if task_deadline else None,
             wait_grace=None if adapter.wait_grace is None else adapter.wait_grace.total_seconds(),
             releases=adapter.releases,
+            submit=submit,
         )
 
     def attempt_ended(self, context: Context, event: dict[str, Any], state: AttemptState) -> Any:
@@ -408,6 +477,10 @@ class AttemptLoop:
 
         status = RequestStatus.from_event(event)
         name, error, phase = status.name, event[WAIT_ERROR], status.phase.value
+        if is_pending(name):
+            # Finding or making the request failed in the trigger: none was made (a create whose
+            # reply was lost is found by the next lookup, which a next try makes first).
+            raise WaitFailedError(f"making the request failed: {error}")
         ti = context["ti"]
         try_number, max_tries = getattr(ti, "try_number", None), getattr(ti, "max_tries", None)
         if isinstance(try_number, int) and isinstance(max_tries, int) and try_number <= max_tries:

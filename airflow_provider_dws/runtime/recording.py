@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_dws import metrics
 from airflow_provider_dws.records import (
     LIVE_PHASES,
-    PHASES,
     XCOM_KEY,
     RequestRecord,
     end_record,
     iso,
     parse_time,
+    phase_of,
     read_records,
     upsert,
 )
@@ -92,10 +92,8 @@ def _try_number(context: Context) -> int:
 
 
 def record_phase(status: RequestStatus) -> str:
-    """The record's phase of a status: ``provisioning`` (capacity found, not yet usable) is still
-    ``waiting`` to a reader of records, whose phases are :data:`~airflow_provider_dws.records.PHASES`."""
-    phase = status.phase.value
-    return phase if phase in PHASES else "waiting"
+    """The record's phase of a status (:func:`~airflow_provider_dws.records.phase_of`)."""
+    return phase_of(status.phase.value)
 
 
 def _project(op: Any, facts: dict[str, Any]) -> str:
@@ -228,6 +226,34 @@ class Recorder:
             self._push(context, replace(live, started=iso(status.timings.started) or record.started))
         except Exception:
             self.loop.log.warning("Could not write the request record of %s", status.name, exc_info=True)
+
+    def made(self, context: Context, pending: str, status: RequestStatus, state: AttemptState) -> None:
+        """The trigger made (or adopted) ``status`` for the request recorded as ``pending`` (its
+        provisional name): the record takes the request's name, console link, submit time and
+        wait deadline, once."""
+        try:
+            known = self._known(context)
+            if any(r.request_name == status.name for r in known):
+                self._records = [r for r in known if r.request_name != pending]
+                return
+            adapter = self.loop.adapter
+            url = adapter.record_facts(status, state.placement).get("console_url")
+            submitted = status.timings.submitted
+            deadline = adapter.wait_deadline(status, state.max_wait(self.loop.op.max_wait))
+            self._records = [
+                replace(
+                    r,
+                    request_name=status.name,
+                    console_url=url or r.console_url,
+                    submitted=iso(submitted) or r.submitted,
+                    wait_deadline=iso(deadline) if submitted else r.wait_deadline,
+                )
+                if r.request_name == pending
+                else r
+                for r in known
+            ]
+        except Exception:
+            self.loop.log.warning("Could not rename the request record of %s", status.name, exc_info=True)
 
     def ended(self, context: Context, status: RequestStatus, state: AttemptState, success: bool) -> None:
         """The attempt ended (or reached what the task waits for): the final record, the metrics."""

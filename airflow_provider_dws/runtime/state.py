@@ -27,6 +27,8 @@ class AttemptState:
     history: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
     max_wait_seconds: float | None = None
     not_before: str | None = None
+    #: The provisional name the request is recorded under while its trigger makes it.
+    pending: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The state as the trigger's ``resume``."""
@@ -36,6 +38,7 @@ class AttemptState:
             "placement": self.placement.to_dict(),
             "max_wait_seconds": self.max_wait_seconds,
             "not_before": self.not_before,
+            "pending": self.pending,
         }
 
     @classmethod
@@ -49,6 +52,7 @@ class AttemptState:
             history=tuple(data.get("history") or ()),
             max_wait_seconds=data.get("max_wait_seconds") or None,
             not_before=data.get("not_before") or None,
+            pending=data.get("pending") or None,
         )
 
     @classmethod
@@ -72,7 +76,13 @@ class AttemptState:
 
     def submitted(self, placement: Placement, max_wait: timedelta) -> AttemptState:
         """The same attempt once submitted in ``placement`` with ``max_wait``."""
-        return replace(self, placement=placement, max_wait_seconds=max_wait.total_seconds(), not_before=None)
+        return replace(
+            self,
+            placement=placement,
+            max_wait_seconds=max_wait.total_seconds(),
+            not_before=None,
+            pending=None,
+        )
 
     def ended(self, record: Mapping[str, Any]) -> AttemptState:
         """The state after this attempt ended, its ``record`` added to the history."""

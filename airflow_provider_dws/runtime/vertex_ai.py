@@ -7,7 +7,13 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import catalog
-from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend, job_accelerators, parse_job_name
+from airflow_provider_dws.backends.base import RESULT
+from airflow_provider_dws.backends.vertex_ai import (
+    VertexCustomJobBackend,
+    job_dict,
+    job_from_spec,
+    parse_job_name,
+)
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
@@ -23,7 +29,7 @@ from airflow_provider_dws.runtime.task import resolve_project
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind
 from airflow_provider_dws.scheduling.policies import Placement
-from airflow_provider_dws.specs.vertex_pools import as_dict
+from airflow_provider_dws.specs.vertex_pools import as_dict, duration, jsonable, spec_accelerators
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -43,6 +49,7 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
     name_key = "job_name"
 
     target = "end"
+    submits_in_trigger = True
     #: What the job is, in the task log.
     label = "Flex Start"
     op: CreateVertexAIFlexStartJobOperator
@@ -55,60 +62,74 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
         """The region of ``projects/P/locations/R/customJobs/ID``."""
         return parse_job_name(name)[0]
 
-    def build(
+    def request_spec(
         self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
-    ) -> CustomJob:
-        """The ``CustomJob`` to submit: the user's spec plus Flex Start scheduling and identity labels.
+    ) -> dict[str, Any]:
+        """The ``CustomJob`` to submit, as JSON: the user's spec plus Flex Start scheduling and
+        identity labels. Built without the client library (the trigger makes the message).
 
         A failover ``placement`` may swap the machine and accelerator type of every pool;
         ``max_wait`` is the effective wait decided by the scheduling core (default: ``max_wait``).
         """
-        from google.cloud.aiplatform_v1 import (
-            AcceleratorType,
-            CustomJob,
-            CustomJobSpec,
-            Scheduling,
-            WorkerPoolSpec,
-        )
-
         op = self.op
         if op.custom_job is not None:
-            job = CustomJob(as_dict(op.custom_job, "custom_job"))
+            job = jsonable(as_dict(op.custom_job, "custom_job"))
         else:
-            pools = [WorkerPoolSpec(as_dict(p, "worker_pool_specs")) for p in op.worker_pool_specs or []]
-            job = CustomJob(job_spec=CustomJobSpec(worker_pool_specs=pools))
-        job.display_name = op.display_name or job.display_name or identity.display_name()
-        spec = job.job_spec
-        spec.scheduling = Scheduling(
-            strategy=Scheduling.Strategy.FLEX_START,
-            max_wait_duration=max_wait or op.max_wait,
-            timeout=op.max_run,
-            restart_job_on_worker_restart=spec.scheduling.restart_job_on_worker_restart,
-            disable_retries=spec.scheduling.disable_retries,
-        )
-        if op.service_account:
-            spec.service_account = op.service_account
-        if op.network:
-            spec.network = op.network
-        if op.base_output_directory:
-            spec.base_output_directory.output_uri_prefix = op.base_output_directory
-        if placement is not None:
-            machine = catalog.GPU_MACHINES.get(placement.machine_type or "")
-            for pool in spec.worker_pool_specs:
-                if placement.machine_type:
-                    pool.machine_spec.machine_type = placement.machine_type
-                if machine is not None and pool.machine_spec.accelerator_count:
-                    # Another machine type comes with its own number of GPUs.
-                    pool.machine_spec.accelerator_count = machine.accelerator_count
-                if placement.accelerator_type:
-                    pool.machine_spec.accelerator_type = AcceleratorType.__members__[
-                        placement.accelerator_type
+            job = {
+                "job_spec": {
+                    "worker_pool_specs": [
+                        jsonable(as_dict(p, "worker_pool_specs")) for p in op.worker_pool_specs or []
                     ]
-        labels = dict(job.labels)
-        labels.update(op.labels or {})
-        labels.update(identity.labels())
-        job.labels = labels
+                }
+            }
+        job["display_name"] = op.display_name or job.get("display_name") or identity.display_name()
+        spec = job.setdefault("job_spec", {})
+        old = spec.get("scheduling") or {}
+        scheduling = {"strategy": "FLEX_START", "max_wait_duration": duration(max_wait or op.max_wait)}
+        if op.max_run is not None:
+            scheduling["timeout"] = duration(op.max_run)
+        for kept in ("restart_job_on_worker_restart", "disable_retries"):
+            if old.get(kept):
+                scheduling[kept] = old[kept]
+        spec["scheduling"] = scheduling
+        if op.service_account:
+            spec["service_account"] = op.service_account
+        if op.network:
+            spec["network"] = op.network
+        if op.base_output_directory:
+            spec["base_output_directory"] = {"output_uri_prefix": op.base_output_directory}
+        if placement is not None:
+            self._place(spec.get("worker_pool_specs") or [], placement)
+        job["labels"] = {**(job.get("labels") or {}), **(op.labels or {}), **identity.labels()}
         return job
+
+    @staticmethod
+    def _place(pools: list[dict[str, Any]], placement: Placement) -> None:
+        """Swap every pool's machine and accelerator type for a failover placement's."""
+        machine = catalog.GPU_MACHINES.get(placement.machine_type or "")
+        for pool in pools:
+            machine_spec = pool.setdefault("machine_spec", {})
+            if placement.machine_type:
+                machine_spec["machine_type"] = placement.machine_type
+            if machine is not None and machine_spec.get("accelerator_count"):
+                # Another machine type comes with its own number of GPUs.
+                machine_spec["accelerator_count"] = machine.accelerator_count
+            if placement.accelerator_type:
+                machine_spec["accelerator_type"] = placement.accelerator_type
+
+    def build(
+        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
+    ) -> CustomJob:
+        """:meth:`request_spec` as the ``CustomJob`` message (the worker's own submit path)."""
+        try:
+            return job_from_spec(self.request_spec(identity, placement, max_wait))
+        except ValueError as err:
+            raise BadRequestError(f"the custom job is not valid: {err}") from None
+
+    def announce(self) -> dict[str, Any]:
+        """The job's name under ``job_name``, its console page under the link's key."""
+        link = custom_job_console_url(resolve_project(self.op), "{location}", "{id}")
+        return {"name_key": self.name_key, "link_key": VertexAIFlexStartJobLink.key, "link": link}
 
     def persist_link(self, context: Context, status: RequestStatus) -> str:
         """The job's console page."""
@@ -142,15 +163,17 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
 
     def result(self, context: Context, status: RequestStatus) -> Any:
         """The succeeded ``CustomJob`` as a dict."""
-        from google.cloud.aiplatform_v1 import CustomJob
-
-        job = self.backend(self.location_of(status.name)).get(status.name)
-        return dict(CustomJob.to_dict(job, use_integers_for_enums=False, preserving_proto_field_name=True))
+        if RESULT in status.details:  # read by the trigger with the job's final status
+            return status.details[RESULT]
+        return job_dict(self.backend(self.location_of(status.name)).get(status.name))
 
     def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
         """The job's GPUs over every pool and replica, its first machine type, its console page."""
-        total, accelerator, machine = job_accelerators(self.build(_SHAPE_ONLY, placement))
-        region, job_id = parse_job_name(status.name)
+        total, accelerator, machine = spec_accelerators(self.request_spec(_SHAPE_ONLY, placement))
+        try:
+            region, job_id = parse_job_name(status.name)
+        except ValueError:  # recorded before its trigger made it: no page yet
+            region, job_id = placement.location, ""
         return {
             "api": VertexCustomJobBackend.kind,
             "kind": "Vertex AI custom job",
@@ -158,7 +181,9 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
             "accelerator_count": total,
             "machine_type": machine or None,
             "pricing_model": "flex_start",
-            "console_url": custom_job_console_url(resolve_project(self.op), region, job_id),
+            "console_url": custom_job_console_url(resolve_project(self.op), region, job_id)
+            if job_id
+            else None,
         }
 
     def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
@@ -188,31 +213,30 @@ class VertexReservedAdapter(ReservedSteps, VertexFlexStartAdapter):
 
     label = "reserved"
     wait_grace = timedelta(0)
+    #: The block is found, and the job checked against it, in the worker first.
+    submits_in_trigger = False
 
-    def build(
+    def request_spec(
         self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
-    ) -> CustomJob:
+    ) -> dict[str, Any]:
         """The Flex Start job's spec, on the block's reservation instead (its own scheduling)."""
-        from google.cloud.aiplatform_v1 import ReservationAffinity, Scheduling
-
-        job = super().build(identity, placement, max_wait)
+        job = super().request_spec(identity, placement, max_wait)
         block = self.block
         assert block is not None, "the block is found before a job is built"
-        spec = job.job_spec
-        old = spec.scheduling
-        spec.scheduling = Scheduling(
-            restart_job_on_worker_restart=old.restart_job_on_worker_restart,
-            disable_retries=old.disable_retries,
-        )
+        spec = job["job_spec"]
+        old = spec["scheduling"]
+        spec["scheduling"] = {
+            k: v for k, v in old.items() if k in ("restart_job_on_worker_restart", "disable_retries")
+        }
         if self.op.max_run is not None:
-            spec.scheduling.timeout = self.op.max_run
-        for pool in spec.worker_pool_specs:
-            machine = pool.machine_spec
-            if machine.accelerator_count:
-                check_machine(self.op, block, machine.machine_type)
-                machine.reservation_affinity = ReservationAffinity(
-                    reservation_affinity_type=ReservationAffinity.Type.SPECIFIC_RESERVATION,
-                    key=RESERVATION_AFFINITY_KEY,
-                    values=[block.reservation],
-                )
+            spec["scheduling"]["timeout"] = duration(self.op.max_run)
+        for pool in spec.get("worker_pool_specs") or []:
+            machine = pool.get("machine_spec") or {}
+            if machine.get("accelerator_count"):
+                check_machine(self.op, block, machine.get("machine_type", ""))
+                machine["reservation_affinity"] = {
+                    "reservation_affinity_type": "SPECIFIC_RESERVATION",
+                    "key": RESERVATION_AFFINITY_KEY,
+                    "values": [block.reservation],
+                }
         return job

@@ -7,7 +7,9 @@ the messages are built (and so checked by the client) only after rendering, in t
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_provider_dws import catalog
@@ -58,6 +60,43 @@ def as_dict(value: Any, what: str) -> dict[str, Any]:
     raise TypeError(
         f"{what} must be a dict or a google.cloud.aiplatform_v1 message, got {type(value).__name__}"
     )
+
+
+def duration(value: timedelta) -> str:
+    """A duration as protobuf's JSON writes it: ``"3600s"``, ``"0.5s"``."""
+    seconds = value.total_seconds()
+    return f"{int(seconds)}s" if seconds == int(seconds) else f"{seconds:.9f}".rstrip("0") + "s"
+
+
+def jsonable(value: Any) -> Any:
+    """A spec as protobuf's JSON takes it: durations as ``"Ns"``, times in RFC 3339, enums by name,
+    tuples as lists; the rest as it is (a wrong value is then refused with the field's name)."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, timedelta):
+        return duration(value)
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return aware.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    if isinstance(value, enum.Enum):
+        return value.name
+    return value
+
+
+def spec_accelerators(job: Mapping[str, Any]) -> tuple[int, str, str]:
+    """(accelerators over every pool and replica, the first accelerator type, the first machine
+    type) of a JSON ``CustomJob`` spec; ``0, "", ...`` for a job without accelerators."""
+    total, accelerator, machine = 0, "", ""
+    for pool in (job.get("job_spec") or {}).get("worker_pool_specs") or []:
+        spec = pool.get("machine_spec") or {}
+        machine = machine or str(spec.get("machine_type") or "")
+        count = int(spec.get("accelerator_count") or 0)
+        if count:
+            accelerator = accelerator or str(spec.get("accelerator_type") or "")
+            total += count * max(int(pool.get("replica_count") or 0), 1)
+    return total, accelerator, machine
 
 
 def check_pools(op: Any, pools: Any, where: str, skip: Any) -> None:

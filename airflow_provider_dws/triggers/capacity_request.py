@@ -25,6 +25,15 @@ from airflow_provider_dws.triggers.on_kill import cancel_for_kill, shielded
 from airflow_provider_dws.triggers.outcomes import event_payload, gone, unknown, wait_failed
 from airflow_provider_dws.triggers.poller import Subscription, shared_backend, shared_poller
 from airflow_provider_dws.triggers.status_line import DEFAULT_HEARTBEAT, log_heartbeat, status_line
+from airflow_provider_dws.triggers.submit import (
+    Submission,
+    Submitted,
+    announced,
+    find_or_submit,
+    is_pending,
+    is_refusal,
+    refused,
+)
 from airflow_provider_dws.triggers.wait_limits import WaitLimits, aware
 
 #: How long past its max wait a request may still be waiting before the provider cancels it itself.
@@ -110,6 +119,9 @@ class CapacityRequestTrigger(BaseTrigger):
     :param releases: whether the trigger may give the request up (on a kill, at ``task_deadline``,
         at ``wait_deadline``). False for a request another task owns (the calendar block a wait
         task follows is its reserve task's): the trigger then only reports, and cancels nothing.
+    :param submit: the request to make first (:class:`~.submit.Submission`'s dict), when the task
+        hands the submission to the trigger; ``request_name`` is then its provisional name
+        (:func:`~.submit.pending_name`) until the trigger has found or made the request.
     """
 
     def __init__(
@@ -125,6 +137,7 @@ class CapacityRequestTrigger(BaseTrigger):
         task_deadline: str | None = None,
         wait_grace: float | None = None,
         releases: bool = True,
+        submit: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         _check(kind, backend_spec, request_name, poll_interval, target, resume, wait_grace, releases)
@@ -147,6 +160,10 @@ class CapacityRequestTrigger(BaseTrigger):
             heartbeat=DEFAULT_HEARTBEAT,  # read from the config in ``run``
         )
         self._backend: AsyncRequestBackend | None = None
+        self.submit = submit
+        self.submission = Submission.from_dict(submit) if submit is not None else None
+        #: The find-or-create in flight (awaited by ``on_kill``: what it makes is then cancelled).
+        self._making: asyncio.Future[Any] | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Class path and keyword arguments; round-trips through ``__init__``."""
@@ -165,6 +182,8 @@ class CapacityRequestTrigger(BaseTrigger):
             kwargs["wait_grace"] = self.wait_grace
         if not self.releases:
             kwargs["releases"] = False
+        if self.submit is not None:
+            kwargs["submit"] = self.submit
         return "airflow_provider_dws.triggers.capacity_request.CapacityRequestTrigger", kwargs
 
     @property
@@ -190,6 +209,11 @@ class CapacityRequestTrigger(BaseTrigger):
         Its status comes from the event loop's shared poller (see :mod:`.poller`): one paged list
         per interval serves every waiting trigger of the same API, project and location.
         """
+        if self.submission is not None and is_pending(self.request_name):
+            made = await self._make()
+            if made is not None:  # refused, failed, or already at its end
+                yield TriggerEvent(made)
+                return
         # Not waited for: the wait joins the shared poller at once, with the others created with it.
         await log_info(
             self.log,
@@ -221,6 +245,54 @@ class CapacityRequestTrigger(BaseTrigger):
         finally:
             sub.close()
         yield TriggerEvent(event_payload(final, self.resume))
+
+    async def _make(self) -> dict[str, Any] | None:
+        """Find or create the request (:mod:`.submit`) and wait on it from now on; the event to
+        yield at once instead when the create was refused or failed, or the request found ended."""
+        assert self.submission is not None
+        pending = self.request_name
+        self._making = asyncio.ensure_future(find_or_submit(self.kind, self.submission))
+        try:
+            made = await asyncio.shield(self._making)
+        except Exception as err:
+            if is_refusal(err):
+                self.log.error("Creating the request was refused: %s", err)
+                return event_payload(refused(pending, err), self.resume)
+            self.log.exception("Creating the request failed")
+            return event_payload(wait_failed(pending, None, err), self.resume, wait_error=err)
+        self._adopt(made)
+        await log_info(self.log, "%s", made.line, wait=False)
+        status = made.status
+        what = {"created": "Submitted", "adopted": "Adopted", "succeeded": "Found succeeded"}[made.how]
+        await log_info(self.log, "%s %s (%s)", what, status.name, status.description, wait=False)
+        ti = getattr(self, "task_instance", None)
+        if ti is not None and getattr(ti, "dag_id", None):
+            from asgiref.sync import sync_to_async
+
+            await sync_to_async(announced)(ti, pending, status, self.submission.announce)
+        if reached(self.target, status.phase):
+            return event_payload(await self._ended(status), self.resume)
+        return None
+
+    def _adopt(self, made: Submitted) -> None:
+        """Wait on the request found or made: its name, its location's backend, its attempt and
+        placement in the state handed back, its max wait from its submission."""
+        assert self.submission is not None
+        status = made.status
+        self.request_name = status.name
+        self.backend_spec = made.backend_spec
+        self._backend = None
+        resume = dict(self.resume or {})
+        if made.how != "created":
+            resume["attempt"] = int(status.details.get("attempt") or resume.get("attempt") or 1)
+        resume["placement"] = made.placement or resume.get("placement")
+        max_wait = status.details.get("max_wait_seconds") or self.submission.max_wait_seconds
+        resume["max_wait_seconds"] = max_wait
+        self.resume = resume
+        if self.limits.wait_deadline is None and max_wait:
+            submitted = status.timings.submitted or datetime.now(timezone.utc)
+            self.limits.wait_deadline = submitted + timedelta(seconds=max_wait)
+            self.wait_deadline = self.limits.wait_deadline.isoformat()
 
     async def _look(self, sub: Subscription, seen: _Seen) -> RequestStatus | None:
         """Take the request's next status (or wake for a limit) and log it: the status to report
@@ -305,7 +377,24 @@ class CapacityRequestTrigger(BaseTrigger):
         """A user killed the task: cancel the request so it stops waiting (and billing), unless the
         task is still deferred (the trigger moved); see :mod:`.on_kill`."""
         ti = getattr(self, "task_instance", None)
+        making = self._making
+        if making is not None and is_pending(self.request_name):
+            # Killed while its request was being found or made: what that makes is cancelled.
+            await shielded(self._cancel_made(making, ti), self.log, self.request_name)
+            return
+        if is_pending(self.request_name):
+            self.log.info("Task killed before its request was made; nothing to cancel")
+            return
         await shielded(cancel_for_kill(self.held(), ti), self.log, self.request_name)
+
+    async def _cancel_made(self, making: asyncio.Future[Any], ti: Any) -> None:
+        try:
+            made = await making
+        except Exception:
+            self.log.info("Task killed while its request was being made, and none was made")
+            return
+        self._adopt(made)
+        await cancel_for_kill(self.held(), ti)
 
 
 async def first_event(trigger: BaseTrigger) -> dict[str, Any]:

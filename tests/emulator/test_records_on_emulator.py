@@ -19,6 +19,7 @@ from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
 from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.records import XCOM_KEY, RequestRecord, parse_time, read_records
 from airflow_provider_dws.triggers.capacity_request import first_event
+from airflow_provider_dws.triggers.submit import is_pending
 from dws_emulator.testing import FakeClock, InProcessEmulator
 from tests.emulator.test_provider_batch_on_emulator import L4, ticking
 from tests.emulator.test_provider_on_emulator import H100, pools
@@ -89,19 +90,23 @@ def test_a_deferred_vertex_job_is_waiting_in_xcom_then_succeeded(vertex_emulator
     ti = TI("records_on_emulator", "train")
     with pytest.raises(TaskDeferred) as deferred:
         vertex().execute({"ti": ti})
+    # The trigger makes the job: until then it is recorded waiting under a provisional name.
     [waiting] = records(ti)
-    assert waiting.phase == "waiting"
-    assert waiting.request_name == ti.xcom["job_name"]
+    assert waiting.phase == "waiting" and is_pending(waiting.request_name)
+    assert "job_name" not in ti.xcom and waiting.console_url is None
     assert (waiting.api, waiting.kind) == ("vertex_custom_job", "Vertex AI custom job")
     assert (waiting.project, waiting.location) == ("emu-project", "us-central1")
     assert (waiting.accelerator_type, waiting.accelerator_count) == ("NVIDIA_H100_80GB", 8)
-    assert waiting.console_url == ti.xcom["dws_vertex_job_link"]
     assert waiting.max_wait_seconds == 1800 and waiting.submitted and waiting.wait_deadline
 
     result, resumed = resume(vertex, ti, deferred.value)
     assert result["state"] == "JOB_STATE_SUCCEEDED"
     [done] = records(resumed)
-    assert (done.request_name, done.phase, done.outcome) == (waiting.request_name, "succeeded", "succeeded")
+    assert (done.request_name, done.phase, done.outcome) == (result["name"], "succeeded", "succeeded")
+    assert resumed.xcom["job_name"] == result["name"]
+    assert done.console_url == resumed.xcom["dws_vertex_job_link"] and result["name"].endswith(
+        done.console_url.split("/training/")[1].split("/")[0]
+    )
     started, ended = parse_time(done.started), parse_time(done.ended)
     submitted = parse_time(done.submitted)
     assert submitted is not None and started is not None and ended is not None

@@ -21,6 +21,17 @@ from airflow_provider_dws.runtime.loop import WAITING_KEY
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 from airflow_provider_dws.scheduling.policies import Placement
 
+
+@pytest.fixture(autouse=True)
+def _worker_submits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests pin the attempt loop's worker-side submission (every adapter that does not hand
+    its request to the trigger, and ``deferrable=False``), with Vertex AI as the example adapter;
+    its trigger-side submission is ``tests/unit/test_trigger_submission.py``'s."""
+    from airflow_provider_dws.runtime.vertex_ai import VertexFlexStartAdapter
+
+    monkeypatch.setattr(VertexFlexStartAdapter, "submits_in_trigger", False)
+
+
 POOL = {
     "machine_spec": {
         "machine_type": "a3-highgpu-8g",

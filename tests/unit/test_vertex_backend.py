@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from google.cloud.aiplatform_v1 import CustomJob, JobState
 
-from airflow_provider_dws.backends.base import RequestStatus
+from airflow_provider_dws.backends.base import RESULT, RequestStatus
 from airflow_provider_dws.backends.vertex_ai import (
     VertexCustomJobBackend,
     describe_job,
@@ -128,7 +128,8 @@ def test_status_event_round_trip() -> None:
     assert event["timings"]["wait_seconds"] == 600.0
     assert event["timings"]["run_seconds"] == 3600.0
     # Everything but the details (region, display name, max wait), which the task has itself.
-    assert RequestStatus.from_event(event) == replace(status, details={})
+    # Only what the task returns travels from the details (the job as a dict, for a success).
+    assert RequestStatus.from_event(event) == replace(status, details={RESULT: status.details[RESULT]})
     assert "details" not in event
 
 

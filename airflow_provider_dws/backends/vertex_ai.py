@@ -21,7 +21,7 @@ from airflow_provider_dws.backends.base import (
 from airflow_provider_dws.backends.google import GoogleBackend, translated
 from airflow_provider_dws.errors import ConflictError, RequestNotFoundError
 from airflow_provider_dws.hooks.vertex_ai import DwsVertexAIAsyncHook, DwsVertexAIHook
-from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_MANAGED, RequestIdentity
+from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_MANAGED, LABEL_TRY, RequestIdentity
 from airflow_provider_dws.scheduling.phases import VERTEX_JOB_STATES, RequestTimings
 from airflow_provider_dws.scheduling.reattach import Candidate, ReattachDecision, choose_existing
 
@@ -125,6 +125,7 @@ def job_status(job: CustomJob) -> RequestStatus:
         "region": region,
         "max_wait_seconds": max_wait.total_seconds() if max_wait else None,
         "attempt": int(attempt) if attempt.isdigit() else 1,
+        "try": int(tried) if (tried := raw.labels.get(LABEL_TRY, "")).isdigit() else None,
     }
     if state == "JOB_STATE_SUCCEEDED":
         # The task's return value, read here from the message already in hand (tens of

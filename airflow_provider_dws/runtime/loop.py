@@ -182,6 +182,8 @@ class AttemptLoop:
         name, waited_try = record.get("request"), record.get("try")
         if not isinstance(name, str) or not isinstance(waited_try, int) or waited_try >= try_number:
             return None
+        if is_pending(name):
+            return self._cancel_made_by_trigger(context, waited_try)
         if not self.op.cancel_on_kill:
             self.log.info(
                 "Try %d ended while deferred on %s; cancel_on_kill=False, so it is kept and adopted",
@@ -203,6 +205,33 @@ class AttemptLoop:
             return None
         self.log.info("Cancelled %s; this try starts a new request", name)
         return name
+
+    def _cancel_made_by_trigger(self, context: Context, waited_try: int) -> str | None:
+        """An earlier try ended while its trigger made or waited on its request (named only in the
+        triggerer): find that try's live request by the task instance's labels and give it up as
+        :meth:`cancel_abandoned_request` does; its name (``None``: none, or it is kept)."""
+        self._forget_waiting(context)
+        if not self.op.cancel_on_kill:
+            return None
+        identity = task_identity(context)
+        locations = {placement.location for placement in self.op.placements()}
+        live = [
+            status
+            for location in sorted(locations)
+            for status in self.adapter.backend(location).find(identity)  # type: ignore[attr-defined]
+            if status.phase.live and status.details.get("try") == waited_try
+        ]
+        given_up = None
+        for status in live:
+            self.log.warning(
+                "Try %d ended while deferred on %s (the task was cleared, marked or timed out): giving "
+                "that request up",
+                waited_try,
+                status.name,
+            )
+            if not self.adapter.release_or_keep(status.name):
+                given_up = status.name
+        return given_up
 
     def _remember_waiting(self, context: Context, name: str) -> None:
         store = context.get("task_state_store")

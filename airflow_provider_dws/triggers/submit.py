@@ -116,10 +116,10 @@ class Submitted:
 class Pacer:
     """At most ``rate`` starts a second and ``concurrency`` in flight (one per API and location)."""
 
-    def __init__(self, rate: float = SUBMIT_RATE, concurrency: int = SUBMIT_CONCURRENCY) -> None:
-        self.gap = 1.0 / rate
+    def __init__(self, rate: float | None = None, concurrency: int | None = None) -> None:
+        self.gap = 1.0 / (rate or SUBMIT_RATE)
         self.next_start = 0.0
-        self.slots = asyncio.Semaphore(concurrency)
+        self.slots = asyncio.Semaphore(concurrency or SUBMIT_CONCURRENCY)
 
     async def __aenter__(self) -> None:
         await self.slots.acquire()

@@ -36,6 +36,8 @@ class _KillAfterSubmit(KillAfterSubmit, VertexFlexStartAdapter):
 
 
 class _HoldAfterSubmit(VertexFlexStartAdapter):
+    submits_in_trigger = False  # the hold is in the worker's own submit
+
     def submit(self, context: Any, identity: Any, placement: Any, max_wait: timedelta) -> Any:
         status = super().submit(context, identity, placement, max_wait)
         if context["ti"].try_number == 1:

@@ -17,6 +17,9 @@ class KillAfterSubmit:
     the task defers (no cleanup, no log flush); the retry must adopt the request."""
 
     log: Any
+    #: The fault is in the worker's own submit: where the trigger makes the request, the worker
+    #: makes it here instead (the path of deferrable=False and of adapters that submit themselves).
+    submits_in_trigger = False
 
     def submit(self, context: Any, identity: Any, placement: Any, max_wait: timedelta) -> Any:
         status = super().submit(context, identity, placement, max_wait)  # type: ignore[misc]

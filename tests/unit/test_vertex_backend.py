@@ -97,6 +97,7 @@ def test_job_status_waiting() -> None:
         "region": "europe-west4",
         "max_wait_seconds": 7200.0,
         "attempt": 1,
+        "try": None,  # the job carries no try label
     }
 
 

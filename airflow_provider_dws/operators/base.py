@@ -192,10 +192,10 @@ class DwsBaseOperator(BaseOperator, metaclass=DwsOperatorMeta):
 
     def pre_execute(self, context: Any) -> None:
         """Before ``execute`` and before a resume: account for this try's console-link XComs
-        (:func:`airflow_provider_dws.links.track`), so the links Airflow stores when the task ends
+        (:func:`airflow_provider_dws.console.track`), so the links Airflow stores when the task ends
         are known without reading an XCom that was never pushed (an error line in the task log)."""
         super().pre_execute(context)
-        from airflow_provider_dws.links import track
+        from airflow_provider_dws.console import track
 
         track(context)
 

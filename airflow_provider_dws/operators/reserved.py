@@ -133,19 +133,9 @@ class BlockConsumer:
 
     def use_block(self, block: Block) -> None:
         """Run on ``block``: the location follows its reservation (given, it must be the same)."""
-        field = self.LOCATION_FIELD
-        wanted = block.region if field == "region" else block.zone
-        given = getattr(self, field)
-        if given is None:
-            setattr(self, field, wanted)
-        elif given != wanted:
-            from airflow_provider_dws.exceptions import BadRequestError
+        from airflow_provider_dws.runtime.reserved import follow_block
 
-            raise BadRequestError(
-                f"{type(self).__name__} {self.task_id!r}: {field} {given!r} is not where its {block.describe()} "
-                f"is ({wanted}); a workload runs where its reservation is (leave {field} out to follow it)"
-            )
-        self._block = block
+        follow_block(self, block)
 
     # -- entry points -----------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "Google Cloud Dynamic Workload Scheduler",
                 "python-modules": [
                     "airflow_provider_dws.operators.base",
+                    "airflow_provider_dws.operators.release",
                     "airflow_provider_dws.operators.vertex_ai",
                     "airflow_provider_dws.operators.tpu",
                     "airflow_provider_dws.operators.tpu_release",

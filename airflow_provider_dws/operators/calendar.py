@@ -32,9 +32,9 @@ from airflow_provider_dws.operators.base import (
     WAIT_CHECKS,
     DwsBaseOperator,
     DwsRequestOperator,
-    DwsSetupReleaseOperator,
 )
 from airflow_provider_dws.operators.checks import Check, duration, flag, matches, non_empty_str
+from airflow_provider_dws.operators.release import DwsSetupReleaseOperator
 from airflow_provider_dws.specs import roles
 from airflow_provider_dws.specs.calendar_block import check_search_range, check_start_time
 from airflow_provider_dws.specs.templates import is_template

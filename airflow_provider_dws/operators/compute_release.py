@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws.links import ComputeFlexStartMIGLink
-from airflow_provider_dws.operators.base import DwsSetupReleaseOperator
+from airflow_provider_dws.operators.release import DwsSetupReleaseOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

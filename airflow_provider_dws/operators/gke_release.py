@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import facts
 from airflow_provider_dws.links import GKEProvisioningRequestLink
-from airflow_provider_dws.operators.base import DwsSetupReleaseOperator
 from airflow_provider_dws.operators.checks import Check, matches, non_empty_str
+from airflow_provider_dws.operators.release import DwsSetupReleaseOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

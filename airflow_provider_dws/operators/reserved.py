@@ -36,7 +36,6 @@ from airflow_provider_dws.operators.checks import (
     non_empty_str,
     run_checks,
 )
-from airflow_provider_dws.specs.templates import has_template, is_template
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -121,89 +120,11 @@ class BlockConsumer:
                 "reservation (its full name)"
             )
         run_checks(self, BLOCK_CHECKS, rendered=False)
-        if not self.on_block:
-            return
-        failover = failover if failover is not None else getattr(self, "failover", None)
-        if failover is not None:
-            raise self._param_error(
-                f"failover ({failover}) cannot be combined with a calendar reservation: the workload "
-                "runs where its reservation is, and nowhere else has it"
-            )
-        length, run_for = self._block_length(), self.block_run_for()
-        if length is not None and run_for is not None and run_for > length and not allow_past_block_end:
-            raise self._param_error(
-                f"max_run {run_for} is longer than the whole calendar block of task {self.block_task_id!r} "
-                f"({length}): it would run past the block's end, when the block and everything on it are "
-                "deleted; shorten max_run or pass allow_past_block_end=True"
-            )
-        self._check_block_location()
+        if self.on_block:
+            # What a block cannot go with loads only for a DAG that names one.
+            from airflow_provider_dws.operators.block_params import check_block
 
-    def _check_block_location(self) -> None:
-        """A literal region (or zone) must be able to hold the block's reservation, when the DAG names
-        its zone literally: elsewhere the workload could never run on it."""
-        field = self.LOCATION_FIELD
-        given = getattr(self, field, None)
-        found = self._block_zones()
-        if not isinstance(given, str) or is_template(given) or found is None:
-            return
-        zones, source = found
-        places = [zone if field == "zone" else zone.rsplit("-", 1)[0] for zone in zones]
-        if given not in places:
-            where = f"zone {zones[0]!r}" if len(zones) == 1 else f"one of the zones {list(zones)}"
-            raise self._param_error(
-                f"{field} {given!r} cannot hold the block's reservation, which is in {where} ({source}): "
-                f"a workload runs where its reservation is; leave {field} out to follow it, or give "
-                f"{places[0]!r}"
-            )
-
-    def _block_tasks(self) -> list[Any]:
-        """The calendar tasks of this DAG that describe the block, nearest first (a WaitFor task, its
-        Reserve task, that one's Find task), as far as the DAG already holds them."""
-        has_dag = getattr(self, "has_dag", None)
-        dag = getattr(self, "dag", None) if has_dag is not None and has_dag() else None
-        tasks: list[Any] = []
-        task_id = self.block_task_id
-        while dag is not None and task_id and len(tasks) < 3:
-            task = dag.task_dict.get(task_id)
-            if task is None:
-                break
-            tasks.append(task)
-            task_id = getattr(task, "reserve_task_id", None) or getattr(task, "find_task_id", None)
-        return tasks
-
-    def _block_length(self) -> timedelta | None:
-        """The block's length when the DAG gives it literally (the Reserve task's or its Find task's
-        ``duration``, through a WaitFor task's ``reserve_task_id``), else ``None``."""
-        for task in self._block_tasks():
-            length = getattr(task, "duration", None)
-            if isinstance(length, timedelta):
-                return length
-        return None
-
-    def _block_zones(self) -> tuple[tuple[str, ...], str] | None:
-        """The zone(s) the block's reservation may be in, and where that comes from, when literal: the
-        ``reservation``'s, or the block task's (a WaitFor task's future reservation, a Reserve task's
-        zone, a Find task's zones); ``None`` when not known at parse time."""
-        if self.reservation is not None:
-            if is_template(self.reservation):
-                return None
-            return (self.reservation.split("/")[3],), f"reservation {self.reservation!r}"
-        tasks = self._block_tasks()
-        if not tasks:
-            return None
-        from airflow_provider_dws.operators import calendar  # the DAG's block tasks loaded it already
-
-        for task in tasks:
-            source = f"task {task.task_id!r}"
-            if isinstance(task, calendar.WaitForCalendarBlockOperator) and task.future_reservation:
-                name = task.future_reservation
-                return None if is_template(name) else ((name.split("/")[3],), source)
-            if isinstance(task, calendar.ReserveCalendarBlockOperator) and task.zone is not None:
-                return None if is_template(task.zone) else ((task.zone,), source)
-            if isinstance(task, calendar.FindCalendarBlockOperator):
-                zones = task.zones
-                return None if has_template(zones) else (tuple(zones), source)
-        return None
+            check_block(self, allow_past_block_end, failover)
 
     def block_run_for(self) -> timedelta | None:
         """How long the workload may run once started (``max_run``), checked against the block's end."""
@@ -212,19 +133,9 @@ class BlockConsumer:
 
     def use_block(self, block: Block) -> None:
         """Run on ``block``: the location follows its reservation (given, it must be the same)."""
-        field = self.LOCATION_FIELD
-        wanted = block.region if field == "region" else block.zone
-        given = getattr(self, field)
-        if given is None:
-            setattr(self, field, wanted)
-        elif given != wanted:
-            from airflow_provider_dws.exceptions import BadRequestError
+        from airflow_provider_dws.runtime.reserved import follow_block
 
-            raise BadRequestError(
-                f"{type(self).__name__} {self.task_id!r}: {field} {given!r} is not where its {block.describe()} "
-                f"is ({wanted}); a workload runs where its reservation is (leave {field} out to follow it)"
-            )
-        self._block = block
+        follow_block(self, block)
 
     # -- entry points -----------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from airflow_provider_dws.backends.batch import (
     parse_job_name,
     task_counts,
 )
+from airflow_provider_dws.console import batch_job_console_url, batch_job_logs_url, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
@@ -20,7 +21,7 @@ from airflow_provider_dws.exceptions import (
     RequestCancelledError,
     WorkloadFailedError,
 )
-from airflow_provider_dws.links import BatchFlexStartJobLink, BatchJobLogsLink, batch_job_console_url
+from airflow_provider_dws.links import BatchFlexStartJobLink, BatchJobLogsLink
 from airflow_provider_dws.runtime.adapter import RequestAdapter
 from airflow_provider_dws.runtime.reserved import ReservedSteps, check_machine
 from airflow_provider_dws.runtime.task import resolve_project
@@ -161,8 +162,11 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
         _, region, job_id = parse_job_name(status.name)
         project = resolve_project(self.op)
         if status.details.get("uid"):
-            self.log.info("Task logs: %s", BatchJobLogsLink.persist(context, project, status.details["uid"]))
-        return BatchFlexStartJobLink.persist(context, project, region, job_id)
+            self.log.info(
+                "Task logs: %s",
+                push_url(context, BatchJobLogsLink.key, batch_job_logs_url(project, status.details["uid"])),
+            )
+        return push_url(context, BatchFlexStartJobLink.key, batch_job_console_url(project, region, job_id))
 
     def submit(
         self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta

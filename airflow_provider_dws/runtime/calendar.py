@@ -19,10 +19,11 @@ from airflow_provider_dws.backends.calendar import (
     parse_future_reservation_name,
     parse_reservation_name,
 )
+from airflow_provider_dws.console import future_reservation_console_url, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import BadRequestError, CapacityNotObtainedError, RequestCancelledError
 from airflow_provider_dws.facts import CALENDAR_PROVISIONING_LIMIT
-from airflow_provider_dws.links import CalendarBlockLink, future_reservation_console_url
+from airflow_provider_dws.links import CalendarBlockLink
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.task import pulled, resolve_project
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
@@ -165,7 +166,11 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
     def persist_link(self, context: Context, status: RequestStatus) -> str:
         """The block's console page."""
         where = parse_future_reservation_name(status.name)
-        return CalendarBlockLink.persist(context, where.project, where.zone, where.future_reservation)
+        return push_url(
+            context,
+            CalendarBlockLink.key,
+            future_reservation_console_url(where.project, where.zone, where.future_reservation),
+        )
 
     def submit(
         self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta
@@ -483,7 +488,11 @@ class CalendarWaitAdapter(RequestAdapter["WaitForCalendarBlockOperator", FutureR
         status = future_reservation_status(fr, name)
         placement = Placement(zone)
         where = parse_future_reservation_name(name)
-        CalendarBlockLink.persist(context, where.project, zone, where.future_reservation)
+        push_url(
+            context,
+            CalendarBlockLink.key,
+            future_reservation_console_url(where.project, zone, where.future_reservation),
+        )
         if status.phase.terminal and status.phase is not Phase.RUNNING:
             raise block_error(status, timedelta(0))
         start, _ = block_window(fr)

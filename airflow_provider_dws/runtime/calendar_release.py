@@ -18,6 +18,7 @@ from airflow_provider_dws.backends.calendar import (
     future_reservation_status,
     parse_future_reservation_name,
 )
+from airflow_provider_dws.console import future_reservation_console_url, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import BadRequestError
 from airflow_provider_dws.links import CalendarBlockLink
@@ -223,7 +224,11 @@ def release_blocks(op: ReleaseCalendarBlockOperator, context: Context) -> dict[s
         if fr is None:
             op.log.info("%s is already gone", name)
             continue
-        CalendarBlockLink.persist(context, where.project, where.zone, where.future_reservation)
+        push_url(
+            context,
+            CalendarBlockLink.key,
+            future_reservation_console_url(where.project, where.zone, where.future_reservation),
+        )
         now = datetime.now(timezone.utc)
         status = future_reservation_status(fr, name, now=now)
         cost = usage(fr, name, records, now)

@@ -14,9 +14,10 @@ from airflow_provider_dws.backends.compute import (
     ResizeAsk,
     parse_resize_request_name,
 )
+from airflow_provider_dws.console import mig_console_url, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import BadRequestError, CapacityNotObtainedError, RequestCancelledError
-from airflow_provider_dws.links import ComputeFlexStartMIGLink, mig_console_url
+from airflow_provider_dws.links import ComputeFlexStartMIGLink
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.task import pulled, resolve_project, task_identity
 from airflow_provider_dws.scheduling.phases import FailureKind
@@ -207,8 +208,10 @@ class ComputeFlexStartAdapter(
     def persist_link(self, context: Context, status: RequestStatus) -> str:
         """The MIG's console page."""
         where = parse_resize_request_name(status.name)
-        return ComputeFlexStartMIGLink.persist(
-            context, where.project, where.location, where.instance_group_manager
+        return push_url(
+            context,
+            ComputeFlexStartMIGLink.key,
+            mig_console_url(where.project, where.location, where.instance_group_manager),
         )
 
     def submit(
@@ -419,7 +422,11 @@ def release_vms(op: DeleteComputeFlexStartVMsOperator, context: Context) -> dict
         if status is None:
             op.log.info("%s is already gone", name)
             continue
-        ComputeFlexStartMIGLink.persist(context, where.project, where.location, where.instance_group_manager)
+        push_url(
+            context,
+            ComputeFlexStartMIGLink.key,
+            mig_console_url(where.project, where.location, where.instance_group_manager),
+        )
         if status.state == "SUCCEEDED":
             urls = (
                 [u for u in result.get("instance_urls") or () if isinstance(u, str)] if name == pushed else []

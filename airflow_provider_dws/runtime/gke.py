@@ -14,6 +14,7 @@ from airflow_provider_dws.backends.kubernetes import (
     ProvisioningAsk,
     ProvisioningRequestBackend,
 )
+from airflow_provider_dws.console import gke_cluster_console_url, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
@@ -29,7 +30,7 @@ from airflow_provider_dws.facts import (
     PROVISIONING_REQUEST_GROUP,
     QUEUED_TOLERATION,
 )
-from airflow_provider_dws.links import GKEProvisioningRequestLink, gke_cluster_console_url
+from airflow_provider_dws.links import GKEProvisioningRequestLink
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.task import task_identity
 from airflow_provider_dws.scheduling.identity import parse_attempt_name
@@ -206,8 +207,10 @@ class GKEProvisioningRequestAdapter(
         op = self.op
         if not (op.cluster_name and op.project_id):
             return None
-        return GKEProvisioningRequestLink.persist(
-            context, str(op.project_id), str(op.location), op.cluster_name
+        return push_url(
+            context,
+            GKEProvisioningRequestLink.key,
+            gke_cluster_console_url(str(op.project_id), str(op.location), op.cluster_name),
         )
 
     def submit(

@@ -15,6 +15,7 @@ from airflow_provider_dws.backends.kueue import (
     KueueJobBackend,
     job_gpus,
 )
+from airflow_provider_dws.console import gke_job_console_url, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
@@ -24,7 +25,7 @@ from airflow_provider_dws.exceptions import (
     WorkloadFailedError,
 )
 from airflow_provider_dws.facts import GPU_TOLERATION, QUEUED_TOLERATION
-from airflow_provider_dws.links import GKEQueuedJobLink, gke_job_console_url
+from airflow_provider_dws.links import GKEQueuedJobLink
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.gke import cluster_backend
 from airflow_provider_dws.scheduling.identity import RequestIdentity
@@ -150,7 +151,7 @@ class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBacke
         """The Job's console page, when the cluster is named."""
         url = self._console_url(status.name)
         if url:
-            GKEQueuedJobLink.push_url(context, url)
+            push_url(context, GKEQueuedJobLink.key, url)
         return url
 
     def _console_url(self, name: str) -> str | None:

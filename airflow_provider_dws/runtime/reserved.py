@@ -181,6 +181,22 @@ def find_block(op: Any, context: Context) -> tuple[Block, RequestStatus | None]:
     return named, None
 
 
+def follow_block(op: Any, block: Block) -> None:
+    """The consumer's ``use_block``: its location follows the block's reservation (given, it must be
+    the same, or the task fails), and the block is the one it runs on."""
+    field = op.LOCATION_FIELD
+    wanted = block.region if field == "region" else block.zone
+    given = getattr(op, field)
+    if given is None:
+        setattr(op, field, wanted)
+    elif given != wanted:
+        raise BadRequestError(
+            f"{type(op).__name__} {op.task_id!r}: {field} {given!r} is not where its {block.describe()} "
+            f"is ({wanted}); a workload runs where its reservation is (leave {field} out to follow it)"
+        )
+    op._block = block
+
+
 def use_block(op: Any, context: Context, block: Block) -> None:
     """Run the consumer on ``block``: its placement follows the reservation, and it is kept in the
     consumer's XCom for the task's later steps."""

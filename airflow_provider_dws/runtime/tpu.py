@@ -13,6 +13,7 @@ from airflow_provider_dws.backends.tpu import (
     parse_queued_resource_name,
     zone_of,
 )
+from airflow_provider_dws.console import push_url, queued_resource_console_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
@@ -20,7 +21,7 @@ from airflow_provider_dws.exceptions import (
     CapacityPreemptedError,
     RequestCancelledError,
 )
-from airflow_provider_dws.links import TPUQueuedResourceLink, queued_resource_console_url
+from airflow_provider_dws.links import TPUQueuedResourceLink
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.recording import Released, ReleasedApi, record_release
 from airflow_provider_dws.runtime.reserved import ReservedSteps
@@ -63,7 +64,11 @@ def _by_zone(placements: Sequence[Placement]) -> list[Placement]:
 
 
 def _persist_link(context: Context, backend: TpuQueuedResourceBackend, name: str) -> str:
-    return TPUQueuedResourceLink.persist(context, backend.project_id, backend.zone, name.rsplit("/", 1)[-1])
+    return push_url(
+        context,
+        TPUQueuedResourceLink.key,
+        queued_resource_console_url(backend.project_id, backend.zone, name.rsplit("/", 1)[-1]),
+    )
 
 
 class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator", TpuQueuedResourceBackend]):

@@ -14,6 +14,7 @@ from airflow_provider_dws.backends.vertex_ai import (
     job_from_spec,
     parse_job_name,
 )
+from airflow_provider_dws.console import custom_job_console_url, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
@@ -22,7 +23,7 @@ from airflow_provider_dws.exceptions import (
     WorkloadFailedError,
 )
 from airflow_provider_dws.facts import RESERVATION_AFFINITY_KEY
-from airflow_provider_dws.links import VertexAIFlexStartJobLink, custom_job_console_url
+from airflow_provider_dws.links import VertexAIFlexStartJobLink
 from airflow_provider_dws.runtime.adapter import RequestAdapter
 from airflow_provider_dws.runtime.reserved import ReservedSteps, check_machine
 from airflow_provider_dws.runtime.task import resolve_project
@@ -134,7 +135,11 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
     def persist_link(self, context: Context, status: RequestStatus) -> str:
         """The job's console page."""
         region, job_id = parse_job_name(status.name)
-        return VertexAIFlexStartJobLink.persist(context, resolve_project(self.op), region, job_id)
+        return push_url(
+            context,
+            VertexAIFlexStartJobLink.key,
+            custom_job_console_url(resolve_project(self.op), region, job_id),
+        )
 
     def submit(
         self, context: Context, identity: RequestIdentity, placement: Placement, max_wait: timedelta

@@ -9,7 +9,7 @@ are both restricted, either one matching is enough (croniter's ``day_or``, as in
 What stays here, and why:
 
 - croniter is asked only about naive local dates. Turning wall times into instants is
-  :func:`~airflow_provider_dws.scheduling.windows.resolve_local`'s job, because the windows' DST
+  :func:`~airflow_provider_dws.scheduling.window_times.resolve_local`'s job, because the windows' DST
   rules (a skipped wall time opens at the moment of the change, a repeated one at its first
   occurrence) are neither croniter's nor Airflow's (pendulum moves a skipped 02:30 to 03:30).
 - Each plain field is checked here first, for messages that name the field and the value (croniter

@@ -30,44 +30,25 @@ from __future__ import annotations
 import calendar
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError
 from datetime import date, datetime, time, timedelta
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from airflow_provider_dws.scheduling._time import (
-    UTC,
-    aware_utc,
-    check_duration,
-    exact_duration,
-    parse_duration,
-)
+from airflow_provider_dws.scheduling._time import check_duration, exact_duration, parse_duration
 
 if TYPE_CHECKING:
     from airflow_provider_dws.scheduling.cron import CronExpression
 
 __all__ = [
     "MAX_CRON_DURATION",
-    "MERGE_HORIZON",
-    "SEARCH_LIMIT",
     "OffPeakWindow",
     "Window",
     "WindowSet",
     "coerce_window",
     "parse_window",
-    "resolve_local",
 ]
 
-_DAY = timedelta(days=1)
-_SECOND = timedelta(seconds=1)
-#: A merged stretch of touching occurrences is followed at most this far from the instants asked
-#: about; a window that never closes for longer than this is reported as closing (or having opened)
-#: at that distance. No decision looks this far ahead (max waits are at most 7 days).
-MERGE_HORIZON = timedelta(days=31)
-_CHAIN_STEP = timedelta(days=8)
-#: How far :meth:`OffPeakWindow.next_open` searches (a cron window on 29 February opens every 4 to
-#: 8 years).
-SEARCH_LIMIT = timedelta(days=366 * 9)
 #: The longest duration of a cron window.
 MAX_CRON_DURATION = timedelta(days=7)
 
@@ -87,7 +68,8 @@ _SPEC_RE = re.compile(
     r"^(?P<days>.+?)\s+(?P<start>\d{1,2}:\d{2}(?::\d{2})?)\s*-\s*(?P<end>\d{1,2}:\d{2}(?::\d{2})?)"
     r"\s+(?P<tz>\S+)$"
 )
-_CRON_SPEC_RE = re.compile(r"^cron\s+(?P<cron>.+?)\s+for\s+(?P<duration>\S+)\s+(?P<tz>\S+)$", re.IGNORECASE)
+#: Compiled (by ``re``'s cache) only for a spec that starts with "cron".
+_CRON_SPEC = r"cron\s+(?P<cron>.+?)\s+for\s+(?P<duration>\S+)\s+(?P<tz>\S+)"
 
 
 # -- small helpers ----------------------------------------------------------------------------------
@@ -100,41 +82,6 @@ def _zone(name: object, owner: str) -> ZoneInfo:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
         raise ValueError(f"{owner}.timezone: unknown IANA time zone {name!r}") from None
-
-
-def resolve_local(local: datetime, tz: ZoneInfo) -> datetime:
-    """The UTC instant of the naive wall time ``local`` in ``tz``, with the module's DST rules.
-
-    A skipped wall time resolves to the first valid instant after it (the moment of the change); a
-    repeated one to its first occurrence (``fold=0``).
-    """
-    first = local.replace(tzinfo=tz, fold=0).astimezone(UTC)
-    if first.astimezone(tz).replace(tzinfo=None) == local:
-        return first
-    # In a gap: fold=0 applies the offset from before the change (a later instant), fold=1 the offset
-    # from after it (an earlier one). The change lies between; find it to the second.
-    other = local.replace(tzinfo=tz, fold=1).astimezone(UTC)
-    lo, hi = min(first, other), max(first, other)  # wall(lo) < local <= wall(hi)
-    while hi - lo > _SECOND:
-        mid = lo + timedelta(seconds=(hi - lo).total_seconds() // 2)
-        if mid.astimezone(tz).replace(tzinfo=None) >= local:
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-def _merge(intervals: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
-    out: list[tuple[datetime, datetime]] = []
-    for opened, closed in sorted(intervals):
-        if opened >= closed:
-            continue
-        if out and opened <= out[-1][1]:
-            if closed > out[-1][1]:
-                out[-1] = (out[-1][0], closed)
-        else:
-            out.append((opened, closed))
-    return out
 
 
 def _fmt_time(value: time) -> str:
@@ -232,42 +179,41 @@ def _format_days(days: frozenset[int]) -> str:
 
 
 class _WindowOps:
-    """Occurrence arithmetic shared by :class:`OffPeakWindow` and :class:`WindowSet`."""
+    """What both kinds of window are: immutable values, equal when their :attr:`_FIELDS` are (written
+    out rather than made by ``dataclasses``, whose generated methods are compiled at every import,
+    so at every parse of a DAG file on the off-peak timetable); and when they are open: the
+    arithmetic is :mod:`airflow_provider_dws.scheduling.window_times`, loaded on the first question
+    (a DAG file's parse asks none)."""
 
-    def _raw(self, lo: datetime, hi: datetime) -> list[tuple[datetime, datetime]]:
-        """Unmerged, non-empty occurrences with ``close >= lo`` and ``open <= hi``, sorted."""
-        raise NotImplementedError
+    #: The attributes that make the value (equality, hash, repr), in order.
+    _FIELDS: ClassVar[tuple[str, ...]] = ()
 
-    def _merged(self, lo: datetime, hi: datetime) -> list[tuple[datetime, datetime]]:
-        """Merged occurrences touching ``[lo, hi]``, the first and last followed to their true ends."""
-        merged = _merge(self._raw(lo, hi))
-        if not merged:
-            return merged
-        opened, closed = merged[0]
-        while opened < lo and opened > lo - MERGE_HORIZON:
-            earlier = _merge([*self._raw(opened - _CHAIN_STEP, opened), (opened, closed)])
-            new_open = next(o for o, c in earlier if o <= opened < c)
-            if new_open == opened:
-                break
-            opened = new_open
-        merged[0] = (opened, merged[0][1])
-        opened, closed = merged[-1]
-        while closed > hi and closed < hi + MERGE_HORIZON:
-            later = _merge([(opened, closed), *self._raw(closed, closed + _CHAIN_STEP)])
-            new_close = next(c for o, c in later if o <= opened < c)
-            if new_close == closed:
-                break
-            closed = new_close
-        merged[-1] = (merged[-1][0], closed)
-        return merged
+    def _key(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self._FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._FIELDS)
+        return f"{type(self).__qualname__}({fields})"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def current(self, moment: datetime) -> tuple[datetime, datetime] | None:
         """``(open, close)`` of the occurrence containing ``moment``, or None outside the window."""
-        at = aware_utc(moment)
-        for opened, closed in self._merged(at, at):
-            if opened <= at < closed:
-                return opened, closed
-        return None
+        from airflow_provider_dws.scheduling import window_times
+
+        return window_times.current(self, moment)
 
     def contains(self, moment: datetime) -> bool:
         """True if ``moment`` is inside an occurrence (``open <= moment < close``)."""
@@ -275,24 +221,15 @@ class _WindowOps:
 
     def next_open(self, moment: datetime) -> tuple[datetime, datetime]:
         """The earliest occurrence with ``close > moment``: the current one if inside, else the next."""
-        at = aware_utc(moment)
-        found = self.current(at)
-        if found is not None:
-            return found
-        lo, step = at, timedelta(days=8)
-        while lo - at < SEARCH_LIMIT:
-            for opened, closed in self._merged(lo, lo + step):
-                if closed > at:
-                    return opened, closed
-            lo, step = lo + step, min(step * 2, timedelta(days=120))
-        raise ValueError(f"{self} does not open within {SEARCH_LIMIT.days} days after {at.isoformat()}")
+        from airflow_provider_dws.scheduling import window_times
+
+        return window_times.next_open(self, moment)
 
     def occurrences(self, start: datetime, end: datetime) -> Iterator[tuple[datetime, datetime]]:
         """Merged occurrences overlapping ``[start, end)``, in order (not clipped to the range)."""
-        lo, hi = aware_utc(start, "start"), aware_utc(end, "end")
-        if hi <= lo:
-            return iter(())
-        return iter([(o, c) for o, c in self._merged(lo, hi) if c > lo and o < hi])
+        from airflow_provider_dws.scheduling import window_times
+
+        return window_times.occurrences(self, start, end)
 
 
 def _window_members(value: object) -> tuple[OffPeakWindow, ...]:
@@ -303,7 +240,6 @@ def _window_members(value: object) -> tuple[OffPeakWindow, ...]:
     raise TypeError(f"only windows can be combined with |, got {type(value).__name__}")
 
 
-@dataclass(frozen=True, init=False)
 class OffPeakWindow(_WindowOps):
     """A recurring local-time window: the days it opens on, a start and an end time, a time zone.
 
@@ -324,7 +260,9 @@ class OffPeakWindow(_WindowOps):
     timezone: str
     cron: str | None = None
     duration: timedelta | None = None
-    _cron: CronExpression | None = field(default=None, init=False, repr=False, compare=False, hash=False)
+    #: The parsed ``cron`` (not part of the value: ``cron`` is).
+    _cron: CronExpression | None = None
+    _FIELDS = ("days", "start", "end", "timezone", "cron", "duration")
 
     def __init__(
         self,
@@ -395,7 +333,7 @@ class OffPeakWindow(_WindowOps):
             raise ValueError(
                 f"OffPeakWindow.parse reads one window; {spec!r} combines several (use parse_window or WindowSet.parse)"
             )
-        cron_match = _CRON_SPEC_RE.fullmatch(text)
+        cron_match = re.fullmatch(_CRON_SPEC, text, re.IGNORECASE) if text[:5].lower() == "cron " else None
         if cron_match:
             duration = parse_duration(cron_match["duration"])
             if duration is None:
@@ -437,43 +375,12 @@ class OffPeakWindow(_WindowOps):
         """The window's time zone."""
         return ZoneInfo(self.timezone)
 
-    # -- arithmetic ---------------------------------------------------------------------------------
 
-    def _raw(self, lo: datetime, hi: datetime) -> list[tuple[datetime, datetime]]:
-        tz = self.tz
-        lookback = 2 if self.duration is None else self.duration.days + 2
-        first = lo.astimezone(tz).date() - timedelta(days=lookback)
-        last = hi.astimezone(tz).date() + timedelta(days=1)
-        out: list[tuple[datetime, datetime]] = []
-        day = first
-        while day <= last:
-            out.extend(self._on(day, tz))
-            day += _DAY
-        return [(o, c) for o, c in out if c >= lo and o <= hi]
-
-    def _on(self, day: date, tz: ZoneInfo) -> list[tuple[datetime, datetime]]:
-        """The occurrences opening on local date ``day``."""
-        if self._cron is not None and self.duration is not None:
-            if not self._cron.matches(day):
-                return []
-            out = []
-            for at in self._cron.times():
-                opened = resolve_local(datetime.combine(day, at), tz)
-                out.append((opened, opened + self.duration))
-            return out
-        if day.weekday() not in self.days:
-            return []
-        opened = resolve_local(datetime.combine(day, self.start), tz)
-        close_day = day + _DAY if self.end < self.start else day
-        closed = resolve_local(datetime.combine(close_day, self.end), tz)
-        return [(opened, closed)] if opened < closed else []
-
-
-@dataclass(frozen=True, init=False)
 class WindowSet(_WindowOps):
     """The union of several windows: inside when inside any of them. Build it with ``a | b``."""
 
     windows: tuple[OffPeakWindow, ...]
+    _FIELDS = ("windows",)
 
     def __init__(self, windows: Iterable[OffPeakWindow | WindowSet]) -> None:
         if isinstance(windows, (OffPeakWindow, WindowSet)):
@@ -506,11 +413,17 @@ class WindowSet(_WindowOps):
     def __or__(self, other: OffPeakWindow | WindowSet) -> WindowSet:
         return WindowSet((*self.windows, *_window_members(other)))
 
-    def _raw(self, lo: datetime, hi: datetime) -> list[tuple[datetime, datetime]]:
-        return sorted(occ for window in self.windows for occ in window._raw(lo, hi))
-
 
 Window: TypeAlias = OffPeakWindow | WindowSet
+
+
+def __getattr__(name: str) -> Any:
+    """The arithmetic's limits, named here as before and kept with it (``window_times``)."""
+    if name in ("MERGE_HORIZON", "SEARCH_LIMIT", "resolve_local"):
+        from airflow_provider_dws.scheduling import window_times
+
+        return getattr(window_times, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def parse_window(spec: str) -> Window:

@@ -9,7 +9,10 @@ accepts for user timetables (the Task SDK's ``BaseTimetable`` subclasses are res
 built-in schedules).
 
 Every calendar question (which local wall times are off-peak, windows crossing midnight, DST) is
-answered by :mod:`airflow_provider_dws.scheduling.windows`; this module only maps window occurrences
+answered by :mod:`airflow_provider_dws.scheduling.windows`. This module is what a DAG file's parse
+loads: the timetable built from its window, checked, described and serialized; the scheduler's
+questions (the next run, a manual run's interval) are answered by
+:mod:`airflow_provider_dws.timetables.runs`, loaded when first asked, which maps window occurrences
 onto Airflow's scheduling protocol.
 """
 
@@ -18,10 +21,8 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
-import pendulum
 from airflow.timetables.base import DagRunInfo, DataInterval, Timetable
 
-from airflow_provider_dws.scheduling._time import aware_utc
 from airflow_provider_dws.scheduling.windows import OffPeakWindow, WindowSet, parse_window
 
 if TYPE_CHECKING:
@@ -33,29 +34,13 @@ if TYPE_CHECKING:
 __all__ = ["OffPeakTimetable"]
 
 WindowLike = OffPeakWindow | WindowSet | str
-Occurrence = tuple[datetime.datetime, datetime.datetime]
 
 SERIALIZATION_VERSION = 1
-
-# How far back the backward searches (manual runs, catchup_limit) look before giving up: the
-# sparsest window (a cron expression plus a duration) could fire once a year.
-_INITIAL_LOOKBACK = datetime.timedelta(days=8)
-_MAX_LOOKBACK = datetime.timedelta(days=3 * 366)
-
-
-class NoMoreOpenings(Exception):
-    """The window never opens again (e.g. a cron window on a date that does not come)."""
 
 
 def _utcnow() -> datetime.datetime:
     """The scheduler's notion of now (a seam for tests)."""
     return datetime.datetime.now(datetime.timezone.utc)
-
-
-def _to_pendulum(moment: datetime.datetime) -> DateTime:
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ValueError(f"the off-peak window returned a naive datetime {moment!r}; expected UTC-aware")
-    return pendulum.instance(moment.astimezone(datetime.timezone.utc)).in_timezone("UTC")
 
 
 def _coerce_window(window: object) -> OffPeakWindow | WindowSet:
@@ -194,46 +179,7 @@ class OffPeakTimetable(Timetable):
         )
         return cls(window, catchup_limit=data.get("catchup_limit"), description=data.get("description"))
 
-    # -- occurrences ----------------------------------------------------------------------------------
-
-    def _next_open(self, moment: datetime.datetime) -> Occurrence:
-        try:
-            return self.window.next_open(moment)
-        except ValueError as exc:  # the window does not open again within the policies' search limit
-            raise NoMoreOpenings(str(exc)) from exc
-
-    def _first_opening_at_or_after(self, moment: datetime.datetime) -> Occurrence:
-        """The first occurrence that opens at or after ``moment``."""
-        occurrence = self._next_open(moment)
-        if occurrence[0] < moment:  # ``moment`` is inside it: take the one after
-            occurrence = self._next_open(occurrence[1])
-        return occurrence
-
-    def _opened_before(self, moment: datetime.datetime, count: int) -> list[Occurrence]:
-        """Up to ``count`` of the latest occurrences that opened at or before ``moment``, oldest first."""
-        lookback = _INITIAL_LOOKBACK
-        while True:
-            found = [
-                occ
-                for occ in self.window.occurrences(moment - lookback, moment + datetime.timedelta(seconds=1))
-                if occ[0] <= moment
-            ]
-            if len(found) >= count or lookback >= _MAX_LOOKBACK:
-                return found[-count:]
-            lookback = min(lookback * 4, _MAX_LOOKBACK)
-
-    def _last_closed_before(self, moment: datetime.datetime) -> Occurrence | None:
-        """The latest occurrence that closed at or before ``moment``."""
-        lookback = _INITIAL_LOOKBACK
-        while True:
-            found = [occ for occ in self.window.occurrences(moment - lookback, moment) if occ[1] <= moment]
-            if found:
-                return found[-1]
-            if lookback >= _MAX_LOOKBACK:
-                return None
-            lookback = min(lookback * 4, _MAX_LOOKBACK)
-
-    # -- Airflow scheduling protocol ---------------------------------------------------------------------
+    # -- Airflow scheduling protocol: answered by :mod:`airflow_provider_dws.timetables.runs` ----------
 
     def next_dagrun_info(
         self,
@@ -241,36 +187,11 @@ class OffPeakTimetable(Timetable):
         last_automated_data_interval: DataInterval | None,
         restriction: TimeRestriction,
     ) -> DagRunInfo | None:
-        try:
-            return self._next_run(last_automated_data_interval, restriction)
-        except NoMoreOpenings:
-            return None
+        from airflow_provider_dws.timetables import runs
 
-    def _next_run(
-        self, last_automated_data_interval: DataInterval | None, restriction: TimeRestriction
-    ) -> DagRunInfo | None:
-        floors: list[datetime.datetime] = []
-        if last_automated_data_interval is not None:
-            floors.append(aware_utc(last_automated_data_interval.end, "last data interval end"))
-        if restriction.earliest is not None:
-            floors.append(aware_utc(restriction.earliest, "restriction.earliest"))
-        if not restriction.catchup or not floors:
-            # No catchup (or nothing to catch up from): the occurrence open now, else the next one.
-            floors.append(self._next_open(aware_utc(_utcnow(), "now"))[0])
-        elif self.catchup_limit is not None:
-            recent = self._opened_before(aware_utc(_utcnow(), "now"), self.catchup_limit)
-            if len(recent) == self.catchup_limit:
-                floors.append(recent[0][0])
-
-        opening, closing = self._first_opening_at_or_after(max(floors))
-        if restriction.latest is not None and opening > aware_utc(restriction.latest, "restriction.latest"):
-            return None
-        start, end = _to_pendulum(opening), _to_pendulum(closing)
-        return DagRunInfo(run_after=start, data_interval=DataInterval(start, end))
+        return runs.next_dagrun_info(self, last_automated_data_interval, restriction, _utcnow())
 
     def infer_manual_data_interval(self, *, run_after: DateTime) -> DataInterval:
-        moment = aware_utc(run_after, "run_after")
-        occurrence = self.window.current(moment) or self._last_closed_before(moment)
-        if occurrence is None:  # a window so sparse none closed in years: the run covers its own instant
-            return DataInterval.exact(_to_pendulum(moment))
-        return DataInterval(_to_pendulum(occurrence[0]), _to_pendulum(occurrence[1]))
+        from airflow_provider_dws.timetables import runs
+
+        return runs.infer_manual_data_interval(self, run_after)

@@ -2,7 +2,7 @@
 server does not find as an error ("XCom not found") in the task's log, 18 of them in a healthy
 ``make demo``. A task's own request records come from its task state store, another task's through
 the sequence read (every map index, an absence is an empty list); the console links Airflow stores
-when a task ends come from what the task's run pushed (``links.track``)."""
+when a task ends come from what the task's run pushed (``console.track``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
-from airflow_provider_dws import links
-from airflow_provider_dws.links import LINKS_KEY, BatchFlexStartJobLink, BatchJobLogsLink
+from airflow_provider_dws import console, links
+from airflow_provider_dws.console import LINKS_KEY, batch_job_console_url, push_url
+from airflow_provider_dws.links import BatchFlexStartJobLink, BatchJobLogsLink
 from airflow_provider_dws.operators.tpu_release import DeleteTPUQueuedResourceOperator
 from airflow_provider_dws.records import XCOM_KEY
 from airflow_provider_dws.runtime import recording
@@ -153,7 +154,7 @@ def no_xcom_reads(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         return None
 
     monkeypatch.setattr(links.XCom, "get_value", staticmethod(get_value))
-    monkeypatch.setattr(links, "_TRACKED", {})
+    monkeypatch.setattr(console, "_TRACKED", {})
     return reads
 
 
@@ -170,20 +171,20 @@ def test_a_pushed_link_is_known_in_this_run_and_in_the_run_that_resumes_the_try(
     no_xcom_reads: list[Any],
 ) -> None:
     ti, state = LinkTI(map_index=4), StateStore()
-    links.track({"ti": ti, "task_state_store": state})
-    url = BatchFlexStartJobLink.persist({"ti": ti}, "p", "us-central1", "job-1")
+    console.track({"ti": ti, "task_state_store": state})
+    url = push_url({"ti": ti}, BatchFlexStartJobLink.key, batch_job_console_url("p", "us-central1", "job-1"))
     assert ti.pushed == {BatchFlexStartJobLink.key: url}
     assert BatchFlexStartJobLink().get_link(None, ti_key=ti) == url  # type: ignore[arg-type]
     assert state[LINKS_KEY] == {"try": 1, "urls": {BatchFlexStartJobLink.key: url}}
     # The task defers; it resumes in a new process, which knows only the store.
-    links._TRACKED.clear()
-    links.track({"ti": LinkTI(map_index=4), "task_state_store": state})
+    console._TRACKED.clear()
+    console.track({"ti": LinkTI(map_index=4), "task_state_store": state})
     assert BatchFlexStartJobLink().get_link(None, ti_key=LinkTI(map_index=4)) == url  # type: ignore[arg-type]
     assert BatchJobLogsLink().get_link(None, ti_key=LinkTI(map_index=4)) == ""  # type: ignore[arg-type]
     # Another map index, and the next try (its XComs deleted when it began), have none of it.
-    links.track({"ti": LinkTI(map_index=5), "task_state_store": StateStore()})
+    console.track({"ti": LinkTI(map_index=5), "task_state_store": StateStore()})
     assert BatchFlexStartJobLink().get_link(None, ti_key=LinkTI(map_index=5)) == ""  # type: ignore[arg-type]
-    links.track({"ti": LinkTI(map_index=4, try_number=2), "task_state_store": state})
+    console.track({"ti": LinkTI(map_index=4, try_number=2), "task_state_store": state})
     assert BatchFlexStartJobLink().get_link(None, ti_key=LinkTI(map_index=4)) == ""  # type: ignore[arg-type]
     assert no_xcom_reads == []
 
@@ -191,6 +192,6 @@ def test_a_pushed_link_is_known_in_this_run_and_in_the_run_that_resumes_the_try(
 def test_a_task_instance_this_process_did_not_run_is_read_from_its_xcom(no_xcom_reads: list[Any]) -> None:
     """Without a task state store (or for a caller outside the task's run) the XCom is read, as before."""
     ti = LinkTI()
-    links.track({"ti": ti})
+    console.track({"ti": ti})
     assert BatchFlexStartJobLink().get_link(None, ti_key=ti) == ""  # type: ignore[arg-type]
     assert [r["key"] for r in no_xcom_reads] == [BatchFlexStartJobLink.key]

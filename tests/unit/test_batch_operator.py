@@ -11,13 +11,13 @@ from google.cloud.batch_v1 import AllocationPolicy, Job, JobStatus, StatusEvent
 
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.batch import BatchJobBackend, job_status
+from airflow_provider_dws.console import batch_job_console_url, batch_job_logs_url
 from airflow_provider_dws.exceptions import (
     BadRequestError,
     CapacityNotObtainedError,
     RequestCancelledError,
     WorkloadFailedError,
 )
-from airflow_provider_dws.links import batch_job_console_url, batch_job_logs_url
 from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
 from airflow_provider_dws.runtime.batch import BatchFlexStartAdapter
 from airflow_provider_dws.scheduling.identity import RequestIdentity

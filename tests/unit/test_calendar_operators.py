@@ -169,6 +169,7 @@ PARSE_PATH = {
     "airflow_provider_dws.operators",
     "airflow_provider_dws.operators.base",
     "airflow_provider_dws.operators.checks",
+    "airflow_provider_dws.operators.release",
     "airflow_provider_dws.operators.calendar",
     "airflow_provider_dws.registry",
     "airflow_provider_dws.specs",

@@ -27,8 +27,8 @@ from airflow_provider_dws.backends.compute import (
     resize_request_status,
 )
 from airflow_provider_dws.backends.compute_groups import VmSpec, flex_start_template
+from airflow_provider_dws.console import mig_console_url
 from airflow_provider_dws.hooks.base import emulator_rest_host
-from airflow_provider_dws.links import mig_console_url
 from airflow_provider_dws.operators.compute import CreateComputeFlexStartVMsOperator
 from airflow_provider_dws.operators.compute_release import DeleteComputeFlexStartVMsOperator
 from airflow_provider_dws.registry import backend_from_spec

@@ -48,6 +48,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "savings",
             "metrics",
             "links",
+            "console",
             "catalog",
             "facts",
             "errors",

@@ -34,6 +34,7 @@ PARSE_PATH = {
     "airflow_provider_dws.operators.base",
     "airflow_provider_dws.operators.batch",
     "airflow_provider_dws.operators.checks",
+    "airflow_provider_dws.operators.release",
     "airflow_provider_dws.operators.compute",
     "airflow_provider_dws.operators.compute_release",
     "airflow_provider_dws.operators.reserved",

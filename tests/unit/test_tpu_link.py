@@ -8,7 +8,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from airflow_provider_dws import links as link_base
-from airflow_provider_dws.links import TPUQueuedResourceLink, queued_resource_console_url
+from airflow_provider_dws.console import push_url, queued_resource_console_url
+from airflow_provider_dws.links import TPUQueuedResourceLink
 
 
 class FakeTI:
@@ -26,9 +27,13 @@ def test_name_and_xcom_key() -> None:
     assert link.xcom_key == TPUQueuedResourceLink.key
 
 
-def test_persist_pushes_the_url_under_the_link_key() -> None:
+def test_push_url_pushes_the_url_under_the_link_key() -> None:
     ti = FakeTI()
-    url = TPUQueuedResourceLink.persist({"ti": ti}, "my-project", "us-west4-a", "dws-fit-0123456789abcdef")
+    url = push_url(
+        {"ti": ti},
+        TPUQueuedResourceLink.key,
+        queued_resource_console_url("my-project", "us-west4-a", "dws-fit-0123456789abcdef"),
+    )
     assert ti.pushed == [(TPUQueuedResourceLink().xcom_key, url)]
     parts = urlsplit(url)
     assert parts.scheme == "https"
@@ -41,9 +46,12 @@ def test_persist_pushes_the_url_under_the_link_key() -> None:
     }
 
 
-def test_url_helper_matches_persist() -> None:
+def test_url_helper_matches_what_is_pushed() -> None:
     ti = FakeTI()
-    url = TPUQueuedResourceLink.persist({"ti": ti}, "p-123456", "europe-west4-b", "q1")
+    url = push_url(
+        {"ti": ti}, TPUQueuedResourceLink.key, queued_resource_console_url("p-123456", "europe-west4-b", "q1")
+    )
+    assert ti.pushed == [(TPUQueuedResourceLink.key, url)]
     assert url == queued_resource_console_url("p-123456", "europe-west4-b", "q1")
     for part in ("p-123456", "europe-west4-b", "q1"):
         assert part in url

@@ -1,0 +1,148 @@
+"""The console URLs the extra links show, and the account of the links a task's run pushed.
+
+Loaded when a task runs (its adapter pushes a link's URL, :func:`push_url`; ``pre_execute`` calls
+:func:`track`) or when a link is asked for its URL, never at a DAG file's parse: the link classes a
+DAG file's operators declare are in :mod:`airflow_provider_dws.links`.
+
+When a task ends, Airflow asks each of its extra links for its URL (``get_link``) and stores it again
+for the UI. Asking the API server for an XCom that does not exist makes the task SDK's supervisor log
+an error ("XCom not found") in the task's log, though a link not made yet (a task that failed before
+its request existed, a release task) is no error. So this process keeps account of the links of the
+task instance it runs (:func:`track`): a fresh try starts with its XComs deleted by Airflow, and the
+links a try pushed before it deferred are kept in its task state store (:data:`LINKS_KEY`) for the
+run that resumes it. ``get_link`` answers from that account (:func:`tracked_url`), and asks for the
+XCom only where it has none (a caller outside the task's run).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+CONSOLE = "https://console.cloud.google.com"
+
+#: Task state store key: ``{"try": N, "urls": {xcom key: url}}``, the links try N pushed so far.
+LINKS_KEY = "dws_links"
+
+log = logging.getLogger(__name__)
+
+#: The links of each task instance this process runs, keyed by (dag, task, run, map index): the
+#: URLs pushed in its current try, with the store that keeps them for a resumed run.
+_TRACKED: dict[tuple[str, str, str, int], _Tracked] = {}
+
+
+class _Tracked:
+    """One task instance's links in its current try."""
+
+    def __init__(self, store: Any, try_number: int, urls: dict[str, str]) -> None:
+        self.store = store
+        self.try_number = try_number
+        self.urls = urls
+
+
+def _ti_key(ti: Any) -> tuple[str, str, str, int] | None:
+    """A task instance's (dag, task, run, map index); ``None`` for what does not name one."""
+    dag_id, task_id, run_id = (getattr(ti, attr, None) for attr in ("dag_id", "task_id", "run_id"))
+    if not (isinstance(dag_id, str) and isinstance(task_id, str) and isinstance(run_id, str)):
+        return None
+    map_index = getattr(ti, "map_index", -1)
+    return (dag_id, task_id, run_id, map_index if isinstance(map_index, int) and map_index >= 0 else -1)
+
+
+def _try_number(ti: Any) -> int | None:
+    number = getattr(ti, "try_number", None)
+    return number if isinstance(number, int) and not isinstance(number, bool) else None
+
+
+def track(context: Any) -> None:
+    """Account for the link XComs of the task instance about to run (called before ``execute`` and
+    before a resume): none on a fresh try (Airflow deleted its XComs when it began), or those the
+    try pushed before it deferred, as its task state store keeps them. Without a readable store the
+    task instance is not tracked, and ``get_link`` reads the XCom as before."""
+    ti, store = context.get("ti"), context.get("task_state_store")
+    key, try_number = _ti_key(ti), _try_number(ti)
+    if key is None:
+        return
+    _TRACKED.pop(key, None)
+    if store is None or try_number is None:
+        return
+    try:
+        kept = store.get(LINKS_KEY)
+    except Exception:
+        log.warning("Could not read the console links kept for this try", exc_info=True)
+        return
+    urls = kept.get("urls") if isinstance(kept, dict) and kept.get("try") == try_number else None
+    # A try's first run: nothing pushed yet. A resumed run: what the try pushed before deferring.
+    _TRACKED[key] = _Tracked(store, try_number, dict(urls) if isinstance(urls, dict) else {})
+
+
+def tracked_url(ti_key: Any, key: str) -> str | None:
+    """The URL this process knows the task instance's run pushed under ``key`` (``""``: none was),
+    or ``None`` when this process does not run that task instance (read its XCom)."""
+    ti = _ti_key(ti_key)
+    tracked = _TRACKED.get(ti) if ti is not None else None
+    return None if tracked is None else tracked.urls.get(key, "")
+
+
+def push_url(context: Any, key: str, url: str) -> str:
+    """Store ``url`` under the XCom ``key`` of a link for this task instance (and, for a run that
+    resumes this try, in its task state store: :func:`track`); returns it."""
+    ti = context["ti"]
+    ti.xcom_push(key=key, value=url)
+    ti_key = _ti_key(ti)
+    tracked = _TRACKED.get(ti_key) if ti_key is not None else None
+    if tracked is not None:
+        tracked.urls[key] = url
+        try:
+            tracked.store.set(LINKS_KEY, {"try": tracked.try_number, "urls": tracked.urls})
+        except Exception:
+            log.warning("Could not keep the console link for a resumed run", exc_info=True)
+    return url
+
+
+def custom_job_console_url(project_id: str, region: str, job_id: str) -> str:
+    """The console page of one custom job."""
+    return f"{CONSOLE}/vertex-ai/locations/{region}/training/{job_id}/cpu?project={project_id}"
+
+
+def queued_resource_console_url(project_id: str, zone: str, queued_resource_id: str) -> str:
+    """The console's TPU page for the project, scoped to the queued resource's zone and id."""
+    return f"{CONSOLE}/compute/tpus?project={project_id}&zone={zone}&queuedResource={queued_resource_id}"
+
+
+def batch_job_console_url(project_id: str, region: str, job_id: str) -> str:
+    """The console page of one Cloud Batch job."""
+    return f"{CONSOLE}/batch/jobsDetail/regions/{region}/jobs/{job_id}/details?project={project_id}"
+
+
+def batch_job_logs_url(project_id: str, job_uid: str) -> str:
+    """Logs Explorer on the job's task logs: ``logName="projects/P/logs/batch_task_logs" AND
+    labels.job_uid="UID"``, the query Cloud Batch's documentation gives for a job's task logs (they
+    are labelled with the job's server-made ``uid``, not its id). The logs exist only for a job
+    whose ``logs_policy`` sends them to Cloud Logging, as the operator's jobs do by default."""
+    from urllib.parse import quote
+
+    query = f'logName="projects/{project_id}/logs/batch_task_logs" AND labels.job_uid="{job_uid}"'
+    return f"{CONSOLE}/logs/query;query={quote(query, safe='')}?project={project_id}"
+
+
+def mig_console_url(project_id: str, location: str, instance_group_manager: str) -> str:
+    """The console page of a managed instance group (zonal or regional: the path is the same)."""
+    return (
+        f"{CONSOLE}/compute/instanceGroups/details/{location}/{instance_group_manager}?project={project_id}"
+    )
+
+
+def future_reservation_console_url(project_id: str, zone: str, name: str) -> str:
+    """The console page of one future reservation (a calendar block)."""
+    return f"{CONSOLE}/compute/futureReservations/details/zones/{zone}/{name}?project={project_id}"
+
+
+def gke_cluster_console_url(project_id: str, location: str, cluster_name: str) -> str:
+    """The console page of a GKE cluster (its node pools show the queued provisioning nodes)."""
+    return f"{CONSOLE}/kubernetes/clusters/details/{location}/{cluster_name}/details?project={project_id}"
+
+
+def gke_job_console_url(project_id: str, location: str, cluster: str, namespace: str, name: str) -> str:
+    """The console page of one Job of a GKE cluster."""
+    return f"{CONSOLE}/kubernetes/job/{location}/{cluster}/{namespace}/{name}/details?project={project_id}"

@@ -113,8 +113,14 @@ def resume(
     workers = worker_cpu() - workers_before
     last = dep.last_end(dag_id, run_id)
     succeeded = states.get("success", 0)
+    complete = last is not None and succeeded >= n
+    # The first trigger that fired: what follows it is Airflow's and the task's work, whatever the
+    # poll interval (the provider's triggers notice capacity at their next poll, the stock ones
+    # fire at their moment).
+    fired = [t["fired"] for t in dep.trigger_log_times(dag_id, run_id, None).values() if "fired" in t]
     return {
-        "seconds": (last - since) if last is not None and succeeded >= n else None,
+        "seconds": (last - since) if complete else None,
+        "after_first_event": (last - min(fired)) if complete and fired and last else None,
         "succeeded": succeeded,
         "states": states,
         "worker_cpu": workers,

@@ -99,8 +99,11 @@ clean:
 faults: venv
 	$(BIN)/python -m tests.faults
 
-## The triggerer scale numbers in a real Airflow deployment (PostgreSQL, as for `make faults`): one
-## `airflow triggerer` with 500 deferred mapped Flex Start tasks. BENCH_AIRFLOW_ARGS="--tasks 20" for a quick run.
+## Airflow at scale in a real deployment (PostgreSQL, as for `make faults`; no preload, compiled bytecode):
+## 500 mapped Flex Start tasks against 500 stock deferring tasks (deferral, resume, worker CPU per task; the
+## triggerer while they wait and its burst of events), then one mapped DAG of 50 per operator family.
+## BENCH_AIRFLOW_ARGS="--tasks 20 --family-tasks 5" for a quick run, "--families vertex,gke" to pick families.
+BENCH_AIRFLOW_ARGS ?= --tasks 500 --family-tasks 50
 .PHONY: bench-airflow
 bench-airflow: venv
 	$(BIN)/python benchmarks/triggerer_airflow.py $(BENCH_AIRFLOW_ARGS)

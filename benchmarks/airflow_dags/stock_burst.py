@@ -4,7 +4,8 @@
 ``airflow.providers.standard``'s ``DateTimeTrigger`` until the moment given as ``fire_at`` in the
 run's conf, and resumes in a worker (``execute_complete``) as the Flex Start task does. All N fire
 at that one moment: the same burst of events as capacity arriving for N jobs at once, with a stock
-trigger and a small payload.
+trigger and a small payload. ``dws_bench_stock_family`` is the same mapped ``DWS_BENCH_FAMILY_TASKS``
+times: the stock side of the per-family rows.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from airflow.providers.standard.triggers.temporal import DateTimeTrigger
 from airflow.sdk import DAG, BaseOperator
 
 TASKS = int(os.environ.get("DWS_BENCH_TASKS", 500))
+FAMILY_TASKS = int(os.environ.get("DWS_BENCH_FAMILY_TASKS", 50))
 
 
 class WaitUntilFireAt(BaseOperator):
@@ -34,11 +36,12 @@ class WaitUntilFireAt(BaseOperator):
         """Back from the trigger: nothing left to do."""
 
 
-with DAG(
-    dag_id="dws_bench_stock",
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    tags=["dws", "benchmark"],
-):
-    WaitUntilFireAt.partial(task_id="wait").expand(index=list(range(TASKS)))
+for _dag_id, _tasks in (("dws_bench_stock", TASKS), ("dws_bench_stock_family", FAMILY_TASKS)):
+    with DAG(
+        dag_id=_dag_id,
+        schedule=None,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        tags=["dws", "benchmark"],
+    ):
+        WaitUntilFireAt.partial(task_id="wait").expand(index=list(range(_tasks)))

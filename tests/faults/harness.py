@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -62,7 +63,46 @@ TASK_HEARTBEAT_TIMEOUT = 30
 TRIGGERER_HEARTBEAT = 1
 TRIGGERER_HEALTH_THRESHOLD = 10
 
+#: Where every Airflow process of a deployment reads and writes its bytecode, as the Makefile's
+#: ``PYTEST_ENV`` has it for the tests (a prefix the caller set wins): a pip-installed Airflow comes
+#: with compiled bytecode, and with the shell's ``PYTHONDONTWRITEBYTECODE=1`` (and uv, which does
+#: not compile on install) each process compiled every module it imported from source, several
+#: CPU seconds per task process.
+PYCACHE_PREFIX = Path(os.environ.get("PYTHONPYCACHEPREFIX") or Path(sys.prefix) / "pycache")
+#: What :func:`compile_bytecode` leaves out: the standard library's tests and tools no Airflow process imports.
+NOT_IMPORTED = re.compile(r"/python3\.\d+/(test|idlelib|lib2to3|ensurepip|turtledemo)/")
+
 T = TypeVar("T")
+
+
+def bytecode_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with bytecode written and read under :data:`PYCACHE_PREFIX`, as a user's deployment has it."""
+    out = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    out["PYTHONPYCACHEPREFIX"] = str(PYCACHE_PREFIX)
+    return out
+
+
+def compile_bytecode(*trees: Path) -> float:
+    """Compile the standard library, the virtualenv's packages and ``trees`` into
+    :data:`PYCACHE_PREFIX` (what is up to date is only checked); the seconds it took.
+
+    Once the prefix is set, Python looks for bytecode there only (not in ``__pycache__``), so the
+    standard library is compiled there too. Without this, the first process to import a module
+    compiles it: a measured one, for a benchmark.
+    """
+    import sysconfig
+
+    began = time.monotonic()
+    paths = sysconfig.get_paths()
+    roots = dict.fromkeys([paths["stdlib"], paths["purelib"], paths["platlib"], *map(str, trees)])
+    command = [sys.executable, "-m", "compileall", "-q", "-j", "2", "-x", NOT_IMPORTED.pattern, *roots]
+    env = bytecode_environment(os.environ)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    # compileall exits 1 when a file does not compile (a template, a Python-2 file of some
+    # package): no process imports those, so only a crash is an error.
+    if done.returncode not in (0, 1):
+        raise HarnessError(f"compileall failed ({done.returncode}): {(done.stdout + done.stderr)[-2000:]}")
+    return time.monotonic() - began
 
 
 class HarnessError(RuntimeError):
@@ -418,11 +458,13 @@ class Deployment:
     def _environment(self, port: int) -> dict[str, str]:
         assert self.db is not None and self.emulator is not None
         # Nothing of the caller's Airflow or emulator settings may leak into the deployment.
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("AIRFLOW", "DWS_EMULATOR", "DWS_EXAMPLE"))
-        }
+        env = bytecode_environment(
+            {
+                k: v
+                for k, v in os.environ.items()
+                if not k.startswith(("AIRFLOW", "DWS_EMULATOR", "DWS_EXAMPLE"))
+            }
+        )
         env.update(
             {
                 "AIRFLOW_HOME": str(self.home),

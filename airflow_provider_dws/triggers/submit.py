@@ -32,6 +32,9 @@ SUBMIT_RATE = 5.0
 SUBMIT_CONCURRENCY = 4
 #: The prefix of the name a request is recorded under until its trigger has made it.
 PENDING_PREFIX = "submitting/"
+#: Where a link of ``announce["detail_links"]`` takes a detail of the request (a Batch job's uid):
+#: letters and underscores only, so URL quoting leaves it as it is.
+DETAIL_TOKEN = "__DWS_DETAIL__"
 
 
 def pending_name(identity: RequestIdentity) -> str:
@@ -53,7 +56,8 @@ class Submission:
     task instance's requests may be (``{"backend_spec": ..., "placement": ...}`` per location, the
     first is where a new one is made); ``avoid``: requests never adopted (an earlier try's, given
     up); ``announce``: the XCom keys of the request's name and console link
-    (``{"name_key": ..., "link_key": ..., "link": URL with {location} and {id}}``).
+    (``{"name_key": ..., "link_key": ..., "link": URL with {location} and {id}}``), and of links
+    made from a detail of the request (``"detail_links"``, :func:`detail_links`).
     """
 
     request: dict[str, Any]
@@ -224,6 +228,8 @@ def announced(ti: Any, pending: str, status: RequestStatus, announce: Mapping[st
             XCom.set(announce["name_key"], status.name, **where)
         if url and announce.get("link_key"):
             XCom.set(announce["link_key"], url, **where)
+        for key, detail_url in detail_links(status, announce):
+            XCom.set(key, detail_url, **where)
     except Exception:
         log.warning("Could not tell the task it waits on %s", status.name, exc_info=True)
         return False
@@ -237,6 +243,22 @@ def link_of(name: str, announce: Mapping[str, Any]) -> str | None:
     if not link or len(parts) < 4:
         return None
     return str(link).format(location=parts[3], id=parts[-1])
+
+
+def detail_links(status: RequestStatus, announce: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(XCom key, URL) of each ``announce["detail_links"]`` entry whose detail the request has:
+    ``{"key": ..., "detail": "uid", "link": URL with its ``token``}``."""
+    links = []
+    for entry in announce.get("detail_links") or ():
+        value = status.details.get(entry.get("detail"))
+        if value:
+            links.append(
+                (
+                    str(entry["key"]),
+                    str(entry["link"]).replace(entry.get("token") or DETAIL_TOKEN, str(value)),
+                )
+            )
+    return links
 
 
 def _renamed(record: Any, status: RequestStatus, url: str | None) -> Any:

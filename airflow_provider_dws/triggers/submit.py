@@ -25,6 +25,7 @@ from typing import Any
 
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.scheduling.identity import RequestIdentity
+from airflow_provider_dws.scheduling.phases import Phase
 
 #: Create calls (with their lookups) started per second per API, project and location.
 SUBMIT_RATE = 5.0
@@ -170,7 +171,13 @@ def _find_or_submit(backends: list[tuple[Any, dict[str, Any]]], submission: Subm
     identity = submission.task_identity
     found: dict[str, tuple[RequestStatus, dict[str, Any]]] = {}
     for backend, where in backends:
-        for status in backend.find(identity):
+        statuses = backend.find(identity)
+        clear_ended = getattr(backend, "clear_ended", None)
+        if clear_ended is not None:
+            # An API that keeps ended requests listed (Cloud TPU) has them deleted here, as the
+            # worker's lookup did: they hold nothing, and are never adopted.
+            clear_ended([s for s in statuses if s.phase.terminal and s.phase is not Phase.SUCCEEDED])
+        for status in statuses:
             if status.name not in submission.avoid:
                 found[status.name] = (status, where)
     decision = choose_existing([Candidate(n, s.phase, s.timings.submitted) for n, (s, _) in found.items()])

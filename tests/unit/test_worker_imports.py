@@ -52,6 +52,17 @@ FAMILIES = {
         "name": "projects/my-project/locations/us-central1/jobs/dws-t-0123456789abcdef-t1-a1",
         "state": "SUCCEEDED",
     },
+    "tpu": {
+        "imports": "from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator",
+        "make": """
+    return CreateTPUQueuedResourceOperator(task_id="t", project_id="my-project", zone="us-west4-a",
+                                           accelerator_type="v5litepod-16", runtime_version="v2-alpha-tpuv5-lite",
+                                           deferrable=True)
+""",
+        "name": "projects/my-project/locations/us-west4-a/queuedResources/dws-t-0123456789abcdef-t1-a1",
+        "state": "ACTIVE",
+        "phase": "running",  # the wait ends when the slice is ACTIVE
+    },
 }
 
 CODE = r"""
@@ -82,11 +93,11 @@ deferral = sorted(set(sys.modules) - before)
 name, state = NAME, STATE
 if not getattr(trigger, "submit", None):
     raise SystemExit("the trigger does not make the request")
-event = {"name": name, "state": state, "phase": "succeeded", "failure": None, "message": "",
+event = {"name": name, "state": state, "phase": PHASE, "failure": None, "message": "",
          "description": "what was asked for",
          "timings": {"submitted": "2026-01-01T00:00:00+00:00", "started": "2026-01-01T00:10:00+00:00",
                      "finished": "2026-01-01T01:00:00+00:00"},
-         "result": {"name": name, "state": state}, "resume": trigger.resume}
+         "result": {"name": name, "state": state, "nodes": []}, "resume": trigger.resume}
 before = set(sys.modules)
 result = make().attempt_loop().complete({"ti": TI()}, event, {})
 resume = sorted(set(sys.modules) - before)
@@ -105,6 +116,7 @@ def _code(family: str) -> str:
         .replace("MAKE", spec["make"])
         .replace("NAME", repr(spec["name"]))
         .replace("STATE", repr(spec["state"]))
+        .replace("PHASE", repr(spec.get("phase", "succeeded")))
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import re
 import uuid
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.base import (
+    RESULT,
     ListMemo,
     RequestStatus,
     classify_listed,
@@ -21,7 +23,13 @@ from airflow_provider_dws.backends.base import (
 from airflow_provider_dws.backends.google import GoogleBackend, translated
 from airflow_provider_dws.errors import ConflictError, RequestAlreadyExistsError, RequestNotFoundError
 from airflow_provider_dws.hooks.batch import DwsBatchAsyncHook, DwsBatchHook
-from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_KEY, LABEL_MANAGED, RequestIdentity
+from airflow_provider_dws.scheduling.identity import (
+    LABEL_ATTEMPT,
+    LABEL_KEY,
+    LABEL_MANAGED,
+    LABEL_TRY,
+    RequestIdentity,
+)
 from airflow_provider_dws.scheduling.phases import BATCH_JOB_STATES, RequestTimings
 
 if TYPE_CHECKING:
@@ -52,14 +60,17 @@ def _when(value: Any) -> datetime | None:
     return cast("datetime | None", value) or None
 
 
+#: ``projects/P/locations/R/jobs/ID``: read here without the client library, so a task that only
+#: names its job (its region, its console link) never imports it.
+_JOB_NAME = re.compile(r"projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)")
+
+
 def parse_job_name(name: str) -> tuple[str, str, str]:
     """Split ``projects/P/locations/R/jobs/ID`` into (project, region, job id)."""
-    from google.cloud.batch_v1 import BatchServiceClient
-
-    parts = BatchServiceClient.parse_job_path(name)
-    if not parts or any("/" in part for part in parts.values()):  # the parser's .+? spans slashes
+    match = _JOB_NAME.fullmatch(name)
+    if match is None:
         raise ValueError(f"not a Cloud Batch job name: {name!r}")
-    return parts["project"], parts["location"], parts["job"]
+    return match.group(1), match.group(2), match.group(3)
 
 
 def task_counts(job: Job) -> dict[str, int]:
@@ -146,7 +157,8 @@ def job_status(job: Job) -> RequestStatus:
     labels = job.labels
     attempt = labels.get(LABEL_ATTEMPT, "")
     max_wait = labels.get(LABEL_MAX_WAIT, "")
-    return RequestStatus(
+    tried = labels.get(LABEL_TRY, "")
+    status = RequestStatus(
         name=job.name,
         state=state,
         outcome=outcome,
@@ -158,9 +170,56 @@ def job_status(job: Job) -> RequestStatus:
             "uid": job.uid,
             "max_wait_seconds": float(max_wait) if max_wait.isdigit() else None,
             "attempt": int(attempt) if attempt.isdigit() else 1,
+            "try": int(tried) if tried.isdigit() else None,
             "task_counts": task_counts(job),
         },
     )
+    if state == "SUCCEEDED":
+        # The task's return value, read from the message in hand, so the resumed task needs
+        # neither the client library nor another call.
+        status.details[RESULT] = job_result(job, status)
+    return status
+
+
+def job_result(job: Job, status: RequestStatus) -> dict[str, Any]:
+    """What a task whose job succeeded returns: name, state, task counts by state, shape, timings."""
+    from google.cloud.batch_v1 import Job as JobMessage
+
+    project, region, job_id = parse_job_name(job.name)
+    group = job.task_groups[0] if job.task_groups else None
+    data = JobMessage.to_dict(job, use_integers_for_enums=False)
+    timings = status.timings
+    return {
+        "name": job.name,
+        "job_id": job_id,
+        "uid": job.uid,
+        "project_id": project,
+        "region": region,
+        "state": status.state,
+        "description": status.description,
+        "task_count": int(group.task_count) if group else 0,
+        "parallelism": int(group.parallelism) if group else 0,
+        "task_counts": task_counts(job),
+        "create_time": data.get("create_time"),
+        "update_time": data.get("update_time"),
+        "timings": timings.to_dict(),
+        "wait_seconds": timings.wait_seconds,
+        "run_seconds": timings.run_seconds,
+        "labels": dict(job.labels),
+    }
+
+
+def job_from_spec(spec: dict[str, Any]) -> Job:
+    """The ``Job`` message of a JSON request spec (``RequestAdapter.request_spec``): field names as
+    in the proto or in JSON, durations as ``"3600s"``, enums by name; an unknown field is refused
+    (``ValueError``), as the API would refuse it."""
+    from google.cloud.batch_v1 import Job as JobMessage
+    from google.protobuf.json_format import ParseError
+
+    try:
+        return JobMessage.from_json(json.dumps(spec))
+    except ParseError as err:
+        raise ValueError(f"not a valid Batch Job: {err}") from None
 
 
 class BatchJobBackend(GoogleBackend[DwsBatchHook, DwsBatchAsyncHook]):
@@ -260,6 +319,11 @@ class BatchJobBackend(GoogleBackend[DwsBatchHook, DwsBatchAsyncHook]):
             if existing is None:
                 raise
             return existing, False
+
+    def submit_spec(self, spec: dict[str, Any], identity: RequestIdentity) -> tuple[RequestStatus, bool]:
+        """:meth:`submit` for a JSON request spec (what a trigger is handed), under the job id of
+        ``identity`` (its try and attempt), as the worker's own submit names it."""
+        return self.submit(job_from_spec(spec), identity, identity.batch_job_id())
 
     def _cancel_request(self, name: str) -> Any:
         from google.cloud.batch_v1 import CancelJobRequest

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import re
 import time
 from collections.abc import Callable, Container, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, cast
 
-from airflow_provider_dws.backends.base import RequestStatus, classify_listed
+from airflow_provider_dws.backends.base import RESULT, RequestStatus, classify_listed
 from airflow_provider_dws.backends.google import GoogleBackend, translated
 from airflow_provider_dws.catalog import tpu_chips
 from airflow_provider_dws.errors import ConflictError, RequestAlreadyExistsError, RequestNotFoundError
 from airflow_provider_dws.hooks.tpu import DwsTpuAsyncHook, DwsTpuHook
-from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_KEY, RequestIdentity
+from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_KEY, LABEL_TRY, RequestIdentity
 from airflow_provider_dws.scheduling.phases import TPU_QUEUED_RESOURCE_STATES, RequestTimings
 
 if TYPE_CHECKING:
@@ -27,14 +29,30 @@ _DELETE_TIMEOUT_SECONDS = 600.0
 LIST_PAGE_SIZE = 250
 
 
+#: ``projects/P/locations/Z/queuedResources/ID``: read here without the client library, so a task
+#: that only names its queued resource (its zone, its console link) never imports it.
+_QR_NAME = re.compile(r"projects/([^/]+)/locations/([^/]+)/queuedResources/([^/]+)")
+
+
 def parse_queued_resource_name(name: str) -> tuple[str, str, str]:
     """Split ``projects/P/locations/Z/queuedResources/ID`` into (project, zone, id)."""
-    from google.cloud.tpu_v2 import TpuClient
-
-    parts = TpuClient.parse_queued_resource_path(name)
-    if not parts or any("/" in part for part in parts.values()):  # the parser's .+? spans slashes
+    match = _QR_NAME.fullmatch(name)
+    if match is None:
         raise ValueError(f"not a Cloud TPU queued resource name: {name!r}")
-    return parts["project"], parts["location"], parts["queued_resource"]
+    return match.group(1), match.group(2), match.group(3)
+
+
+def queued_resource_from_spec(spec: dict[str, Any]) -> QueuedResource:
+    """The ``QueuedResource`` message of its JSON (``request_spec``'s ``queued_resource``): field
+    names as in the proto or in JSON, durations as ``"3600s"``; an unknown field is refused
+    (``ValueError``), as the API would refuse it."""
+    from google.cloud.tpu_v2 import QueuedResource as QueuedResourceMessage
+    from google.protobuf.json_format import ParseError
+
+    try:
+        return QueuedResourceMessage.from_json(json.dumps(spec))
+    except ParseError as err:
+        raise ValueError(f"not a valid QueuedResource: {err}") from None
 
 
 def zone_of(name: str) -> str:
@@ -88,6 +106,7 @@ def queued_resource_status(qr: QueuedResource, *, now: datetime | None = None) -
         start, end = policy.valid_interval.start_time, policy.valid_interval.end_time
         valid_until = end.ToDatetime(timezone.utc) - start.ToDatetime(timezone.utc)
     attempt = _labels(qr).get(LABEL_ATTEMPT, "")
+    tried = _labels(qr).get(LABEL_TRY, "")
     return RequestStatus(
         name=qr.name,
         state=state,
@@ -98,6 +117,7 @@ def queued_resource_status(qr: QueuedResource, *, now: datetime | None = None) -
             "zone": zone,
             "max_wait_seconds": valid_until.total_seconds() if valid_until else None,
             "attempt": int(attempt) if attempt.isdigit() else 1,
+            "try": int(tried) if tried.isdigit() else None,
         },
     )
 
@@ -141,6 +161,29 @@ def node_summary(node: Node) -> dict[str, Any]:
     }
 
 
+def active_result(qr: QueuedResource, nodes: Sequence[Node], status: RequestStatus) -> dict[str, Any]:
+    """What a task whose slice is ACTIVE returns: the slice's nodes, IP addresses and accelerator
+    details (JSON-friendly)."""
+    project, zone, qr_id = parse_queued_resource_name(qr.name)
+    summaries = [node_summary(n) for n in nodes]
+    spec = qr.tpu.node_spec[0]
+    accelerator_type = spec.node.accelerator_type
+    slices = spec.multislice_params.node_count or 1
+    return {
+        "queued_resource": qr.name,
+        "queued_resource_id": qr_id,
+        "project_id": project,
+        "zone": zone,
+        "accelerator_type": accelerator_type,
+        "runtime_version": spec.node.runtime_version,
+        "chips": tpu_chips(accelerator_type) * slices,
+        "node_count": slices,
+        "nodes": summaries,
+        "ip_addresses": [ip for n in summaries for ip in n["ip_addresses"]],
+        "wait_seconds": status.timings.wait_seconds,
+    }
+
+
 class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
     """Create, read, list and delete Cloud TPU queued resources through the google client library.
 
@@ -172,9 +215,7 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
 
     def name_of(self, queued_resource_id: str) -> str:
         """The full resource name of ``queued_resource_id`` in this zone."""
-        from google.cloud.tpu_v2 import TpuClient
-
-        return TpuClient.queued_resource_path(self.project_id, self.zone, queued_resource_id)
+        return f"projects/{self.project_id}/locations/{self.zone}/queuedResources/{queued_resource_id}"
 
     def _client(self) -> Any:
         return self.hook.get_tpu_client()
@@ -249,6 +290,30 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
             if existing is None:
                 raise
             return existing, False
+
+    def submit_spec(self, spec: dict[str, Any], identity: RequestIdentity) -> tuple[RequestStatus, bool]:
+        """:meth:`submit` for a JSON request spec (what a trigger is handed:
+        ``{"queued_resource_id": ..., "queued_resource": ...}``). An ended request of the same id
+        (which the API keeps listed, and which would be adopted) is deleted first, as the worker's
+        own submit does."""
+        qr_id = str(spec["queued_resource_id"])
+        request = queued_resource_from_spec(spec["queued_resource"])
+        name = self.name_of(qr_id)
+        existing = self.get_status(name)
+        if existing is not None and existing.phase.terminal:
+            log.warning("An earlier request %s ended; deleting it before asking again", name)
+            self.release(name, wait=True)
+        return self.submit(request, identity, qr_id)
+
+    def clear_ended(self, ended: Sequence[RequestStatus]) -> None:
+        """Delete ended queued resources a lookup found (FAILED, SUSPENDED): an ended request holds
+        nothing, but it stays listed until deleted. A delete that fails is logged, not raised."""
+        for status in ended:
+            log.warning("An earlier request %s ended %s; deleting it", status.name, status.state)
+            try:
+                self.release(status.name)
+            except Exception as err:
+                log.warning("Could not delete %s (%s); it holds nothing", status.name, err)
 
     def _created(self, operation: Any, name: str) -> RequestStatus:
         self._operation_result(operation, f"create {name}", _DELETE_TIMEOUT_SECONDS)
@@ -333,7 +398,15 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
         except Exception as err:  # the time is a nicety: never lose the event over it
             log.warning("Could not read the nodes of %s to time it (%s)", status.name, err)
             return status
-        return started_by_nodes(status, nodes)
+        timed = started_by_nodes(status, nodes)
+        try:
+            # The task's return value, from the messages in hand: the resumed task needs neither
+            # the client library nor another call.
+            result = active_result(qr, nodes, timed)
+        except Exception as err:
+            log.warning("Could not summarize %s for its task (%s)", status.name, err)
+            return timed
+        return dataclasses.replace(timed, details={**timed.details, RESULT: result})
 
     async def arelease(self, name: str) -> bool:
         """Give the slice back: delete the queued resource and its nodes (``force``); gone or

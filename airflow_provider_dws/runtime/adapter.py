@@ -84,6 +84,11 @@ class RequestAdapter(Generic[_Op, _Backend]):
         reply made."""
         raise NotImplementedError
 
+    def makes_in_trigger(self) -> bool:
+        """Whether this task's trigger makes its request (default :attr:`submits_in_trigger`; an
+        adapter whose operator may need the worker's path for some settings says so here)."""
+        return self.submits_in_trigger
+
     def request_spec(
         self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
     ) -> dict[str, Any]:

@@ -6,9 +6,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import catalog
+from airflow_provider_dws.backends.base import RESULT
 from airflow_provider_dws.backends.batch import (
     LABEL_MAX_WAIT,
     BatchJobBackend,
+    job_from_spec,
+    job_result,
     job_status,
     parse_job_name,
     task_counts,
@@ -28,7 +31,9 @@ from airflow_provider_dws.runtime.task import resolve_project
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind
 from airflow_provider_dws.scheduling.policies import Placement
-from airflow_provider_dws.specs.batch_job import as_job_dict
+from airflow_provider_dws.specs.batch_job import job_json
+from airflow_provider_dws.specs.vertex_pools import duration
+from airflow_provider_dws.triggers.submit import DETAIL_TOKEN
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -39,6 +44,28 @@ if TYPE_CHECKING:
 
 #: Who a job is built for when only its shape matters (the request record's facts).
 _SHAPE_ONLY = RequestIdentity(dag_id="dws", task_id="record", run_id="facts")
+
+
+#: A logs policy without a destination, in the spellings a job's JSON may have.
+_NO_DESTINATION = (None, "", 0, "DESTINATION_UNSPECIFIED")
+
+
+def _accelerators(gpus: tuple[str, int] | None) -> list[dict[str, Any]]:
+    return [{"type": gpus[0], "count": gpus[1]}] if gpus else []
+
+
+def _place(policy: dict[str, Any], placement: Placement) -> None:
+    """Swap an instance policy's machine type (and its GPUs) for a failover placement's."""
+    assert placement.machine_type
+    accelerators = policy.get("accelerators") or []
+    current = accelerators[0] if accelerators else None
+    gpus = _gpus(
+        placement.machine_type,
+        placement.accelerator_type or (current.get("type") if current else None),
+        int(current.get("count") or 0) if current else None,
+    )
+    policy["machine_type"] = placement.machine_type
+    policy["accelerators"] = _accelerators(gpus)
 
 
 def _gpus(machine_type: str, accelerator_type: str | None, count: int | None) -> tuple[str, int] | None:
@@ -60,6 +87,7 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
 
     target = "end"
     wait_grace = timedelta(0)
+    submits_in_trigger = True
     #: What the job is, in the task log.
     label = "Flex Start"
     op: CreateBatchFlexStartJobOperator
@@ -72,99 +100,101 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
         """The region of ``projects/P/locations/R/jobs/ID``."""
         return parse_job_name(name)[1]
 
-    def build(
+    def request_spec(
         self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
-    ) -> Job:
-        """The ``Job`` to submit: the user's job (or the one the parameters describe) with FLEX_START
-        on every instance policy, the identity labels and the max wait label.
+    ) -> dict[str, Any]:
+        """The ``Job`` to submit, as JSON: the user's job (or the one the parameters describe) with
+        FLEX_START on every instance policy, the identity labels and the max wait label. Built
+        without the client library (the trigger makes the message).
 
         A failover ``placement`` may swap the machine type (and its GPUs) of every instance policy;
         ``max_wait`` is the effective wait decided by the scheduling core (default: ``max_wait``).
         """
-        from google.cloud.batch_v1 import AllocationPolicy, Job, LogsPolicy, ServiceAccount
-
         op = self.op
-        job = Job(as_job_dict(op.job)) if op.job is not None else self._job_from_parameters()
+        job = job_json(op.job) if op.job is not None else self._job_from_parameters()
         if op.max_run is not None:
-            for group in job.task_groups:
-                # proto-plus takes a timedelta for a Duration (the stubs type only the message).
-                group.task_spec.max_run_duration = op.max_run  # type: ignore[assignment]
-        for instance in job.allocation_policy.instances:
-            policy = instance.policy
+            for group in job.get("task_groups") or []:
+                group.setdefault("task_spec", {})["max_run_duration"] = duration(op.max_run)
+        for instance in (job.get("allocation_policy") or {}).get("instances") or []:
+            policy = instance.setdefault("policy", {})
             if placement is not None and placement.machine_type:
-                current = policy.accelerators[0] if policy.accelerators else None
-                gpus = _gpus(
-                    placement.machine_type,
-                    placement.accelerator_type or (current.type_ if current else None),
-                    current.count if current else None,
-                )
-                policy.machine_type = placement.machine_type
-                policy.accelerators = (
-                    [AllocationPolicy.Accelerator(type_=gpus[0], count=gpus[1])] if gpus else []
-                )
-            policy.provisioning_model = AllocationPolicy.ProvisioningModel.FLEX_START  # type: ignore[assignment]
+                _place(policy, placement)
+            policy["provisioning_model"] = "FLEX_START"
         if op.service_account:
-            job.allocation_policy.service_account = ServiceAccount(email=op.service_account)
+            job.setdefault("allocation_policy", {})["service_account"] = {"email": op.service_account}
         if op.network or op.subnetwork:
-            interface = AllocationPolicy.NetworkInterface(
-                network=op.network or "", subnetwork=op.subnetwork or ""
-            )
-            job.allocation_policy.network = AllocationPolicy.NetworkPolicy(network_interfaces=[interface])
-        if not job.logs_policy.destination:
+            interface = {"network": op.network or "", "subnetwork": op.subnetwork or ""}
+            job.setdefault("allocation_policy", {})["network"] = {"network_interfaces": [interface]}
+        if (job.get("logs_policy") or {}).get("destination") in _NO_DESTINATION:
             # Task logs go to Cloud Logging, where the task's "Batch Job Logs" link looks.
-            job.logs_policy = LogsPolicy(destination=LogsPolicy.Destination.CLOUD_LOGGING)
+            job["logs_policy"] = {"destination": "CLOUD_LOGGING"}
         wait = max_wait or op.max_wait
-        job.labels = {
-            **dict(job.labels),
+        job["labels"] = {
+            **(job.get("labels") or {}),
             **(op.labels or {}),
             **identity.labels(),
             LABEL_MAX_WAIT: str(round(wait.total_seconds())),
         }
         return job
 
-    def _job_from_parameters(self) -> Job:
+    def _job_from_parameters(self) -> dict[str, Any]:
         """One task group of ``task_count`` tasks running the container or script, on one policy."""
-        from google.cloud.batch_v1 import (
-            AllocationPolicy,
-            Environment,
-            Job,
-            Runnable,
-            TaskGroup,
-            TaskSpec,
-        )
-
         op = self.op
         if op.image_uri:
-            runnable = Runnable(
-                container=Runnable.Container(
-                    image_uri=op.image_uri, commands=list(op.commands or []), entrypoint=op.entrypoint or ""
-                )
-            )
+            container = {
+                "image_uri": op.image_uri,
+                "commands": list(op.commands or []),
+                "entrypoint": op.entrypoint or "",
+            }
+            runnable: dict[str, Any] = {"container": container}
         else:
-            runnable = Runnable(script=Runnable.Script(text=op.script or ""))
-        spec = TaskSpec(runnables=[runnable])
+            runnable = {"script": {"text": op.script or ""}}
+        spec: dict[str, Any] = {"runnables": [runnable]}
         if op.environment:
-            spec.environment = Environment(variables=dict(op.environment))
-        group = TaskGroup(task_spec=spec, task_count=op.task_count or 1, parallelism=op.parallelism or 0)
+            spec["environment"] = {"variables": dict(op.environment)}
+        group = {"task_spec": spec, "task_count": op.task_count or 1, "parallelism": op.parallelism or 0}
         assert op.machine_type is not None  # the operator requires it without a whole job
         gpus = _gpus(op.machine_type, op.accelerator_type, op.accelerator_count)
-        policy = AllocationPolicy.InstancePolicy(
-            machine_type=op.machine_type,
-            accelerators=[AllocationPolicy.Accelerator(type_=gpus[0], count=gpus[1])] if gpus else [],
-        )
-        instance = AllocationPolicy.InstancePolicyOrTemplate(
-            policy=policy, install_gpu_drivers=op.install_gpu_drivers
-        )
-        return Job(task_groups=[group], allocation_policy=AllocationPolicy(instances=[instance]))
+        policy = {"machine_type": op.machine_type, "accelerators": _accelerators(gpus)}
+        instance = {"policy": policy, "install_gpu_drivers": op.install_gpu_drivers}
+        return {"task_groups": [group], "allocation_policy": {"instances": [instance]}}
+
+    def build(
+        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
+    ) -> Job:
+        """:meth:`request_spec` as the ``Job`` message (the worker's own submit path)."""
+        try:
+            return job_from_spec(self.request_spec(identity, placement, max_wait))
+        except ValueError as err:
+            raise BadRequestError(f"the Batch job is not valid: {err}") from None
+
+    def announce(self) -> dict[str, Any]:
+        """The job's name under ``job_name``, its console page under the link's key, and its task
+        logs' link once the job has its uid."""
+        project = resolve_project(self.op)
+        return {
+            "name_key": self.name_key,
+            "link_key": BatchFlexStartJobLink.key,
+            "link": batch_job_console_url(project, "{location}", "{id}"),
+            "detail_links": [
+                {
+                    "key": BatchJobLogsLink.key,
+                    "detail": "uid",
+                    "link": batch_job_logs_url(project, DETAIL_TOKEN),
+                    "token": DETAIL_TOKEN,
+                }
+            ],
+        }
 
     def persist_link(self, context: Context, status: RequestStatus) -> str:
         """The job's console page (and, once the job has a uid, its task logs' link, logged)."""
         _, region, job_id = parse_job_name(status.name)
         project = resolve_project(self.op)
-        if status.details.get("uid"):
+        # A resumed task knows the uid from the succeeded job's summary (its event carries no details).
+        uid = status.details.get("uid") or (status.details.get(RESULT) or {}).get("uid")
+        if uid:
             self.log.info(
-                "Task logs: %s",
-                push_url(context, BatchJobLogsLink.key, batch_job_logs_url(project, status.details["uid"])),
+                "Task logs: %s", push_url(context, BatchJobLogsLink.key, batch_job_logs_url(project, uid))
             )
         return push_url(context, BatchFlexStartJobLink.key, batch_job_console_url(project, region, job_id))
 
@@ -200,52 +230,38 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
 
     def result(self, context: Context, status: RequestStatus) -> Any:
         """A summary of the succeeded job: name, state, task counts by state, shape and timings."""
-        from google.cloud.batch_v1 import Job as JobMessage
-
-        project, region, job_id = parse_job_name(status.name)
-        job = self.backend(region).get(status.name)
+        if RESULT in status.details:  # read by the trigger with the job's final status
+            return status.details[RESULT]
+        job = self.backend(self.location_of(status.name)).get(status.name)
         if job is None:
             raise RequestCancelledError(f"{status.name} disappeared right after it succeeded")
-        current = job_status(job)
-        timings = current.timings
-        group = job.task_groups[0] if job.task_groups else None
-        labels = dict(job.labels)
-        data = JobMessage.to_dict(job, use_integers_for_enums=False)
-        return {
-            "name": job.name,
-            "job_id": job_id,
-            "uid": job.uid,
-            "project_id": project,
-            "region": region,
-            "state": current.state,
-            "description": current.description,
-            "task_count": int(group.task_count) if group else 0,
-            "parallelism": int(group.parallelism) if group else 0,
-            "task_counts": task_counts(job),
-            "create_time": data.get("create_time"),
-            "update_time": data.get("update_time"),
-            "timings": timings.to_dict(),
-            "wait_seconds": timings.wait_seconds,
-            "run_seconds": timings.run_seconds,
-            "labels": labels,
-        }
+        return job_result(job, job_status(job))
 
     def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
         """The job's GPUs over every VM it runs at once (its tasks, or its parallelism, over
         the tasks a VM takes), its machine type and its console page."""
-        job = self.build(_SHAPE_ONLY, placement)
-        instances = job.allocation_policy.instances
-        policy = instances[0].policy if instances else None
-        machine = (policy.machine_type if policy else "") or None
-        current = policy.accelerators[0] if policy and policy.accelerators else None
-        gpus = _gpus(machine or "", current.type_ if current else None, current.count if current else None)
+        job = self.request_spec(_SHAPE_ONLY, placement)
+        instances = (job.get("allocation_policy") or {}).get("instances") or []
+        policy = instances[0].get("policy") or {} if instances else {}
+        machine = policy.get("machine_type") or None
+        accelerators = policy.get("accelerators") or []
+        current = accelerators[0] if accelerators else None
+        gpus = _gpus(
+            machine or "",
+            (current.get("type") or "") if current else None,
+            int(current.get("count") or 0) if current else None,
+        )
         vms = 0
-        for group in job.task_groups:
-            tasks = group.task_count or 1
-            at_once = min(tasks, group.parallelism) if group.parallelism else tasks
-            per_vm = group.task_count_per_node or 1
+        for group in job.get("task_groups") or []:
+            tasks = int(group.get("task_count") or 0) or 1
+            parallelism = int(group.get("parallelism") or 0)
+            at_once = min(tasks, parallelism) if parallelism else tasks
+            per_vm = int(group.get("task_count_per_node") or 0) or 1
             vms += -(-at_once // per_vm)
-        _, region, job_id = parse_job_name(status.name)
+        try:
+            _, region, job_id = parse_job_name(status.name)
+        except ValueError:  # recorded before its trigger made it: no page yet
+            region, job_id = placement.location, ""
         return {
             "api": BatchJobBackend.kind,
             "kind": "Cloud Batch job",
@@ -253,7 +269,9 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
             "accelerator_count": gpus[1] * max(vms, 1) if gpus else 0,
             "machine_type": machine,
             "pricing_model": "flex_start",
-            "console_url": batch_job_console_url(resolve_project(self.op), region, job_id),
+            "console_url": batch_job_console_url(resolve_project(self.op), region, job_id)
+            if job_id
+            else None,
         }
 
     def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
@@ -289,21 +307,21 @@ class BatchReservedAdapter(ReservedSteps, BatchFlexStartAdapter):
 
     label = "reserved"
 
-    def build(
-        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
-    ) -> Job:
-        """The Flex Start job's spec, bound to the block's reservation instead."""
-        from google.cloud.batch_v1 import AllocationPolicy
+    #: The block is found, and the job checked against it, in the worker first.
+    submits_in_trigger = False
 
-        job = super().build(identity, placement, max_wait)
+    def request_spec(
+        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
+    ) -> dict[str, Any]:
+        """The Flex Start job's spec, bound to the block's reservation instead."""
+        job = super().request_spec(identity, placement, max_wait)
         block = self.block
         assert block is not None, "the block is found before a job is built"
-        for instance in job.allocation_policy.instances:
-            policy = instance.policy
-            check_machine(self.op, block, policy.machine_type)
-            policy.provisioning_model = AllocationPolicy.ProvisioningModel.RESERVATION_BOUND  # type: ignore[assignment]
-            policy.reservation = block.reservation
-        job.allocation_policy.location = AllocationPolicy.LocationPolicy(
-            allowed_locations=[f"zones/{block.zone}"]
-        )
+        allocation = job.setdefault("allocation_policy", {})
+        for instance in allocation.get("instances") or []:
+            policy = instance.setdefault("policy", {})
+            check_machine(self.op, block, policy.get("machine_type") or "")
+            policy["provisioning_model"] = "RESERVATION_BOUND"
+            policy["reservation"] = block.reservation
+        allocation["location"] = {"allowed_locations": [f"zones/{block.zone}"]}
         return job

@@ -323,7 +323,7 @@ class AttemptLoop:
 
     def in_trigger(self) -> bool:
         """Whether this task's trigger makes its requests (a deferrable task whose adapter can)."""
-        return bool(self.op.deferrable and self.adapter.submits_in_trigger)
+        return bool(self.op.deferrable and self.adapter.makes_in_trigger())
 
     def defer_submission(
         self, context: Context, identity: RequestIdentity, state: AttemptState, max_wait: timedelta

@@ -7,10 +7,11 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import catalog
+from airflow_provider_dws.backends.base import RESULT
 from airflow_provider_dws.backends.tpu import (
     TpuQueuedResourceBackend,
-    node_summary,
-    parse_queued_resource_name,
+    active_result,
+    queued_resource_from_spec,
     zone_of,
 )
 from airflow_provider_dws.console import push_url, queued_resource_console_url
@@ -30,6 +31,7 @@ from airflow_provider_dws.scheduling.identity import is_attempt_of, parse_attemp
 from airflow_provider_dws.scheduling.phases import FailureKind
 from airflow_provider_dws.specs import roles
 from airflow_provider_dws.specs.roles import task_in_role
+from airflow_provider_dws.specs.vertex_pools import duration
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -49,10 +51,9 @@ _REFUSED = (InvalidRequestError, PermissionDeniedApiError)
 TPU_SLICES = ReleasedApi(TpuQueuedResourceBackend.kind, "TPU queued resource", zone_of, ("ACTIVE",))
 
 
-def _timestamp(stamp_class: Any, moment: datetime) -> Any:
-    stamp = stamp_class()
-    stamp.FromDatetime(moment)
-    return stamp
+def _rfc3339(moment: datetime) -> str:
+    """A time as protobuf's JSON takes a Timestamp (UTC, ``Z``)."""
+    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def _by_zone(placements: Sequence[Placement]) -> list[Placement]:
@@ -78,6 +79,7 @@ class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator",
     name_key = roles.QUEUED_RESOURCE_NAME_KEY
 
     target = "running"
+    submits_in_trigger = True
 
     def __init__(self, operator: CreateTPUQueuedResourceOperator) -> None:
         super().__init__(operator)
@@ -99,6 +101,91 @@ class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator",
         """This submission's id: the base plus ``-t<try>-a<attempt>`` (always, so it parses back)."""
         return identity.queued_resource_id(self.base_id(identity))
 
+    def makes_in_trigger(self) -> bool:
+        """The trigger makes the queued resource, unless the operator runs on a calendar block (found,
+        and checked against, in the worker first) or starts later (``valid_after``: its max wait
+        counts from then, which only the worker's wait deadline knows)."""
+        return self.submits_in_trigger and self.block is None and not self.op.valid_after
+
+    @property
+    def block(self) -> Any:
+        """The calendar block the operator runs on (``None`` here: see the block adapter)."""
+        return None
+
+    def request_spec(
+        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
+    ) -> dict[str, Any]:
+        """The queued resource of this attempt as JSON: its id (``queued_resource_id``) and the
+        ``QueuedResource`` (``queued_resource``), built without the client library."""
+        zone = placement.location if placement is not None else str(self.op.zone)
+        parent = f"projects/{resolve_project(self.op)}/locations/{zone}"
+        qr_id = self.id_for(identity)
+        return {
+            "queued_resource_id": qr_id,
+            "queued_resource": self.queued_resource_json(
+                identity.labels(), parent, qr_id, placement, max_wait
+            ),
+        }
+
+    def queued_resource_json(
+        self,
+        identity_labels: Mapping[str, str],
+        parent: str,
+        node_id: str,
+        placement: Placement | None = None,
+        max_wait: timedelta | None = None,
+    ) -> dict[str, Any]:
+        """The ``QueuedResource`` to create, as JSON: one node spec (or multislice), tier and
+        queueing policy.
+
+        A failover ``placement`` may change the accelerator type and the tier; ``max_wait`` is the
+        effective wait decided by the scheduling core (default: ``max_wait``).
+        """
+        op = self.op
+        accelerator_type = (placement.accelerator_type if placement else None) or op.accelerator_type
+        tier = placement.tier if placement and placement.tier else None
+        spot = tier == "spot" if tier else op.spot
+        guaranteed = tier == "guaranteed" if tier else op.guaranteed
+        max_wait = max_wait or op.max_wait
+        node: dict[str, Any] = {
+            "accelerator_type": accelerator_type,
+            "runtime_version": op.runtime_version,
+            "labels": {**(op.labels or {}), **identity_labels},
+            "network_config": {
+                "network": op.network or "",
+                "subnetwork": op.subnetwork or "",
+                "enable_external_ips": op.enable_external_ips,
+            },
+        }
+        if op.service_account:
+            node["service_account"] = {"email": op.service_account}
+        if spot:
+            node["scheduling_config"] = {"spot": True}
+        spec: dict[str, Any] = {"parent": parent, "node": node}
+        if op.node_count > 1:
+            spec["multislice_params"] = {"node_count": op.node_count, "node_id_prefix": node_id}
+        else:
+            spec["node_id"] = node_id
+        # valid_until_* and valid_after_* are one oneof in the API: a delayed start with a deadline
+        # has to be spelled as an interval of absolute times.
+        if op.valid_after:
+            start = datetime.now(timezone.utc) + op.valid_after
+            policy: dict[str, Any] = {
+                "valid_interval": {"start_time": _rfc3339(start), "end_time": _rfc3339(start + max_wait)}
+            }
+        else:
+            policy = {"valid_until_duration": duration(max_wait)}
+        qr: dict[str, Any] = {"tpu": {"node_spec": [spec]}, "queueing_policy": policy}
+        if spot:
+            qr["spot"] = {}
+        elif guaranteed:
+            qr["guaranteed"] = {}
+        home_zone = placement is None or placement.location == op.zone
+        if op.reservation_name and not spot and home_zone:
+            # A reservation lives in one zone; a failover elsewhere asks without it.
+            qr["reservation_name"] = op.reservation_name
+        return qr
+
     def build(
         self,
         identity_labels: Mapping[str, str],
@@ -107,63 +194,17 @@ class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator",
         placement: Placement | None = None,
         max_wait: timedelta | None = None,
     ) -> QueuedResource:
-        """The ``QueuedResource`` to create: one node spec (or multislice), tier and queueing policy.
+        """:meth:`queued_resource_json` as the ``QueuedResource`` message (the worker's own submit)."""
+        qr = self.queued_resource_json(identity_labels, parent, node_id, placement, max_wait)
+        try:
+            return queued_resource_from_spec(qr)
+        except ValueError as err:
+            raise BadRequestError(f"the queued resource is not valid: {err}") from None
 
-        A failover ``placement`` may change the accelerator type and the tier; ``max_wait`` is the
-        effective wait decided by the scheduling core (default: ``max_wait``).
-        """
-        from google.cloud.tpu_v2 import NetworkConfig, Node, QueuedResource, SchedulingConfig, ServiceAccount
-        from google.protobuf.timestamp_pb2 import Timestamp
-        from google.type.interval_pb2 import Interval
-
-        op = self.op
-        accelerator_type = (placement.accelerator_type if placement else None) or op.accelerator_type
-        tier = placement.tier if placement and placement.tier else None
-        spot = tier == "spot" if tier else op.spot
-        guaranteed = tier == "guaranteed" if tier else op.guaranteed
-        max_wait = max_wait or op.max_wait
-        node = Node(
-            accelerator_type=accelerator_type,
-            runtime_version=op.runtime_version,
-            labels={**(op.labels or {}), **identity_labels},
-            network_config=NetworkConfig(
-                network=op.network or "",
-                subnetwork=op.subnetwork or "",
-                enable_external_ips=op.enable_external_ips,
-            ),
-        )
-        if op.service_account:
-            node.service_account = ServiceAccount(email=op.service_account)
-        if spot:
-            node.scheduling_config = SchedulingConfig(spot=True)
-        spec = QueuedResource.Tpu.NodeSpec(parent=parent, node=node)
-        if op.node_count > 1:
-            spec.multislice_params = QueuedResource.Tpu.NodeSpec.MultisliceParams(
-                node_count=op.node_count, node_id_prefix=node_id
-            )
-        else:
-            spec.node_id = node_id
-        # valid_until_* and valid_after_* are one oneof in the API: a delayed start with a deadline
-        # has to be spelled as an interval of absolute times.
-        if op.valid_after:
-            start = datetime.now(timezone.utc) + op.valid_after
-            policy = QueuedResource.QueueingPolicy(
-                valid_interval=Interval(
-                    start_time=_timestamp(Timestamp, start), end_time=_timestamp(Timestamp, start + max_wait)
-                )
-            )
-        else:
-            policy = QueuedResource.QueueingPolicy(valid_until_duration=max_wait)
-        qr = QueuedResource(tpu=QueuedResource.Tpu(node_spec=[spec]), queueing_policy=policy)
-        if spot:
-            qr.spot = QueuedResource.Spot()
-        elif guaranteed:
-            qr.guaranteed = QueuedResource.Guaranteed()
-        home_zone = placement is None or placement.location == op.zone
-        if op.reservation_name and not spot and home_zone:
-            # A reservation lives in one zone; a failover elsewhere asks without it.
-            qr.reservation_name = op.reservation_name
-        return qr
+    def announce(self) -> dict[str, Any]:
+        """The queued resource's name under its key, its console page under the link's key."""
+        link = queued_resource_console_url(resolve_project(self.op), "{location}", "{id}")
+        return {"name_key": self.name_key, "link_key": TPUQueuedResourceLink.key, "link": link}
 
     def find(self, context: Context, identity: RequestIdentity) -> Found | None:
         """The newest live or ACTIVE queued resource of any try and attempt of this task instance.
@@ -242,51 +283,43 @@ class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator",
 
     def result(self, context: Context, status: RequestStatus) -> Any:
         """The slice's nodes, IP addresses and accelerator details (the task's XCom return value)."""
-        _, zone, qr_id = parse_queued_resource_name(status.name)
-        backend = self.backend(zone)
-        qr = backend.get(status.name)
-        if qr is None:
-            raise RequestCancelledError(f"{status.name} disappeared right after it became ACTIVE")
-        wait_s = status.timings.wait_seconds
-        nodes = [node_summary(n) for n in backend.nodes(qr)]
+        result = status.details.get(RESULT)
+        if result is None:  # not read by the trigger with the slice's status: read it now
+            backend = self.backend(zone_of(status.name))
+            qr = backend.get(status.name)
+            if qr is None:
+                raise RequestCancelledError(f"{status.name} disappeared right after it became ACTIVE")
+            result = active_result(qr, backend.nodes(qr), status)
+        nodes = result["nodes"]
         self.log.info(
             "%s is ACTIVE after waiting %s: %d node(s) %s; it is billed until it is deleted",
             status.name,
-            timedelta(seconds=round(wait_s or 0)),
+            timedelta(seconds=round(status.timings.wait_seconds or 0)),
             len(nodes),
             ", ".join(f"{n['node_id']} {n['ip_addresses']}" for n in nodes),
         )
-        spec = qr.tpu.node_spec[0]
-        accelerator_type = spec.node.accelerator_type
-        slices = spec.multislice_params.node_count or 1
-        return {
-            "queued_resource": status.name,
-            "queued_resource_id": qr_id,
-            "project_id": backend.project_id,
-            "zone": zone,
-            "accelerator_type": accelerator_type,
-            "runtime_version": spec.node.runtime_version,
-            "chips": catalog.tpu_chips(accelerator_type) * slices,
-            "node_count": slices,
-            "nodes": nodes,
-            "ip_addresses": [ip for n in nodes for ip in n["ip_addresses"]],
-            "wait_seconds": wait_s,
-        }
+        return result
 
     def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
         """The slice's TPU type and chips over every slice, its pricing (``spot``, ``reserved``
         for a reservation or the guaranteed tier, else ``flex_start``) and its console page."""
-        project, zone = resolve_project(self.op), zone_of(status.name)
-        qr = self.build({}, f"projects/{project}/locations/{zone}", "record-facts", placement)
-        spec = qr.tpu.node_spec[0]
-        accelerator_type = spec.node.accelerator_type
+        project = resolve_project(self.op)
         try:
-            chips = catalog.tpu_chips(accelerator_type) * (spec.multislice_params.node_count or 1)
+            zone, qr_id = zone_of(status.name), status.name.rsplit("/", 1)[-1]
+        except ValueError:  # recorded before its trigger made it: no page yet
+            zone, qr_id = placement.location, ""
+        qr = self.queued_resource_json({}, f"projects/{project}/locations/{zone}", "record-facts", placement)
+        spec = qr["tpu"]["node_spec"][0]
+        accelerator_type = spec["node"]["accelerator_type"]
+        try:
+            chips = catalog.tpu_chips(accelerator_type) * (
+                (spec.get("multislice_params") or {}).get("node_count") or 1
+            )
         except ValueError:
             chips = 0
         if "spot" in qr:
             pricing = "spot"
-        elif qr.reservation_name or "guaranteed" in qr:
+        elif qr.get("reservation_name") or "guaranteed" in qr:
             pricing = "reserved"
         else:
             pricing = "flex_start"
@@ -297,7 +330,7 @@ class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator",
             "accelerator_count": chips,
             "machine_type": None,
             "pricing_model": pricing,
-            "console_url": queued_resource_console_url(project, zone, status.name.rsplit("/", 1)[-1]),
+            "console_url": queued_resource_console_url(project, zone, qr_id) if qr_id else None,
         }
 
     def release_failed(self, status: RequestStatus, placement: Placement) -> None:

@@ -9,6 +9,8 @@ rendering, in the worker.
 
 from __future__ import annotations
 
+import builtins
+import keyword
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +39,30 @@ def as_job_dict(value: Any) -> dict[str, Any]:
     if isinstance(value, Job):
         return dict(Job.to_dict(value, use_integers_for_enums=False))
     raise TypeError(f"job must be a dict or a google.cloud.batch_v1.Job, got {type(value).__name__}")
+
+
+def job_json(value: Any) -> dict[str, Any]:
+    """A Batch ``Job`` (dict or message) as protobuf's JSON takes it: durations as ``"Ns"``, enums
+    by name, and proto-plus's ``type_`` (a field named like a Python builtin) under its proto name ``type``."""
+    from airflow_provider_dws.specs.vertex_pools import jsonable
+
+    return dict(_proto_names(jsonable(as_job_dict(value))))
+
+
+def _proto_names(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {_proto_name(k): _proto_names(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_proto_names(v) for v in value]
+    return value
+
+
+def _proto_name(key: str) -> str:
+    """proto-plus names a field that is a Python keyword or builtin with a trailing ``_``."""
+    bare = key[:-1]
+    if key.endswith("_") and (keyword.iskeyword(bare) or hasattr(builtins, bare)):
+        return bare
+    return key
 
 
 def _int(value: Any) -> Any:

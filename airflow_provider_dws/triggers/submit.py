@@ -25,6 +25,7 @@ from typing import Any
 
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.scheduling.identity import RequestIdentity
+from airflow_provider_dws.scheduling.phases import Phase
 
 #: Create calls (with their lookups) started per second per API, project and location.
 SUBMIT_RATE = 5.0
@@ -32,6 +33,9 @@ SUBMIT_RATE = 5.0
 SUBMIT_CONCURRENCY = 4
 #: The prefix of the name a request is recorded under until its trigger has made it.
 PENDING_PREFIX = "submitting/"
+#: Where a link of ``announce["detail_links"]`` takes a detail of the request (a Batch job's uid):
+#: letters and underscores only, so URL quoting leaves it as it is.
+DETAIL_TOKEN = "__DWS_DETAIL__"
 
 
 def pending_name(identity: RequestIdentity) -> str:
@@ -53,7 +57,8 @@ class Submission:
     task instance's requests may be (``{"backend_spec": ..., "placement": ...}`` per location, the
     first is where a new one is made); ``avoid``: requests never adopted (an earlier try's, given
     up); ``announce``: the XCom keys of the request's name and console link
-    (``{"name_key": ..., "link_key": ..., "link": URL with {location} and {id}}``).
+    (``{"name_key": ..., "link_key": ..., "link": URL with {location} and {id}}``), and of links
+    made from a detail of the request (``"detail_links"``, :func:`detail_links`).
     """
 
     request: dict[str, Any]
@@ -166,7 +171,13 @@ def _find_or_submit(backends: list[tuple[Any, dict[str, Any]]], submission: Subm
     identity = submission.task_identity
     found: dict[str, tuple[RequestStatus, dict[str, Any]]] = {}
     for backend, where in backends:
-        for status in backend.find(identity):
+        statuses = backend.find(identity)
+        clear_ended = getattr(backend, "clear_ended", None)
+        if clear_ended is not None:
+            # An API that keeps ended requests listed (Cloud TPU) has them deleted here, as the
+            # worker's lookup did: they hold nothing, and are never adopted.
+            clear_ended([s for s in statuses if s.phase.terminal and s.phase is not Phase.SUCCEEDED])
+        for status in statuses:
             if status.name not in submission.avoid:
                 found[status.name] = (status, where)
     decision = choose_existing([Candidate(n, s.phase, s.timings.submitted) for n, (s, _) in found.items()])
@@ -224,6 +235,8 @@ def announced(ti: Any, pending: str, status: RequestStatus, announce: Mapping[st
             XCom.set(announce["name_key"], status.name, **where)
         if url and announce.get("link_key"):
             XCom.set(announce["link_key"], url, **where)
+        for key, detail_url in detail_links(status, announce):
+            XCom.set(key, detail_url, **where)
     except Exception:
         log.warning("Could not tell the task it waits on %s", status.name, exc_info=True)
         return False
@@ -237,6 +250,22 @@ def link_of(name: str, announce: Mapping[str, Any]) -> str | None:
     if not link or len(parts) < 4:
         return None
     return str(link).format(location=parts[3], id=parts[-1])
+
+
+def detail_links(status: RequestStatus, announce: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(XCom key, URL) of each ``announce["detail_links"]`` entry whose detail the request has:
+    ``{"key": ..., "detail": "uid", "link": URL with its ``token``}``."""
+    links = []
+    for entry in announce.get("detail_links") or ():
+        value = status.details.get(entry.get("detail"))
+        if value:
+            links.append(
+                (
+                    str(entry["key"]),
+                    str(entry["link"]).replace(entry.get("token") or DETAIL_TOKEN, str(value)),
+                )
+            )
+    return links
 
 
 def _renamed(record: Any, status: RequestStatus, url: str | None) -> Any:

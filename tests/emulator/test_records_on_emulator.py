@@ -10,6 +10,7 @@ import itertools
 import time
 from datetime import timedelta
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 from airflow.exceptions import TaskDeferred
@@ -157,20 +158,26 @@ def test_a_deferred_batch_job_is_waiting_in_xcom_then_succeeded(
     ti = TI("records_on_emulator", "crunch")
     with pytest.raises(TaskDeferred) as deferred:
         batch().execute({"ti": ti})
+    # The trigger makes the job: until then it is recorded waiting under a provisional name.
     [waiting] = records(ti)
-    assert waiting.phase == "waiting" and waiting.request_name == ti.xcom["job_name"]
+    assert waiting.phase == "waiting" and is_pending(waiting.request_name)
+    assert "job_name" not in ti.xcom and waiting.console_url is None
     assert (waiting.api, waiting.kind, waiting.machine_type) == (
         "batch_job",
         "Cloud Batch job",
         "g2-standard-8",
     )
     assert (waiting.accelerator_type, waiting.accelerator_count) == ("nvidia-l4", 2)  # 2 VMs at once
-    assert waiting.console_url == ti.xcom["dws_batch_job_link"]
 
     result, resumed = resume(batch, ti, deferred.value, clock)
     assert result["state"] == "SUCCEEDED"
     [done] = records(resumed)
-    assert (done.request_name, done.phase, done.outcome) == (waiting.request_name, "succeeded", "succeeded")
+    assert (done.request_name, done.phase, done.outcome) == (result["name"], "succeeded", "succeeded")
+    assert resumed.xcom["job_name"] == result["name"]
+    assert done.console_url == resumed.xcom["dws_batch_job_link"]
+    assert result["job_id"] in done.console_url and result["uid"] in unquote(
+        resumed.xcom["dws_batch_logs_link"]
+    )
     assert done.started is not None and done.ended is not None and not done.live
 
 

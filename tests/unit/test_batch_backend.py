@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from airflow_provider_dws import errors
 from airflow_provider_dws.backends import batch
-from airflow_provider_dws.backends.base import RequestBackend
+from airflow_provider_dws.backends.base import RESULT, RequestBackend
 from airflow_provider_dws.backends.batch import BatchJobBackend, job_status
 from airflow_provider_dws.registry import BACKENDS, backend_from_spec
 from airflow_provider_dws.scheduling.identity import RequestIdentity, parse_attempt_name
@@ -176,15 +176,23 @@ def test_timings_come_from_the_running_event_and_the_last_event() -> None:
     status = job_status(job(state=State.SUCCEEDED, events=events, counts={"SUCCEEDED": 16}))
     assert status.phase is Phase.SUCCEEDED and status.outcome.failure is None
     assert (status.timings.wait_seconds, status.timings.run_seconds) == (1200, 3600)
+    result = status.details.pop(RESULT)  # what the task returns, read with the final status
     assert status.details == {
         "region": "us-central1",
         "job_id": "j-t1-a1",
         "uid": "j-t1-a1-0123abcd",
         "max_wait_seconds": 7200.0,
         "attempt": 1,
+        "try": None,  # the job carries no try label
         "task_counts": {"SUCCEEDED": 16},
     }
     assert status.description == "16 tasks on g2-standard-8 (1 x nvidia-l4 each) in us-central1"
+    assert (result["state"], result["job_id"], result["task_counts"]) == (
+        "SUCCEEDED",
+        "j-t1-a1",
+        {"SUCCEEDED": 16},
+    )
+    assert result["run_seconds"] == 3600 and result["description"] == status.description
     # Without a RUNNING event, the run duration times the start.
     quiet = job_status(job(state=State.SUCCEEDED, events=[events[2]], run_duration=timedelta(minutes=45)))
     assert quiet.timings.run_seconds == 45 * 60

@@ -167,7 +167,7 @@ def test_status_waiting_for_resources() -> None:
     assert status.state == "WAITING_FOR_RESOURCES"
     assert status.phase is Phase.WAITING
     assert status.outcome.failure is None
-    assert status.details == {"zone": ZONE, "max_wait_seconds": 6 * 3600, "attempt": 1}
+    assert status.details == {"zone": ZONE, "max_wait_seconds": 6 * 3600, "attempt": 1, "try": None}
     assert status.description == "v5litepod-16 (16 chips) in us-west4-a"
     assert status.timings.submitted == CREATED
     assert status.timings.started is None

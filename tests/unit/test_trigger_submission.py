@@ -173,6 +173,30 @@ def test_a_request_the_task_gave_up_is_never_adopted(backends: dict[str, FakeBac
     assert backend.calls == ["find", "create"] and event["name"] == NAME.format(7)
 
 
+class ClearingBackend(FakeBackend):
+    """An API that keeps ended requests listed (Cloud TPU): the lookup hands them to ``clear_ended``."""
+
+    def clear_ended(self, ended: list[RequestStatus]) -> None:
+        self.calls.append("clear " + ",".join(s.name.rsplit("/", 1)[1] for s in ended))
+
+
+def test_ended_requests_the_api_keeps_listed_are_cleared_before_the_create(
+    backends: dict[str, FakeBackend],
+) -> None:
+    found = [status(3, Phase.NOT_OBTAINED), status(4, Phase.FAILED), status(5, Phase.CANCELLED)]
+    backend = backends["us-central1"] = ClearingBackend(SPEC, found, status(7, Phase.WAITING))
+    [event] = events(trigger())
+    # Cleared after the lookup and before the create; none of them adopted.
+    assert backend.calls == ["find", "clear 3,4,5", "create"] and event["name"] == NAME.format(7)
+
+
+def test_a_live_request_is_never_cleared(backends: dict[str, FakeBackend]) -> None:
+    found = [status(3, Phase.FAILED), status(6, Phase.WAITING), status(8, Phase.SUCCEEDED)]
+    backend = backends["us-central1"] = ClearingBackend(SPEC, found, status(7, Phase.WAITING))
+    [event] = events(trigger())
+    assert backend.calls == ["find", "clear 3"] and event["name"] == NAME.format(6)
+
+
 def test_a_refused_create_fails_the_task_as_a_bad_request(backends: dict[str, FakeBackend]) -> None:
     backends["us-central1"] = FakeBackend(SPEC, [], errors.InvalidRequestError("bad machine type"))
     [event] = events(trigger())

@@ -28,11 +28,48 @@ HEAVY = (
     "googleapiclient",
 )
 
+#: Per family: the operator's import, how to make the task, the name and state of its request
+#: when the trigger reports success.
+FAMILIES = {
+    "vertex_ai": {
+        "imports": "from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator",
+        "make": """
+    pool = {"machine_spec": {"machine_type": "a3-highgpu-8g", "accelerator_type": "NVIDIA_H100_80GB",
+            "accelerator_count": 8}, "replica_count": 1, "container_spec": {"image_uri": "us-docker.pkg.dev/p/r/i:1"}}
+    return CreateVertexAIFlexStartJobOperator(task_id="t", project_id="my-project", region="us-central1",
+                                              worker_pool_specs=[pool], deferrable=True)
+""",
+        "name": "projects/my-project/locations/us-central1/customJobs/7",
+        "state": "JOB_STATE_SUCCEEDED",
+    },
+    "batch": {
+        "imports": "from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator",
+        "make": """
+    return CreateBatchFlexStartJobOperator(task_id="t", project_id="my-project", region="us-central1",
+                                           image_uri="us-docker.pkg.dev/p/r/i:1", machine_type="g2-standard-8",
+                                           deferrable=True)
+""",
+        "name": "projects/my-project/locations/us-central1/jobs/dws-t-0123456789abcdef-t1-a1",
+        "state": "SUCCEEDED",
+    },
+    "tpu": {
+        "imports": "from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator",
+        "make": """
+    return CreateTPUQueuedResourceOperator(task_id="t", project_id="my-project", zone="us-west4-a",
+                                           accelerator_type="v5litepod-16", runtime_version="v2-alpha-tpuv5-lite",
+                                           deferrable=True)
+""",
+        "name": "projects/my-project/locations/us-west4-a/queuedResources/dws-t-0123456789abcdef-t1-a1",
+        "state": "ACTIVE",
+        "phase": "running",  # the wait ends when the slice is ACTIVE
+    },
+}
+
 CODE = r"""
 import json, sys
 from datetime import datetime, timezone
 from airflow.exceptions import TaskDeferred
-from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
+IMPORTS
 
 class TI:
     dag_id, task_id, run_id, map_index, try_number, max_tries = "d", "t", "r", -1, 1, 0
@@ -44,12 +81,7 @@ class TI:
     def xcom_pull(self, **kwargs):
         return None
 
-def make():
-    pool = {"machine_spec": {"machine_type": "a3-highgpu-8g", "accelerator_type": "NVIDIA_H100_80GB",
-            "accelerator_count": 8}, "replica_count": 1, "container_spec": {"image_uri": "us-docker.pkg.dev/p/r/i:1"}}
-    return CreateVertexAIFlexStartJobOperator(task_id="t", project_id="my-project", region="us-central1",
-                                              worker_pool_specs=[pool], deferrable=True)
-
+def make():MAKE
 before = set(sys.modules)
 try:
     make().attempt_loop().run({"ti": TI()})
@@ -58,12 +90,14 @@ except TaskDeferred as deferred:
 else:
     raise SystemExit("the task did not defer")
 deferral = sorted(set(sys.modules) - before)
-name = "projects/my-project/locations/us-central1/customJobs/7"
-event = {"name": name, "state": "JOB_STATE_SUCCEEDED", "phase": "succeeded", "failure": None, "message": "",
-         "description": "8 x NVIDIA_H100_80GB in us-central1",
+name, state = NAME, STATE
+if not getattr(trigger, "submit", None):
+    raise SystemExit("the trigger does not make the request")
+event = {"name": name, "state": state, "phase": PHASE, "failure": None, "message": "",
+         "description": "what was asked for",
          "timings": {"submitted": "2026-01-01T00:00:00+00:00", "started": "2026-01-01T00:10:00+00:00",
                      "finished": "2026-01-01T01:00:00+00:00"},
-         "result": {"name": name, "state": "JOB_STATE_SUCCEEDED"}, "resume": trigger.resume}
+         "result": {"name": name, "state": state, "nodes": []}, "resume": trigger.resume}
 before = set(sys.modules)
 result = make().attempt_loop().complete({"ti": TI()}, event, {})
 resume = sorted(set(sys.modules) - before)
@@ -75,15 +109,27 @@ def _heavy(modules: list[str]) -> list[str]:
     return [m for m in modules if m.startswith(HEAVY)]
 
 
+def _code(family: str) -> str:
+    spec = FAMILIES[family]
+    return (
+        CODE.replace("IMPORTS", spec["imports"])
+        .replace("MAKE", spec["make"])
+        .replace("NAME", repr(spec["name"]))
+        .replace("STATE", repr(spec["state"]))
+        .replace("PHASE", repr(spec.get("phase", "succeeded")))
+    )
+
+
 @pytest.mark.parametrize("step", ["deferral", "resume"])
-def test_a_vertex_task_imports_no_client_library(step: str, probe: Probe, tmp_path: Path) -> None:
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_a_task_imports_no_client_library(family: str, step: str, probe: Probe, tmp_path: Path) -> None:
     env = dict(os.environ)
     env["AIRFLOW_HOME"] = str(tmp_path)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    done = probe.run(CODE, preload=["airflow.sdk"], env=env, cwd=ROOT)
+    done = probe.run(_code(family), preload=["airflow.sdk"], env=env, cwd=ROOT)
     assert done.returncode == 0, f"probe failed:\n{done.stdout}\n{done.stderr}"
     found = json.loads(done.stdout.splitlines()[-1])
-    assert found["result"]["state"] == "JOB_STATE_SUCCEEDED"
+    assert found["result"]["state"] == FAMILIES[family]["state"]
     # The step ran the provider's code (the check is not vacuous)...
     assert any(m.startswith("airflow_provider_dws.runtime") for m in found["deferral"])
     # ...and brought in no client library.

@@ -44,7 +44,20 @@ class TI:
     def xcom_pull(self, **kwargs):
         return None
 
+FAMILY = sys.argv[1] if len(sys.argv) > 1 else "vertex"
+
 def make():
+    if FAMILY == "gke":
+        from airflow_provider_dws.operators.gke import CreateGKEProvisioningRequestOperator
+        pods = {"containers": [{"name": "c", "image": "i:1", "resources": {"limits": {"nvidia.com/gpu": 8}}}],
+                "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}}
+        return CreateGKEProvisioningRequestOperator(task_id="t", project_id="my-project", location="us-central1",
+                                                    cluster_name="c", pod_template=pods, count=1, deferrable=True)
+    if FAMILY == "kueue":
+        from airflow_provider_dws.operators.gke_kueue import CreateGKEQueuedJobOperator
+        return CreateGKEQueuedJobOperator(task_id="t", project_id="my-project", location="us-central1",
+                                          cluster_name="c", queue_name="q", image="i:1", gpus=8,
+                                          accelerator="nvidia-h100-80gb", deferrable=True)
     pool = {"machine_spec": {"machine_type": "a3-highgpu-8g", "accelerator_type": "NVIDIA_H100_80GB",
             "accelerator_count": 8}, "replica_count": 1, "container_spec": {"image_uri": "us-docker.pkg.dev/p/r/i:1"}}
     return CreateVertexAIFlexStartJobOperator(task_id="t", project_id="my-project", region="us-central1",
@@ -58,12 +71,23 @@ except TaskDeferred as deferred:
 else:
     raise SystemExit("the task did not defer")
 deferral = sorted(set(sys.modules) - before)
-name = "projects/my-project/locations/us-central1/customJobs/7"
-event = {"name": name, "state": "JOB_STATE_SUCCEEDED", "phase": "succeeded", "failure": None, "message": "",
-         "description": "8 x NVIDIA_H100_80GB in us-central1",
-         "timings": {"submitted": "2026-01-01T00:00:00+00:00", "started": "2026-01-01T00:10:00+00:00",
-                     "finished": "2026-01-01T01:00:00+00:00"},
-         "result": {"name": name, "state": "JOB_STATE_SUCCEEDED"}, "resume": trigger.resume}
+timings = {"submitted": "2026-01-01T00:00:00+00:00", "started": "2026-01-01T00:10:00+00:00",
+           "finished": "2026-01-01T01:00:00+00:00"}
+if FAMILY == "gke":
+    name = "dws-t-0123456789abcdef-t1-a1"
+    result = {"name": name, "count": 1, "gpus_per_pod": 8, "accelerator": "nvidia-h100-80gb",
+              "annotations": {}, "tolerations": [], "node_selector": {}, "state": "Provisioned"}
+    state, phase = "Provisioned", "running"
+elif FAMILY == "kueue":
+    name = "dws-t-0123456789abcdef-t1-a1"
+    result = {"name": name, "status": "Complete", "state": "Complete"}
+    state, phase = "Complete", "succeeded"
+else:
+    name = "projects/my-project/locations/us-central1/customJobs/7"
+    result = {"name": name, "state": "JOB_STATE_SUCCEEDED"}
+    state, phase = "JOB_STATE_SUCCEEDED", "succeeded"
+event = {"name": name, "state": state, "phase": phase, "failure": None, "message": "",
+         "description": "8 x H100", "timings": timings, "result": result, "resume": trigger.resume}
 before = set(sys.modules)
 result = make().attempt_loop().complete({"ti": TI()}, event, {})
 resume = sorted(set(sys.modules) - before)
@@ -75,15 +99,20 @@ def _heavy(modules: list[str]) -> list[str]:
     return [m for m in modules if m.startswith(HEAVY)]
 
 
+@pytest.mark.parametrize("family", ["vertex", "gke", "kueue"])
 @pytest.mark.parametrize("step", ["deferral", "resume"])
-def test_a_vertex_task_imports_no_client_library(step: str, probe: Probe, tmp_path: Path) -> None:
+def test_a_task_whose_trigger_makes_its_request_imports_no_client_library(
+    family: str, step: str, probe: Probe, tmp_path: Path
+) -> None:
     env = dict(os.environ)
     env["AIRFLOW_HOME"] = str(tmp_path)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    done = probe.run(CODE, preload=["airflow.sdk"], env=env, cwd=ROOT)
+    done = probe.run(
+        f"import sys; sys.argv = ['probe', {family!r}]\n" + CODE, preload=["airflow.sdk"], env=env, cwd=ROOT
+    )
     assert done.returncode == 0, f"probe failed:\n{done.stdout}\n{done.stderr}"
     found = json.loads(done.stdout.splitlines()[-1])
-    assert found["result"]["state"] == "JOB_STATE_SUCCEEDED"
+    assert found["result"]["name"] and found["result"].get("state")
     # The step ran the provider's code (the check is not vacuous)...
     assert any(m.startswith("airflow_provider_dws.runtime") for m in found["deferral"])
     # ...and brought in no client library.

@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any, ClassVar, TypeVar
@@ -168,6 +169,9 @@ class KubernetesBackend:
         self._hook: GKEClusterHook | None = None
         self._async_hook: GKEClusterHook | None = None
         self._async_loop: asyncio.AbstractEventLoop | None = None
+        #: The sync half may run in several threads at once (a triggerer's submissions): its hook
+        #: is built once, under this lock.
+        self._hook_lock = threading.Lock()
 
     def spec(self) -> dict[str, Any]:
         """Constructor keyword arguments, JSON-serializable, to rebuild this backend in the triggerer."""
@@ -202,9 +206,11 @@ class KubernetesBackend:
 
     @property
     def hook(self) -> GKEClusterHook:
-        """The cluster's hook of the sync client, built on first use."""
+        """The cluster's hook of the sync client, built on first use (thread-safe)."""
         if self._hook is None:
-            self._hook = self._new_hook()
+            with self._hook_lock:
+                if self._hook is None:
+                    self._hook = self._new_hook()
         return self._hook
 
     def where(self) -> str:
@@ -228,7 +234,7 @@ class KubernetesBackend:
         """A client's model as the API's JSON (a custom object is a dict already)."""
         return obj if isinstance(obj, dict) else self.api_client().sanitize_for_serialization(obj)
 
-    # -- sync (worker) -----------------------------------------------------------------------------
+    # -- sync (worker; the triggerer's submissions, in threads) --------------------------------------
 
     def _call(self, what: str, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """``fn(*args, **kwargs)`` with the deadline, its errors translated, transient ones retried."""

@@ -3,8 +3,8 @@
 A ProvisioningRequest (``autoscaling.x-k8s.io``, class ``queued-provisioning.gke.io``) asks DWS for
 the nodes of ``count`` pods of one PodTemplate at once; its conditions tell where it is
 (:data:`~airflow_provider_dws.scheduling.kube_phases.PROVISIONING_REQUEST_CONDITIONS`). The sync half
-(operators, in a worker) uses the ``kubernetes`` client, the async half (triggers, the shared
-poller) ``kubernetes_asyncio``; both come from one
+(operators in a worker; a trigger's submission, in a thread) uses the ``kubernetes`` client, the
+async half (triggers, the shared poller) ``kubernetes_asyncio``; both come from one
 :class:`~airflow_provider_dws.hooks.kubernetes.GKEClusterHook`.
 
 A backend is one namespace of one cluster: the shared poller lists that namespace once per
@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Container, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Container, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_provider_dws import errors
-from airflow_provider_dws.backends.base import ListMemo, RequestStatus, classify_listed
+from airflow_provider_dws.backends.base import RESULT, ListMemo, RequestStatus, classify_listed
 from airflow_provider_dws.backends.kube_base import (
     LABEL_MAX_WAIT,
     KubernetesBackend,
@@ -34,12 +34,14 @@ from airflow_provider_dws.backends.kube_base import (
 )
 from airflow_provider_dws.backends.retry import aretrying, retrying
 from airflow_provider_dws.facts import (
+    CLASS_ANNOTATION,
     CONSUME_ANNOTATION,
     PROVISIONING_REQUEST_GROUP,
     PROVISIONING_REQUEST_PLURAL,
 )
 from airflow_provider_dws.scheduling.identity import (
     LABEL_MANAGED,
+    LABEL_TRY,
     RequestIdentity,
     parse_attempt_name,
 )
@@ -49,6 +51,7 @@ from airflow_provider_dws.scheduling.kube_phases import (
     provisioning_request_state,
 )
 from airflow_provider_dws.scheduling.phases import RequestTimings
+from airflow_provider_dws.specs.pod_template import accelerator_of, pod_gpus, pod_spec_of
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +89,7 @@ def request_status(obj: Mapping[str, Any]) -> RequestStatus:
     parsed = parse_attempt_name(name)
     what = annotations.get(ACCELERATOR_ANNOTATION)
     namespace = str(metadata.get("namespace") or "")
+    tried = str(labels.get(LABEL_TRY) or "")
     return RequestStatus(
         name=name,
         state=state,
@@ -106,6 +110,8 @@ def request_status(obj: Mapping[str, Any]) -> RequestStatus:
             "max_run_seconds": _seconds(max_run),
             "max_wait_seconds": _seconds(max_wait),
             "attempt": parsed[2] if parsed else 1,
+            # Which Airflow try made it (its label; else its name's ``-t<try>``).
+            "try": int(tried) if tried.isdigit() else (parsed[1] if parsed else None),
             "reason": condition.get("reason"),
             "uid": metadata.get("uid"),
             "resource_version": metadata.get("resourceVersion"),
@@ -121,6 +127,35 @@ class _Listed:
     def __init__(self, name: str, obj: Mapping[str, Any]) -> None:
         self.name = name
         self.obj = obj
+
+
+def provisioned_result(
+    status: RequestStatus, pod_spec: Mapping[str, Any], cluster: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What the setup task returns for a Provisioned request (``status``, read from the API), whose
+    PodTemplate's pod spec is ``pod_spec`` and whose cluster is ``cluster`` (``project_id``,
+    ``location``, ``cluster_name``): the request, and what the workload's pods must carry to run on
+    its nodes (the two annotations, the template's tolerations and node selector)."""
+    details = status.details
+    name = status.name
+    provisioning_class = details.get("provisioning_class")
+    started = status.timings.started
+    return {
+        "name": name,
+        "namespace": details.get("namespace"),
+        "pod_template": details.get("pod_template") or name,
+        "provisioning_class": provisioning_class,
+        "annotations": {CONSUME_ANNOTATION: name, CLASS_ANNOTATION: provisioning_class},
+        "tolerations": [dict(t) for t in pod_spec.get("tolerations") or []],
+        "node_selector": dict(pod_spec.get("nodeSelector") or {}),
+        "accelerator": accelerator_of(pod_spec),
+        "gpus_per_pod": pod_gpus(pod_spec) or 0,
+        "count": details.get("count"),
+        "max_run_seconds": details.get("max_run_seconds"),
+        "cluster": dict(cluster),
+        "provisioned_at": started.isoformat() if started else None,
+        "wait_seconds": status.timings.wait_seconds,
+    }
 
 
 def _seconds(value: Any) -> int | None:
@@ -251,6 +286,33 @@ class ProvisioningRequestBackend(KubernetesBackend):
             self._drop_template_of_missing(name, str(request.pod_template["metadata"]["name"]))
             raise
 
+    def submit_spec(self, spec: Mapping[str, Any], identity: RequestIdentity) -> tuple[RequestStatus, bool]:
+        """:meth:`submit` for a JSON request spec (``{"pod_template": ..., "provisioning_request":
+        ...}``, what a trigger is handed); a request of this attempt's name that already ended is
+        deleted first and asked again, as the worker's own submit does."""
+        bodies = (
+            [spec.get("pod_template"), spec.get("provisioning_request")] if isinstance(spec, Mapping) else []
+        )
+        if len(bodies) != 2 or not all(isinstance(b, Mapping) for b in bodies):
+            raise ValueError("a ProvisioningRequest spec has a pod_template and a provisioning_request")
+        ask = ProvisioningAsk(dict(bodies[0]), dict(bodies[1]))  # type: ignore[arg-type]
+        name = str(ask.provisioning_request["metadata"]["name"])
+        existing = self.get_status(name)
+        if existing is not None and existing.phase.terminal:
+            log.warning(
+                "An earlier request %s ended %s; deleting it before asking again", name, existing.state
+            )
+            self.release(name)
+        return self.submit(ask, identity)
+
+    def delete_ended(self, found: Sequence[RequestStatus]) -> None:
+        """Delete the ended requests (and PodTemplates) of ``found`` (a lookup's): they hold nothing
+        but stay listed, and listed again by every poll, until deleted."""
+        for status in found:
+            if not status.phase.live:
+                log.warning("An earlier request %s ended %s; deleting it", status.name, status.state)
+                self.release(status.name)
+
     def _drop_template_of_missing(self, request_name: str, template_name: str) -> None:
         """After a failed create (refused, or retries spent): delete the PodTemplate, unless the
         request exists after all (a lost reply; the next try adopts it and needs its template)."""
@@ -374,6 +436,29 @@ class ProvisioningRequestBackend(KubernetesBackend):
         return await classify_listed(
             self._alisted(f"{LABEL_MANAGED}=true"), only, lambda item: request_status(item.obj), self._memo
         )
+
+    async def aended(self, status: RequestStatus) -> RequestStatus:
+        """A Provisioned request with what its task returns (:data:`RESULT`, read with its
+        PodTemplate: one call), so the resumed task needs no client; any other status as it is, and
+        this one too when the template cannot be read (the task then reads it itself)."""
+        if status.state != "Provisioned" or RESULT in status.details:
+            return status
+        name = str(status.details.get("pod_template") or status.name)
+        try:
+            api = await self._acore()
+            template = await self._aonce(
+                api.read_namespaced_pod_template, name=name, namespace=self.namespace
+            )
+        except Exception:
+            log.warning("Could not read PodTemplate %s; the task reads it itself", name, exc_info=True)
+            return status
+        spec = pod_spec_of(template.get("template") or {}) or {}
+        cluster = {
+            "project_id": self.project_id,
+            "location": self.location,
+            "cluster_name": self.cluster_name,
+        }
+        return replace(status, details={**status.details, RESULT: provisioned_result(status, spec, cluster)})
 
     async def arelease(self, name: str) -> bool:
         """Delete the request and its PodTemplate from the event loop, transient errors retried with

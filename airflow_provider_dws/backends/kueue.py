@@ -16,23 +16,25 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Container, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Container, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
 from airflow_provider_dws import facts
-from airflow_provider_dws.backends.base import RequestStatus, classify_listed
+from airflow_provider_dws.backends.base import RESULT, RequestStatus, classify_listed
 from airflow_provider_dws.backends.kube_base import LABEL_MAX_WAIT, KubernetesBackend, kube_time, translated
 from airflow_provider_dws.backends.retry import aretrying, retrying
 from airflow_provider_dws.errors import RequestAlreadyExistsError, RequestNotFoundError
 from airflow_provider_dws.scheduling.identity import (
     LABEL_ATTEMPT,
     LABEL_MANAGED,
+    LABEL_TRY,
     RequestIdentity,
+    parse_attempt_name,
 )
 from airflow_provider_dws.scheduling.kube_phases import KUEUE_CAPACITY_REVOKED, KUEUE_JOB_STATES
-from airflow_provider_dws.scheduling.phases import RequestTimings
+from airflow_provider_dws.scheduling.phases import Phase, RequestTimings
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +235,8 @@ def job_status(job: dict[str, Any], workload: dict[str, Any] | None) -> RequestS
         started = None  # never admitted: all of it was waiting
     labels = meta.get("labels") or {}
     attempt = str(labels.get(LABEL_ATTEMPT, ""))
+    tried = str(labels.get(LABEL_TRY, ""))
+    parsed = parse_attempt_name(str(meta.get("name", "")))
     max_wait = str(labels.get(LABEL_MAX_WAIT, ""))
     wl_meta = (workload or {}).get("metadata") or {}
     requeued = (
@@ -240,7 +244,7 @@ def job_status(job: dict[str, Any], workload: dict[str, Any] | None) -> RequestS
         if state == "Requeued"
         else None
     )
-    return RequestStatus(
+    classified = RequestStatus(
         name=str(meta.get("name", "")),
         state=state,
         outcome=outcome,
@@ -259,11 +263,32 @@ def job_status(job: dict[str, Any], workload: dict[str, Any] | None) -> RequestS
             "failed": int(status.get("failed") or 0),
             "active": int(status.get("active") or 0),
             "attempt": int(attempt) if attempt.isdigit() else 1,
+            # Which Airflow try made it (its label; else its name's ``-t<try>``).
+            "try": int(tried) if tried.isdigit() else (parsed[1] if parsed else None),
             "max_wait_seconds": float(max_wait) if max_wait.isdigit() else None,
             # When Kueue evicted and requeued it: after a run, the trigger's max wait counts anew.
             **({"requeued_at": requeued.isoformat()} if requeued is not None else {}),
         },
     )
+    if state != "Complete":
+        return classified
+    # What the task returns, read from the Job already in hand, so the resumed task makes no call.
+    result = job_result(classified, str(meta.get("namespace") or ""), classified.details)
+    return replace(classified, details={**classified.details, RESULT: result})
+
+
+def job_result(status: RequestStatus, namespace: str, details: Mapping[str, Any]) -> dict[str, Any]:
+    """The task's return value (and XCom) for an ended Job."""
+    timings = status.timings
+    return {
+        "name": status.name,
+        "namespace": details.get("namespace") or namespace,
+        "status": "Complete" if status.phase is Phase.SUCCEEDED else "Failed",
+        "succeeded": int(details.get("succeeded") or 0),
+        "failed": int(details.get("failed") or 0),
+        "wait_seconds": timings.wait_seconds,
+        "run_seconds": timings.run_seconds,
+    }
 
 
 @dataclass(frozen=True)
@@ -300,8 +325,8 @@ def _pair(jobs: Sequence[dict[str, Any]], workloads: Sequence[dict[str, Any]]) -
 class KueueJobBackend(KubernetesBackend):
     """Create, find, read and delete Kueue Jobs in one namespace of one GKE cluster.
 
-    Sync methods serve the operator (in a worker, the ``kubernetes`` client); ``a*`` methods serve
-    the trigger (``kubernetes_asyncio``). Jobs are named from the task instance
+    Sync methods serve the operator (in a worker) and a trigger's submission (in a thread), with the
+    ``kubernetes`` client; ``a*`` methods serve the trigger (``kubernetes_asyncio``). Jobs are named from the task instance
     (:meth:`RequestIdentity.queued_resource_id`): 409 AlreadyExists means "adopt". Every call goes
     through the shared retry policy, with its errors translated (:func:`.kube_base.translate`).
     """
@@ -401,6 +426,12 @@ class KueueJobBackend(KubernetesBackend):
             if existing is None:
                 raise
             return existing, False
+
+    def submit_spec(self, spec: Mapping[str, Any], identity: RequestIdentity) -> tuple[RequestStatus, bool]:
+        """:meth:`submit` for a JSON request spec (the Job manifest, what a trigger is handed)."""
+        if not isinstance(spec, Mapping) or not (spec.get("metadata") or {}).get("name"):
+            raise ValueError("a Kueue Job spec is a Job manifest with its metadata.name")
+        return self.submit(dict(spec), identity)
 
     def release(self, name: str, *, wait: bool = False) -> bool:
         """Delete the Job with its pods, Workload and ProvisioningRequests (background propagation);

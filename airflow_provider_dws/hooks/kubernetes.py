@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import os
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -115,6 +116,9 @@ class GKEClusterHook(BaseHook):
         self.use_internal_ip = use_internal_ip
         self._source: ClusterSource | None = None
         self._sync: kubernetes.client.ApiClient | None = None
+        #: The sync client is built once even when threads ask for it together (a triggerer's
+        #: submissions run the sync half in threads).
+        self._sync_lock = threading.Lock()
         self._async: kubernetes_asyncio.client.ApiClient | None = None
         self._async_lock: asyncio.Lock | None = None
         self._closer: AsyncIterator[None] | None = None
@@ -212,9 +216,12 @@ class GKEClusterHook(BaseHook):
     # -- sync ----------------------------------------------------------------------------------
 
     def api_client(self) -> kubernetes.client.ApiClient:
-        """The sync ``kubernetes.client.ApiClient``, built once (may block: worker side only)."""
+        """The sync ``kubernetes.client.ApiClient``, built once (thread-safe; may block: a worker's,
+        or a triggerer's thread)."""
         if self._sync is None:
-            self._sync = self._build_sync()
+            with self._sync_lock:
+                if self._sync is None:
+                    self._sync = self._build_sync()
         return self._sync
 
     def _build_sync(self) -> kubernetes.client.ApiClient:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from airflow_provider_dws.backends.base import RESULT
 from airflow_provider_dws.backends.kube_base import KubernetesBackend
 from airflow_provider_dws.backends.kubernetes import (
     ACCELERATOR_ANNOTATION,
@@ -78,8 +79,9 @@ def cluster_backend(
 
 def pod_template_spec(value: Any) -> dict[str, Any]:
     """The operator's ``pod_template`` as a pod template spec ``{"metadata", "spec"}`` (a bare pod
-    spec is wrapped; a ``kubernetes`` model object is serialized as the API spells it)."""
-    if not isinstance(value, Mapping) and hasattr(value, "openapi_types"):
+    spec is wrapped; ``kubernetes`` model objects, in it or as it, are serialized as the API spells
+    them: the result is JSON, for a trigger to carry)."""
+    if _has_model(value):
         from kubernetes.client import ApiClient
 
         value = ApiClient().sanitize_for_serialization(value)
@@ -87,6 +89,15 @@ def pod_template_spec(value: Any) -> dict[str, Any]:
     if "containers" in value:
         return {"metadata": {}, "spec": value}
     return {"metadata": dict(value.get("metadata") or {}), "spec": dict(value.get("spec") or {})}
+
+
+def _has_model(value: Any) -> bool:
+    """Whether ``value`` is, or holds, a ``kubernetes`` model object (a DAG that built one)."""
+    if isinstance(value, Mapping):
+        return any(_has_model(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_model(v) for v in value)
+    return hasattr(value, "openapi_types")
 
 
 def queued_pod_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,6 +125,7 @@ class GKEProvisioningRequestAdapter(
 
     target = "running"
     wait_grace = timedelta(0)
+    submits_in_trigger = True
 
     def __init__(self, operator: CreateGKEProvisioningRequestOperator) -> None:
         super().__init__(operator)
@@ -172,6 +184,24 @@ class GKEProvisioningRequestAdapter(
         if parameters:
             request["spec"]["parameters"] = parameters
         return ProvisioningAsk(pod_template, request)
+
+    def request_spec(
+        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
+    ) -> dict[str, Any]:
+        """The PodTemplate and ProvisioningRequest of :meth:`build` as JSON, for the trigger to
+        create (``pod_template``, ``provisioning_request``); one cluster, so ``placement`` changes
+        nothing."""
+        ask = self.build(identity, max_wait or self.op.max_wait)
+        return {"pod_template": ask.pod_template, "provisioning_request": ask.provisioning_request}
+
+    def announce(self) -> dict[str, Any]:
+        """The request's name under its XCom key, the cluster's console page (when the cluster is
+        named) under the link's key."""
+        op = self.op
+        if not (op.cluster_name and op.project_id):
+            return {"name_key": self.name_key}
+        link = gke_cluster_console_url(str(op.project_id), str(op.location), op.cluster_name)
+        return {"name_key": self.name_key, "link_key": GKEProvisioningRequestLink.key, "link": link}
 
     # -- the loop's steps --------------------------------------------------------------------------
 
@@ -270,6 +300,25 @@ class GKEProvisioningRequestAdapter(
 
     def result(self, context: Context, status: RequestStatus) -> Any:
         """The request's name and what the workload's pods must carry (the task's XCom return value)."""
+        read = status.details.get(RESULT)  # by the trigger, with the PodTemplate, once Provisioned
+        value = dict(read) if read is not None else self._read_result(status)
+        self.log.info(
+            "%s is Provisioned after waiting %s: %d pod(s)%s are booked; create the workload's pods now "
+            "(the booking lasts minutes) with annotations %s",
+            status.name,
+            timedelta(seconds=round(status.timings.wait_seconds or 0)),
+            value["count"],
+            f" of {value['gpus_per_pod']} x {value['accelerator']}" if value["gpus_per_pod"] else "",
+            value["annotations"],
+        )
+        # Each also under its own key, so a workload task templates ``request.output["annotations"]``
+        # (an XComArg's key is an XCom key, not a key of the return value).
+        for key in CONSUME_XCOM_KEYS:
+            context["ti"].xcom_push(key=key, value=value[key])
+        return value
+
+    def _read_result(self, status: RequestStatus) -> dict[str, Any]:
+        """The return value read from the cluster: the request again, its PodTemplate."""
         backend = self.backend()
         current = backend.get_status(status.name)
         if current is None:
@@ -278,19 +327,6 @@ class GKEProvisioningRequestAdapter(
         consume = self.consume(status.name, template)
         op = self.op
         started = current.timings.started or status.timings.started
-        self.log.info(
-            "%s is Provisioned after waiting %s: %d pod(s)%s are booked; create the workload's pods now "
-            "(the booking lasts minutes) with annotations %s",
-            status.name,
-            timedelta(seconds=round(status.timings.wait_seconds or 0)),
-            current.details.get("count") or op.count,
-            f" of {consume['gpus_per_pod']} x {consume['accelerator']}" if consume["gpus_per_pod"] else "",
-            consume["annotations"],
-        )
-        # Each also under its own key, so a workload task templates ``request.output["annotations"]``
-        # (an XComArg's key is an XCom key, not a key of the return value).
-        for key in CONSUME_XCOM_KEYS:
-            context["ti"].xcom_push(key=key, value=consume[key])
         return {
             "name": status.name,
             "namespace": op.namespace,

@@ -6,6 +6,7 @@ import copy
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_dws.backends.base import RESULT
 from airflow_provider_dws.backends.kueue import (
     ACCELERATOR_SELECTOR,
     GPU_RESOURCE,
@@ -14,6 +15,7 @@ from airflow_provider_dws.backends.kueue import (
     QUEUE_NAME_LABEL,
     KueueJobBackend,
     job_gpus,
+    job_result,
 )
 from airflow_provider_dws.console import gke_job_console_url, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
@@ -29,8 +31,9 @@ from airflow_provider_dws.links import GKEQueuedJobLink
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.gke import cluster_backend
 from airflow_provider_dws.scheduling.identity import RequestIdentity
-from airflow_provider_dws.scheduling.phases import FailureKind, Phase
+from airflow_provider_dws.scheduling.phases import FailureKind
 from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
+from airflow_provider_dws.triggers.submit import is_pending
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -38,6 +41,8 @@ if TYPE_CHECKING:
     from airflow_provider_dws.backends.base import RequestStatus
     from airflow_provider_dws.operators.gke_kueue import CreateGKEQueuedJobOperator
     from airflow_provider_dws.scheduling.policies import Placement
+
+__all__ = ["KueueJobAdapter", "job_result"]
 
 #: Who a Job is built for when only its shape matters (the request record's facts).
 _SHAPE_ONLY = RequestIdentity(dag_id="dws", task_id="record", run_id="facts")
@@ -57,6 +62,7 @@ class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBacke
 
     target = "end"
     wait_grace = timedelta(0)
+    submits_in_trigger = True
     op: CreateGKEQueuedJobOperator
 
     def backend(self, location: str | None = None) -> KueueJobBackend:
@@ -100,6 +106,22 @@ class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBacke
         manifest["spec"] = spec
         manifest.pop("status", None)
         return manifest
+
+    def request_spec(
+        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
+    ) -> dict[str, Any]:
+        """The Job manifest of :meth:`build`, for the trigger to create (it is JSON already; one
+        cluster, so ``placement`` changes nothing)."""
+        return self.build(identity, max_wait)
+
+    def announce(self) -> dict[str, Any]:
+        """The Job's name under ``job_name``, its console page (when the cluster is named) under
+        the link's key."""
+        link = self._console_url("{id}")
+        return {
+            "name_key": self.name_key,
+            **({"link_key": GKEQueuedJobLink.key, "link": link} if link else {}),
+        }
 
     def _job_from_parameters(self) -> dict[str, Any]:
         op = self.op
@@ -156,7 +178,7 @@ class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBacke
 
     def _console_url(self, name: str) -> str | None:
         op = self.op
-        if not op.project_id or not op.cluster_name:
+        if not op.project_id or not op.cluster_name or is_pending(name):
             return None
         return gke_job_console_url(str(op.project_id), op.location, op.cluster_name, op.namespace, name)
 
@@ -187,6 +209,8 @@ class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBacke
 
     def result(self, context: Context, status: RequestStatus) -> dict[str, Any]:
         """What the Job did: its name, namespace, status, pod counts, wait and run seconds."""
+        if RESULT in status.details:  # read by the trigger with the Job's final status
+            return dict(status.details[RESULT])
         fresh = self.backend().get_status(status.name)
         details = fresh.details if fresh is not None else status.details
         return job_result(status, self.op.namespace, details)
@@ -233,17 +257,3 @@ class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBacke
         return RequestCancelledError(
             f"{where} was deleted before it finished{': ' + message if message else ''}"
         )
-
-
-def job_result(status: RequestStatus, namespace: str, details: dict[str, Any]) -> dict[str, Any]:
-    """The task's return value (and XCom) for an ended Job."""
-    timings = status.timings
-    return {
-        "name": status.name,
-        "namespace": details.get("namespace") or namespace,
-        "status": "Complete" if status.phase is Phase.SUCCEEDED else "Failed",
-        "succeeded": int(details.get("succeeded") or 0),
-        "failed": int(details.get("failed") or 0),
-        "wait_seconds": timings.wait_seconds,
-        "run_seconds": timings.run_seconds,
-    }

@@ -57,7 +57,8 @@ class Submission:
     task instance's requests may be (``{"backend_spec": ..., "placement": ...}`` per location, the
     first is where a new one is made); ``avoid``: requests never adopted (an earlier try's, given
     up); ``announce``: the XCom keys of the request's name and console link
-    (``{"name_key": ..., "link_key": ..., "link": URL with {location} and {id}}``), and of links
+    (``{"name_key": ..., "link_key": ..., "link": URL with {location} and {id}}``, and
+    ``"location"`` where the request's name does not carry one: :func:`link_of`), and of links
     made from a detail of the request (``"detail_links"``, :func:`detail_links`).
     """
 
@@ -170,6 +171,7 @@ def _find_or_submit(backends: list[tuple[Any, dict[str, Any]]], submission: Subm
 
     identity = submission.task_identity
     found: dict[str, tuple[RequestStatus, dict[str, Any]]] = {}
+    listed: list[tuple[Any, list[RequestStatus]]] = []
     for backend, where in backends:
         statuses = backend.find(identity)
         clear_ended = getattr(backend, "clear_ended", None)
@@ -177,11 +179,14 @@ def _find_or_submit(backends: list[tuple[Any, dict[str, Any]]], submission: Subm
             # An API that keeps ended requests listed (Cloud TPU) has them deleted here, as the
             # worker's lookup did: they hold nothing, and are never adopted.
             clear_ended([s for s in statuses if s.phase.terminal and s.phase is not Phase.SUCCEEDED])
+        listed.append((backend, statuses))
         for status in statuses:
             if status.name not in submission.avoid:
                 found[status.name] = (status, where)
     decision = choose_existing([Candidate(n, s.phase, s.timings.submitted) for n, (s, _) in found.items()])
     line = decision.describe(identity.describe())
+    for backend, statuses in listed:
+        _delete_ended(backend, [s for s in statuses if s.name != decision.name])
     if decision.name is not None:
         status, where = found[decision.name]
         how = "adopted" if decision.action == "wait" else "succeeded"
@@ -190,6 +195,20 @@ def _find_or_submit(backends: list[tuple[Any, dict[str, Any]]], submission: Subm
         status, created = home.submit_spec(submission.request, identity)
         how = "created" if created else "adopted"
     return Submitted(status, how, dict(where.get("placement") or {}), line, dict(where["backend_spec"]))
+
+
+def _delete_ended(backend: Any, statuses: list[RequestStatus]) -> None:
+    """Let a backend whose API keeps ended requests listed delete those the lookup found (its
+    ``delete_ended``), as the worker's lookup does; a failure leaves them to the release."""
+    delete = getattr(backend, "delete_ended", None)
+    if delete is None or not statuses:
+        return
+    try:
+        delete(statuses)
+    except Exception:
+        import logging
+
+        logging.getLogger(__name__).warning("Could not delete the ended requests found", exc_info=True)
 
 
 def refused(name: str, error: BaseException) -> RequestStatus:
@@ -244,12 +263,18 @@ def announced(ti: Any, pending: str, status: RequestStatus, announce: Mapping[st
 
 
 def link_of(name: str, announce: Mapping[str, Any]) -> str | None:
-    """The console link of request ``name`` (``announce["link"]`` with its location and id)."""
+    """The console link of request ``name`` (``announce["link"]`` with its location and id): a
+    Google resource name (``projects/P/locations/L/.../ID``) gives both; a bare name (a Kubernetes
+    object's) is the id, its location ``announce["location"]`` if the link needs one."""
     link = announce.get("link")
-    parts = name.split("/")
-    if not link or len(parts) < 4:
+    if not link or not name or is_pending(name):
         return None
-    return str(link).format(location=parts[3], id=parts[-1])
+    parts = name.split("/")
+    if len(parts) >= 4:
+        return str(link).format(location=parts[3], id=parts[-1])
+    if len(parts) == 1:
+        return str(link).format(location=announce.get("location") or "", id=name)
+    return None
 
 
 def detail_links(status: RequestStatus, announce: Mapping[str, Any]) -> list[tuple[str, str]]:

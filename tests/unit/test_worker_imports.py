@@ -63,6 +63,39 @@ FAMILIES = {
         "state": "ACTIVE",
         "phase": "running",  # the wait ends when the slice is ACTIVE
     },
+    "gke": {
+        "imports": "from airflow_provider_dws.operators.gke import CreateGKEProvisioningRequestOperator",
+        "make": """
+    pods = {"containers": [{"name": "c", "image": "i:1", "resources": {"limits": {"nvidia.com/gpu": 8}}}],
+            "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}}
+    return CreateGKEProvisioningRequestOperator(task_id="t", project_id="my-project", location="us-central1",
+                                                cluster_name="c", pod_template=pods, count=1, deferrable=True)
+""",
+        "name": "dws-t-0123456789abcdef-t1-a1",
+        "state": "Provisioned",
+        "phase": "running",  # the wait ends when the capacity is provisioned
+        "result": {
+            "name": "dws-t-0123456789abcdef-t1-a1",
+            "count": 1,
+            "gpus_per_pod": 8,
+            "accelerator": "nvidia-h100-80gb",
+            "annotations": {},
+            "tolerations": [],
+            "node_selector": {},
+            "state": "Provisioned",
+        },
+    },
+    "kueue": {
+        "imports": "from airflow_provider_dws.operators.gke_kueue import CreateGKEQueuedJobOperator",
+        "make": """
+    return CreateGKEQueuedJobOperator(task_id="t", project_id="my-project", location="us-central1",
+                                      cluster_name="c", queue_name="q", image="i:1", gpus=8,
+                                      accelerator="nvidia-h100-80gb", deferrable=True)
+""",
+        "name": "dws-t-0123456789abcdef-t1-a1",
+        "state": "Complete",
+        "result": {"name": "dws-t-0123456789abcdef-t1-a1", "status": "Complete", "state": "Complete"},
+    },
 }
 
 CODE = r"""
@@ -97,7 +130,7 @@ event = {"name": name, "state": state, "phase": PHASE, "failure": None, "message
          "description": "what was asked for",
          "timings": {"submitted": "2026-01-01T00:00:00+00:00", "started": "2026-01-01T00:10:00+00:00",
                      "finished": "2026-01-01T01:00:00+00:00"},
-         "result": {"name": name, "state": state, "nodes": []}, "resume": trigger.resume}
+         "result": RESULT, "resume": trigger.resume}
 before = set(sys.modules)
 result = make().attempt_loop().complete({"ti": TI()}, event, {})
 resume = sorted(set(sys.modules) - before)
@@ -117,6 +150,9 @@ def _code(family: str) -> str:
         .replace("NAME", repr(spec["name"]))
         .replace("STATE", repr(spec["state"]))
         .replace("PHASE", repr(spec.get("phase", "succeeded")))
+        .replace(
+            "RESULT", repr(spec.get("result", {"name": spec["name"], "state": spec["state"], "nodes": []}))
+        )
     )
 
 

@@ -361,8 +361,9 @@ class AttemptLoop:
             status, state.placement, max_wait, waiting.to_dict(), deadline, submit=submission.to_dict()
         )
         self.log.info(
-            "Handing attempt %d in %s to the triggerer, which looks for this task instance's request "
-            "and makes it if none is found; it may wait up to %s for capacity",
+            "Deferring: the request waits in the DWS queue without holding a worker slot; the "
+            "triggerer makes it (attempt %d in %s) unless it finds this task instance's own, and it "
+            "may wait up to %s for capacity",
             state.attempt,
             state.placement,
             max_wait,

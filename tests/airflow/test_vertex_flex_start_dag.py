@@ -164,7 +164,9 @@ def test_rerun_of_a_task_whose_job_is_running_reattaches(
     second_log = tmp_path / "second.log"
     second = airflow_home.start_task_test(DAG_ID, "fine_tune", run_ids[0], emulator.address, second_log)
     try:
-        _wait_for(lambda: "Deferring" in second_log.read_text(), 180, "the re-run to wait on the job")
+        # The trigger looks the job up after the task defers: wait for its adoption, not the deferral
+        # (a cancel before the lookup would leave nothing live to adopt).
+        _wait_for(lambda: "Found live request" in second_log.read_text(), 180, "the re-run to adopt the job")
         log = second_log.read_text()
         assert "Found live request" in log
         assert "Submitted Flex Start job" not in log

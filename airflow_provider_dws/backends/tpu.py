@@ -17,7 +17,7 @@ from airflow_provider_dws.catalog import tpu_chips
 from airflow_provider_dws.errors import ConflictError, RequestAlreadyExistsError, RequestNotFoundError
 from airflow_provider_dws.hooks.tpu import DwsTpuAsyncHook, DwsTpuHook
 from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_KEY, LABEL_TRY, RequestIdentity
-from airflow_provider_dws.scheduling.phases import TPU_QUEUED_RESOURCE_STATES, RequestTimings
+from airflow_provider_dws.scheduling.phases import TPU_QUEUED_RESOURCE_STATES, Phase, RequestTimings
 
 if TYPE_CHECKING:
     from google.cloud.tpu_v2 import Node, QueuedResource
@@ -305,10 +305,13 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
             self.release(name, wait=True)
         return self.submit(request, identity, qr_id)
 
-    def clear_ended(self, ended: Sequence[RequestStatus]) -> None:
-        """Delete ended queued resources a lookup found (FAILED, SUSPENDED): an ended request holds
-        nothing, but it stays listed until deleted. A delete that fails is logged, not raised."""
-        for status in ended:
+    def delete_ended(self, found: Sequence[RequestStatus]) -> None:
+        """Delete the queued resources of ``found`` (a lookup's) that ended without success (FAILED,
+        SUSPENDED): an ended request holds nothing, but it stays listed until deleted. A delete that
+        fails is logged, not raised."""
+        for status in found:
+            if not status.phase.terminal or status.phase is Phase.SUCCEEDED:
+                continue
             log.warning("An earlier request %s ended %s; deleting it", status.name, status.state)
             try:
                 self.release(status.name)

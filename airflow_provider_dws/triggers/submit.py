@@ -25,7 +25,6 @@ from typing import Any
 
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.scheduling.identity import RequestIdentity
-from airflow_provider_dws.scheduling.phases import Phase
 
 #: Create calls (with their lookups) started per second per API, project and location.
 SUBMIT_RATE = 5.0
@@ -174,11 +173,6 @@ def _find_or_submit(backends: list[tuple[Any, dict[str, Any]]], submission: Subm
     listed: list[tuple[Any, list[RequestStatus]]] = []
     for backend, where in backends:
         statuses = backend.find(identity)
-        clear_ended = getattr(backend, "clear_ended", None)
-        if clear_ended is not None:
-            # An API that keeps ended requests listed (Cloud TPU) has them deleted here, as the
-            # worker's lookup did: they hold nothing, and are never adopted.
-            clear_ended([s for s in statuses if s.phase.terminal and s.phase is not Phase.SUCCEEDED])
         listed.append((backend, statuses))
         for status in statuses:
             if status.name not in submission.avoid:
@@ -198,8 +192,10 @@ def _find_or_submit(backends: list[tuple[Any, dict[str, Any]]], submission: Subm
 
 
 def _delete_ended(backend: Any, statuses: list[RequestStatus]) -> None:
-    """Let a backend whose API keeps ended requests listed delete those the lookup found (its
-    ``delete_ended``), as the worker's lookup does; a failure leaves them to the release."""
+    """Let a backend whose API keeps ended requests listed (Cloud TPU, GKE ProvisioningRequests)
+    delete those the lookup found (its ``delete_ended``, which picks the ones it deletes; never the
+    request adopted), before any create, as the worker's lookup does; a failure leaves them to the
+    release."""
     delete = getattr(backend, "delete_ended", None)
     if delete is None or not statuses:
         return

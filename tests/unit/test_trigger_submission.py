@@ -174,9 +174,13 @@ def test_a_request_the_task_gave_up_is_never_adopted(backends: dict[str, FakeBac
 
 
 class ClearingBackend(FakeBackend):
-    """An API that keeps ended requests listed (Cloud TPU): the lookup hands them to ``clear_ended``."""
+    """An API that keeps ended requests listed (Cloud TPU): the lookup hands what it found, except
+    the request adopted, to the backend's ``delete_ended``, which deletes the ended ones (the real
+    TPU backend's filter: ``test_the_tpu_backend_deletes_only_what_ended_without_success``)."""
 
-    def clear_ended(self, ended: list[RequestStatus]) -> None:
+    def delete_ended(self, found: list[RequestStatus]) -> None:
+        self.calls.append("handed " + ",".join(s.name.rsplit("/", 1)[1] for s in found))
+        ended = [s for s in found if s.phase.terminal and s.phase is not Phase.SUCCEEDED]
         self.calls.append("clear " + ",".join(s.name.rsplit("/", 1)[1] for s in ended))
 
 
@@ -187,14 +191,33 @@ def test_ended_requests_the_api_keeps_listed_are_cleared_before_the_create(
     backend = backends["us-central1"] = ClearingBackend(SPEC, found, status(7, Phase.WAITING))
     [event] = events(trigger())
     # Cleared after the lookup and before the create; none of them adopted.
-    assert backend.calls == ["find", "clear 3,4,5", "create"] and event["name"] == NAME.format(7)
+    assert backend.calls == ["find", "handed 3,4,5", "clear 3,4,5", "create"] and event[
+        "name"
+    ] == NAME.format(7)
 
 
 def test_a_live_request_is_never_cleared(backends: dict[str, FakeBackend]) -> None:
     found = [status(3, Phase.FAILED), status(6, Phase.WAITING), status(8, Phase.SUCCEEDED)]
     backend = backends["us-central1"] = ClearingBackend(SPEC, found, status(7, Phase.WAITING))
     [event] = events(trigger())
-    assert backend.calls == ["find", "clear 3"] and event["name"] == NAME.format(6)
+    # The adopted request is never handed over; of the rest, only what ended without success goes.
+    assert backend.calls == ["find", "handed 3,8", "clear 3"] and event["name"] == NAME.format(6)
+
+
+def test_the_tpu_backend_deletes_only_what_ended_without_success(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_dws.backends.tpu import TpuQueuedResourceBackend
+
+    released: list[str] = []
+    backend = TpuQueuedResourceBackend("my-project", "us-west4-a")
+    monkeypatch.setattr(backend, "release", lambda name, **kwargs: released.append(name))
+    found = [
+        status(3, Phase.FAILED),
+        status(6, Phase.WAITING),
+        status(8, Phase.SUCCEEDED),
+        status(9, Phase.CANCELLED),
+    ]
+    backend.delete_ended(found)
+    assert released == [NAME.format(3), NAME.format(9)]
 
 
 def test_a_refused_create_fails_the_task_as_a_bad_request(backends: dict[str, FakeBackend]) -> None:

@@ -263,6 +263,13 @@ class DwsRequestOperator(DwsBaseOperator):
 
         return loop_of(self)
 
+    def builds_messages_here(self, rendered: bool) -> bool:
+        """Whether the rendered-value checks also build the request's client messages: only where this
+        worker submits the request itself and so loads the client anyway. A request its trigger makes
+        is built (and refused, field named, as a ``BadRequestError``) there; loading the client only
+        to check would cost a task process more than all the rest of its run (issue 36)."""
+        return rendered and not self.attempt_loop().in_trigger()
+
     def prepare_for_execution_checks(self) -> None:
         """Normalize rendered values before the post-render checks (default: nothing)."""
 

@@ -246,8 +246,9 @@ class CreateBatchFlexStartJobOperator(DwsQueuedRequestOperator):
     # -- validation ----------------------------------------------------------------------------
 
     def check_parameters(self, *, rendered: bool) -> None:
-        """Run :attr:`CHECKS`; after rendering, a whole ``job`` is also built as a message."""
-        self._rendered = rendered
+        """Run :attr:`CHECKS`; after rendering, a whole ``job`` is also built as a message where this
+        worker submits it itself (:meth:`builds_messages_here`)."""
+        self._rendered = self.builds_messages_here(rendered)
         super().check_parameters(rendered=rendered)
 
     def _check_shape(self) -> None:

@@ -199,8 +199,9 @@ class CreateVertexAIFlexStartJobOperator(DwsQueuedRequestOperator):
     # -- validation ----------------------------------------------------------------------------
 
     def check_parameters(self, *, rendered: bool) -> None:
-        """Run :attr:`CHECKS`; after rendering, the worker pools are also built as messages."""
-        self._rendered = rendered
+        """Run :attr:`CHECKS`; after rendering, the worker pools are also built as messages where this
+        worker submits the job itself (:meth:`builds_messages_here`)."""
+        self._rendered = self.builds_messages_here(rendered)
         super().check_parameters(rendered=rendered)
 
     def check_placement(self, placement: Placement) -> None:

@@ -16,7 +16,10 @@ XCom only where it has none (a caller outside the task's run).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 CONSOLE = "https://console.cloud.google.com"
@@ -29,6 +32,21 @@ log = logging.getLogger(__name__)
 #: The links of each task instance this process runs, keyed by (dag, task, run, map index): the
 #: URLs pushed in its current try, with the store that keeps them for a resumed run.
 _TRACKED: dict[tuple[str, str, str, int], _Tracked] = {}
+
+
+#: True while the run takes note of links its trigger already pushed (:func:`pushed_by_trigger`).
+_PUSHED_BY_TRIGGER: ContextVar[bool] = ContextVar("dws_pushed_by_trigger", default=False)
+
+
+@contextlib.contextmanager
+def pushed_by_trigger() -> Iterator[None]:
+    """Within it, :func:`push_url` only takes note of a URL: the trigger that made the request
+    pushed its links already, and each write is a call to the API server."""
+    token = _PUSHED_BY_TRIGGER.set(True)
+    try:
+        yield
+    finally:
+        _PUSHED_BY_TRIGGER.reset(token)
 
 
 class _Tracked:
@@ -86,13 +104,18 @@ def tracked_url(ti_key: Any, key: str) -> str | None:
 
 def push_url(context: Any, key: str, url: str) -> str:
     """Store ``url`` under the XCom ``key`` of a link for this task instance (and, for a run that
-    resumes this try, in its task state store: :func:`track`); returns it."""
+    resumes this try, in its task state store: :func:`track`); returns it. Under
+    :func:`pushed_by_trigger`, only take note of it for this run's ``get_link``."""
     ti = context["ti"]
-    ti.xcom_push(key=key, value=url)
+    pushed = _PUSHED_BY_TRIGGER.get()
+    if not pushed:
+        ti.xcom_push(key=key, value=url)
     ti_key = _ti_key(ti)
     tracked = _TRACKED.get(ti_key) if ti_key is not None else None
     if tracked is not None:
         tracked.urls[key] = url
+        if pushed:
+            return url
         try:
             tracked.store.set(LINKS_KEY, {"try": tracked.try_number, "urls": tracked.urls})
         except Exception:

@@ -148,11 +148,17 @@ class RequestAdapter(Generic[_Op, _Backend]):
         placement = placements.get(location) or Placement(location=location)
         return Found(status, placement, int(status.details.get("attempt") or 1))
 
-    def remember(self, context: Context, status: RequestStatus) -> None:
+    def remember(self, context: Context, status: RequestStatus, announced: bool = False) -> None:
         """The request this task now waits on: its name pushed under :attr:`name_key`, its console
-        link stored and logged."""
-        context["ti"].xcom_push(key=self.name_key, value=status.name)
-        url = self.persist_link(context, status)
+        link stored and logged; ``announced``: its trigger pushed both, this run only notes the link."""
+        from airflow_provider_dws.console import pushed_by_trigger
+
+        if announced:
+            with pushed_by_trigger():
+                url = self.persist_link(context, status)
+        else:
+            context["ti"].xcom_push(key=self.name_key, value=status.name)
+            url = self.persist_link(context, status)
         if url:
             self.log.info("Console: %s", url)
 

@@ -21,7 +21,7 @@ from airflow_provider_dws.backends.base import WAIT_ERROR, RequestStatus
 from airflow_provider_dws.runtime.state import RESUME, AttemptState
 from airflow_provider_dws.runtime.task import task_identity, wait_for_event
 from airflow_provider_dws.scheduling.phases import Phase, reached
-from airflow_provider_dws.triggers.submit import is_pending
+from airflow_provider_dws.triggers.submit import ANNOUNCED, is_pending
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -137,7 +137,9 @@ class AttemptLoop:
             # The trigger made (or adopted) the request: the task knows its name from now on.
             status = RequestStatus.from_event(event)
             self.recorder.made(context, state.pending, status, state)
-            self.adapter.remember(context, status)
+            resume = event.get(RESUME)
+            announced = bool(isinstance(resume, Mapping) and resume.get(ANNOUNCED))
+            self.adapter.remember(context, status, announced=announced)
         if event.get(WAIT_ERROR):
             self.wait_failed(context, event, state)
         return self.attempt_ended(context, event, state)

@@ -26,6 +26,7 @@ from airflow_provider_dws.triggers.outcomes import event_payload, gone, unknown,
 from airflow_provider_dws.triggers.poller import Subscription, shared_backend, shared_poller
 from airflow_provider_dws.triggers.status_line import DEFAULT_HEARTBEAT, log_heartbeat, status_line
 from airflow_provider_dws.triggers.submit import (
+    ANNOUNCED,
     Submission,
     Submitted,
     announced,
@@ -269,7 +270,8 @@ class CapacityRequestTrigger(BaseTrigger):
         if ti is not None and getattr(ti, "dag_id", None):
             from asgiref.sync import sync_to_async
 
-            await sync_to_async(announced)(ti, pending, status, self.submission.announce)
+            if await sync_to_async(announced)(ti, pending, status, self.submission.announce):
+                self.resume = {**(self.resume or {}), ANNOUNCED: True}
         if reached(self.target, status.phase):
             return event_payload(await self._ended(status), self.resume)
         return None

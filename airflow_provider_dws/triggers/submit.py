@@ -226,6 +226,11 @@ def is_refusal(error: BaseException) -> bool:
     return isinstance(error, (InvalidRequestError, PermissionDeniedApiError, ValueError))
 
 
+#: Key of the trigger's ``resume`` state: ``True`` once :func:`announced` told the task instance its
+#: request (the resumed task then writes the name and links no second time).
+ANNOUNCED = "announced"
+
+
 def announced(ti: Any, pending: str, status: RequestStatus, announce: Mapping[str, Any]) -> bool:
     """Tell the task instance which request it now waits on (blocking: run it in a thread): its
     ``dws_requests`` record renamed from the provisional name, the request's name and console link

@@ -364,6 +364,43 @@ def test_the_resumed_task_takes_the_result_from_the_event(monkeypatch: pytest.Mo
     assert ti.xcom["dws_vertex_job_link"].endswith("/training/7/cpu?project=my-project")
 
 
+@pytest.mark.parametrize("told", [True, False])
+def test_the_event_says_whether_the_trigger_told_the_task_its_request(
+    backends: dict[str, FakeBackend], monkeypatch: pytest.MonkeyPatch, told: bool
+) -> None:
+    from airflow_provider_dws.triggers import capacity_request
+
+    backends["us-central1"] = FakeBackend(SPEC, [], status(7, Phase.WAITING))
+    seen: list[str] = []
+
+    def fake_announced(ti: Any, pending: str, made: RequestStatus, announce: Any) -> bool:
+        seen.append(made.name)
+        return told
+
+    monkeypatch.setattr(capacity_request, "announced", fake_announced)
+    t = trigger()
+    t.task_instance = TI()  # type: ignore[assignment]
+    [event] = events(t)
+    assert seen == [NAME.format(7)]
+    assert event["resume"].get(submit.ANNOUNCED, False) is told
+
+
+def test_a_resumed_task_writes_no_name_or_link_its_trigger_pushed() -> None:
+    from airflow_provider_dws import console
+
+    done = status(7, Phase.SUCCEEDED, **{RESULT: {"name": NAME.format(7), "state": "JOB_STATE_SUCCEEDED"}})
+    ti, store = TI(), Store({})
+    context = {"ti": ti, "task_state_store": store}
+    console.track(context)
+    resume = {"attempt": 1, "pending": pending_name(IDENTITY), submit.ANNOUNCED: True}
+    op().attempt_loop().complete(context, done.to_event() | {"resume": resume}, {})
+    assert "job_name" not in ti.xcom and "dws_vertex_job_link" not in ti.xcom
+    assert console.LINKS_KEY not in store.values
+    # The link Airflow stores when the task ends is still known to this run, without a read.
+    url = console.tracked_url(ti, "dws_vertex_job_link")
+    assert url is not None and url.endswith("/training/7/cpu?project=my-project")
+
+
 class Store:
     def __init__(self, values: dict[str, Any]) -> None:
         self.values = dict(values)

@@ -277,7 +277,7 @@ class DwsRequestOperator(DwsBaseOperator):
         """Check the rendered parameters, then find or submit the request and wait for it."""
         self.prepare_for_execution_checks()
         self.check_parameters(rendered=True)
-        return self.attempt_loop().run(context)
+        return self.attempt_loop().run(context, fresh=True)
 
     def resume_attempt(self, context: Context, event: Any = None, **kwargs: Any) -> Any:
         """Back from a wait for the window (or a backoff): plan the attempt again."""

@@ -84,8 +84,12 @@ class AttemptLoop:
 
     # -- entry points ----------------------------------------------------------------------------
 
-    def run(self, context: Context) -> Any:
+    def run(self, context: Context, *, fresh: bool = False) -> Any:
         """Adopt this task instance's live or finished request, or plan the first attempt.
+
+        ``fresh``: the first run of its try (``execute``); on try 1 no earlier try can have left a
+        request waited on or a record, so the task state store is not read for them (each read is
+        a call to the API server, and a thousand mapped tasks make a thousand).
 
         A request an earlier try was deferred on when that try ended is not adopted: a try ends
         while deferred only when a user clears or marks the task (or Airflow times it out), which
@@ -94,7 +98,10 @@ class AttemptLoop:
         instance (a worker died before deferring, a triggerer died) is adopted.
         """
         identity = task_identity(context)
-        abandoned = self.cancel_abandoned_request(context)
+        first = fresh and getattr(context["ti"], "try_number", None) == 1
+        if first:
+            self.recorder.start_empty()
+        abandoned = None if first else self.cancel_abandoned_request(context)
         if self.in_trigger():
             # The trigger looks this task instance's requests up, and adopts one, before it makes one.
             self.avoid = [abandoned] if abandoned else []

@@ -120,6 +120,10 @@ class Recorder:
         # The task run's context, for a kill handled in this worker (``on_kill`` gets none).
         self._context: Context | None = None
 
+    def start_empty(self) -> None:
+        """The first run of a task instance's first try: no record exists yet, none is read."""
+        self._records = []
+
     def _known(self, context: Context) -> list[RequestRecord]:
         if self._records is None:
             # The task state store holds the list every push wrote to the XCom too: this try's

@@ -442,3 +442,25 @@ def test_a_try_after_a_clear_gives_up_what_the_earlier_trigger_made(monkeypatch:
     assert released == [earlier.name]
     assert Submission.from_dict(deferred.value.trigger.submit).avoid == [earlier.name]
     assert store.values["dws_waiting"]["try"] == 2  # this try's own wait, remembered in its place
+
+
+def test_the_first_run_of_try_1_reads_nothing_from_the_task_state_store() -> None:
+    """Each read is a call to the API server: try 1's first run has no earlier try to read of."""
+    reads: list[str] = []
+
+    class CountingStore(Store):
+        def get(self, key: str) -> Any:
+            reads.append(key)
+            return super().get(key)
+
+    store = CountingStore({})
+    with pytest.raises(TaskDeferred):
+        op().execute({"ti": TI(), "task_state_store": store})  # type: ignore[typeddict-item]
+    assert reads == []
+    assert "dws_requests" in store.values  # kept for a later try
+    later = TI()
+    later.try_number = 2
+    store = CountingStore({"dws_requests": store.values["dws_requests"]})  # try 1 ended, not deferred
+    with pytest.raises(TaskDeferred):
+        op().execute({"ti": later, "task_state_store": store})  # type: ignore[typeddict-item]
+    assert "dws_requests" in reads  # a later try reads what the earlier ones left

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 # -- adapters: an operator's ``ADAPTER``, built when its task runs -----------------------------------
 
 VERTEX_FLEX_START_ADAPTER = "airflow_provider_dws.runtime.vertex_ai:VertexFlexStartAdapter"
-VERTEX_RESERVED_ADAPTER = "airflow_provider_dws.runtime.vertex_ai:VertexReservedAdapter"
+VERTEX_RESERVED_ADAPTER = "airflow_provider_dws.runtime.vertex_ai_reserved:VertexReservedAdapter"
 TPU_ADAPTER = "airflow_provider_dws.runtime.tpu:TPUQueuedResourceBlockAdapter"
 BATCH_FLEX_START_ADAPTER = "airflow_provider_dws.runtime.batch:BatchFlexStartAdapter"
 BATCH_RESERVED_ADAPTER = "airflow_provider_dws.runtime.batch:BatchReservedAdapter"

@@ -26,7 +26,6 @@ from airflow_provider_dws.exceptions import (
 )
 from airflow_provider_dws.links import BatchFlexStartJobLink, BatchJobLogsLink
 from airflow_provider_dws.runtime.adapter import RequestAdapter
-from airflow_provider_dws.runtime.reserved import ReservedSteps, check_machine
 from airflow_provider_dws.runtime.task import resolve_project
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind
@@ -299,29 +298,3 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
         counts = task_counts(job) if job is not None else {}
         total = sum(counts.values())
         return f"{counts.get('FAILED', 0)} of {total} tasks failed" if total else "a task failed"
-
-
-class BatchReservedAdapter(ReservedSteps, BatchFlexStartAdapter):
-    """A Cloud Batch job on the block's reservation: RESERVATION_BOUND VMs that consume only it, in
-    its zone; the wait ends when the job ends."""
-
-    label = "reserved"
-
-    #: The block is found, and the job checked against it, in the worker first.
-    submits_in_trigger = False
-
-    def request_spec(
-        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
-    ) -> dict[str, Any]:
-        """The Flex Start job's spec, bound to the block's reservation instead."""
-        job = super().request_spec(identity, placement, max_wait)
-        block = self.block
-        assert block is not None, "the block is found before a job is built"
-        allocation = job.setdefault("allocation_policy", {})
-        for instance in allocation.get("instances") or []:
-            policy = instance.setdefault("policy", {})
-            check_machine(self.op, block, policy.get("machine_type") or "")
-            policy["provisioning_model"] = "RESERVATION_BOUND"
-            policy["reservation"] = block.reservation
-        allocation["location"] = {"allowed_locations": [f"zones/{block.zone}"]}
-        return job

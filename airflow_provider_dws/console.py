@@ -50,12 +50,37 @@ def pushed_by_trigger() -> Iterator[None]:
 
 
 class _Tracked:
-    """One task instance's links in its current try."""
+    """One task instance's links in its current try: those this run pushed or noted, and those
+    earlier runs of the try kept in its task state store, read only when asked for (each read is a
+    call to the API server, and a run whose trigger pushed its links never needs it)."""
 
-    def __init__(self, store: Any, try_number: int, urls: dict[str, str]) -> None:
+    def __init__(self, store: Any, try_number: int) -> None:
         self.store = store
         self.try_number = try_number
-        self.urls = urls
+        self.noted: dict[str, str] = {}
+        self._kept: dict[str, str] | None = None
+
+    def kept(self) -> dict[str, str] | None:
+        """What earlier runs of this try pushed (``None``: the store could not be read)."""
+        if self._kept is None:
+            try:
+                value = self.store.get(LINKS_KEY)
+            except Exception:
+                log.warning("Could not read the console links kept for this try", exc_info=True)
+                return None
+            urls = (
+                value.get("urls") if isinstance(value, dict) and value.get("try") == self.try_number else None
+            )
+            # A try's first run: nothing kept. A resumed run: what the try pushed before deferring.
+            self._kept = dict(urls) if isinstance(urls, dict) else {}
+        return self._kept
+
+    def url(self, key: str) -> str | None:
+        """The URL pushed under ``key`` in this try (``""``: none; ``None``: unknown)."""
+        if key in self.noted:
+            return self.noted[key]
+        kept = self.kept()
+        return None if kept is None else kept.get(key, "")
 
 
 def _ti_key(ti: Any) -> tuple[str, str, str, int] | None:
@@ -75,8 +100,8 @@ def _try_number(ti: Any) -> int | None:
 def track(context: Any) -> None:
     """Account for the link XComs of the task instance about to run (called before ``execute`` and
     before a resume): none on a fresh try (Airflow deleted its XComs when it began), or those the
-    try pushed before it deferred, as its task state store keeps them. Without a readable store the
-    task instance is not tracked, and ``get_link`` reads the XCom as before."""
+    try pushed before it deferred, as its task state store keeps them (read when first needed).
+    Without a store the task instance is not tracked, and ``get_link`` reads the XCom as before."""
     ti, store = context.get("ti"), context.get("task_state_store")
     key, try_number = _ti_key(ti), _try_number(ti)
     if key is None:
@@ -84,14 +109,7 @@ def track(context: Any) -> None:
     _TRACKED.pop(key, None)
     if store is None or try_number is None:
         return
-    try:
-        kept = store.get(LINKS_KEY)
-    except Exception:
-        log.warning("Could not read the console links kept for this try", exc_info=True)
-        return
-    urls = kept.get("urls") if isinstance(kept, dict) and kept.get("try") == try_number else None
-    # A try's first run: nothing pushed yet. A resumed run: what the try pushed before deferring.
-    _TRACKED[key] = _Tracked(store, try_number, dict(urls) if isinstance(urls, dict) else {})
+    _TRACKED[key] = _Tracked(store, try_number)
 
 
 def tracked_url(ti_key: Any, key: str) -> str | None:
@@ -99,7 +117,7 @@ def tracked_url(ti_key: Any, key: str) -> str | None:
     or ``None`` when this process does not run that task instance (read its XCom)."""
     ti = _ti_key(ti_key)
     tracked = _TRACKED.get(ti) if ti is not None else None
-    return None if tracked is None else tracked.urls.get(key, "")
+    return None if tracked is None else tracked.url(key)
 
 
 def push_url(context: Any, key: str, url: str) -> str:
@@ -113,11 +131,12 @@ def push_url(context: Any, key: str, url: str) -> str:
     ti_key = _ti_key(ti)
     tracked = _TRACKED.get(ti_key) if ti_key is not None else None
     if tracked is not None:
-        tracked.urls[key] = url
+        tracked.noted[key] = url
         if pushed:
             return url
         try:
-            tracked.store.set(LINKS_KEY, {"try": tracked.try_number, "urls": tracked.urls})
+            urls = {**(tracked.kept() or {}), **tracked.noted}
+            tracked.store.set(LINKS_KEY, {"try": tracked.try_number, "urls": urls})
         except Exception:
             log.warning("Could not keep the console link for a resumed run", exc_info=True)
     return url

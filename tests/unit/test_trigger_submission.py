@@ -389,16 +389,25 @@ def test_a_resumed_task_writes_no_name_or_link_its_trigger_pushed() -> None:
     from airflow_provider_dws import console
 
     done = status(7, Phase.SUCCEEDED, **{RESULT: {"name": NAME.format(7), "state": "JOB_STATE_SUCCEEDED"}})
-    ti, store = TI(), Store({})
+    links_read: list[str] = []
+
+    class LinkStore(Store):
+        def get(self, key: str) -> Any:
+            if key == console.LINKS_KEY:
+                links_read.append(key)
+            return super().get(key)
+
+    ti, store = TI(), LinkStore({})
     context = {"ti": ti, "task_state_store": store}
     console.track(context)
     resume = {"attempt": 1, "pending": pending_name(IDENTITY), submit.ANNOUNCED: True}
-    op().attempt_loop().complete(context, done.to_event() | {"resume": resume}, {})
+    op().attempt_loop().complete(context, done.to_event() | {"resume": resume}, {})  # type: ignore[arg-type]
     assert "job_name" not in ti.xcom and "dws_vertex_job_link" not in ti.xcom
     assert console.LINKS_KEY not in store.values
     # The link Airflow stores when the task ends is still known to this run, without a read.
     url = console.tracked_url(ti, "dws_vertex_job_link")
     assert url is not None and url.endswith("/training/7/cpu?project=my-project")
+    assert links_read == []
 
 
 class Store:
@@ -453,9 +462,13 @@ def test_the_first_run_of_try_1_reads_nothing_from_the_task_state_store() -> Non
             reads.append(key)
             return super().get(key)
 
+    from airflow_provider_dws import console
+
     store = CountingStore({})
+    context = {"ti": TI(), "task_state_store": store}
+    console.track(context)  # pre_execute
     with pytest.raises(TaskDeferred):
-        op().execute({"ti": TI(), "task_state_store": store})  # type: ignore[typeddict-item]
+        op().execute(context)  # type: ignore[arg-type]
     assert reads == []
     assert "dws_requests" in store.values  # kept for a later try
     later = TI()

@@ -518,8 +518,9 @@ class ScenarioContext:
 
 def cancel_time(record: dict[str, Any]) -> datetime | None:
     """When a request's cancellation shows first in its history (None: never); a ProvisioningRequest
-    has no cancel: it is deleted."""
-    cancelled = CANCEL_STATES | ({"DELETED"} if record["kind"] == "ProvisioningRequest" else set())
+    and a queued resource have no cancel: they are deleted."""
+    extra = {"ProvisioningRequest": {"DELETED"}, "QueuedResource": {"DELETING", "DELETED"}}
+    cancelled = CANCEL_STATES | extra.get(record["kind"], set())
     for step in record["history"]:
         if step["state"] in cancelled:
             return parse_time(step["time"])

@@ -41,6 +41,7 @@ from tests.faults.context import (
 from tests.faults.gke_scenarios import GKE_DAG_IDS, GKE_SCENARIOS
 from tests.faults.harness import TASK_HEARTBEAT_TIMEOUT, TRIGGERER_HEALTH_THRESHOLD, HarnessError, wait_for
 from tests.faults.page_view import check_page_shows_ended
+from tests.faults.tpu_scenarios import TPU_DAG_IDS, TPU_SCENARIOS, tpu_pool
 
 # -- scenarios --------------------------------------------------------------------------------------
 
@@ -688,6 +689,7 @@ SCENARIOS: list[Scenario] = [
         shared=True,
     ),
     *GKE_SCENARIOS,
+    *TPU_SCENARIOS,
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 #: Side-by-side scenarios on an example DAG ask where its ``DWS_EXAMPLE_REGION`` (one per
@@ -714,6 +716,8 @@ REGIONS = {
                 "asia-south1",
                 "australia-southeast1",
                 "southamerica-east1",
+                "europe-west3",
+                "me-west1",
             ],
             strict=False,
         )
@@ -736,6 +740,7 @@ DAG_IDS = [
     CALENDAR_DAG,
     "dws_fault_calendar_kill_after_submit",
     *GKE_DAG_IDS,
+    *TPU_DAG_IDS,
 ]
 
 
@@ -747,6 +752,7 @@ def emulator_pools() -> dict[str, int]:
         BATCH_POOL: 0,
         **{f"{region}/{H100}": 0 for region in REGIONS.values()},
         **{f"{region}/{L4}": 0 for region in REGIONS.values()},
+        **{tpu_pool(region): 0 for region in REGIONS.values()},
     }
 
 

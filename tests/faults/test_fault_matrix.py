@@ -63,12 +63,16 @@ def test_side_by_side_scenarios_have_pools_of_their_own() -> None:
     """Every scenario that runs side by side has a region, and no two share one; each pool exists."""
     from tests.faults.context import H100, L4
     from tests.faults.scenarios import REGIONS, emulator_pools
+    from tests.faults.tpu_scenarios import tpu_pool
 
     side_by_side = [s.name for s in matrix.SCENARIOS if not s.shared]
     assert sorted(REGIONS) == sorted(side_by_side)
     assert len(set(REGIONS.values())) == len(REGIONS)
     pools = emulator_pools()
-    assert all(pools[f"{r}/{H100}"] == 0 and pools[f"{r}/{L4}"] == 0 for r in REGIONS.values())
+    assert all(
+        pools[f"{r}/{H100}"] == 0 and pools[f"{r}/{L4}"] == 0 and pools[tpu_pool(r)] == 0
+        for r in REGIONS.values()
+    )
 
 
 def test_main_runs_each_chosen_executor(monkeypatch: pytest.MonkeyPatch) -> None:

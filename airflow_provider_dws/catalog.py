@@ -11,7 +11,6 @@ that takes a machine type uses.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -45,6 +44,7 @@ from airflow_provider_dws.facts import (
     machine_family,
     tpu_size_offered,
 )
+from airflow_provider_dws.patterns import LazyPattern
 
 __all__ = [
     "BATCH_FLEX_START_GPUS",
@@ -106,7 +106,7 @@ TPU_FAMILIES: dict[str, TpuFamily] = {
     name: TpuFamily(name, cores, frozenset(sizes), cube, top, single)
     for name, (cores, sizes, cube, top, single) in TPU_FAMILY_ROWS.items()
 }
-TPU_TYPE_RE = re.compile(r"^(?P<family>[a-z0-9]+)-(?P<size>0|[1-9][0-9]*)$")
+TPU_TYPE_RE = LazyPattern(r"^(?P<family>[a-z0-9]+)-(?P<size>0|[1-9][0-9]*)$")
 
 
 class TpuShape(NamedTuple):
@@ -339,8 +339,8 @@ def batch_gpu_error(machine_type: str, accelerator_type: str | None, count: int 
 
 # -- locations ---------------------------------------------------------------------------------
 
-REGION_RE = re.compile(f"^{REGION_PATTERN}$")
-ZONE_RE = re.compile(f"^{ZONE_PATTERN}$")
+REGION_RE = LazyPattern(f"^{REGION_PATTERN}$")
+ZONE_RE = LazyPattern(f"^{ZONE_PATTERN}$")
 
 
 # -- calendar mode -----------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import re
 from collections.abc import Collection, Container, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ from airflow_provider_dws.hooks.vertex_ai import DwsVertexAIAsyncHook, DwsVertex
 from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_MANAGED, LABEL_TRY, RequestIdentity
 from airflow_provider_dws.scheduling.phases import VERTEX_JOB_STATES, RequestTimings
 from airflow_provider_dws.scheduling.reattach import Candidate, ReattachDecision, choose_existing
+from airflow_provider_dws.specs.vertex_pools import VERTEX_JOB_KIND, parse_job_name
 
 if TYPE_CHECKING:
     from google.cloud.aiplatform_v1 import CustomJob
@@ -55,19 +55,6 @@ def _enum_names(enum_name: str) -> dict[int, str]:
     from google.cloud import aiplatform_v1
 
     return {member.value: member.name for member in getattr(aiplatform_v1, enum_name)}
-
-
-#: ``projects/P/locations/R/customJobs/ID``: read here without the client library, so a task
-#: that only names its job (its region, its console link) never imports it.
-_JOB_NAME = re.compile(r"projects/([^/]+)/locations/([^/]+)/customJobs/([^/]+)")
-
-
-def parse_job_name(name: str) -> tuple[str, str]:
-    """Split ``projects/P/locations/R/customJobs/ID`` into (region, job id)."""
-    match = _JOB_NAME.fullmatch(name)
-    if match is None:
-        raise ValueError(f"not a Vertex AI custom job name: {name!r}")
-    return match.group(2), match.group(3)
 
 
 def _raw(job: CustomJob) -> Any:
@@ -177,7 +164,7 @@ class VertexCustomJobBackend(GoogleBackend[DwsVertexAIHook, DwsVertexAIAsyncHook
     triggerer's event loop). See :class:`~airflow_provider_dws.backends.base.RequestBackend`.
     """
 
-    kind = "vertex_custom_job"
+    kind = VERTEX_JOB_KIND
     location_key = "region"
     sync_hook_class = DwsVertexAIHook
     async_hook_class = DwsVertexAIAsyncHook

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
 #: A submit time this close to now is "now" (no point deferring for it).
 _NOW_SLACK = timedelta(seconds=1)
-#: task_state_store key: the request a deferred try waits on, and which try that is.
-WAITING_KEY = "dws_waiting"
+#: In a deferral's ``resume``: the task run's request records (see ``Recorder.resume_from``).
+RECORDS = "records"
 
 
 def adapter_of(op: DwsRequestOperator) -> RequestAdapter[Any, Any]:
@@ -138,13 +138,14 @@ class AttemptLoop:
             # request up again rather than guess; the identity finds it.
             self.log.warning("Resumed without a trigger event; looking for this task's request again")
             return self.run(context)
-        self._forget_waiting(context)
+        resume = event.get(RESUME)
+        if isinstance(resume, Mapping):
+            self.recorder.resume_from(resume.get(RECORDS))
         state = AttemptState.from_resume(event, self.op.home_placement())
         if state.pending and not is_pending(event.get("name")):
             # The trigger made (or adopted) the request: the task knows its name from now on.
             status = RequestStatus.from_event(event)
             self.recorder.made(context, state.pending, status, state)
-            resume = event.get(RESUME)
             announced = bool(isinstance(resume, Mapping) and resume.get(ANNOUNCED))
             self.adapter.remember(context, status, announced=announced)
         if event.get(WAIT_ERROR):
@@ -175,16 +176,9 @@ class AttemptLoop:
 
     def cancel_abandoned_request(self, context: Context) -> str | None:
         """Cancel the request an earlier try was still deferred on when it ended, and name it."""
-        store = context.get("task_state_store")
-        if store is None:
+        if context.get("task_state_store") is None:
             return None
-        try:
-            record = store.get(WAITING_KEY)
-        except Exception:
-            self.log.warning(
-                "task_state_store could not be read; relying on identity labels alone", exc_info=True
-            )
-            return None
+        record = self.recorder.waiting_before(context)
         try_number = getattr(context["ti"], "try_number", None)
         if not isinstance(record, dict) or not isinstance(try_number, int):
             return None
@@ -242,26 +236,8 @@ class AttemptLoop:
                 given_up = status.name
         return given_up
 
-    def _remember_waiting(self, context: Context, name: str) -> None:
-        store = context.get("task_state_store")
-        try_number = getattr(context["ti"], "try_number", None)
-        if store is None or not isinstance(try_number, int):
-            return
-        try:
-            store.set(WAITING_KEY, {"request": name, "try": try_number})
-        except Exception:
-            self.log.warning(
-                "task_state_store could not be written; relying on identity labels alone", exc_info=True
-            )
-
     def _forget_waiting(self, context: Context) -> None:
-        store = context.get("task_state_store")
-        if store is None:
-            return
-        try:
-            store.delete(WAITING_KEY)
-        except Exception:
-            self.log.warning("task_state_store could not be written", exc_info=True)
+        self.recorder.forget_waiting(context)
 
     # -- time limits -----------------------------------------------------------------------------
 
@@ -296,7 +272,6 @@ class AttemptLoop:
     def plan(self, context: Context, state: AttemptState) -> Any:
         """Submit now if the window and deadline allow, or wait (deferred) until they do."""
         from airflow_provider_dws.scheduling.decisions import next_submit
-        from airflow_provider_dws.triggers.resume_at import ResumeAtTrigger
 
         op = self.op
         now = datetime.now(timezone.utc)
@@ -307,6 +282,8 @@ class AttemptLoop:
             self.log.info("%s", decision.reason)
             waiting = state.waiting_until(decision.at)
             if op.deferrable:
+                from airflow_provider_dws.triggers.resume_at import ResumeAtTrigger
+
                 timeout_at = self.timeout_at(context)
                 op.defer(
                     trigger=ResumeAtTrigger(
@@ -365,9 +342,15 @@ class AttemptLoop:
             announce=adapter.announce(),
         )
         waiting = replace(state.submitted(state.placement, max_wait), pending=pending)
-        deadline = self.timeout_at(context)
+        # Written before deferring, so the request shows as waiting while the trigger makes it.
+        self.recorder.submitted(context, status, waiting, deferring=True)
         trigger = self.trigger(
-            status, state.placement, max_wait, waiting.to_dict(), deadline, submit=submission.to_dict()
+            status,
+            state.placement,
+            max_wait,
+            {**waiting.to_dict(), RECORDS: self.recorder.carried()},
+            self.timeout_at(context),
+            submit=submission.to_dict(),
         )
         self.log.info(
             "Deferring: the request waits in the DWS queue without holding a worker slot; the "
@@ -377,8 +360,6 @@ class AttemptLoop:
             state.placement,
             max_wait,
         )
-        self.recorder.submitted(context, status, waiting)
-        self._remember_waiting(context, pending)
         event = wait_for_event(self.op, trigger, "complete_attempt")
         return self.complete(context, event, {})
 
@@ -389,19 +370,17 @@ class AttemptLoop:
             return self.attempt_ended(context, status.to_event(), state)
         self.waiting_on = status.name  # a kill before the deferral cancels it (see `plan`)
         deadline = self.timeout_at(context)
+        # Written before deferring, so the request shows as waiting while the trigger waits.
+        self.recorder.submitted(context, status, state, deferring=self.op.deferrable)
         # The state travels once, in the trigger's event: Airflow's triggerer hands it back, and
         # `airflow dags test` hands back the event alone (not the deferral's keyword arguments).
-        trigger = self.trigger(
-            status, state.placement, state.max_wait(self.op.max_wait), state.to_dict(), deadline
-        )
+        resume = {**state.to_dict(), RECORDS: self.recorder.carried()}
+        trigger = self.trigger(status, state.placement, state.max_wait(self.op.max_wait), resume, deadline)
         if deadline is not None:
             self.log.info(
                 "execution_timeout ends at %s; the wait will be cancelled then", deadline.isoformat()
             )
-        # Written before deferring, so the request shows as waiting while the trigger waits.
-        self.recorder.submitted(context, status, state)
         if self.op.deferrable:
-            self._remember_waiting(context, status.name)
             self.log.info("Deferring: the request waits in the DWS queue without holding a worker slot")
         try:
             event = wait_for_event(self.op, trigger, "complete_attempt")
@@ -514,6 +493,8 @@ class AttemptLoop:
         from airflow_provider_dws.exceptions import WaitFailedError
         from airflow_provider_dws.scheduling.phases import FailureKind, Outcome
 
+        # No try waits on the request now: a next try adopts it, or this one gives it up.
+        self._forget_waiting(context)
         status = RequestStatus.from_event(event)
         name, error, phase = status.name, event[WAIT_ERROR], status.phase.value
         if is_pending(name):

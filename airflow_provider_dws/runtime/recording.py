@@ -48,6 +48,29 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Beside the records in the task state store: the request a deferred try waits on, and which try
+#: (``{"request": name, "try": n}``), written with the record it waits on, in the same call.
+WAITING = "waiting"
+#: In a deferral's ``resume``: the task run's records, handed back so the resumed run need not read
+#: them again (each read is a call to the API server).
+RECORDS = "records"
+
+
+def stored(records: list[dict[str, Any]], waiting: dict[str, Any] | None = None) -> Any:
+    """The task state store's value: the records, with the request waited on while deferred."""
+    return {RECORDS: records, WAITING: waiting} if waiting else records
+
+
+def stored_records(value: Any) -> Any:
+    """The records of the task state store's value (the list :func:`stored` kept)."""
+    return value.get(RECORDS) if isinstance(value, dict) else value
+
+
+def stored_waiting(value: Any) -> Any:
+    """The request a deferred try waited on, from the task state store's value (``None``: none)."""
+    return value.get(WAITING) if isinstance(value, dict) else None
+
+
 #: The record fields ``record_facts`` may set besides ``api`` and ``kind``.
 _FACT_FIELDS = (
     "accelerator_type",
@@ -117,12 +140,43 @@ class Recorder:
     def __init__(self, loop: AttemptLoop) -> None:
         self.loop = loop
         self._records: list[RequestRecord] | None = None
+        # The store's "waiting" entry as last read or written (see `WAITING`).
+        self._waiting: Any = None
         # The task run's context, for a kill handled in this worker (``on_kill`` gets none).
         self._context: Context | None = None
 
     def start_empty(self) -> None:
         """The first run of a task instance's first try: no record exists yet, none is read."""
         self._records = []
+
+    def carried(self) -> list[dict[str, Any]]:
+        """The task run's records, for a deferral's ``resume`` (:data:`RECORDS`)."""
+        return [record.to_dict() for record in self._records or ()]
+
+    def resume_from(self, records: Any) -> None:
+        """A resumed run: the records its deferral carried, the ones the store holds (nothing
+        else writes them while the try is deferred), so they are not read again."""
+        if isinstance(records, list):
+            self._records = read_records(records)
+            # The deferral wrote this try's "waiting" beside them: `forget_waiting` must clear it.
+            self._waiting = True
+
+    def waiting_before(self, context: Context) -> Any:
+        """What the task state store says a try was deferred on (``None``: nothing, or no store)."""
+        self._known(context)
+        return self._waiting
+
+    def forget_waiting(self, context: Context) -> None:
+        """No try waits on a request any more (an earlier try's was given up or adopted, or this
+        try's wait failed and a next try adopts it): the store keeps the records alone."""
+        store = context.get("task_state_store")
+        if store is None or not self.waiting_before(context):
+            return
+        try:
+            store.set(XCOM_KEY, stored(self.carried()))
+            self._waiting = None
+        except Exception:
+            self.loop.log.warning("task_state_store could not be written", exc_info=True)
 
     def _known(self, context: Context) -> list[RequestRecord]:
         if self._records is None:
@@ -146,8 +200,12 @@ class Recorder:
         try:
             value = store.get(XCOM_KEY)
         except Exception:
-            self.loop.log.warning("Could not read the earlier tries' request records", exc_info=True)
+            self.loop.log.warning(
+                "task_state_store could not be read; relying on identity labels alone", exc_info=True
+            )
             return []
+        self._waiting = stored_waiting(value)
+        value = stored_records(value)
         current, now = _try_number(context), iso(datetime.now(timezone.utc))
         out = []
         for record in read_records(value):
@@ -165,7 +223,9 @@ class Recorder:
     def _find(self, context: Context, name: str) -> RequestRecord | None:
         return next((r for r in self._known(context) if r.request_name == name), None)
 
-    def _push(self, context: Context, record: RequestRecord) -> None:
+    def _push(self, context: Context, record: RequestRecord, waiting: dict[str, Any] | None = None) -> None:
+        """Write ``record`` into the XCom and the task state store; ``waiting``: this try defers on
+        it (any later write of the same run, after the resume, drops that)."""
         self._context = context
         value = upsert(self._known(context), record)
         context["ti"].xcom_push(key=XCOM_KEY, value=value)
@@ -173,7 +233,8 @@ class Recorder:
         store: Any = context.get("task_state_store")
         if store is not None:
             try:
-                store.set(XCOM_KEY, value)  # for the next try (see _earlier_tries)
+                store.set(XCOM_KEY, stored(value, waiting))  # for the next try (see _earlier_tries)
+                self._waiting = waiting
             except Exception:
                 self.loop.log.warning("Could not keep the request records for a next try", exc_info=True)
 
@@ -213,8 +274,11 @@ class Recorder:
             **{k: v for k, v in facts.items() if k in _FACT_FIELDS},  # type: ignore[arg-type]
         )
 
-    def submitted(self, context: Context, status: RequestStatus, state: AttemptState) -> None:
-        """The request was submitted or adopted and is about to be waited on."""
+    def submitted(
+        self, context: Context, status: RequestStatus, state: AttemptState, *, deferring: bool = False
+    ) -> None:
+        """The request was submitted or adopted and is about to be waited on (``deferring``: by
+        this try, deferred, which the store remembers for a later try: see :data:`WAITING`)."""
         try:
             record = self._find(context, status.name) or self._base(context, status, state)
             # An adopted request of an earlier try is live again (and not ended), and this try waits on
@@ -227,7 +291,8 @@ class Recorder:
                 message="",
                 try_number=max(record.try_number, _try_number(context)),
             )
-            self._push(context, replace(live, started=iso(status.timings.started) or record.started))
+            waiting = {"request": status.name, "try": _try_number(context)} if deferring else None
+            self._push(context, replace(live, started=iso(status.timings.started) or record.started), waiting)
         except Exception:
             self.loop.log.warning("Could not write the request record of %s", status.name, exc_info=True)
 

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.base import RESULT
-from airflow_provider_dws.backends.vertex_ai import (
-    VertexCustomJobBackend,
-    job_dict,
-    job_from_spec,
-    parse_job_name,
-)
 from airflow_provider_dws.console import custom_job_console_url, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
@@ -23,26 +16,35 @@ from airflow_provider_dws.exceptions import (
     WorkloadFailedError,
 )
 from airflow_provider_dws.links import VertexAIFlexStartJobLink
+from airflow_provider_dws.patterns import LazyPattern
 from airflow_provider_dws.runtime.adapter import RequestAdapter
 from airflow_provider_dws.runtime.task import resolve_project
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind
 from airflow_provider_dws.scheduling.policies import Placement
-from airflow_provider_dws.specs.vertex_pools import as_dict, duration, jsonable, spec_accelerators
+from airflow_provider_dws.specs.vertex_pools import (
+    VERTEX_JOB_KIND,
+    as_dict,
+    duration,
+    jsonable,
+    parse_job_name,
+    spec_accelerators,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from google.cloud.aiplatform_v1 import CustomJob
 
     from airflow_provider_dws.backends.base import RequestStatus
+    from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend
     from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 
-_EXIT_CODE_RE = re.compile(r"non-zero status of (-?\d+)")
+_EXIT_CODE_RE = LazyPattern(r"non-zero status of (-?\d+)")
 #: Who a job is built for when only its shape matters (the request record's facts).
 _SHAPE_ONLY = RequestIdentity(dag_id="dws", task_id="record", run_id="facts")
 
 
-class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator", VertexCustomJobBackend]):
+class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator", "VertexCustomJobBackend"]):
     """A Flex Start ``CustomJob`` per attempt; the wait ends when the job ends."""
 
     name_key = "job_name"
@@ -55,6 +57,9 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
 
     def backend(self, location: str | None = None) -> VertexCustomJobBackend:
         """The Vertex AI backend of ``location`` (default: the operator's region)."""
+        # Imported here: a resumed task that only reads its trigger's event needs no backend.
+        from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend
+
         return self.cached_backend(VertexCustomJobBackend, location or self.op.region)
 
     def location_of(self, name: str) -> str:
@@ -120,6 +125,8 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
         self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
     ) -> CustomJob:
         """:meth:`request_spec` as the ``CustomJob`` message (the worker's own submit path)."""
+        from airflow_provider_dws.backends.vertex_ai import job_from_spec
+
         try:
             return job_from_spec(self.request_spec(identity, placement, max_wait))
         except ValueError as err:
@@ -168,6 +175,8 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
         """The succeeded ``CustomJob`` as a dict."""
         if RESULT in status.details:  # read by the trigger with the job's final status
             return status.details[RESULT]
+        from airflow_provider_dws.backends.vertex_ai import job_dict
+
         return job_dict(self.backend(self.location_of(status.name)).get(status.name))
 
     def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
@@ -178,7 +187,7 @@ class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator"
         except ValueError:  # recorded before its trigger made it: no page yet
             region, job_id = placement.location, ""
         return {
-            "api": VertexCustomJobBackend.kind,
+            "api": VERTEX_JOB_KIND,
             "kind": "Vertex AI custom job",
             "accelerator_type": accelerator or None,
             "accelerator_count": total,

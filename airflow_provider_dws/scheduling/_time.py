@@ -8,8 +8,9 @@ so the rules and the messages are the same everywhere.
 from __future__ import annotations
 
 import math
-import re
 from datetime import datetime, timedelta, timezone
+
+from airflow_provider_dws.patterns import LazyPattern
 
 __all__ = [
     "UTC",
@@ -23,7 +24,7 @@ __all__ = [
 
 UTC = timezone.utc
 _ZERO = timedelta(0)
-_DURATION_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_DURATION_RE = LazyPattern(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
 # -- instants ---------------------------------------------------------------------------------------

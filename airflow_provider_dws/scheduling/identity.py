@@ -19,14 +19,15 @@ from airflow_provider_dws.facts import (
     LABEL_VALUE_PATTERN,
     QUEUED_RESOURCE_ID_PATTERN,
 )
+from airflow_provider_dws.patterns import LazyPattern
 
 LABEL_MAX_LENGTH = 63
 QUEUED_RESOURCE_ID_MAX = 63
-QUEUED_RESOURCE_ID_RE = re.compile(f"^{QUEUED_RESOURCE_ID_PATTERN}$")
-_LABEL_VALUE_RE = re.compile(f"^{LABEL_VALUE_PATTERN}$")
-_LABEL_KEY_RE = re.compile(f"^{LABEL_KEY_PATTERN}$")
-_KUBE_LABEL_VALUE_RE = re.compile(f"^{KUBE_LABEL_VALUE_PATTERN}$")
-_INVALID_CHARS = re.compile(r"[^a-z0-9_-]")
+QUEUED_RESOURCE_ID_RE = LazyPattern(f"^{QUEUED_RESOURCE_ID_PATTERN}$")
+_LABEL_VALUE_RE = LazyPattern(f"^{LABEL_VALUE_PATTERN}$")
+_LABEL_KEY_RE = LazyPattern(f"^{LABEL_KEY_PATTERN}$")
+_KUBE_LABEL_VALUE_RE = LazyPattern(f"^{KUBE_LABEL_VALUE_PATTERN}$")
+_INVALID_CHARS = LazyPattern(r"[^a-z0-9_-]")
 _HASH_CHARS = 8
 #: The namespace of :meth:`RequestIdentity.request_uuid` (any fixed UUID; this one is uuid5 of the URL
 #: namespace and the package name).
@@ -46,7 +47,7 @@ RESERVED_LABEL_KEYS = frozenset(
     {LABEL_MANAGED, LABEL_KEY, LABEL_DAG, LABEL_TASK, LABEL_RUN, LABEL_MAP, LABEL_ATTEMPT, LABEL_TRY}
 )
 #: ``<base>-t<Airflow try>-a<capacity attempt>``: the submission is always part of the name.
-_ATTEMPT_NAME_RE = re.compile(r"^(?P<base>.+)-t(?P<try>[1-9][0-9]*)-a(?P<attempt>[1-9][0-9]*)$")
+_ATTEMPT_NAME_RE = LazyPattern(r"^(?P<base>.+)-t(?P<try>[1-9][0-9]*)-a(?P<attempt>[1-9][0-9]*)$")
 
 
 def _digest(text: str, length: int) -> str:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from airflow_provider_dws.patterns import LazyPattern
+
 
 class Phase(str, enum.Enum):
     """Where a capacity request is in its life cycle, independent of the API behind it."""
@@ -71,12 +73,12 @@ _FAILED_PRECONDITION = 9
 # the dws-emulator's, modelled on Compute Engine's own ("The reservation ... ended at ...; it was
 # deleted"). NOT VERIFIED against the real services' wording: a message that does not match is
 # classified as before (after a start, a workload failure).
-RESERVATION_ENDED = re.compile(
+RESERVATION_ENDED = LazyPattern(
     r"\breservations?\b[^;]*?\b(ended|expired|was deleted|has been deleted|is being deleted|no longer exists)\b",
     re.IGNORECASE,
 )
 #: A reservation whose future reservation was cancelled, declined or failed: never delivered.
-RESERVATION_NOT_DELIVERED = re.compile(r"\breservations?\b[^;]*?\bwill not be delivered\b", re.IGNORECASE)
+RESERVATION_NOT_DELIVERED = LazyPattern(r"\breservations?\b[^;]*?\bwill not be delivered\b", re.IGNORECASE)
 #: Compute Engine error reasons of a request whose reservation ended (the emulator's; not verified).
 COMPUTE_RESERVATION_ENDED_REASONS = frozenset({"RESERVATION_ENDED"})
 
@@ -238,7 +240,7 @@ BATCH_JOB_STATE_PHASES: dict[str, Phase] = {
 }
 
 #: A Batch status event saying the VMs could not be had: a stock-out, or the queue's time limit.
-BATCH_CAPACITY_EVENT = re.compile(
+BATCH_CAPACITY_EVENT = LazyPattern(
     r"resource_pool_exhausted|stockout|no capacity|insufficient (capacity|resources)"
     r"|not enough resources|resources? (are |is )?(not available|unavailable)|unavailable resources?"
     r"|queued (for )?too long|(max(imum)? )?(wait|queue|queuing) (time|duration|limit) "
@@ -246,7 +248,7 @@ BATCH_CAPACITY_EVENT = re.compile(
     re.IGNORECASE,
 )
 #: A Batch status event saying the job itself was wrong, so resubmitting it cannot help.
-BATCH_BAD_REQUEST_EVENT = re.compile(
+BATCH_BAD_REQUEST_EVENT = LazyPattern(
     r"invalid|INVALID_ARGUMENT|FAILED_PRECONDITION|PERMISSION_DENIED|permission|not found|does not exist"
     r"|not supported|unsupported|not allowed|quota",
     re.IGNORECASE,

@@ -18,12 +18,12 @@ from __future__ import annotations
 import enum
 import math
 import random
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_dws.patterns import LazyPattern
 from airflow_provider_dws.scheduling._time import aware_utc, check_duration, format_duration
 from airflow_provider_dws.scheduling.backoff import backoff as backoff_seconds
 from airflow_provider_dws.scheduling.phases import FailureKind
@@ -260,7 +260,7 @@ class CapacityRetry:
 
 # -- placements -------------------------------------------------------------------------------------
 
-_LOCATION_RE = re.compile(r"^[a-z][a-z0-9-]*[a-z0-9]$")
+_LOCATION_RE = LazyPattern(r"^[a-z][a-z0-9-]*[a-z0-9]$")
 
 
 class Tier(str, enum.Enum):

@@ -35,6 +35,7 @@ from datetime import date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from airflow_provider_dws.patterns import LazyPattern
 from airflow_provider_dws.scheduling._time import check_duration, exact_duration, parse_duration
 
 if TYPE_CHECKING:
@@ -63,8 +64,8 @@ _DAY_GROUPS: dict[str, frozenset[int]] = {
     "weekdays": frozenset(range(5)),
     "weekends": frozenset({5, 6}),
 }
-_TIME_RE = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
-_SPEC_RE = re.compile(
+_TIME_RE = LazyPattern(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
+_SPEC_RE = LazyPattern(
     r"^(?P<days>.+?)\s+(?P<start>\d{1,2}:\d{2}(?::\d{2})?)\s*-\s*(?P<end>\d{1,2}:\d{2}(?::\d{2})?)"
     r"\s+(?P<tz>\S+)$"
 )

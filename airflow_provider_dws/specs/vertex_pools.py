@@ -15,7 +15,23 @@ from typing import Any
 from airflow_provider_dws import catalog
 from airflow_provider_dws.facts import FLEX_START_GPUS as FLEX_START_ACCELERATORS
 from airflow_provider_dws.facts import WORKER_POOL_FIELDS
+from airflow_provider_dws.patterns import LazyPattern
 from airflow_provider_dws.specs.templates import has_template
+
+#: The Vertex AI custom job backend's kind (its ``kind`` and the records' ``api``).
+VERTEX_JOB_KIND = "vertex_custom_job"
+#: ``projects/P/locations/R/customJobs/ID``: read here without the client library or the backend,
+#: so a task that only names its job (its region, its console link) imports neither.
+_JOB_NAME = LazyPattern(r"projects/([^/]+)/locations/([^/]+)/customJobs/([^/]+)")
+
+
+def parse_job_name(name: str) -> tuple[str, str]:
+    """Split ``projects/P/locations/R/customJobs/ID`` into (region, job id)."""
+    match = _JOB_NAME.fullmatch(name)
+    if match is None:
+        raise ValueError(f"not a Vertex AI custom job name: {name!r}")
+    return match.group(2), match.group(3)
+
 
 _INT_FIELDS = ("replica_count", "accelerator_count")
 

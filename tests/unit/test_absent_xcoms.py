@@ -59,7 +59,7 @@ def test_a_first_try_reads_no_xcom(monkeypatch: pytest.MonkeyPatch) -> None:
     assert ti.pulls == []
     [record] = records_of(ti)
     assert (record.request_name, record.phase) == (JOB.format(1), "waiting")
-    assert state[XCOM_KEY] == ti.xcom[XCOM_KEY]
+    assert recording.stored_records(state[XCOM_KEY]) == ti.xcom[XCOM_KEY]
 
 
 def test_a_resumed_run_reads_its_records_from_the_state_store(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -197,7 +197,7 @@ def test_a_cleared_wait_follows_its_block_again(monkeypatch: pytest.MonkeyPatch)
         def delete(self, key: str) -> None:
             self.pop(key, None)
 
-    store = Store({"dws_waiting": {"request": block.name, "try": 1}})
+    store = Store({"dws_requests": {"records": [], "waiting": {"request": block.name, "try": 1}}})
     with pytest.raises(TaskDeferred):
         op.attempt_loop().run({"ti": TI(try_number=2), "task_state_store": store})
 

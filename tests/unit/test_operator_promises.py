@@ -16,8 +16,9 @@ from airflow_provider_dws.backends.base import WAIT_ERROR, RequestStatus
 from airflow_provider_dws.exceptions import WaitFailedError
 from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
 from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
+from airflow_provider_dws.records import XCOM_KEY
 from airflow_provider_dws.runtime.adapter import Found
-from airflow_provider_dws.runtime.loop import WAITING_KEY
+from airflow_provider_dws.runtime.recording import stored, stored_waiting
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 from airflow_provider_dws.scheduling.policies import Placement
 
@@ -151,13 +152,13 @@ def test_request_an_earlier_try_was_deferred_on_is_cancelled_not_adopted(
 ) -> None:
     op = vertex()
     h = Harness(op, status(OLD, Phase.WAITING), monkeypatch)
-    store = Store({WAITING_KEY: {"request": OLD, "try": 1}})
+    store = Store({XCOM_KEY: stored([], {"request": OLD, "try": 1})})
     with pytest.raises(TaskDeferred):
         op.attempt_loop().run(context(2, store))
     assert h.cancelled == [OLD]
     assert h.submitted == [1]
     assert h.triggers[0].request_name == NEW
-    assert store.data[WAITING_KEY] == {"request": NEW, "try": 2}
+    assert stored_waiting(store.data[XCOM_KEY]) == {"request": NEW, "try": 2}
 
 
 def test_live_request_of_a_try_that_never_deferred_is_adopted(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -170,14 +171,14 @@ def test_live_request_of_a_try_that_never_deferred_is_adopted(monkeypatch: pytes
     assert h.cancelled == []
     assert h.submitted == []
     assert h.triggers[0].request_name == OLD
-    assert store.data[WAITING_KEY] == {"request": OLD, "try": 2}
+    assert stored_waiting(store.data[XCOM_KEY]) == {"request": OLD, "try": 2}
 
 
 def test_record_of_the_same_try_is_not_an_abandonment(monkeypatch: pytest.MonkeyPatch) -> None:
     op = vertex()
     h = Harness(op, status(OLD, Phase.WAITING), monkeypatch)
     with pytest.raises(TaskDeferred):
-        op.attempt_loop().run(context(1, Store({WAITING_KEY: {"request": OLD, "try": 1}})))
+        op.attempt_loop().run(context(1, Store({XCOM_KEY: stored([], {"request": OLD, "try": 1})})))
     assert h.cancelled == []
     assert h.triggers[0].request_name == OLD
 
@@ -185,7 +186,7 @@ def test_record_of_the_same_try_is_not_an_abandonment(monkeypatch: pytest.Monkey
 def test_abandoned_request_is_adopted_when_cancel_on_kill_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
     op = vertex(cancel_on_kill=False)
     h = Harness(op, status(OLD, Phase.WAITING), monkeypatch)
-    store = Store({WAITING_KEY: {"request": OLD, "try": 1}})
+    store = Store({XCOM_KEY: stored([], {"request": OLD, "try": 1})})
     with pytest.raises(TaskDeferred):
         op.attempt_loop().run(context(2, store))
     assert h.cancelled == []
@@ -199,13 +200,15 @@ def test_a_succeeded_request_is_still_taken_when_another_was_abandoned(
     op = vertex()
     h = Harness(op, status(NEW, Phase.SUCCEEDED), monkeypatch)
     monkeypatch.setattr(op.adapter(), "result", lambda ctx, st: {"name": st.name})
-    result = op.attempt_loop().run(context(3, Store({WAITING_KEY: {"request": OLD, "try": 2}})))
+    result = op.attempt_loop().run(context(3, Store({XCOM_KEY: stored([], {"request": OLD, "try": 2})})))
     assert result == {"name": NEW}
     assert h.cancelled == [OLD]
     assert h.submitted == []
 
 
-@pytest.mark.parametrize("store", [None, Store(broken=True), Store({WAITING_KEY: "garbage"})])
+@pytest.mark.parametrize(
+    "store", [None, Store(broken=True), Store({XCOM_KEY: {"records": [], "waiting": "garbage"}})]
+)
 def test_without_a_usable_store_the_labels_decide(
     monkeypatch: pytest.MonkeyPatch, store: Store | None
 ) -> None:
@@ -220,12 +223,12 @@ def test_without_a_usable_store_the_labels_decide(
 def test_trigger_event_clears_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
     op = vertex()
     Harness(op, None, monkeypatch)
-    store = Store({WAITING_KEY: {"request": NEW, "try": 1}})
+    store = Store({XCOM_KEY: stored([], {"request": NEW, "try": 1})})
     monkeypatch.setattr(op.adapter(), "result", lambda ctx, st: "ok")
     monkeypatch.setattr(op.adapter(), "backend", lambda region=None: pytest.fail("no API call expected"))
     event = status(NEW, Phase.SUCCEEDED).to_event()
     assert op.complete_attempt(context(1, store), event) == "ok"
-    assert WAITING_KEY not in store.data
+    assert stored_waiting(store.data.get(XCOM_KEY)) is None
 
 
 # -- a wait that ended on an error (the trigger's ``wait_error``) ----------------------------------
@@ -249,12 +252,12 @@ def test_a_failed_wait_with_a_retry_left_keeps_the_request_for_the_next_try(
     op = vertex(retries=1)
     h = Harness(op, None, monkeypatch)
     released = released_after_failure(op, monkeypatch)
-    store = Store({WAITING_KEY: {"request": NEW, "try": 1}})
+    store = Store({XCOM_KEY: stored([], {"request": NEW, "try": 1})})
     with pytest.raises(WaitFailedError, match="credentials lost access; the next try adopts the request"):
         op.complete_attempt(context(1, store, max_tries=1), failed_wait(Phase.WAITING))
     assert (h.cancelled, released) == ([], [])
     # Not recorded as waited on by this try: the next one adopts the request, it does not cancel it.
-    assert WAITING_KEY not in store.data
+    assert stored_waiting(store.data.get(XCOM_KEY)) is None
 
 
 @pytest.mark.parametrize("phase", [Phase.WAITING, Phase.PROVISIONING])
@@ -407,7 +410,7 @@ def test_a_timeout_between_the_submit_and_the_deferral_cancels_the_request(
     op = vertex(execution_timeout=timedelta(minutes=5))
     h = Harness(op, None, monkeypatch)
 
-    def timed_out(*args: Any) -> None:
+    def timed_out(*args: Any, **kwargs: Any) -> None:
         raise AirflowTaskTimeout("Timeout, PID: 1")
 
     monkeypatch.setattr(op.attempt_loop().recorder, "submitted", timed_out)

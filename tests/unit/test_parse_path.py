@@ -133,6 +133,7 @@ EVERY_FAMILY_PATH = PARSE_PATH | {
     "airflow_provider_dws.operators.gke_kueue",
     "airflow_provider_dws.operators.gke_release",
     "airflow_provider_dws.scheduling",
+    "airflow_provider_dws.patterns",
     "airflow_provider_dws.scheduling._time",
     "airflow_provider_dws.scheduling.windows",
     "airflow_provider_dws.timetables",

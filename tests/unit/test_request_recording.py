@@ -483,7 +483,7 @@ def test_a_retry_keeps_the_earlier_tries_records_from_the_state_store(
     assert (earlier.request_name, earlier.try_number, earlier.phase) == (JOB.format(1), 1, "cancelled")
     assert earlier.ended is not None and "try 1 ended" in earlier.message
     assert (current.request_name, current.try_number, current.phase) == (JOB.format(2), 2, "waiting")
-    assert read_records(state[XCOM_KEY]) == [earlier, current]
+    assert read_records(recording.stored_records(state[XCOM_KEY])) == [earlier, current]
 
 
 def test_a_provisioning_request_is_recorded_waiting(monkeypatch: pytest.MonkeyPatch) -> None:

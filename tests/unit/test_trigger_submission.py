@@ -18,7 +18,8 @@ from airflow_provider_dws import errors
 from airflow_provider_dws.backends.base import RESULT, RequestStatus
 from airflow_provider_dws.exceptions import BadRequestError, WaitFailedError
 from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
-from airflow_provider_dws.records import read_records
+from airflow_provider_dws.records import XCOM_KEY, read_records
+from airflow_provider_dws.runtime.recording import stored, stored_records, stored_waiting
 from airflow_provider_dws.runtime.vertex_ai import VertexFlexStartAdapter
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
@@ -445,12 +446,12 @@ def test_a_try_after_a_clear_gives_up_what_the_earlier_trigger_made(monkeypatch:
     monkeypatch.setattr(VertexFlexStartAdapter, "release_or_keep", lambda self, name: released.append(name))
     ti = TI()
     ti.try_number = 2
-    store = Store({"dws_waiting": {"request": pending_name(IDENTITY), "try": 1}})
+    store = Store({XCOM_KEY: stored([], {"request": pending_name(IDENTITY), "try": 1})})
     with pytest.raises(TaskDeferred) as deferred:
         op().attempt_loop().run({"ti": ti, "task_state_store": store})
     assert released == [earlier.name]
     assert Submission.from_dict(deferred.value.trigger.submit).avoid == [earlier.name]
-    assert store.values["dws_waiting"]["try"] == 2  # this try's own wait, remembered in its place
+    assert stored_waiting(store.values[XCOM_KEY])["try"] == 2  # this try's own wait, remembered in its place
 
 
 def test_the_first_run_of_try_1_reads_nothing_from_the_task_state_store() -> None:
@@ -473,7 +474,54 @@ def test_the_first_run_of_try_1_reads_nothing_from_the_task_state_store() -> Non
     assert "dws_requests" in store.values  # kept for a later try
     later = TI()
     later.try_number = 2
-    store = CountingStore({"dws_requests": store.values["dws_requests"]})  # try 1 ended, not deferred
+    store = CountingStore(
+        {"dws_requests": stored_records(store.values["dws_requests"])}
+    )  # try 1 ended, not deferred
     with pytest.raises(TaskDeferred):
         op().execute({"ti": later, "task_state_store": store})  # type: ignore[typeddict-item]
     assert "dws_requests" in reads  # a later try reads what the earlier ones left
+
+
+def test_a_deferral_and_its_resume_call_the_task_state_store_once_each() -> None:
+    """Issue 36: each store call is a call to the API server. The deferral writes the record and the
+    request it waits on in one call; the resume reads nothing back (the records travel in the
+    event) and its final write drops the wait, so a later try does not take it as abandoned."""
+    from airflow_provider_dws import console
+
+    calls: list[str] = []
+
+    class CountingStore(Store):
+        def get(self, key: str) -> Any:
+            calls.append(f"get {key}")
+            return super().get(key)
+
+        def set(self, key: str, value: Any) -> None:
+            calls.append(f"set {key}")
+            super().set(key, value)
+
+        def delete(self, key: str) -> None:
+            calls.append(f"delete {key}")
+            super().delete(key)
+
+    store = CountingStore({})
+    ti = TI()
+    context = {"ti": ti, "task_state_store": store}
+    console.track(context)
+    with pytest.raises(TaskDeferred) as deferred:
+        op().execute(context)  # type: ignore[arg-type]
+    assert calls == ["set dws_requests"]
+    trig = deferred.value.trigger
+    assert stored_waiting(store.values[XCOM_KEY]) == {"request": trig.request_name, "try": 1}
+
+    calls.clear()
+    done = status(7, Phase.SUCCEEDED, **{RESULT: {"name": NAME.format(7), "state": "JOB_STATE_SUCCEEDED"}})
+    resume = {**trig.resume, submit.ANNOUNCED: True}
+    resumed = TI()
+    context = {"ti": resumed, "task_state_store": store}
+    console.track(context)
+    op().attempt_loop().complete(context, done.to_event() | {"resume": resume}, {})  # type: ignore[arg-type]
+    assert calls == ["set dws_requests"]
+    assert stored_waiting(store.values[XCOM_KEY]) is None
+    [record] = read_records(stored_records(store.values[XCOM_KEY]))
+    assert (record.request_name, record.phase, record.outcome) == (NAME.format(7), "succeeded", "succeeded")
+    assert read_records(resumed.xcom[XCOM_KEY]) == [record]

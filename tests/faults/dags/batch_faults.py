@@ -12,28 +12,20 @@
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG
-from fault_twists import KillAfterSubmit
+from fault_twists import MAX_WAIT, POLL_INTERVAL, killed_after_submit
 
 from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
 from airflow_provider_dws.runtime.batch import BatchFlexStartAdapter
 
-POLL_INTERVAL = float(os.environ.get("DWS_EXAMPLE_POLL_INTERVAL", 30))
-MAX_WAIT = timedelta(seconds=int(os.environ.get("DWS_EXAMPLE_MAX_WAIT_SECONDS", 2 * 3600)))
 SHARDS = 16
 
 
-class _KillAfterSubmit(KillAfterSubmit, BatchFlexStartAdapter):
-    pass
-
-
-class KillWorkerAfterSubmit(CreateBatchFlexStartJobOperator):
-    """On try 1, SIGKILL the task process as soon as the job exists: no defer, no cleanup, no log flush."""
-
-    ADAPTER = _KillAfterSubmit
+KillWorkerAfterSubmit = killed_after_submit(
+    CreateBatchFlexStartJobOperator, BatchFlexStartAdapter, "KillWorkerAfterSubmit", "the job"
+)
 
 
 with DAG(

@@ -18,24 +18,18 @@ import os
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, task
-from fault_twists import KillAfterSubmit
+from fault_twists import POLL_INTERVAL, killed_after_submit
 
 from airflow_provider_dws.operators.calendar import ReleaseCalendarBlockOperator, ReserveCalendarBlockOperator
 from airflow_provider_dws.runtime.calendar import CalendarReserveAdapter
 
-POLL_INTERVAL = float(os.environ.get("DWS_EXAMPLE_POLL_INTERVAL", 30))
 #: The block starts this long after the run started: time for the fault before the delivery.
 START = "{{ (dag_run.start_date + macros.timedelta(seconds=params.lead_seconds)).isoformat() }}"
 
 
-class _KillAfterSubmit(KillAfterSubmit, CalendarReserveAdapter):
-    pass
-
-
-class KillWorkerAfterSubmit(ReserveCalendarBlockOperator):
-    """On try 1, SIGKILL the task process as soon as the future reservation exists."""
-
-    ADAPTER = _KillAfterSubmit
+KillWorkerAfterSubmit = killed_after_submit(
+    ReserveCalendarBlockOperator, CalendarReserveAdapter, "KillWorkerAfterSubmit", "the future reservation"
+)
 
 
 def _flow(dag_id: str, operator: type[ReserveCalendarBlockOperator], doc: str, retries: int) -> DAG:

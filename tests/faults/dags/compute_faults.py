@@ -12,29 +12,21 @@ scenario asks in its own emulator pool and runs side by side with the others:
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, task
-from fault_twists import KillAfterSubmit
+from fault_twists import MAX_WAIT, POLL_INTERVAL, killed_after_submit
 
 from airflow_provider_dws.operators.compute import CreateComputeFlexStartVMsOperator
 from airflow_provider_dws.operators.compute_release import DeleteComputeFlexStartVMsOperator
 from airflow_provider_dws.runtime.compute import ComputeFlexStartAdapter
 
-POLL_INTERVAL = float(os.environ.get("DWS_EXAMPLE_POLL_INTERVAL", 30))
-MAX_WAIT = timedelta(seconds=int(os.environ.get("DWS_EXAMPLE_MAX_WAIT_SECONDS", 2 * 3600)))
 VMS = 2
 
 
-class _KillAfterSubmit(KillAfterSubmit, ComputeFlexStartAdapter):
-    pass
-
-
-class KillWorkerAfterSubmit(CreateComputeFlexStartVMsOperator):
-    """On try 1, SIGKILL the task process as soon as the resize request exists."""
-
-    ADAPTER = _KillAfterSubmit
+KillWorkerAfterSubmit = killed_after_submit(
+    CreateComputeFlexStartVMsOperator, ComputeFlexStartAdapter, "KillWorkerAfterSubmit", "the resize request"
+)
 
 
 def _flow(dag_id: str, operator: type[CreateComputeFlexStartVMsOperator], doc: str, retries: int) -> DAG:

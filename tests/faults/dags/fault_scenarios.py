@@ -16,23 +16,15 @@ Every DAG runs ``CreateVertexAIFlexStartJobOperator`` with the worker pool spec,
 
 from __future__ import annotations
 
-import os
 import time
 from datetime import datetime, timedelta
 from typing import Any
 
 from airflow.sdk import DAG
-from fault_twists import KillAfterSubmit
+from fault_twists import MAX_WAIT, POLL_INTERVAL, killed_after_submit
 
 from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobOperator
 from airflow_provider_dws.runtime.vertex_ai import VertexFlexStartAdapter
-
-POLL_INTERVAL = float(os.environ.get("DWS_EXAMPLE_POLL_INTERVAL", 30))
-MAX_WAIT = timedelta(seconds=int(os.environ.get("DWS_EXAMPLE_MAX_WAIT_SECONDS", 2 * 3600)))
-
-
-class _KillAfterSubmit(KillAfterSubmit, VertexFlexStartAdapter):
-    pass
 
 
 class _HoldAfterSubmit(VertexFlexStartAdapter):
@@ -46,10 +38,9 @@ class _HoldAfterSubmit(VertexFlexStartAdapter):
         return status
 
 
-class KillWorkerAfterSubmit(CreateVertexAIFlexStartJobOperator):
-    """On try 1, SIGKILL the task process as soon as the job exists: no defer, no cleanup, no log flush."""
-
-    ADAPTER = _KillAfterSubmit
+KillWorkerAfterSubmit = killed_after_submit(
+    CreateVertexAIFlexStartJobOperator, VertexFlexStartAdapter, "KillWorkerAfterSubmit", "the job"
+)
 
 
 class HoldAfterSubmit(CreateVertexAIFlexStartJobOperator):

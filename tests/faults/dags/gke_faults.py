@@ -16,11 +16,10 @@ by side with the others:
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, task
-from fault_twists import KillAfterSubmit
+from fault_twists import MAX_WAIT, POLL_INTERVAL, killed_after_submit
 
 from airflow_provider_dws.operators.gke import (
     QUEUED_GPU_TOLERATIONS,
@@ -31,8 +30,6 @@ from airflow_provider_dws.operators.gke_kueue import CreateGKEQueuedJobOperator
 from airflow_provider_dws.runtime.gke import GKEProvisioningRequestAdapter
 from airflow_provider_dws.runtime.gke_kueue import KueueJobAdapter
 
-POLL_INTERVAL = float(os.environ.get("DWS_EXAMPLE_POLL_INTERVAL", 30))
-MAX_WAIT = timedelta(seconds=int(os.environ.get("DWS_EXAMPLE_MAX_WAIT_SECONDS", 2 * 3600)))
 NODE_POOL = "{{ params.node_pool }}"
 #: One node of the node pool: 8 H100s, selected by the node pool's name (and its accelerator).
 SELECTOR = {
@@ -52,24 +49,17 @@ def _container(name: str) -> dict:
     }
 
 
-class _RequestKillAfterSubmit(KillAfterSubmit, GKEProvisioningRequestAdapter):
-    pass
+KillWorkerAfterRequest = killed_after_submit(
+    CreateGKEProvisioningRequestOperator,
+    GKEProvisioningRequestAdapter,
+    "KillWorkerAfterRequest",
+    "the ProvisioningRequest",
+)
 
 
-class KillWorkerAfterRequest(CreateGKEProvisioningRequestOperator):
-    """On try 1, SIGKILL the task process as soon as the ProvisioningRequest exists."""
-
-    ADAPTER = _RequestKillAfterSubmit
-
-
-class _JobKillAfterSubmit(KillAfterSubmit, KueueJobAdapter):
-    pass
-
-
-class KillWorkerAfterJob(CreateGKEQueuedJobOperator):
-    """On try 1, SIGKILL the task process as soon as the suspended Job exists."""
-
-    ADAPTER = _JobKillAfterSubmit
+KillWorkerAfterJob = killed_after_submit(
+    CreateGKEQueuedJobOperator, KueueJobAdapter, "KillWorkerAfterJob", "the suspended Job"
+)
 
 
 def _dag(dag_id: str, doc: str) -> DAG:

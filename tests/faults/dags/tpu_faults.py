@@ -12,11 +12,10 @@ the others:
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, task
-from fault_twists import KillAfterSubmit
+from fault_twists import MAX_WAIT, POLL_INTERVAL, killed_after_submit
 
 from airflow_provider_dws.operators.tpu import (
     CreateTPUQueuedResourceOperator,
@@ -24,18 +23,9 @@ from airflow_provider_dws.operators.tpu import (
 )
 from airflow_provider_dws.runtime.tpu import TPUQueuedResourceAdapter
 
-POLL_INTERVAL = float(os.environ.get("DWS_EXAMPLE_POLL_INTERVAL", 30))
-MAX_WAIT = timedelta(seconds=int(os.environ.get("DWS_EXAMPLE_MAX_WAIT_SECONDS", 2 * 3600)))
-
-
-class _KillAfterSubmit(KillAfterSubmit, TPUQueuedResourceAdapter):
-    pass
-
-
-class KillWorkerAfterSubmit(CreateTPUQueuedResourceOperator):
-    """On try 1, SIGKILL the task process as soon as the queued resource exists."""
-
-    ADAPTER = _KillAfterSubmit
+KillWorkerAfterSubmit = killed_after_submit(
+    CreateTPUQueuedResourceOperator, TPUQueuedResourceAdapter, "KillWorkerAfterSubmit", "the queued resource"
+)
 
 
 def _flow(dag_id: str, operator: type[CreateTPUQueuedResourceOperator], doc: str, retries: int) -> DAG:

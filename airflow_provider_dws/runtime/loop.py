@@ -34,8 +34,6 @@ if TYPE_CHECKING:
 
 #: A submit time this close to now is "now" (no point deferring for it).
 _NOW_SLACK = timedelta(seconds=1)
-#: In a deferral's ``resume``: the task run's request records (see ``Recorder.resume_from``).
-RECORDS = "records"
 
 
 def adapter_of(op: DwsRequestOperator) -> RequestAdapter[Any, Any]:
@@ -140,7 +138,7 @@ class AttemptLoop:
             return self.run(context)
         resume = event.get(RESUME)
         if isinstance(resume, Mapping):
-            self.recorder.resume_from(resume.get(RECORDS))
+            self.recorder.resume_from(resume)
         state = AttemptState.from_resume(event, self.op.home_placement())
         if state.pending and not is_pending(event.get("name")):
             # The trigger made (or adopted) the request: the task knows its name from now on.
@@ -193,7 +191,7 @@ class AttemptLoop:
                 waited_try,
                 name,
             )
-            self._forget_waiting(context)
+            self.recorder.forget_waiting(context)
             return None
         self.log.warning(
             "Try %d ended while deferred on %s (the task was cleared, marked or timed out): giving "
@@ -202,7 +200,7 @@ class AttemptLoop:
             name,
         )
         kept = self.adapter.release_or_keep(name)
-        self._forget_waiting(context)
+        self.recorder.forget_waiting(context)
         if kept:
             self.log.info("%s is kept (%s): this try adopts it", name, kept)
             return None
@@ -213,7 +211,7 @@ class AttemptLoop:
         """An earlier try ended while its trigger made or waited on its request (named only in the
         triggerer): find that try's live request by the task instance's labels and give it up as
         :meth:`cancel_abandoned_request` does; its name (``None``: none, or it is kept)."""
-        self._forget_waiting(context)
+        self.recorder.forget_waiting(context)
         if not self.op.cancel_on_kill:
             return None
         identity = task_identity(context)
@@ -235,9 +233,6 @@ class AttemptLoop:
             if not self.adapter.release_or_keep(status.name):
                 given_up = status.name
         return given_up
-
-    def _forget_waiting(self, context: Context) -> None:
-        self.recorder.forget_waiting(context)
 
     # -- time limits -----------------------------------------------------------------------------
 
@@ -348,7 +343,7 @@ class AttemptLoop:
             status,
             state.placement,
             max_wait,
-            {**waiting.to_dict(), RECORDS: self.recorder.carried()},
+            {**waiting.to_dict(), **self.recorder.carried()},
             self.timeout_at(context),
             submit=submission.to_dict(),
         )
@@ -374,7 +369,7 @@ class AttemptLoop:
         self.recorder.submitted(context, status, state, deferring=self.op.deferrable)
         # The state travels once, in the trigger's event: Airflow's triggerer hands it back, and
         # `airflow dags test` hands back the event alone (not the deferral's keyword arguments).
-        resume = {**state.to_dict(), RECORDS: self.recorder.carried()}
+        resume = {**state.to_dict(), **self.recorder.carried()}
         trigger = self.trigger(status, state.placement, state.max_wait(self.op.max_wait), resume, deadline)
         if deadline is not None:
             self.log.info(
@@ -494,7 +489,7 @@ class AttemptLoop:
         from airflow_provider_dws.scheduling.phases import FailureKind, Outcome
 
         # No try waits on the request now: a next try adopts it, or this one gives it up.
-        self._forget_waiting(context)
+        self.recorder.forget_waiting(context)
         status = RequestStatus.from_event(event)
         name, error, phase = status.name, event[WAIT_ERROR], status.phase.value
         if is_pending(name):

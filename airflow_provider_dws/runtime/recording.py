@@ -19,7 +19,7 @@ empty list.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -51,8 +51,9 @@ log = logging.getLogger(__name__)
 #: Beside the records in the task state store: the request a deferred try waits on, and which try
 #: (``{"request": name, "try": n}``), written with the record it waits on, in the same call.
 WAITING = "waiting"
-#: In a deferral's ``resume``: the task run's records, handed back so the resumed run need not read
-#: them again (each read is a call to the API server).
+#: The records: in the task state store's value beside :data:`WAITING`, and in a deferral's
+#: ``resume``, handed back so the resumed run need not read them again (each read is a call to the
+#: API server).
 RECORDS = "records"
 
 
@@ -149,13 +150,17 @@ class Recorder:
         """The first run of a task instance's first try: no record exists yet, none is read."""
         self._records = []
 
-    def carried(self) -> list[dict[str, Any]]:
-        """The task run's records, for a deferral's ``resume`` (:data:`RECORDS`)."""
+    def _listed(self) -> list[dict[str, Any]]:
         return [record.to_dict() for record in self._records or ()]
 
-    def resume_from(self, records: Any) -> None:
+    def carried(self) -> dict[str, Any]:
+        """What a deferral's ``resume`` carries of the task run's records (:data:`RECORDS`)."""
+        return {RECORDS: self._listed()}
+
+    def resume_from(self, resume: Mapping[str, Any]) -> None:
         """A resumed run: the records its deferral carried, the ones the store holds (nothing
         else writes them while the try is deferred), so they are not read again."""
+        records = resume.get(RECORDS)
         if isinstance(records, list):
             self._records = read_records(records)
             # The deferral wrote this try's "waiting" beside them: `forget_waiting` must clear it.
@@ -173,7 +178,7 @@ class Recorder:
         if store is None or not self.waiting_before(context):
             return
         try:
-            store.set(XCOM_KEY, stored(self.carried()))
+            store.set(XCOM_KEY, stored(self._listed()))
             self._waiting = None
         except Exception:
             self.loop.log.warning("task_state_store could not be written", exc_info=True)

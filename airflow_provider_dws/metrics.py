@@ -11,7 +11,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_provider_dws.records import RequestRecord
 
 log = logging.getLogger(__name__)
 
@@ -98,3 +101,17 @@ def timing(name: str, seconds: float | None, tag: Mapping[str, str]) -> None:
         _stats().timing(name, timedelta(seconds=seconds), tags=dict(tag))
     except Exception:
         _guard(name)
+
+
+def end_metrics(record: RequestRecord, wait_seconds: float | None, run_seconds: float | None) -> None:
+    """The metrics of an ended attempt (or of a released slice, with no wait), tagged from its
+    record; sent by whatever ends it: the attempt loop, a release, or a trigger that ends its task."""
+    from airflow_provider_dws.scheduling.phases import FailureKind
+
+    tag = tags(record.api, record.location, record.accelerator_type)
+    timing(REQUEST_WAIT, wait_seconds, tag)
+    timing(REQUEST_RUN, run_seconds, tag)
+    if record.outcome == FailureKind.CAPACITY_NOT_OBTAINED.value:
+        incr(CAPACITY_NOT_OBTAINED, tag)
+    if record.phase == "cancelled":
+        incr(REQUEST_CANCELLED, tag)

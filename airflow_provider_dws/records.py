@@ -49,6 +49,11 @@ API_NAMES = {
 }
 #: The outcome of a record ended from outside the attempt loop (the task killed, timed out, failed).
 TASK_ENDED = "task_ended"
+#: The records: in the task state store's value beside the request a deferred try waits on
+#: (``runtime/recording.py``), and in a deferral's ``resume``, handed back so the resumed run need
+#: not read them again (each read is a call to the API server), or so its trigger can write the
+#: final one when it ends the task itself (``triggers/finish.py``).
+RECORDS = "records"
 
 
 def api_name(api: str) -> str:
@@ -190,6 +195,43 @@ def end_record(record: RequestRecord, *, phase: str, message: str, at: datetime)
         ended=_iso(at),
         holds=False,
         released=record.released or (_iso(at) if record.holds else None),
+    )
+
+
+def attempt_end(
+    record: RequestRecord,
+    *,
+    phase: str,
+    success: bool,
+    target: str,
+    started: datetime | None,
+    finished: datetime | None,
+    failure: str | None,
+    message: str,
+    now: datetime,
+) -> RequestRecord:
+    """``record`` at the end of its attempt, as the attempt loop (or, for a success it ends
+    itself, the trigger) writes it: ``phase`` is the request's (``Phase.value``), ``success``
+    whether it gave what the task waits for (``target``: ``"end"``, ``"running"`` or
+    ``"provisioning"``), ``failure`` the classified reason of one that did not.
+
+    A success that holds capacity (a slice ACTIVE, a request Provisioned) stays held, not ended; a
+    wait that ends on a promise (a calendar block approved, delivered weeks later) leaves the
+    request ``waiting``, until a later task sees it delivered.
+    """
+    started_at = _iso(started) or record.started
+    if success and phase == "provisioning":
+        return replace(record, phase="waiting", started=started_at, message=message)
+    holds = success and target != "end" and phase == "running"
+    return replace(
+        record,
+        phase=phase_of(phase),
+        started=started_at,
+        ended=None if holds else _iso(finished or now),
+        outcome="succeeded" if success else (failure or phase),
+        message=message,
+        holds=holds,
+        held_since=(started_at or _iso(now)) if holds else record.held_since,
     )
 
 

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import AsyncIterable, Callable, Collection, Container, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from airflow_provider_dws.scheduling.identity import LABEL_MANAGED, RequestIdentity
@@ -42,6 +42,15 @@ class RequestStatus:
     def phase(self) -> Phase:
         """The request's phase."""
         return self.outcome.phase
+
+    def end_line(self) -> str:
+        """The task log's line for the end of an attempt: name, phase, API state, wait, run."""
+        timings = self.timings
+        waited = timedelta(seconds=round(timings.wait_seconds or 0))
+        ran = f", ran {timedelta(seconds=round(timings.run_seconds))}" if timings.run_seconds else ""
+        return (
+            f"{self.name} ended {self.phase.value.upper()} [{self.state}]: waited {waited} for capacity{ran}"
+        )
 
     def to_event(self) -> dict[str, Any]:
         """The JSON-friendly payload a trigger yields when the request ends: a few hundred bytes.

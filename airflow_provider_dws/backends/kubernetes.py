@@ -178,6 +178,18 @@ class ProvisioningAsk:
     provisioning_request: dict[str, Any]
 
 
+def provisioned_line(status: RequestStatus, value: Mapping[str, Any]) -> str:
+    """The task log's line for a Provisioned request: its wait, the pods booked, what they carry."""
+    from datetime import timedelta
+
+    waited = timedelta(seconds=round(status.timings.wait_seconds or 0))
+    gpus = f" of {value['gpus_per_pod']} x {value['accelerator']}" if value.get("gpus_per_pod") else ""
+    return (
+        f"{status.name} is Provisioned after waiting {waited}: {value['count']} pod(s){gpus} are booked; "
+        f"create the workload's pods now (the booking lasts minutes) with annotations {value['annotations']}"
+    )
+
+
 class ProvisioningRequestBackend(KubernetesBackend):
     """Create, read, list and delete the ProvisioningRequests (and PodTemplates) of one namespace of
     one GKE cluster; the contract of :class:`~airflow_provider_dws.backends.base.RequestBackend`.
@@ -436,6 +448,11 @@ class ProvisioningRequestBackend(KubernetesBackend):
         return await classify_listed(
             self._alisted(f"{LABEL_MANAGED}=true"), only, lambda item: request_status(item.obj), self._memo
         )
+
+    def result_line(self, status: RequestStatus) -> str | None:
+        """What a trigger that ends the task logs of its result (:func:`provisioned_line`)."""
+        value = status.details.get(RESULT)
+        return provisioned_line(status, value) if isinstance(value, Mapping) else None
 
     async def aended(self, status: RequestStatus) -> RequestStatus:
         """A Provisioned request with what its task returns (:data:`RESULT`, read with its

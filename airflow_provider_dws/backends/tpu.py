@@ -161,6 +161,18 @@ def node_summary(node: Node) -> dict[str, Any]:
     }
 
 
+def active_line(status: RequestStatus, result: dict[str, Any]) -> str:
+    """The task log's line for a slice that became ACTIVE: its wait, its nodes and their IPs."""
+    from datetime import timedelta
+
+    waited = timedelta(seconds=round(status.timings.wait_seconds or 0))
+    nodes = ", ".join(f"{node['node_id']} {node['ip_addresses']}" for node in result["nodes"])
+    return (
+        f"{status.name} is ACTIVE after waiting {waited}: {len(result['nodes'])} node(s) {nodes}; "
+        "it is billed until it is deleted"
+    )
+
+
 def active_result(qr: QueuedResource, nodes: Sequence[Node], status: RequestStatus) -> dict[str, Any]:
     """What a task whose slice is ACTIVE returns: the slice's nodes, IP addresses and accelerator
     details (JSON-friendly)."""
@@ -388,6 +400,11 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
         with translated():  # later pages are fetched while iterating
             pages = (page.queued_resources async for page in pager.pages)
             return await classify_listed(pages, only, queued_resource_status)
+
+    def result_line(self, status: RequestStatus) -> str | None:
+        """What a trigger that ends the task logs of its result (:func:`active_line`)."""
+        result = status.details.get(RESULT)
+        return active_line(status, result) if isinstance(result, dict) else None
 
     async def aended(self, status: RequestStatus) -> RequestStatus:
         """The status a trigger reports: an ACTIVE slice timed by when its nodes were created (a

@@ -57,6 +57,9 @@ class RequestAdapter(Generic[_Op, _Backend]):
     #: Whether a deferrable task hands its request to the trigger to make (:meth:`request_spec`,
     #: the backend's ``submit_spec``): the worker then imports no client library.
     submits_in_trigger: ClassVar[bool] = False
+    #: Keys of the return value also pushed as XComs of their own (a workload task templates
+    #: ``task.output["key"]``); a trigger that ends the task pushes them too.
+    result_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, operator: _Op) -> None:
         self.op = operator
@@ -178,15 +181,7 @@ class RequestAdapter(Generic[_Op, _Backend]):
 
     def ended(self, context: Context, status: RequestStatus) -> None:
         """Note an attempt's end in the task log (before the loop decides what comes next)."""
-        timings = status.timings
-        self.log.info(
-            "%s ended %s [%s]: waited %s for capacity%s",
-            status.name,
-            status.phase.value.upper(),
-            status.state,
-            timedelta(seconds=round(timings.wait_seconds or 0)),
-            f", ran {timedelta(seconds=round(timings.run_seconds))}" if timings.run_seconds else "",
-        )
+        self.log.info("%s", status.end_line())
 
     def release_or_keep(self, name: str) -> str | None:
         """Release one request by name from the worker (cancel or delete; an ended or gone one is

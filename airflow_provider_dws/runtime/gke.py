@@ -14,6 +14,7 @@ from airflow_provider_dws.backends.kubernetes import (
     LABEL_MAX_WAIT,
     ProvisioningAsk,
     ProvisioningRequestBackend,
+    provisioned_line,
 )
 from airflow_provider_dws.console import gke_cluster_console_url, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
@@ -126,6 +127,7 @@ class GKEProvisioningRequestAdapter(
     target = "running"
     wait_grace = timedelta(0)
     submits_in_trigger = True
+    result_keys = CONSUME_XCOM_KEYS
 
     def __init__(self, operator: CreateGKEProvisioningRequestOperator) -> None:
         super().__init__(operator)
@@ -302,18 +304,10 @@ class GKEProvisioningRequestAdapter(
         """The request's name and what the workload's pods must carry (the task's XCom return value)."""
         read = status.details.get(RESULT)  # by the trigger, with the PodTemplate, once Provisioned
         value = dict(read) if read is not None else self._read_result(status)
-        self.log.info(
-            "%s is Provisioned after waiting %s: %d pod(s)%s are booked; create the workload's pods now "
-            "(the booking lasts minutes) with annotations %s",
-            status.name,
-            timedelta(seconds=round(status.timings.wait_seconds or 0)),
-            value["count"],
-            f" of {value['gpus_per_pod']} x {value['accelerator']}" if value["gpus_per_pod"] else "",
-            value["annotations"],
-        )
+        self.log.info("%s", provisioned_line(status, value))
         # Each also under its own key, so a workload task templates ``request.output["annotations"]``
         # (an XComArg's key is an XCom key, not a key of the return value).
-        for key in CONSUME_XCOM_KEYS:
+        for key in self.result_keys:
             context["ti"].xcom_push(key=key, value=value[key])
         return value
 

@@ -20,7 +20,7 @@ from airflow_provider_dws import registry
 from airflow_provider_dws.backends.base import WAIT_ERROR, RequestStatus
 from airflow_provider_dws.runtime.state import RESUME, AttemptState
 from airflow_provider_dws.runtime.task import task_identity, wait_for_event
-from airflow_provider_dws.scheduling.phases import Phase, reached
+from airflow_provider_dws.scheduling.phases import Phase, reached, succeeded_for
 from airflow_provider_dws.triggers.submit import ANNOUNCED, is_pending
 
 if TYPE_CHECKING:
@@ -216,14 +216,21 @@ class AttemptLoop:
             return None
         identity = task_identity(context)
         locations = {placement.location for placement in self.op.placements()}
-        live = [
+        found = [
             status
             for location in sorted(locations)
             for status in self.adapter.backend(location).find(identity)  # type: ignore[attr-defined]
-            if status.phase.live and status.details.get("try") == waited_try
+            if status.details.get("try") == waited_try
         ]
         given_up = None
-        for status in live:
+        for status in found:
+            if is_success(self.adapter, status):
+                # That try's trigger ended the task with it (it writes no task state): not given
+                # up; its record takes its true end, and the lookup adopts it as any success.
+                self.recorder.settled(context, waited_try, status)
+                continue
+            if not status.phase.live:
+                continue
             self.log.warning(
                 "Try %d ended while deferred on %s (the task was cleared, marked or timed out): giving "
                 "that request up",
@@ -339,13 +346,9 @@ class AttemptLoop:
         waiting = replace(state.submitted(state.placement, max_wait), pending=pending)
         # Written before deferring, so the request shows as waiting while the trigger makes it.
         self.recorder.submitted(context, status, waiting, deferring=True)
+        resume = {**waiting.to_dict(), **self.recorder.carried(), **self.finish_in_trigger()}
         trigger = self.trigger(
-            status,
-            state.placement,
-            max_wait,
-            {**waiting.to_dict(), **self.recorder.carried()},
-            self.timeout_at(context),
-            submit=submission.to_dict(),
+            status, state.placement, max_wait, resume, self.timeout_at(context), submit=submission.to_dict()
         )
         self.log.info(
             "Deferring: the request waits in the DWS queue without holding a worker slot; the "
@@ -357,6 +360,22 @@ class AttemptLoop:
         )
         event = wait_for_event(self.op, trigger, "complete_attempt")
         return self.complete(context, event, {})
+
+    def finish_in_trigger(self) -> dict[str, Any]:
+        """What lets the trigger end a successful wait itself, as the ``resume`` entry
+        :data:`~airflow_provider_dws.triggers.finish.FINISH` (empty: the task resumes in a worker).
+
+        The trigger then writes what the resumed task would (the final record, the attempt's
+        XComs, the return value) and ends the task, so a success costs no worker process. Not for
+        a task with ``outlets`` or ``multiple_outputs``: Airflow records asset events and splits a
+        return value only when a worker ends the task.
+        """
+        from airflow_provider_dws.triggers.finish import FINISH
+
+        op = self.op
+        if getattr(op, "outlets", None) or getattr(op, "multiple_outputs", False):
+            return {}
+        return {FINISH: {"push_return": bool(op.do_xcom_push), "result_keys": list(self.adapter.result_keys)}}
 
     def wait(self, context: Context, status: RequestStatus, state: AttemptState) -> Any:
         """Wait on a submitted (or adopted) request: deferred, or in this worker."""
@@ -580,10 +599,5 @@ def is_done(adapter: RequestAdapter[Any, Any], status: RequestStatus) -> bool:
 
 
 def is_success(adapter: RequestAdapter[Any, Any], status: RequestStatus) -> bool:
-    """Whether the request gave what the task needs (its workload succeeded, or the capacity is held,
-    or, for ``target="provisioning"``, promised)."""
-    if adapter.target == "end":
-        return status.phase is Phase.SUCCEEDED
-    return status.phase is Phase.RUNNING or (
-        adapter.target == "provisioning" and status.phase is Phase.PROVISIONING
-    )
+    """Whether the request gave what the task needs (:func:`~airflow_provider_dws.scheduling.phases.succeeded_for`)."""
+    return succeeded_for(adapter.target, status.phase)

@@ -24,11 +24,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dws import metrics
+from airflow_provider_dws.metrics import end_metrics
 from airflow_provider_dws.records import (
     LIVE_PHASES,
+    RECORDS,
     XCOM_KEY,
     RequestRecord,
+    attempt_end,
     end_record,
     iso,
     parse_time,
@@ -51,10 +53,6 @@ log = logging.getLogger(__name__)
 #: Beside the records in the task state store: the request a deferred try waits on, and which try
 #: (``{"request": name, "try": n}``), written with the record it waits on, in the same call.
 WAITING = "waiting"
-#: The records: in the task state store's value beside :data:`WAITING`, and in a deferral's
-#: ``resume``, handed back so the resumed run need not read them again (each read is a call to the
-#: API server).
-RECORDS = "records"
 
 
 def stored(records: list[dict[str, Any]], waiting: dict[str, Any] | None = None) -> Any:
@@ -129,10 +127,6 @@ def _project(op: Any, facts: dict[str, Any]) -> str:
         return resolve_project(op)
     except Exception:  # no Google connection, or one without a project: not needed to reach the cluster
         return str(facts["project"])
-
-
-def _tags(record: RequestRecord) -> dict[str, str]:
-    return metrics.tags(record.api, record.location, record.accelerator_type)
 
 
 class Recorder:
@@ -337,25 +331,20 @@ class Recorder:
             # A rerun that takes a request already recorded ended (or held) counts it once.
             counted = known is not None and known.outcome is not None and known.phase == record_phase(status)
             timings = status.timings
-            now = datetime.now(timezone.utc)
-            holds = success and self.loop.adapter.target != "end" and status.phase is Phase.RUNNING
-            # A wait that ends on a promise (a calendar block approved, delivered weeks later) leaves
-            # the request live: recorded waiting, not ended, until a later task sees it delivered.
+            target = self.loop.adapter.target
+            record = attempt_end(
+                record,
+                phase=status.phase.value,
+                success=success,
+                target=target,
+                started=timings.started,
+                finished=timings.finished,
+                failure=status.outcome.failure.value if status.outcome.failure else None,
+                message=status.outcome.message,
+                now=datetime.now(timezone.utc),
+            )
+            holds = record.holds
             promised = success and status.phase is Phase.PROVISIONING
-            started = iso(timings.started) or record.started
-            if promised:
-                record = replace(record, phase="waiting", started=started, message=status.outcome.message)
-            else:
-                record = replace(
-                    record,
-                    phase=record_phase(status),
-                    started=started,
-                    ended=None if holds else iso(timings.finished or now),
-                    outcome="succeeded" if success else (status.outcome.failure or status.phase).value,
-                    message=status.outcome.message,
-                    holds=holds,
-                    held_since=(started or iso(now)) if holds else record.held_since,
-                )
             self._push(context, record)
         except Exception:
             self.loop.log.warning("Could not write the request record of %s", status.name, exc_info=True)
@@ -365,6 +354,50 @@ class Recorder:
         # A request that never ran has no run time (the timings call it 0): no run timer for it.
         ran = not holds and timings.started is not None
         end_metrics(record, timings.wait_seconds, timings.run_seconds if ran else None)
+
+    def settled(self, context: Context, waited_try: int, status: RequestStatus) -> None:
+        """An earlier try's request found succeeded: that try's trigger ended the task with it
+        (the trigger cannot write the task state store, which still says the try waited on it).
+        Its record, marked cancelled by :meth:`_earlier_tries`, takes its true end."""
+        from airflow_provider_dws.triggers.submit import is_pending
+
+        adapter = self.loop.adapter
+        try:
+            known = self._known(context)
+            record = next(
+                (
+                    r
+                    for r in known
+                    if r.request_name == status.name
+                    or (r.try_number == waited_try and is_pending(r.request_name))
+                ),
+                None,
+            )
+            if record is None:
+                return
+            url = adapter.record_facts(status, self.loop.op.home_placement()).get("console_url")
+            named = replace(
+                record,
+                request_name=status.name,
+                console_url=url or record.console_url,
+                submitted=iso(status.timings.submitted) or record.submitted,
+            )
+            timings = status.timings
+            ended = attempt_end(
+                named,
+                phase=status.phase.value,
+                success=True,
+                target=adapter.target,
+                started=timings.started,
+                finished=timings.finished,
+                failure=None,
+                message=status.outcome.message,
+                now=datetime.now(timezone.utc),
+            )
+            self._records = [r for r in known if r is not record]
+            self._push(context, ended)
+        except Exception:
+            self.loop.log.warning("Could not write the request record of %s", status.name, exc_info=True)
 
     def killed(self, name: str, message: str) -> None:
         """The worker was killed or timed out while ``name`` was live (the loop cancelled it): its
@@ -379,19 +412,6 @@ class Recorder:
             )
         except Exception:
             self.loop.log.warning("Could not write the request record of %s", name, exc_info=True)
-
-
-def end_metrics(record: RequestRecord, wait_seconds: float | None, run_seconds: float | None) -> None:
-    """The metrics of an ended attempt (or of a released slice, with no wait)."""
-    from airflow_provider_dws.scheduling.phases import FailureKind
-
-    tag = _tags(record)
-    metrics.timing(metrics.REQUEST_WAIT, wait_seconds, tag)
-    metrics.timing(metrics.REQUEST_RUN, run_seconds, tag)
-    if record.outcome == FailureKind.CAPACITY_NOT_OBTAINED.value:
-        metrics.incr(metrics.CAPACITY_NOT_OBTAINED, tag)
-    if record.phase == "cancelled":
-        metrics.incr(metrics.REQUEST_CANCELLED, tag)
 
 
 @dataclass(frozen=True)

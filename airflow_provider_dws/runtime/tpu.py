@@ -10,6 +10,7 @@ from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.base import RESULT
 from airflow_provider_dws.backends.tpu import (
     TpuQueuedResourceBackend,
+    active_line,
     active_result,
     queued_resource_from_spec,
     zone_of,
@@ -290,14 +291,7 @@ class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator",
             if qr is None:
                 raise RequestCancelledError(f"{status.name} disappeared right after it became ACTIVE")
             result = active_result(qr, backend.nodes(qr), status)
-        nodes = result["nodes"]
-        self.log.info(
-            "%s is ACTIVE after waiting %s: %d node(s) %s; it is billed until it is deleted",
-            status.name,
-            timedelta(seconds=round(status.timings.wait_seconds or 0)),
-            len(nodes),
-            ", ".join(f"{n['node_id']} {n['ip_addresses']}" for n in nodes),
-        )
+        self.log.info("%s", active_line(status, result))
         return result
 
     def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:

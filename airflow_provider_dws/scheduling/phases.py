@@ -443,6 +443,15 @@ def reached(target: str, phase: Phase) -> bool:
     return phase.terminal or phase in _REACHED[target]
 
 
+def succeeded_for(target: str, phase: Phase) -> bool:
+    """Whether a request in ``phase`` gave what a wait for ``target`` needs: its workload
+    succeeded (``"end"``), its capacity is held (``"running"``), or, for ``"provisioning"``, held
+    or promised."""
+    if target == "end":
+        return phase is Phase.SUCCEEDED
+    return phase is Phase.RUNNING or (target == "provisioning" and phase is Phase.PROVISIONING)
+
+
 @dataclass(frozen=True)
 class StateTable:
     """One API's states: their phases, and how a state (with what else is known) is classified.
@@ -571,6 +580,7 @@ __all__ = [
     "classify_vertex_job",
     "reached",
     "reservation_outcome",
+    "succeeded_for",
     "tpu_phase",
     "vertex_phase",
 ]

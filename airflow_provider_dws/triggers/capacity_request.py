@@ -213,7 +213,7 @@ class CapacityRequestTrigger(BaseTrigger):
         if self.submission is not None and is_pending(self.request_name):
             made = await self._make()
             if made is not None:  # refused, failed, or already at its end
-                yield TriggerEvent(made)
+                yield made
                 return
         # Not waited for: the wait joins the shared poller at once, with the others created with it.
         await log_info(
@@ -245,9 +245,35 @@ class CapacityRequestTrigger(BaseTrigger):
             return
         finally:
             sub.close()
-        yield TriggerEvent(event_payload(final, self.resume))
+        yield await self._event(final)
 
-    async def _make(self) -> dict[str, Any] | None:
+    async def _event(self, status: RequestStatus) -> TriggerEvent:
+        """The event of the wait's end: the task's own end when the trigger may write it
+        (:mod:`.finish`: a success, no worker resumes the task), else the one it resumes with."""
+        from airflow_provider_dws.triggers import finish
+
+        payload = event_payload(status, self.resume)
+        try:
+            ending = finish.task_end(self, status, payload)
+        except Exception:
+            self.log.warning(
+                "Could not end the task from the triggerer; it resumes in a worker", exc_info=True
+            )
+            ending = None
+        if ending is None:
+            return TriggerEvent(payload)
+        from asgiref.sync import sync_to_async
+
+        if not await sync_to_async(finish.push_xcoms)(getattr(self, "task_instance", None), ending.xcoms):
+            return TriggerEvent(payload)
+        from airflow.triggers.base import TaskSuccessEvent
+
+        ending.count(status)
+        for line in ending.lines:
+            await log_info(self.log, "%s", line, wait=False)
+        return TaskSuccessEvent()
+
+    async def _make(self) -> TriggerEvent | None:
         """Find or create the request (:mod:`.submit`) and wait on it from now on; the event to
         yield at once instead when the create was refused or failed, or the request found ended."""
         assert self.submission is not None
@@ -258,9 +284,9 @@ class CapacityRequestTrigger(BaseTrigger):
         except Exception as err:
             if is_refusal(err):
                 self.log.error("Creating the request was refused: %s", err)
-                return event_payload(refused(pending, err), self.resume)
+                return TriggerEvent(event_payload(refused(pending, err), self.resume))
             self.log.exception("Creating the request failed")
-            return event_payload(wait_failed(pending, None, err), self.resume, wait_error=err)
+            return TriggerEvent(event_payload(wait_failed(pending, None, err), self.resume, wait_error=err))
         self._adopt(made)
         await log_info(self.log, "%s", made.line, wait=False)
         status = made.status
@@ -273,7 +299,7 @@ class CapacityRequestTrigger(BaseTrigger):
             if await sync_to_async(announced)(ti, pending, status, self.submission.announce):
                 self.resume = {**(self.resume or {}), ANNOUNCED: True}
         if reached(self.target, status.phase):
-            return event_payload(await self._ended(status), self.resume)
+            return await self._event(await self._ended(status))
         return None
 
     def _adopt(self, made: Submitted) -> None:

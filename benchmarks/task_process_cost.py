@@ -7,6 +7,10 @@ until it defers; ``complete`` from a trigger's success event), so the provider's
 own work, not Airflow's nor the API server's. The stock task imports ``DateTimeTrigger`` and
 defers on it; its resume does nothing. Prints the median of ``--runs`` and the ratio to stock.
 
+The resume measured is the worker's: since a success of a task whose trigger made its request ends
+in the triggerer (``triggers/finish.py``), a deployment runs it only where the trigger cannot end
+the task (a failure, a retry, ``outlets``, ``on_success_callback``, ``airflow dags test``).
+
     python benchmarks/task_process_cost.py --runs 7
 """
 

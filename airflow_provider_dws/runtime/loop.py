@@ -367,13 +367,17 @@ class AttemptLoop:
 
         The trigger then writes what the resumed task would (the final record, the attempt's
         XComs, the return value) and ends the task, so a success costs no worker process. Not for
-        a task with ``outlets`` or ``multiple_outputs``: Airflow records asset events and splits a
-        return value only when a worker ends the task.
+        a task with ``outlets``, ``multiple_outputs``, an ``on_success_callback`` or a downstream
+        task mapped over its output: Airflow records asset events, splits a return value, runs the
+        callback with the task's context and counts what a mapped task expands over only when a
+        worker ends the task.
         """
         from airflow_provider_dws.triggers.finish import FINISH
 
         op = self.op
-        if getattr(op, "outlets", None) or getattr(op, "multiple_outputs", False):
+        if any(getattr(op, name, None) for name in ("outlets", "multiple_outputs", "on_success_callback")):
+            return {}
+        if op.has_dag() and next(op.iter_mapped_dependants(), None) is not None:
             return {}
         return {FINISH: {"push_return": bool(op.do_xcom_push), "result_keys": list(self.adapter.result_keys)}}
 

@@ -17,6 +17,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_dws.backends.base import AsyncRequestBackend, RequestStatus
 from airflow_provider_dws.errors import RequestNotFoundError
+from airflow_provider_dws.records import RECORDS
 from airflow_provider_dws.registry import BACKENDS, backend_from_spec
 from airflow_provider_dws.scheduling.phases import WAIT_TARGETS, Phase, reached
 from airflow_provider_dws.triggers.give_up import HeldRequest
@@ -296,7 +297,8 @@ class CapacityRequestTrigger(BaseTrigger):
         if ti is not None and getattr(ti, "dag_id", None):
             from asgiref.sync import sync_to_async
 
-            if await sync_to_async(announced)(ti, pending, status, self.submission.announce):
+            carried = (self.resume or {}).get(RECORDS)
+            if await sync_to_async(announced)(ti, pending, status, self.submission.announce, carried):
                 self.resume = {**(self.resume or {}), ANNOUNCED: True}
         if reached(self.target, status.phase):
             return await self._event(await self._ended(status))

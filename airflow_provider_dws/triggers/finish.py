@@ -167,8 +167,14 @@ def _records(
 
     resume = trigger.resume
     records = read_records(resume.get(RECORDS))
-    names = (status.name, resume.get("pending"))
-    record = next((r for name in names for r in records if name and r.request_name == name), None)
+    pending = resume.get("pending")
+    record = next((r for r in records if r.request_name == status.name), None)
+    if record is not None:
+        # A request already recorded (an earlier try's success, taken again): the provisional
+        # record of this try's own is dropped, as the worker's `Recorder.made` drops it.
+        records = [r for r in records if not pending or r.request_name != pending]
+    else:
+        record = next((r for r in records if pending and r.request_name == pending), None)
     if record is None:
         return None, None
     counted = record.outcome is not None and record.phase == phase_of(status.phase.value)

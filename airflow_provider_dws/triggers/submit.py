@@ -231,10 +231,14 @@ def is_refusal(error: BaseException) -> bool:
 ANNOUNCED = "announced"
 
 
-def announced(ti: Any, pending: str, status: RequestStatus, announce: Mapping[str, Any]) -> bool:
+def announced(
+    ti: Any, pending: str, status: RequestStatus, announce: Mapping[str, Any], carried: Any = None
+) -> bool:
     """Tell the task instance which request it now waits on (blocking: run it in a thread): its
     ``dws_requests`` record renamed from the provisional name, the request's name and console link
-    in the task's XComs (what the worker's own submit pushes). Never raises."""
+    in the task's XComs (what the worker's own submit pushes). ``carried``: the records the
+    deferral handed over (what the XCom holds: nothing else writes it while the task is deferred),
+    which spares a read; ``None``: read the XCom. Never raises."""
     import logging
 
     from airflow_provider_dws.records import XCOM_KEY, read_records
@@ -246,7 +250,8 @@ def announced(ti: Any, pending: str, status: RequestStatus, announce: Mapping[st
         where = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id, "map_index": ti.map_index}
         url = link_of(status.name, announce)
         records = []
-        for record in read_records(XCom.get_one(key=XCOM_KEY, **where)):
+        held = carried if isinstance(carried, list) else XCom.get_one(key=XCOM_KEY, **where)
+        for record in read_records(held):
             if record.request_name == pending:
                 record = _renamed(record, status, url)
             records.append(record.to_dict())

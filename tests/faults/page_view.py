@@ -75,6 +75,24 @@ def check_page_shows_ended(
         ctx.check("page in Chromium: Ended (1), why", *_in_chromium(ctx, ref))
 
 
+def check_page_shows_succeeded(ctx: ScenarioContext, ref: RunRef) -> None:
+    """The task's requests are ended and succeeded on the page, each end written by the provider
+    (not settled by the page from the task's state), and none is left waiting."""
+    rows: list[dict[str, Any]] = _get(ctx, f"/dws/api/ti/{_ti_path(ref)}")["requests"]
+    seen = [
+        f"{r['section']}/{r['record']['phase']}/{r['record']['outcome']}"
+        + (f" (settled by the page: {r['ended_reason']})" if r.get("ended_reason") else "")
+        for r in rows
+    ]
+    ok = bool(rows) and all(
+        r["section"] == "ended"
+        and (r["record"]["phase"], r["record"]["outcome"]) == ("succeeded", "succeeded")
+        and not r.get("ended_reason")
+        for r in rows
+    )
+    ctx.check("page: succeeded, written by the provider", ", ".join(seen) or "no request", ok)
+
+
 def _waited_seconds(ctx: ScenarioContext, ref: RunRef) -> float | None:
     """The seconds waited the page counts for the task's requests (``None``: no request listed).
 

@@ -41,6 +41,7 @@ from tests.faults.context import (
 from tests.faults.gke_scenarios import GKE_DAG_IDS, GKE_SCENARIOS
 from tests.faults.harness import TASK_HEARTBEAT_TIMEOUT, TRIGGERER_HEALTH_THRESHOLD, HarnessError, wait_for
 from tests.faults.page_view import check_page_shows_ended
+from tests.faults.success_scenarios import SUCCESS_SCENARIOS
 from tests.faults.tpu_scenarios import TPU_DAG_IDS, TPU_SCENARIOS, tpu_pool
 
 # -- scenarios --------------------------------------------------------------------------------------
@@ -690,6 +691,7 @@ SCENARIOS: list[Scenario] = [
     ),
     *GKE_SCENARIOS,
     *TPU_SCENARIOS,
+    *SUCCESS_SCENARIOS,
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 #: Side-by-side scenarios on an example DAG ask where its ``DWS_EXAMPLE_REGION`` (one per

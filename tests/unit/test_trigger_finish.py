@@ -138,9 +138,17 @@ def test_xcoms_the_triggerer_cannot_write_leave_the_end_to_a_worker(
     assert sent == []
 
 
-@pytest.mark.parametrize("kwargs", [{"outlets": ["gs://bucket/model"]}, {"multiple_outputs": True}])
+def callback(context: Any) -> None:
+    pass
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"outlets": ["gs://bucket/model"]}, {"multiple_outputs": True}, {"on_success_callback": callback}],
+)
 def test_a_task_airflow_must_end_in_a_worker_is_not_ended_by_its_trigger(kwargs: dict[str, Any]) -> None:
-    """Airflow records outlets' asset events, and splits a return value, only in a worker."""
+    """Airflow records outlets' asset events, splits a return value and runs a success callback
+    with the task's context only in a worker."""
     from airflow.sdk import Asset
 
     if "outlets" in kwargs:
@@ -255,3 +263,56 @@ def test_a_try_after_a_clear_keeps_what_the_earlier_trigger_ended_with(
     assert (records[done.name].phase, records[done.name].outcome) == ("succeeded", "succeeded")
     assert records[done.name].ended == (T0 + timedelta(hours=1)).isoformat()
     assert stored_waiting(store.values[XCOM_KEY])["try"] == 2
+
+
+def test_a_success_taken_again_keeps_one_record_and_is_not_counted_twice() -> None:
+    """Try 2 of a task cleared after its success finds try 1's job and ends with it: its own
+    provisional record goes, try 1's stays as it was, and no metric counts the job again."""
+    job = succeeded(3)
+    done = RequestRecord(
+        api="vertex_ai",
+        kind="k",
+        project="p",
+        location="us-central1",
+        request_name=job.name,
+        phase="succeeded",
+    )
+    done = replace(done, outcome="succeeded", ended=(T0 + timedelta(hours=1)).isoformat(), try_number=1)
+    mine = RequestRecord(
+        api="vertex_ai",
+        kind="k",
+        project="p",
+        location="us-central1",
+        request_name="submitting/x/t2/a1",
+        phase="waiting",
+    )
+    resume = {
+        "attempt": 1,
+        "placement": {"location": "us-central1"},
+        "pending": mine.request_name,
+        "records": [done.to_dict(), replace(mine, try_number=2).to_dict()],
+        finish.FINISH: {"push_return": True, "result_keys": []},
+    }
+    ending = finish.task_end(stub("end", resume), job, {"name": job.name})
+    assert ending is not None and ending.counted is None
+    [record] = read_records(ending.xcoms[XCOM_KEY])
+    assert (record.request_name, record.phase, record.try_number) == (job.name, "succeeded", 1)
+
+
+@pytest.mark.parametrize("mapped", [True, False])
+def test_a_task_a_mapped_task_expands_over_ends_in_a_worker(mapped: bool) -> None:
+    """Airflow counts what a downstream mapped task expands over only when a worker pushes it."""
+    from airflow.sdk import DAG, task
+
+    @task
+    def use(value: Any) -> None:
+        pass
+
+    with DAG("d", schedule=None):
+        request = op()
+        if mapped:
+            use.expand(value=request.output)
+        else:
+            use(request.output)
+    resume = deferred_trigger(request, TI()).resume or {}
+    assert (finish.FINISH in resume) is not mapped

@@ -374,7 +374,9 @@ def test_the_event_says_whether_the_trigger_told_the_task_its_request(
     backends["us-central1"] = FakeBackend(SPEC, [], status(7, Phase.WAITING))
     seen: list[str] = []
 
-    def fake_announced(ti: Any, pending: str, made: RequestStatus, announce: Any) -> bool:
+    def fake_announced(
+        ti: Any, pending: str, made: RequestStatus, announce: Any, carried: Any = None
+    ) -> bool:
         seen.append(made.name)
         return told
 
@@ -525,3 +527,34 @@ def test_a_deferral_and_its_resume_call_the_task_state_store_once_each() -> None
     [record] = read_records(stored_records(store.values[XCOM_KEY]))
     assert (record.request_name, record.phase, record.outcome) == (NAME.format(7), "succeeded", "succeeded")
     assert read_records(resumed.xcom[XCOM_KEY]) == [record]
+
+
+def test_the_trigger_renames_the_carried_record_without_reading_it_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each read is a call to the API server: the records the deferral carried are what the XCom
+    holds (nothing else writes it while the task is deferred), so the rename writes them as is."""
+    from airflow.sdk.execution_time import xcom
+
+    written: dict[str, Any] = {}
+
+    def no_read(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the trigger read the XCom back")
+
+    monkeypatch.setattr(xcom.XCom, "get_one", no_read)
+    monkeypatch.setattr(xcom.XCom, "set", lambda key, value, **where: written.__setitem__(key, value))
+    pending = pending_name(IDENTITY)
+    carried = [
+        {
+            "api": "vertex_ai",
+            "kind": "k",
+            "project": "p",
+            "location": "us-central1",
+            "request_name": pending,
+            "phase": "waiting",
+        }
+    ]
+    announce = {"name_key": "job_name"}
+    assert submit.announced(TI(), pending, status(7, Phase.WAITING), announce, carried)
+    [record] = read_records(written[XCOM_KEY])
+    assert (record.request_name, written["job_name"]) == (NAME.format(7), NAME.format(7))

@@ -48,5 +48,6 @@ SUCCESS_SCENARIOS = [
         "user_clears_succeeded_task",
         "user clears a task its trigger ended with success",
         user_clears_succeeded_task,
+        ci=True,
     ),
 ]

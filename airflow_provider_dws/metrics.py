@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_provider_dws.records import RequestRecord
+    from airflow_provider_dws.scheduling.phases import RequestTimings
 
 log = logging.getLogger(__name__)
 
@@ -115,3 +116,10 @@ def end_metrics(record: RequestRecord, wait_seconds: float | None, run_seconds: 
         incr(CAPACITY_NOT_OBTAINED, tag)
     if record.phase == "cancelled":
         incr(REQUEST_CANCELLED, tag)
+
+
+def attempt_metrics(record: RequestRecord, timings: RequestTimings) -> None:
+    """:func:`end_metrics` of an attempt that ended with ``record``: its wait, and its run unless
+    it never ran or still holds its capacity (a release counts that run)."""
+    ran = not record.holds and timings.started is not None
+    end_metrics(record, timings.wait_seconds, timings.run_seconds if ran else None)

@@ -8,10 +8,13 @@ from collections.abc import AsyncIterable, Callable, Collection, Container, Iter
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from airflow_provider_dws.scheduling.identity import LABEL_MANAGED, RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
+
+if TYPE_CHECKING:
+    from airflow_provider_dws.records import RequestRecord
 
 #: Longest failure message an event carries; the API's messages are a sentence or two, and the
 #: whole one stays readable with the request itself.
@@ -50,6 +53,24 @@ class RequestStatus:
         ran = f", ran {timedelta(seconds=round(timings.run_seconds))}" if timings.run_seconds else ""
         return (
             f"{self.name} ended {self.phase.value.upper()} [{self.state}]: waited {waited} for capacity{ran}"
+        )
+
+    def ended_record(self, record: RequestRecord, *, success: bool, target: str) -> RequestRecord:
+        """``record`` at the end of this attempt (:func:`~airflow_provider_dws.records.attempt_end`
+        with this status's phase, times, failure and message)."""
+        from airflow_provider_dws.records import attempt_end
+
+        failure = self.outcome.failure
+        return attempt_end(
+            record,
+            phase=self.phase.value,
+            success=success,
+            target=target,
+            started=self.timings.started,
+            finished=self.timings.finished,
+            failure=failure.value if failure else None,
+            message=self.outcome.message,
+            now=datetime.now(timezone.utc),
         )
 
     def to_event(self) -> dict[str, Any]:

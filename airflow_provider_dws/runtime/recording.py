@@ -24,13 +24,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dws.metrics import end_metrics
+from airflow_provider_dws.metrics import attempt_metrics, end_metrics
 from airflow_provider_dws.records import (
     LIVE_PHASES,
     RECORDS,
     XCOM_KEY,
     RequestRecord,
-    attempt_end,
     end_record,
     iso,
     parse_time,
@@ -330,36 +329,20 @@ class Recorder:
             record = known or self._base(context, status, state)
             # A rerun that takes a request already recorded ended (or held) counts it once.
             counted = known is not None and known.outcome is not None and known.phase == record_phase(status)
-            timings = status.timings
-            target = self.loop.adapter.target
-            record = attempt_end(
-                record,
-                phase=status.phase.value,
-                success=success,
-                target=target,
-                started=timings.started,
-                finished=timings.finished,
-                failure=status.outcome.failure.value if status.outcome.failure else None,
-                message=status.outcome.message,
-                now=datetime.now(timezone.utc),
-            )
-            holds = record.holds
+            record = status.ended_record(record, success=success, target=self.loop.adapter.target)
             promised = success and status.phase is Phase.PROVISIONING
             self._push(context, record)
         except Exception:
             self.loop.log.warning("Could not write the request record of %s", status.name, exc_info=True)
             return
-        if counted or promised:
-            return
-        # A request that never ran has no run time (the timings call it 0): no run timer for it.
-        ran = not holds and timings.started is not None
-        end_metrics(record, timings.wait_seconds, timings.run_seconds if ran else None)
+        if not (counted or promised):
+            attempt_metrics(record, status.timings)
 
     def settled(self, context: Context, waited_try: int, status: RequestStatus) -> None:
         """An earlier try's request found succeeded: that try's trigger ended the task with it
         (the trigger cannot write the task state store, which still says the try waited on it).
         Its record, marked cancelled by :meth:`_earlier_tries`, takes its true end."""
-        from airflow_provider_dws.triggers.submit import is_pending
+        from airflow_provider_dws.triggers.submit import is_pending, renamed
 
         adapter = self.loop.adapter
         try:
@@ -376,24 +359,7 @@ class Recorder:
             if record is None:
                 return
             url = adapter.record_facts(status, self.loop.op.home_placement()).get("console_url")
-            named = replace(
-                record,
-                request_name=status.name,
-                console_url=url or record.console_url,
-                submitted=iso(status.timings.submitted) or record.submitted,
-            )
-            timings = status.timings
-            ended = attempt_end(
-                named,
-                phase=status.phase.value,
-                success=True,
-                target=adapter.target,
-                started=timings.started,
-                finished=timings.finished,
-                failure=None,
-                message=status.outcome.message,
-                now=datetime.now(timezone.utc),
-            )
+            ended = status.ended_record(renamed(record, status, url), success=True, target=adapter.target)
             self._records = [r for r in known if r is not record]
             self._push(context, ended)
         except Exception:

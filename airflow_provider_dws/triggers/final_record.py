@@ -43,7 +43,9 @@ def write_final_record(ti: Any, request_name: str, phase: str, message: str) -> 
     try:
         from airflow.sdk.execution_time.xcom import XCom
 
-        where = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id, "map_index": ti.map_index}
+        from airflow_provider_dws.triggers.submit import xcom_where
+
+        where = xcom_where(ti)
         value = XCom.get_one(key=XCOM_KEY, **where)
         new = ended_value(value, request_name, phase, message, datetime.now(timezone.utc))
         if new is None:

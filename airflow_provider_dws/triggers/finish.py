@@ -47,13 +47,10 @@ class Ending:
 
     def count(self, status: RequestStatus) -> None:
         """Send the end metrics, as the worker's :meth:`Recorder.ended` would."""
-        if self.counted is None:
-            return
-        from airflow_provider_dws.metrics import end_metrics
+        if self.counted is not None:
+            from airflow_provider_dws.metrics import attempt_metrics
 
-        timings = status.timings
-        ran = not self.counted.holds and timings.started is not None
-        end_metrics(self.counted, timings.wait_seconds, timings.run_seconds if ran else None)
+            attempt_metrics(self.counted, status.timings)
 
 
 def task_end(trigger: Any, status: RequestStatus, payload: dict[str, Any]) -> Ending | None:
@@ -98,14 +95,12 @@ def push_xcoms(ti: Any, xcoms: Mapping[str, Any]) -> bool:
     """
     import logging
 
+    from airflow_provider_dws.triggers.submit import set_xcoms
+
     if ti is None or not getattr(ti, "dag_id", None):
         return False
     try:
-        from airflow.sdk.execution_time.xcom import XCom
-
-        where = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id, "map_index": ti.map_index}
-        for key, value in xcoms.items():
-            XCom.set(key, value, **where)
+        set_xcoms(ti, xcoms)
     except Exception:
         logging.getLogger(__name__).warning(
             "Could not write the task's XComs from the triggerer; it resumes in a worker", exc_info=True
@@ -131,7 +126,7 @@ def _attempt_xcoms(
     }
     if trigger.target == "end":
         xcoms["run_seconds"] = timings.run_seconds
-    records, ended = _records(trigger, status, now)
+    records, ended = _records(trigger, status)
     if records is not None:
         xcoms[XCOM_KEY] = records
     return xcoms, ended
@@ -155,15 +150,13 @@ def _attempt(resume: Mapping[str, Any], status: RequestStatus, now: datetime) ->
     ).to_dict()
 
 
-def _records(
-    trigger: Any, status: RequestStatus, now: datetime
-) -> tuple[list[dict[str, Any]] | None, RequestRecord | None]:
+def _records(trigger: Any, status: RequestStatus) -> tuple[list[dict[str, Any]] | None, RequestRecord | None]:
     """The task's records (carried in ``resume``) with this request's end, renamed from its
     provisional name, and that record unless it was recorded ended already or is only promised
     (not counted again). ``None``: no record of it was carried (the DWS page then settles it from
     the task's state)."""
-    from airflow_provider_dws.records import RECORDS, attempt_end, iso, phase_of, read_records, upsert
-    from airflow_provider_dws.triggers.submit import link_of
+    from airflow_provider_dws.records import RECORDS, iso, phase_of, read_records, upsert
+    from airflow_provider_dws.triggers.submit import link_of, renamed
 
     resume = trigger.resume
     records = read_records(resume.get(RECORDS))
@@ -178,27 +171,12 @@ def _records(
     if record is None:
         return None, None
     counted = record.outcome is not None and record.phase == phase_of(status.phase.value)
-    timings = status.timings
     announce = trigger.submission.announce if trigger.submission is not None else {}
     deadline = trigger.limits.wait_deadline
-    named = replace(
-        record,
-        request_name=status.name,
-        console_url=link_of(status.name, announce) or record.console_url,
-        submitted=iso(timings.submitted) or record.submitted,
-        wait_deadline=iso(deadline) if deadline is not None else record.wait_deadline,
-    )
-    ended = attempt_end(
-        named,
-        phase=status.phase.value,
-        success=True,
-        target=trigger.target,
-        started=timings.started,
-        finished=timings.finished,
-        failure=None,
-        message=status.outcome.message,
-        now=now,
-    )
+    named = renamed(record, status, link_of(status.name, announce))
+    if deadline is not None:
+        named = replace(named, wait_deadline=iso(deadline))
+    ended = status.ended_record(named, success=True, target=trigger.target)
     value = upsert([r for r in records if r is not record], ended)
     return value, None if counted or ended.phase == "waiting" else ended
 
@@ -206,16 +184,8 @@ def _records(
 def _announced(trigger: Any, status: RequestStatus) -> dict[str, Any]:
     """The request's name and console links, where the trigger could not push them when it made
     the request (``announced`` failed): the worker's resume would have pushed them."""
-    from airflow_provider_dws.triggers.submit import ANNOUNCED, detail_links, link_of
+    from airflow_provider_dws.triggers.submit import ANNOUNCED, announcement
 
     if trigger.submission is None or (trigger.resume or {}).get(ANNOUNCED):
         return {}
-    announce = trigger.submission.announce
-    xcoms: dict[str, Any] = {}
-    if announce.get("name_key"):
-        xcoms[announce["name_key"]] = status.name
-    url = link_of(status.name, announce)
-    if url and announce.get("link_key"):
-        xcoms[announce["link_key"]] = url
-    xcoms.update(detail_links(status, announce))
-    return xcoms
+    return announcement(status, trigger.submission.announce)

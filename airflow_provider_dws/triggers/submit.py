@@ -243,29 +243,51 @@ def announced(
 
     from airflow_provider_dws.records import XCOM_KEY, read_records
 
-    log = logging.getLogger(__name__)
     try:
         from airflow.sdk.execution_time.xcom import XCom
 
-        where = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id, "map_index": ti.map_index}
         url = link_of(status.name, announce)
-        records = []
-        held = carried if isinstance(carried, list) else XCom.get_one(key=XCOM_KEY, **where)
-        for record in read_records(held):
-            if record.request_name == pending:
-                record = _renamed(record, status, url)
-            records.append(record.to_dict())
-        XCom.set(XCOM_KEY, records, **where)
-        if announce.get("name_key"):
-            XCom.set(announce["name_key"], status.name, **where)
-        if url and announce.get("link_key"):
-            XCom.set(announce["link_key"], url, **where)
-        for key, detail_url in detail_links(status, announce):
-            XCom.set(key, detail_url, **where)
+        if not isinstance(carried, list):
+            carried = XCom.get_one(key=XCOM_KEY, **xcom_where(ti))
+        records = [
+            (renamed(record, status, url) if record.request_name == pending else record).to_dict()
+            for record in read_records(carried)
+        ]
+        set_xcoms(ti, {XCOM_KEY: records, **announcement(status, announce)})
     except Exception:
-        log.warning("Could not tell the task it waits on %s", status.name, exc_info=True)
+        logging.getLogger(__name__).warning(
+            "Could not tell the task it waits on %s", status.name, exc_info=True
+        )
         return False
     return True
+
+
+def announcement(status: RequestStatus, announce: Mapping[str, Any]) -> dict[str, Any]:
+    """The XComs that tell a task its request: its name under ``announce["name_key"]``, its
+    console link under ``announce["link_key"]``, and the links made from its details."""
+    xcoms: dict[str, Any] = {}
+    if announce.get("name_key"):
+        xcoms[announce["name_key"]] = status.name
+    url = link_of(status.name, announce)
+    if url and announce.get("link_key"):
+        xcoms[announce["link_key"]] = url
+    xcoms.update(detail_links(status, announce))
+    return xcoms
+
+
+def xcom_where(ti: Any) -> dict[str, Any]:
+    """The Task SDK XCom arguments that name the task instance ``ti``."""
+    return {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id, "map_index": ti.map_index}
+
+
+def set_xcoms(ti: Any, xcoms: Mapping[str, Any]) -> None:
+    """Write ``xcoms`` for ``ti`` through the Task SDK (blocking: run it in a thread); raises what
+    the SDK raises."""
+    from airflow.sdk.execution_time.xcom import XCom
+
+    where = xcom_where(ti)
+    for key, value in xcoms.items():
+        XCom.set(key, value, **where)
 
 
 def link_of(name: str, announce: Mapping[str, Any]) -> str | None:
@@ -299,7 +321,9 @@ def detail_links(status: RequestStatus, announce: Mapping[str, Any]) -> list[tup
     return links
 
 
-def _renamed(record: Any, status: RequestStatus, url: str | None) -> Any:
+def renamed(record: Any, status: RequestStatus, url: str | None) -> Any:
+    """``record``, written under its provisional name, now of the request ``status`` describes: its
+    name, phase, submit time and console link ``url`` (where given)."""
     from dataclasses import replace
 
     from airflow_provider_dws.records import iso, phase_of

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_provider_dws.backends.base import RequestStatus, classify_listed
-from airflow_provider_dws.backends.compute import ComputeBackend, _each, _when, in_pool
+from airflow_provider_dws.backends.compute_base import ComputeBackend, _each, _when, in_pool
 from airflow_provider_dws.errors import (
     ConflictError,
     InvalidRequestError,

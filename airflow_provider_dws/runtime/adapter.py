@@ -99,6 +99,18 @@ class RequestAdapter(Generic[_Op, _Backend]):
         :attr:`submits_in_trigger`); built without the client library."""
         raise NotImplementedError
 
+    def lookup(self, identity: RequestIdentity, first: Placement) -> list[dict[str, Any]]:
+        """Where the trigger that makes the request looks this task instance's requests up: one
+        entry per location it may use (its backend's spec and the placement), ``first``'s first,
+        where a new request is made."""
+        places = {first.location: first}
+        for placement in self.op.placements():
+            places.setdefault(placement.location, placement)
+        return [
+            {"backend_spec": self.backend(loc).spec(), "placement": placement.to_dict()}  # type: ignore[attr-defined]
+            for loc, placement in places.items()
+        ]
+
     def announce(self) -> dict[str, Any]:
         """What the trigger that makes the request pushes for the task: the XCom key of its name,
         and of its console link with the link's URL (``{location}`` and ``{id}`` left to fill)."""

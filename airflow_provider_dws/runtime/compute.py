@@ -3,16 +3,22 @@ VMs it created; and the release that deletes exactly those VMs, then the request
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import catalog
 from airflow_provider_dws.backends import compute_groups as groups
-from airflow_provider_dws.backends.base import BackendCache
+from airflow_provider_dws.backends.base import RESULT, BackendCache
 from airflow_provider_dws.backends.compute import (
     ComputeResizeRequestBackend,
     ResizeAsk,
     parse_resize_request_name,
+    request_vms,
+    resize_request_from_spec,
+    succeeded_line,
+    vms_result,
 )
 from airflow_provider_dws.console import mig_console_url, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
@@ -24,6 +30,7 @@ from airflow_provider_dws.scheduling.phases import FailureKind
 from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
 from airflow_provider_dws.specs import roles
 from airflow_provider_dws.specs.roles import task_in_role
+from airflow_provider_dws.triggers.submit import is_pending
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -40,29 +47,6 @@ _REFUSED = (InvalidRequestError, PermissionDeniedApiError)
 NAME_KEY = roles.RESIZE_REQUEST_NAME_KEY
 
 
-def _created_after(summaries: list[dict[str, Any]], since: datetime | None) -> list[dict[str, Any]]:
-    """The VMs created at or after ``since`` (the request's creation): the ones it created."""
-    from airflow_provider_dws.backends.compute import _when
-
-    if since is None:
-        return summaries
-    return [s for s in summaries if (_when(s.get("creation_timestamp")) or since) >= since]
-
-
-def request_vms(
-    backend: ComputeResizeRequestBackend, status: RequestStatus, whole_group: bool
-) -> list[dict[str, Any]]:
-    """The VMs a SUCCEEDED request created, summarized: every VM of a MIG the operator made for this
-    task instance (``whole_group``), else those of the MIG created since the request was."""
-    mig = parse_resize_request_name(status.name).instance_group_manager
-    summaries = []
-    for managed in groups.managed_instances(backend, mig):
-        instance = groups.get_instance(backend, managed.instance)
-        if instance is not None:
-            summaries.append(groups.instance_summary(instance))
-    return summaries if whole_group else _created_after(summaries, status.timings.submitted)
-
-
 class ComputeFlexStartAdapter(
     RequestAdapter["CreateComputeFlexStartVMsOperator", ComputeResizeRequestBackend]
 ):
@@ -71,6 +55,7 @@ class ComputeFlexStartAdapter(
     no grace, and an attempt that ends without VMs is cancelled and deleted."""
 
     name_key = NAME_KEY
+    submits_in_trigger = True
 
     target = "running"
     wait_grace = timedelta(0)
@@ -133,22 +118,8 @@ class ComputeFlexStartAdapter(
     def build(
         self, identity: RequestIdentity, max_wait: timedelta | None = None
     ) -> InstanceGroupManagerResizeRequest:
-        """The resize request of this attempt: its name from the identity, ``resize_by``, the run
-        duration, and the max wait the provider enforces in its description (it has no labels)."""
-        from google.cloud.compute_v1 import Duration, InstanceGroupManagerResizeRequest
-
-        wait = max_wait or self.op.max_wait
-        return InstanceGroupManagerResizeRequest(
-            name=identity.resize_request_name(),
-            resize_by=self.op.resize_by,
-            requested_run_duration=(
-                Duration(seconds=int(self.op.max_run.total_seconds())) if self.op.max_run else None
-            ),
-            description=(
-                f"airflow-provider-dws {identity.dag_id}.{identity.task_id} try {identity.try_number} "
-                f"attempt {identity.attempt}; max_wait={round(wait.total_seconds())}s"
-            ),
-        )
+        """The resize request of this attempt (:meth:`request_spec`'s) as the client's message."""
+        return resize_request_from_spec(self.request_spec(identity, None, max_wait)["resize_request"])
 
     def template_for(self, name: str, placement: Placement) -> Any:
         """The instance template the operator makes for a placement's MIG (flex-start VMs)."""
@@ -204,6 +175,56 @@ class ComputeFlexStartAdapter(
             self.log.warning("An earlier request %s ended %s; deleting it", status.name, status.state)
             self.backend(self.location_of(status.name)).delete(status.name)
         self._ended = []
+
+    def makes_in_trigger(self) -> bool:
+        """The trigger makes the request when the operator makes the MIG; a MIG the DAG gives is
+        grown from the worker, whose record reads the MIG's template for its machine and GPUs."""
+        return self.submits_in_trigger and not self.op.instance_group_manager
+
+    def request_spec(
+        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
+    ) -> dict[str, Any]:
+        """The MIG to grow, the VMs of the template made for it, and the resize request of this
+        attempt (its name from the identity, ``resize_by``, the run duration, and the max wait the
+        provider enforces in its description: it has no labels), as JSON."""
+        from dataclasses import asdict
+
+        wait = max_wait or self.op.max_wait
+        run = self.op.max_run
+        vms = None if self.op.instance_group_manager else asdict(self.spec_for(placement))
+        return {
+            "instance_group_manager": self.mig_for(identity, placement),
+            "vms": {k: dict(v) if isinstance(v, Mapping) else v for k, v in vms.items()} if vms else None,
+            "resize_request": {
+                "name": identity.resize_request_name(),
+                "resize_by": self.op.resize_by,
+                "requested_run_duration": {"seconds": int(run.total_seconds())} if run else None,
+                "description": (
+                    f"airflow-provider-dws {identity.dag_id}.{identity.task_id} try {identity.try_number} "
+                    f"attempt {identity.attempt}; max_wait={round(wait.total_seconds())}s"
+                ),
+            },
+        }
+
+    def lookup(self, identity: RequestIdentity, first: Placement) -> list[dict[str, Any]]:
+        """Every MIG the task instance may have grown (one per location and machine type), the
+        placement's own first: resize requests are listed per MIG."""
+        entries: dict[tuple[str, str], dict[str, Any]] = {}
+        for placement, mig in [(first, self.mig_for(identity, first)), *self._searched(identity)]:
+            entries.setdefault(
+                (placement.location, mig),
+                {
+                    "backend_spec": self.backend(placement.location).spec(),
+                    "placement": placement.to_dict(),
+                    "find": {"mig": mig},
+                },
+            )
+        return list(entries.values())
+
+    def announce(self) -> dict[str, Any]:
+        """The request's name under its key, its MIG's console page under the link's key."""
+        link = mig_console_url(resolve_project(self.op), "{location}", "{parent}")
+        return {"name_key": self.name_key, "link_key": ComputeFlexStartMIGLink.key, "link": link}
 
     def persist_link(self, context: Context, status: RequestStatus) -> str:
         """The MIG's console page."""
@@ -267,55 +288,36 @@ class ComputeFlexStartAdapter(
         backend.discard(status.name)
 
     def result(self, context: Context, status: RequestStatus) -> Any:
-        """The VMs the request created: names, zones, internal IPs, machine type and GPUs."""
-        where = parse_resize_request_name(status.name)
-        backend = self.backend(where.location)
-        current = backend.get_status(status.name)
-        if current is None:
-            raise RequestCancelledError(f"{status.name} disappeared right after it SUCCEEDED")
-        own_group = not self.op.instance_group_manager
-        vms = request_vms(backend, current, own_group)
-        if len(vms) > self.op.resize_by:
+        """The VMs the request created: names, zones, internal IPs, machine type and GPUs (read by
+        the trigger with the request's SUCCEEDED status, else here)."""
+        result = status.details.get(RESULT)
+        if not isinstance(result, dict):
+            backend = self.backend(self.location_of(status.name))
+            current = backend.get_status(status.name)
+            if current is None:
+                raise RequestCancelledError(f"{status.name} disappeared right after it SUCCEEDED")
+            vms = request_vms(backend, current, not self.op.instance_group_manager)
+            result = vms_result(replace(current, timings=status.timings), vms, self.machine_of(None))
+        if len(result["instances"]) > self.op.resize_by:
             self.log.warning(
                 "%d VMs found for a request of %d: another request grows the MIG too",
-                len(vms),
+                len(result["instances"]),
                 self.op.resize_by,
             )
-        machine = vms[0]["machine_type"] if vms else self.machine_of(None)
-        accelerators = vms[0]["accelerators"] if vms else []
-        self.log.info(
-            "%s SUCCEEDED after waiting %s: %s; billed until deleted (at the latest after %s)",
-            status.name,
-            timedelta(seconds=round(status.timings.wait_seconds or 0)),
-            ", ".join(f"{vm['name']} {vm['internal_ip']}" for vm in vms) or "no VM found",
-            self.op.max_run or "its reservation's end",
-        )
-        return {
-            "resize_request": status.name,
-            "project_id": where.project,
-            "location": where.location,
-            "instance_group_manager": where.instance_group_manager,
-            "resize_by": self.op.resize_by,
-            "run_duration_seconds": int(self.op.max_run.total_seconds()) if self.op.max_run else None,
-            "machine_type": machine,
-            "accelerators": accelerators,
-            "gpus": sum(a["count"] for vm in vms for a in vm["accelerators"]),
-            "instances": vms,
-            "instance_names": [vm["name"] for vm in vms],
-            "instance_urls": [vm["self_link"] for vm in vms],
-            "zones": sorted({vm["zone"] for vm in vms}),
-            "internal_ips": [vm["internal_ip"] for vm in vms if vm["internal_ip"]],
-            "wait_seconds": status.timings.wait_seconds,
-        }
+        self.log.info("%s", succeeded_line(status, result))
+        return result
 
     def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
-        """The GPUs over every VM of the request, the machine type and the MIG's console page."""
-        where = parse_resize_request_name(status.name)
+        """The GPUs over every VM of the request, the machine type and the MIG's console page (none
+        yet under a provisional name: the trigger that makes the request links it)."""
+        where = None if is_pending(status.name) else parse_resize_request_name(status.name)
         machine = self.machine_of(placement)
         if machine:
             gpus = self.spec_for(placement).gpus()
-        else:  # an existing MIG: its template says what its VMs are
+        elif where is not None:  # an existing MIG: its template says what its VMs are
             machine, gpus = self._template_shape(where.location, where.instance_group_manager)
+        else:
+            gpus = None
         return {
             "api": ComputeResizeRequestBackend.kind,
             "kind": "Compute Engine flex-start VMs",
@@ -323,9 +325,8 @@ class ComputeFlexStartAdapter(
             "accelerator_count": gpus[1] * self.op.resize_by if gpus else 0,
             "machine_type": machine,
             "pricing_model": "flex_start",
-            "console_url": mig_console_url(
-                resolve_project(self.op), where.location, where.instance_group_manager
-            ),
+            "console_url": where
+            and mig_console_url(resolve_project(self.op), where.location, where.instance_group_manager),
         }
 
     def _template_shape(self, location: str, mig: str) -> tuple[str | None, tuple[str, int] | None]:

@@ -18,6 +18,8 @@ class ComputeReservedAdapter(ReservedSteps, ComputeFlexStartAdapter):
     block's reservation; no ``requested_run_duration``. A given MIG's template must be such already."""
 
     label = "reservation-bound"
+    #: The block is found first, from the worker (its reservation names the template's affinity).
+    submits_in_trigger = False
 
     def template_for(self, name: str, placement: Placement) -> Any:
         """The reservation-bound template of the block's reservation (by name in its own project)."""

@@ -329,17 +329,11 @@ class AttemptLoop:
             outcome=Outcome(Phase.WAITING, None, ""),
             timings=RequestTimings(submitted=datetime.now(timezone.utc)),
         )
-        places = {state.placement.location: state.placement}
-        for placement in self.op.placements():
-            places.setdefault(placement.location, placement)
         submission = Submission(
             request=adapter.request_spec(identity, state.placement, max_wait),
             identity=asdict(identity),
             max_wait_seconds=max_wait.total_seconds(),
-            lookup=[
-                {"backend_spec": adapter.backend(loc).spec(), "placement": placement.to_dict()}
-                for loc, placement in places.items()
-            ],
+            lookup=adapter.lookup(identity, state.placement),
             avoid=list(self.avoid),
             announce=adapter.announce(),
         )

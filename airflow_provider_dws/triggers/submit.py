@@ -53,7 +53,8 @@ class Submission:
 
     ``request``: the request as JSON (``RequestAdapter.request_spec``); ``identity``: the task
     instance, try and attempt; ``max_wait_seconds``: the attempt's max wait; ``lookup``: where the
-    task instance's requests may be (``{"backend_spec": ..., "placement": ...}`` per location, the
+    task instance's requests may be (``{"backend_spec": ..., "placement": ...}`` per location, and
+    ``"find"``, the lookup's keyword arguments where a location holds more than one list; the
     first is where a new one is made); ``avoid``: requests never adopted (an earlier try's, given
     up); ``announce``: the XCom keys of the request's name and console link
     (``{"name_key": ..., "link_key": ..., "link": URL with {location} and {id}}``, and
@@ -172,7 +173,8 @@ def _find_or_submit(backends: list[tuple[Any, dict[str, Any]]], submission: Subm
     found: dict[str, tuple[RequestStatus, dict[str, Any]]] = {}
     listed: list[tuple[Any, list[RequestStatus]]] = []
     for backend, where in backends:
-        statuses = backend.find(identity)
+        # ``find``: what else the lookup needs (a Compute Engine resize request's MIG).
+        statuses = backend.find(identity, **dict(where.get("find") or {}))
         listed.append((backend, statuses))
         for status in statuses:
             if status.name not in submission.avoid:
@@ -292,12 +294,15 @@ def set_xcoms(ti: Any, xcoms: Mapping[str, Any]) -> None:
 
 def link_of(name: str, announce: Mapping[str, Any]) -> str | None:
     """The console link of request ``name`` (``announce["link"]`` with its location and id): a
-    Google resource name (``projects/P/locations/L/.../ID``) gives both; a bare name (a Kubernetes
+    Google resource name (``projects/P/locations/L/.../ID``) gives both, and ``parent``, the id of
+    what holds it (``.../instanceGroupManagers/M/resizeRequests/ID``: ``M``); a bare name (a Kubernetes
     object's) is the id, its location ``announce["location"]`` if the link needs one."""
     link = announce.get("link")
     if not link or not name or is_pending(name):
         return None
     parts = name.split("/")
+    if len(parts) >= 6:  # ``parent``: what holds it (a resize request's MIG)
+        return str(link).format(location=parts[3], id=parts[-1], parent=parts[-3])
     if len(parts) >= 4:
         return str(link).format(location=parts[3], id=parts[-1])
     if len(parts) == 1:

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from airflow_provider_dws.backends import compute_groups as groups
-from airflow_provider_dws.backends.compute import ComputeResizeRequestBackend, ResizeAsk
+from airflow_provider_dws.backends.compute import ComputeResizeRequestBackend, ResizeAsk, request_vms
 from airflow_provider_dws.operators.compute import CreateComputeFlexStartVMsOperator
-from airflow_provider_dws.runtime.compute import ComputeFlexStartAdapter, request_vms
+from airflow_provider_dws.runtime.compute import ComputeFlexStartAdapter
 from airflow_provider_dws.runtime.loop import AttemptLoop
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase

@@ -19,13 +19,11 @@ from google.cloud.compute_v1 import (
 
 from airflow_provider_dws.backends.base import GroupedLister, RequestBackend
 from airflow_provider_dws.backends.compute import (
-    POOL_THREADS,
     ComputeResizeRequestBackend,
-    compute_pool,
-    in_pool,
     parse_resize_request_name,
     resize_request_status,
 )
+from airflow_provider_dws.backends.compute_base import POOL_THREADS, compute_pool, in_pool
 from airflow_provider_dws.backends.compute_groups import VmSpec, flex_start_template
 from airflow_provider_dws.console import mig_console_url
 from airflow_provider_dws.hooks.base import emulator_rest_host

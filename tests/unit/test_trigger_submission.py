@@ -558,3 +558,17 @@ def test_the_trigger_renames_the_carried_record_without_reading_it_back(
     assert submit.announced(TI(), pending, status(7, Phase.WAITING), announce, carried)
     [record] = read_records(written[XCOM_KEY])
     assert (record.request_name, written["job_name"]) == (NAME.format(7), NAME.format(7))
+
+
+def test_the_link_of_a_made_request_fills_its_location_id_and_parent() -> None:
+    vertex = {"link": "https://c/vertex-ai/locations/{location}/training/{id}"}
+    assert submit.link_of(NAME.format(7), vertex) == "https://c/vertex-ai/locations/us-central1/training/7"
+    mig = {"link": "https://c/compute/instanceGroups/details/{location}/{parent}?project=p"}
+    name = "projects/p/zones/us-central1-a/instanceGroupManagers/dws-t-0a/resizeRequests/dws-t-0a-t1-a1"
+    assert (
+        submit.link_of(name, mig)
+        == "https://c/compute/instanceGroups/details/us-central1-a/dws-t-0a?project=p"
+    )
+    kube = {"link": "https://c/kubernetes/{location}/{id}", "location": "us-central1"}
+    assert submit.link_of("dws-t-0a-t1-a1", kube) == "https://c/kubernetes/us-central1/dws-t-0a-t1-a1"
+    assert submit.link_of(pending_name(IDENTITY), mig) is None

@@ -109,11 +109,33 @@ FAMILIES = {
         "state": "Complete",
         "result": {"name": "dws-t-0123456789abcdef-t1-a1", "status": "Complete", "state": "Complete"},
     },
+    "compute": {
+        "imports": "from airflow_provider_dws.operators.compute import CreateComputeFlexStartVMsOperator",
+        "make": """
+    return CreateComputeFlexStartVMsOperator(task_id="t", project_id="my-project", zone="us-central1-a",
+                                             machine_type="a3-highgpu-8g", resize_by=1, max_run=timedelta(hours=2),
+                                             deferrable=True)
+""",
+        "name": (
+            "projects/my-project/zones/us-central1-a/instanceGroupManagers/dws-t-0123456789abcdef"
+            "/resizeRequests/dws-t-0123456789abcdef-t1-a1"
+        ),
+        "state": "SUCCEEDED",
+        "phase": "running",  # the wait ends when the VMs are held
+        "result": {
+            "resize_request": "dws-t-0123456789abcdef-t1-a1",
+            "resize_by": 1,
+            "run_duration_seconds": 7200,
+            "machine_type": "a3-highgpu-8g",
+            "instances": [{"name": "dws-t-x1", "internal_ip": "10.0.0.2"}],
+        },
+        "returns": ("resize_request", "dws-t-0123456789abcdef-t1-a1"),
+    },
 }
 
 CODE = r"""
 import json, sys
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from airflow.exceptions import TaskDeferred
 IMPORTS
 
@@ -178,7 +200,8 @@ def test_a_task_imports_no_client_library(family: str, step: str, probe: Probe, 
     done = probe.run(_code(family), preload=["airflow.sdk"], env=env, cwd=ROOT)
     assert done.returncode == 0, f"probe failed:\n{done.stdout}\n{done.stderr}"
     found = json.loads(done.stdout.splitlines()[-1])
-    assert found["result"]["state"] == FAMILIES[family]["state"]
+    key, value = FAMILIES[family].get("returns", ("state", FAMILIES[family]["state"]))
+    assert found["result"][key] == value
     # The step ran the provider's code (the check is not vacuous)...
     assert any(m.startswith("airflow_provider_dws.runtime") for m in found["deferral"])
     # ...and brought in no client library.

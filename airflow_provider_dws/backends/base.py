@@ -28,6 +28,9 @@ RESUME = "resume"
 #: The ``details`` and event key of what the task returns, where the backend read it with the
 #: request's final status (a succeeded Vertex AI job, as a dict): the resumed task needs no call.
 RESULT = "result"
+#: Key of the ``resume`` state: ``{"push_return": bool, "result_keys": [...]}`` when the trigger may
+#: end a successful task itself (``triggers.finish``; absent: the task resumes in a worker).
+FINISH = "finish"
 
 
 @dataclass(frozen=True)

@@ -357,7 +357,7 @@ class AttemptLoop:
 
     def finish_in_trigger(self) -> dict[str, Any]:
         """What lets the trigger end a successful wait itself, as the ``resume`` entry
-        :data:`~airflow_provider_dws.triggers.finish.FINISH` (empty: the task resumes in a worker).
+        :data:`~airflow_provider_dws.backends.base.FINISH` (empty: the task resumes in a worker).
 
         The trigger then writes what the resumed task would (the final record, the attempt's
         XComs, the return value) and ends the task, so a success costs no worker process. Not for
@@ -366,7 +366,7 @@ class AttemptLoop:
         callback with the task's context and counts what a mapped task expands over only when a
         worker ends the task.
         """
-        from airflow_provider_dws.triggers.finish import FINISH
+        from airflow_provider_dws.backends.base import FINISH
 
         op = self.op
         if any(getattr(op, name, None) for name in ("outlets", "multiple_outputs", "on_success_callback")):

@@ -11,32 +11,24 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_dws.backends.base import AsyncRequestBackend, RequestStatus
-from airflow_provider_dws.errors import RequestNotFoundError
-from airflow_provider_dws.records import RECORDS
 from airflow_provider_dws.registry import BACKENDS, backend_from_spec
 from airflow_provider_dws.scheduling.phases import WAIT_TARGETS, Phase, reached
-from airflow_provider_dws.triggers.give_up import HeldRequest
-from airflow_provider_dws.triggers.log_lines import LINES, log_info
-from airflow_provider_dws.triggers.on_kill import cancel_for_kill, shielded
-from airflow_provider_dws.triggers.outcomes import event_payload, gone, unknown, wait_failed
-from airflow_provider_dws.triggers.poller import Subscription, shared_backend, shared_poller
-from airflow_provider_dws.triggers.status_line import DEFAULT_HEARTBEAT, log_heartbeat, status_line
-from airflow_provider_dws.triggers.submit import (
-    ANNOUNCED,
-    Submission,
-    Submitted,
-    announced,
-    find_or_submit,
-    is_pending,
-    is_refusal,
-    refused,
-)
+from airflow_provider_dws.triggers.status_line import DEFAULT_HEARTBEAT
+from airflow_provider_dws.triggers.submit import ANNOUNCED, Submission, is_pending
 from airflow_provider_dws.triggers.wait_limits import WaitLimits, aware
+
+# A task process builds this trigger only to serialize it, on every deferral: what the wait runs in
+# the triggerer (the poller, the give-up and kill paths, the log writer, the outcomes) is imported
+# where it runs, so a deferral does not pay for it.
+if TYPE_CHECKING:
+    from airflow_provider_dws.backends.base import AsyncRequestBackend, RequestStatus
+    from airflow_provider_dws.triggers.give_up import HeldRequest
+    from airflow_provider_dws.triggers.poller import Subscription
+    from airflow_provider_dws.triggers.submit import Submitted
 
 #: How long past its max wait a request may still be waiting before the provider cancels it itself.
 #: The API expires Flex Start requests on its own; this is the belt to that pair of braces.
@@ -192,6 +184,8 @@ class CapacityRequestTrigger(BaseTrigger):
     def backend(self) -> AsyncRequestBackend:
         """The backend: in an event loop, the one its shared poller uses (one set of clients)."""
         if self._backend is None:
+            from airflow_provider_dws.triggers.poller import shared_backend
+
             try:
                 asyncio.get_running_loop()
             except RuntimeError:
@@ -201,6 +195,8 @@ class CapacityRequestTrigger(BaseTrigger):
 
     def held(self) -> HeldRequest:
         """The request as the give-up and kill paths see it."""
+        from airflow_provider_dws.triggers.give_up import HeldRequest
+
         return HeldRequest(
             self.request_name, lambda: self.backend, self.log, self.releases, self.cancel_on_kill
         )
@@ -211,6 +207,11 @@ class CapacityRequestTrigger(BaseTrigger):
         Its status comes from the event loop's shared poller (see :mod:`.poller`): one paged list
         per interval serves every waiting trigger of the same API, project and location.
         """
+        from airflow_provider_dws.triggers.log_lines import log_info
+        from airflow_provider_dws.triggers.outcomes import event_payload, wait_failed
+        from airflow_provider_dws.triggers.poller import shared_poller
+        from airflow_provider_dws.triggers.status_line import log_heartbeat
+
         if self.submission is not None and is_pending(self.request_name):
             made = await self._make()
             if made is not None:  # refused, failed, or already at its end
@@ -252,6 +253,8 @@ class CapacityRequestTrigger(BaseTrigger):
         """The event of the wait's end: the task's own end when the trigger may write it
         (:mod:`.finish`: a success, no worker resumes the task), else the one it resumes with."""
         from airflow_provider_dws.triggers import finish
+        from airflow_provider_dws.triggers.log_lines import log_info
+        from airflow_provider_dws.triggers.outcomes import event_payload
 
         payload = event_payload(status, self.resume)
         try:
@@ -277,6 +280,11 @@ class CapacityRequestTrigger(BaseTrigger):
     async def _make(self) -> TriggerEvent | None:
         """Find or create the request (:mod:`.submit`) and wait on it from now on; the event to
         yield at once instead when the create was refused or failed, or the request found ended."""
+        from airflow_provider_dws.records import RECORDS
+        from airflow_provider_dws.triggers.log_lines import log_info
+        from airflow_provider_dws.triggers.outcomes import event_payload, wait_failed
+        from airflow_provider_dws.triggers.submit import announced, find_or_submit, is_refusal, refused
+
         assert self.submission is not None
         pending = self.request_name
         self._making = asyncio.ensure_future(find_or_submit(self.kind, self.submission))
@@ -327,6 +335,9 @@ class CapacityRequestTrigger(BaseTrigger):
     async def _look(self, sub: Subscription, seen: _Seen) -> RequestStatus | None:
         """Take the request's next status (or wake for a limit) and log it: the status to report
         when the wait ends, else ``None``."""
+        from airflow_provider_dws.errors import RequestNotFoundError
+        from airflow_provider_dws.triggers.outcomes import gone
+
         try:
             fresh = await sub.next(
                 self.limits.wake_in(seen.status, seen.logged_at, datetime.now(timezone.utc))
@@ -362,6 +373,8 @@ class CapacityRequestTrigger(BaseTrigger):
 
     async def _timed_out(self, status: RequestStatus | None, now: datetime) -> RequestStatus | None:
         """The status to report when the task's ``execution_timeout`` has ended the wait."""
+        from airflow_provider_dws.triggers.outcomes import unknown
+
         if not self.limits.timed_out(status, now):
             return None
         return await self.held().time_out(status or unknown(self.request_name), self.task_deadline)
@@ -374,6 +387,8 @@ class CapacityRequestTrigger(BaseTrigger):
     def _describe(self, status: RequestStatus) -> str:
         """The status line (:func:`.status_line.status_line`): state, wait, max wait, when this wait
         gives up, then the request's name."""
+        from airflow_provider_dws.triggers.status_line import status_line
+
         return status_line(
             status,
             self.request_name,
@@ -383,6 +398,8 @@ class CapacityRequestTrigger(BaseTrigger):
         )
 
     async def _log_status(self, status: RequestStatus, seen: _Seen, now: datetime, *, wait: bool) -> None:
+        from airflow_provider_dws.triggers.log_lines import log_info
+
         await log_info(self.log, "%s", self._describe(status), wait=wait)
         seen.state, seen.logged_at = (status.phase, status.state), now
 
@@ -406,6 +423,8 @@ class CapacityRequestTrigger(BaseTrigger):
     async def on_kill(self) -> None:
         """A user killed the task: cancel the request so it stops waiting (and billing), unless the
         task is still deferred (the trigger moved); see :mod:`.on_kill`."""
+        from airflow_provider_dws.triggers.on_kill import cancel_for_kill, shielded
+
         ti = getattr(self, "task_instance", None)
         making = self._making
         if making is not None and is_pending(self.request_name):
@@ -418,6 +437,8 @@ class CapacityRequestTrigger(BaseTrigger):
         await shielded(cancel_for_kill(self.held(), ti), self.log, self.request_name)
 
     async def _cancel_made(self, making: asyncio.Future[Any], ti: Any) -> None:
+        from airflow_provider_dws.triggers.on_kill import cancel_for_kill
+
         try:
             made = await making
         except Exception:
@@ -429,6 +450,8 @@ class CapacityRequestTrigger(BaseTrigger):
 
 async def first_event(trigger: BaseTrigger) -> dict[str, Any]:
     """Run a trigger to its first event (used by ``deferrable=False``: same code, in the worker)."""
+    from airflow_provider_dws.triggers.log_lines import LINES
+
     events = trigger.run()
     try:
         async for event in events:

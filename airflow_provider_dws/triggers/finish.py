@@ -26,14 +26,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dws.backends.base import RESULT, RESUME, RequestStatus
+from airflow_provider_dws.backends.base import FINISH, RESULT, RESUME, RequestStatus
 
 if TYPE_CHECKING:
     from airflow_provider_dws.records import RequestRecord
-
-#: Key of the ``resume`` state: ``{"push_return": bool, "result_keys": [...]}`` when the trigger may
-#: end a successful task itself (absent: the task resumes in a worker).
-FINISH = "finish"
 
 
 @dataclass(frozen=True)

@@ -369,8 +369,6 @@ def test_the_resumed_task_takes_the_result_from_the_event(monkeypatch: pytest.Mo
 def test_the_event_says_whether_the_trigger_told_the_task_its_request(
     backends: dict[str, FakeBackend], monkeypatch: pytest.MonkeyPatch, told: bool
 ) -> None:
-    from airflow_provider_dws.triggers import capacity_request
-
     backends["us-central1"] = FakeBackend(SPEC, [], status(7, Phase.WAITING))
     seen: list[str] = []
 
@@ -380,7 +378,7 @@ def test_the_event_says_whether_the_trigger_told_the_task_its_request(
         seen.append(made.name)
         return told
 
-    monkeypatch.setattr(capacity_request, "announced", fake_announced)
+    monkeypatch.setattr(submit, "announced", fake_announced)
     t = trigger()
     t.task_instance = TI()  # type: ignore[assignment]
     [event] = events(t)

@@ -27,6 +27,11 @@ HEAVY = (
     "kubernetes",
     "googleapiclient",
 )
+#: What only the triggerer runs of a wait: a deferral builds the trigger to serialize it, no more.
+TRIGGERER_ONLY = tuple(
+    f"airflow_provider_dws.triggers.{m}"
+    for m in ("poller", "give_up", "on_kill", "finish", "log_lines", "outcomes")
+)
 
 #: Per family: the operator's import, how to make the task, the name and state of its request
 #: when the trigger reports success.
@@ -207,3 +212,6 @@ def test_a_task_imports_no_client_library(family: str, step: str, probe: Probe, 
     # ...and brought in no client library.
     heavy = _heavy(found[step])
     assert heavy == [], f"the {step} imported {len(heavy)} client library modules: {heavy[:5]}..."
+    if step == "deferral":
+        loaded = [m for m in found[step] if m.startswith(TRIGGERER_ONLY)]
+        assert loaded == [], f"the deferral imported what only the triggerer runs: {loaded}"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterable, Callable, Collection, Container, Iterable, Iterator
+import logging
+from collections.abc import AsyncIterable, Callable, Collection, Container, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -15,6 +16,8 @@ from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, 
 
 if TYPE_CHECKING:
     from airflow_provider_dws.records import RequestRecord
+
+log = logging.getLogger(__name__)
 
 #: Longest failure message an event carries; the API's messages are a sentence or two, and the
 #: whole one stays readable with the request itself.
@@ -369,3 +372,17 @@ class BackendCache:
         except KeyError:
             backend = self._backends[key] = cls(*args, **kwargs)
         return backend
+
+
+def clear_ended(found: Sequence[RequestStatus], delete: Callable[[str], Any]) -> None:
+    """``delete`` each request of ``found`` (a lookup's) that ended without success: it holds
+    nothing, but the API keeps it listed until it is deleted (Cloud TPU, Compute Engine resize
+    requests). A delete that fails is logged, not raised: the release deletes it later."""
+    for status in found:
+        if not status.phase.terminal or status.phase is Phase.SUCCEEDED:
+            continue
+        log.warning("An earlier request %s ended %s; deleting it", status.name, status.state)
+        try:
+            delete(status.name)
+        except Exception as err:
+            log.warning("Could not delete %s (%s); it holds nothing", status.name, err)

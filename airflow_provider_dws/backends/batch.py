@@ -21,7 +21,7 @@ from airflow_provider_dws.backends.base import (
     find_listed,
 )
 from airflow_provider_dws.backends.google import GoogleBackend, translated
-from airflow_provider_dws.errors import ConflictError, RequestAlreadyExistsError, RequestNotFoundError
+from airflow_provider_dws.errors import ConflictError, RequestNotFoundError
 from airflow_provider_dws.hooks.batch import DwsBatchAsyncHook, DwsBatchHook
 from airflow_provider_dws.scheduling.identity import (
     LABEL_ATTEMPT,
@@ -312,13 +312,7 @@ class BatchJobBackend(GoogleBackend[DwsBatchHook, DwsBatchAsyncHook]):
             job = self._client().create_job(request=create_request, timeout=self.rpc_timeout)
             return job_status(job)
 
-        try:
-            return self._create(f"create {name}", create, lambda: self.get_status(name))
-        except RequestAlreadyExistsError:
-            existing = self.get_status(name)
-            if existing is None:
-                raise
-            return existing, False
+        return self._create_named(name, create)
 
     def submit_spec(self, spec: dict[str, Any], identity: RequestIdentity) -> tuple[RequestStatus, bool]:
         """:meth:`submit` for a JSON request spec (what a trigger is handed), under the job id of

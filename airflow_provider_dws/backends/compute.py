@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from airflow_provider_dws.backends.base import RESULT, RequestStatus, classify_listed
+from airflow_provider_dws.backends.base import RESULT, RequestStatus, classify_listed, clear_ended
 from airflow_provider_dws.backends.compute_base import (
     OPERATION_TIMEOUT,
     ComputeBackend,
@@ -341,14 +341,7 @@ class ComputeResizeRequestBackend(ComputeBackend):
     def delete_ended(self, found: Sequence[RequestStatus]) -> None:
         """Delete the requests of ``found`` (a lookup's) that ended without VMs (FAILED, CANCELLED):
         they hold nothing, but stay listed until deleted. A delete that fails is logged."""
-        for status in found:
-            if not status.phase.terminal:
-                continue
-            log.warning("An earlier request %s ended %s; deleting it", status.name, status.state)
-            try:
-                self.delete(status.name)
-            except Exception as err:
-                log.warning("Could not delete %s (%s); it holds nothing", status.name, err)
+        clear_ended(found, self.delete)
 
     def result_line(self, status: RequestStatus) -> str | None:
         """What a trigger that ends the task logs of its result (its VMs and IPs)."""

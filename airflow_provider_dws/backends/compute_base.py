@@ -28,7 +28,6 @@ from airflow_provider_dws.backends.google import GoogleBackend, translated
 from airflow_provider_dws.errors import (
     ConflictError,
     InvalidRequestError,
-    RequestAlreadyExistsError,
     RequestNotFoundError,
 )
 from airflow_provider_dws.hooks.base import DwsAsyncHookBase
@@ -207,13 +206,7 @@ class ComputeBackend(GoogleBackend[DwsComputeHook, _NoAsyncHook]):
             return existing, False
         if before_create is not None:
             before_create()
-        try:
-            return self._create(f"create {name}", create, lambda: self.get_status(name))
-        except RequestAlreadyExistsError:
-            existing = self.get_status(name)
-            if existing is None:
-                raise
-            return existing, False
+        return self._create_named(name, create)
 
     def _token(self, verb: str, name: str) -> str:
         return str(uuid.uuid5(self.call_namespace, f"{verb}:{name}"))

@@ -201,6 +201,18 @@ class GoogleBackend(Generic[SyncHookT, AsyncHookT]):
 
         return self._call(what, attempt)
 
+    def _create_named(self, name: str, create: Callable[[], RequestStatus]) -> tuple[RequestStatus, bool]:
+        """:meth:`_create` of the request ``name``, adopting it where a lost reply made it (read again
+        before a retry) or another caller did (ALREADY_EXISTS): never a second request."""
+        get_status: Callable[[str], RequestStatus | None] = self.get_status  # type: ignore[attr-defined]
+        try:
+            return self._create(f"create {name}", create, lambda: get_status(name))
+        except errors.RequestAlreadyExistsError:
+            existing = get_status(name)
+            if existing is None:
+                raise
+            return existing, False
+
     def _rpc(self, what: str, method: Callable[..., _T], **request: Any) -> _T:
         """One client call with this backend's deadline (``timeout=``), translated and retried."""
         return self._call(what, method, timeout=self.rpc_timeout, **request)

@@ -11,13 +11,13 @@ from collections.abc import Callable, Container, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, cast
 
-from airflow_provider_dws.backends.base import RESULT, RequestStatus, classify_listed
+from airflow_provider_dws.backends.base import RESULT, RequestStatus, classify_listed, clear_ended
 from airflow_provider_dws.backends.google import GoogleBackend, translated
 from airflow_provider_dws.catalog import tpu_chips
-from airflow_provider_dws.errors import ConflictError, RequestAlreadyExistsError, RequestNotFoundError
+from airflow_provider_dws.errors import ConflictError, RequestNotFoundError
 from airflow_provider_dws.hooks.tpu import DwsTpuAsyncHook, DwsTpuHook
 from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_KEY, LABEL_TRY, RequestIdentity
-from airflow_provider_dws.scheduling.phases import TPU_QUEUED_RESOURCE_STATES, Phase, RequestTimings
+from airflow_provider_dws.scheduling.phases import TPU_QUEUED_RESOURCE_STATES, RequestTimings
 
 if TYPE_CHECKING:
     from google.cloud.tpu_v2 import Node, QueuedResource
@@ -295,13 +295,7 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
             )
             return self._created(operation, name)
 
-        try:
-            return self._create(f"create {name}", create, lambda: self.get_status(name))
-        except RequestAlreadyExistsError:
-            existing = self.get_status(name)
-            if existing is None:
-                raise
-            return existing, False
+        return self._create_named(name, create)
 
     def submit_spec(self, spec: dict[str, Any], identity: RequestIdentity) -> tuple[RequestStatus, bool]:
         """:meth:`submit` for a JSON request spec (what a trigger is handed:
@@ -321,14 +315,7 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
         """Delete the queued resources of ``found`` (a lookup's) that ended without success (FAILED,
         SUSPENDED): an ended request holds nothing, but it stays listed until deleted. A delete that
         fails is logged, not raised."""
-        for status in found:
-            if not status.phase.terminal or status.phase is Phase.SUCCEEDED:
-                continue
-            log.warning("An earlier request %s ended %s; deleting it", status.name, status.state)
-            try:
-                self.release(status.name)
-            except Exception as err:
-                log.warning("Could not delete %s (%s); it holds nothing", status.name, err)
+        clear_ended(found, self.release)
 
     def _created(self, operation: Any, name: str) -> RequestStatus:
         self._operation_result(operation, f"create {name}", _DELETE_TIMEOUT_SECONDS)

@@ -145,7 +145,8 @@ def stock_run(
     valid (``ready`` False): ``lead`` is chosen from how long the provider's tasks took.
     """
     run_id = f"stock-{secrets.token_hex(3)}"
-    fire_at = time.time() + lead
+    began = time.time()
+    fire_at = began + lead
     moment = datetime.fromtimestamp(fire_at, timezone.utc).isoformat()
     say(f"triggering {dag_id} run {run_id}: {n} tasks on DateTimeTrigger({moment})")
     d = deferral(dep, dag_id, run_id, n, roots, worker_cpu, max(1.0, lead - 3.0), {"fire_at": moment})
@@ -162,6 +163,9 @@ def stock_run(
         f"{d['deferred']}/{n} stock tasks deferred in {d['seconds']:.0f}s, "
         f"{fire_at - time.time():.0f}s before the moment"
     )
+    # The stalls while the N tasks deferred and their triggers started (the provider's counterpart:
+    # its triggers making the N requests).
+    started = dep.stalls(burst["service_log"], began, time.time()) if burst else None
     time.sleep(max(0.0, fire_at - time.time() - 2.0))
     workers_before = worker_cpu()  # the workers are idle until the moment
     burst = burst or {}
@@ -177,6 +181,7 @@ def stock_run(
         "defer": d,
         "resume": r,
         "fire_at": fire_at,
+        "start_stalls": started,
     }
     if burst:
         result.update(_stock_events(dep, run_id, n, fire_at, burst["service_log"]))

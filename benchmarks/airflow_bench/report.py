@@ -148,6 +148,30 @@ def report(result: dict[str, Any], row: dict[str, Any] | None, source: str) -> s
 STALL_FLOOR = WATCHDOG_THRESHOLD - WATCHDOG_SLEEP
 
 
+#: No stall of the submission burst may pass Airflow's own warning.
+STALL_LIMIT = 0.2
+
+
+def submission_report(result: Mapping[str, Any]) -> tuple[str, bool]:
+    """The stalls while the provider's triggers make the N requests against those while N stock
+    tasks defer and their triggers start: PASS at most :data:`BURST_TARGET` x stock and no stall
+    over :data:`STALL_LIMIT`."""
+    ours, stock = result.get("submission_stalls"), (result.get("stock") or {}).get("start_stalls")
+    if ours is None or stock is None:
+        return "", True
+    mine, theirs = max(ours, default=0.0), max(stock, default=0.0)
+    ratio = max(mine, STALL_FLOOR) / max(theirs, STALL_FLOOR)
+    ok = ratio <= BURST_TARGET and mine <= STALL_LIMIT
+    verdict = "PASS" if ok else "FAIL"
+    return (
+        f"{verdict}  longest stall while the {result['tasks']} requests are made: provider "
+        f"{mine * 1000:.0f} ms ({len(ours)} over 50 ms), stock {theirs * 1000:.0f} ms ({len(stock)}) "
+        f"while its tasks defer: {ratio:.2f}x (target <= {BURST_TARGET:g}x, none over "
+        f"{STALL_LIMIT * 1000:.0f} ms)",
+        ok,
+    )
+
+
 def burst_report(result: Mapping[str, Any]) -> tuple[str, bool]:
     """The provider's burst of N events against the stock one: stalls, ratios and PASS/FAIL."""
     ours, stock = result["latency"], result.get("stock")

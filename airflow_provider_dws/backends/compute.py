@@ -3,10 +3,9 @@
 :func:`request_vms`, :func:`vms_result` and :func:`succeeded_line` are the VMs a SUCCEEDED request
 created, what its task returns of them and the line it logs: the worker's result and that of a
 trigger that ends the task itself are the same. The calls every Compute Engine backend makes the
-same way, and the process's one thread pool for
-them, are :mod:`.compute_base`'s. The shared poller lists the
-resize requests of each managed instance group (MIG) once per interval, one list serving every
-waiting request of that MIG (:meth:`ComputeResizeRequestBackend.poll_group`).
+same way, and the process's one thread pool for them, are :mod:`.compute_base`'s. The shared
+poller lists the resize requests of each managed instance group (MIG) once per interval, one list
+serving every waiting request of that MIG (:meth:`ComputeResizeRequestBackend.poll_group`).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import uuid
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_provider_dws.backends.base import RESULT, RequestStatus, classify_listed, clear_ended
 from airflow_provider_dws.backends.compute_base import (
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
     from google.cloud.compute_v1 import InstanceGroupManagerResizeRequest
 
 log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 
 #: Resize requests per list page.
 LIST_PAGE_SIZE = 250

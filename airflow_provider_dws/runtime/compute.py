@@ -118,8 +118,25 @@ class ComputeFlexStartAdapter(
     def build(
         self, identity: RequestIdentity, max_wait: timedelta | None = None
     ) -> InstanceGroupManagerResizeRequest:
-        """The resize request of this attempt (:meth:`request_spec`'s) as the client's message."""
-        return resize_request_from_spec(self.request_spec(identity, None, max_wait)["resize_request"])
+        """The resize request of this attempt (:meth:`resize_request_json`) as the client's message."""
+        return resize_request_from_spec(self.resize_request_json(identity, max_wait))
+
+    def resize_request_json(
+        self, identity: RequestIdentity, max_wait: timedelta | None = None
+    ) -> dict[str, Any]:
+        """The resize request of this attempt as JSON: its name from the identity, ``resize_by``, the
+        run duration, and the max wait the provider enforces in its description (it has no labels)."""
+        wait = max_wait or self.op.max_wait
+        run = self.op.max_run
+        return {
+            "name": identity.resize_request_name(),
+            "resize_by": self.op.resize_by,
+            "requested_run_duration": {"seconds": int(run.total_seconds())} if run else None,
+            "description": (
+                f"airflow-provider-dws {identity.dag_id}.{identity.task_id} try {identity.try_number} "
+                f"attempt {identity.attempt}; max_wait={round(wait.total_seconds())}s"
+            ),
+        }
 
     def template_for(self, name: str, placement: Placement) -> Any:
         """The instance template the operator makes for a placement's MIG (flex-start VMs)."""
@@ -185,25 +202,14 @@ class ComputeFlexStartAdapter(
         self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
     ) -> dict[str, Any]:
         """The MIG to grow, the VMs of the template made for it, and the resize request of this
-        attempt (its name from the identity, ``resize_by``, the run duration, and the max wait the
-        provider enforces in its description: it has no labels), as JSON."""
+        attempt (:meth:`resize_request_json`), as JSON."""
         from dataclasses import asdict
 
-        wait = max_wait or self.op.max_wait
-        run = self.op.max_run
         vms = None if self.op.instance_group_manager else asdict(self.spec_for(placement))
         return {
             "instance_group_manager": self.mig_for(identity, placement),
             "vms": {k: dict(v) if isinstance(v, Mapping) else v for k, v in vms.items()} if vms else None,
-            "resize_request": {
-                "name": identity.resize_request_name(),
-                "resize_by": self.op.resize_by,
-                "requested_run_duration": {"seconds": int(run.total_seconds())} if run else None,
-                "description": (
-                    f"airflow-provider-dws {identity.dag_id}.{identity.task_id} try {identity.try_number} "
-                    f"attempt {identity.attempt}; max_wait={round(wait.total_seconds())}s"
-                ),
-            },
+            "resize_request": self.resize_request_json(identity, max_wait),
         }
 
     def lookup(self, identity: RequestIdentity, first: Placement) -> list[dict[str, Any]]:

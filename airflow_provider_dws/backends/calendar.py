@@ -16,30 +16,60 @@ polled on the same clients.
 from __future__ import annotations
 
 import logging
-import re
 import uuid
-from collections.abc import Container, Iterable
-from dataclasses import dataclass
+from collections.abc import Container, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dws.backends.base import RequestStatus, classify_listed
+from airflow_provider_dws.backends.base import RESULT, RequestStatus, classify_listed, clear_ended
+from airflow_provider_dws.backends.calendar_block import (
+    DELIVERED,
+    FutureReservationName,
+    adopted_warning,
+    ask_from_spec,
+    block_description,
+    block_differences,
+    block_result,
+    block_window,
+    build_future_reservation,
+    delivered_line,
+    describe_block,
+    parse_future_reservation_name,
+    parse_reservation_name,
+    procurement_message,
+    reserved_count,
+)
 from airflow_provider_dws.backends.compute_base import ComputeBackend, _each, _when, in_pool
 from airflow_provider_dws.errors import (
     ConflictError,
     InvalidRequestError,
     RequestNotFoundError,
 )
-from airflow_provider_dws.facts import CALENDAR_TPU_ROWS
 from airflow_provider_dws.scheduling.identity import RequestIdentity, is_attempt_of, parse_attempt_name
-from airflow_provider_dws.scheduling.phases import FUTURE_RESERVATION_STATES, RequestTimings
+from airflow_provider_dws.scheduling.phases import (
+    FUTURE_RESERVATION_STATES,
+    FailureKind,
+    Phase,
+    RequestTimings,
+)
+from airflow_provider_dws.specs.calendar_block import block_start_error
 
 if TYPE_CHECKING:
     from google.cloud.compute_v1 import CalendarModeAdviceRequest, FutureReservation
 
-    from airflow_provider_dws.catalog import CalendarShape
-
 log = logging.getLogger(__name__)
+
+
+class BlockStartError(ValueError):
+    """A new block's start has passed, or lies beyond the horizon, when its trigger would book it:
+    nothing is booked. ``missed``: a start the Find task chose, now passed (capacity not obtained,
+    retryable); otherwise the request is bad as it is."""
+
+    def __init__(self, message: str, *, missed: bool) -> None:
+        super().__init__(message)
+        self.failure = FailureKind.CAPACITY_NOT_OBTAINED if missed else FailureKind.BAD_REQUEST
+
 
 #: Future reservations per list page.
 LIST_PAGE_SIZE = 250
@@ -51,114 +81,8 @@ UNDELIVERED = tuple(
 )
 #: Not approved yet: nothing is booked for it; the only states a max wait gives up.
 AWAITING_APPROVAL = ("DRAFTING", "PENDING_APPROVAL")
-#: Delivered, wholly or in part: reservations exist; a release deletes them and the request.
-DELIVERED = ("FULFILLED", "FAILED_PARTIALLY_FULFILLED")
 #: Namespace of the cancel and delete calls' request ids (one per resource and verb).
 _CALL_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "airflow-provider-dws/calendar")
-_FR_RE = re.compile(r"^projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/futureReservations/(?P<name>[^/]+)$")
-_RES_RE = re.compile(r"^projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/reservations/(?P<name>[^/]+)$")
-_VERSION_OF_FAMILY = {row[0]: version for version, row in CALENDAR_TPU_ROWS.items()}
-
-
-class FutureReservationName(NamedTuple):
-    """The parts of ``projects/P/zones/Z/futureReservations/N``."""
-
-    project: str
-    zone: str
-    future_reservation: str
-
-    @property
-    def path(self) -> str:
-        """The full name."""
-        return f"projects/{self.project}/zones/{self.zone}/futureReservations/{self.future_reservation}"
-
-
-def parse_future_reservation_name(name: str) -> FutureReservationName:
-    """Split a future reservation's full name (the provider's, or its ``selfLink``) into its parts."""
-    match = _FR_RE.fullmatch(name.split("/compute/v1/", 1)[-1])
-    if match is None:
-        raise ValueError(f"not a Compute Engine future reservation name: {name!r}")
-    return FutureReservationName(*match.groups())
-
-
-def parse_reservation_name(name: str) -> tuple[str, str, str]:
-    """(project, zone, reservation) of a reservation's full name or URL (``status.auto_created_reservations``)."""
-    match = _RES_RE.fullmatch(name.split("/compute/v1/", 1)[-1])
-    if match is None:
-        raise ValueError(f"not a Compute Engine reservation name: {name!r}")
-    return match["project"], match["zone"], match["name"]
-
-
-def rfc3339(when: datetime) -> str:
-    """``2026-12-01T10:00:00Z``: a time as the API takes it (UTC, whole seconds)."""
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def block_window(fr: FutureReservation) -> tuple[datetime | None, datetime | None]:
-    """The block's start and end (an end given as a duration is added to the start)."""
-    window = fr.time_window
-    start = _when(window.start_time)
-    end = _when(window.end_time)
-    if end is None and start is not None and "duration" in window:
-        end = start + timedelta(seconds=window.duration.seconds)
-    return start, end
-
-
-def reserved_count(fr: FutureReservation) -> int:
-    """VMs (GPU or H4D blocks) or TPU chips the request asks for."""
-    if "aggregate_reservation" in fr:
-        return sum(int(r.accelerator.accelerator_count) for r in fr.aggregate_reservation.reserved_resources)
-    return int(fr.specific_sku_properties.total_count)
-
-
-def block_shape(fr: FutureReservation) -> CalendarShape | None:
-    """What a future reservation reserves, as the catalog describes it (``None``: not a calendar shape)."""
-    from airflow_provider_dws.catalog import calendar_shape
-
-    try:
-        if "aggregate_reservation" in fr:
-            version = _VERSION_OF_FAMILY.get(fr.aggregate_reservation.vm_family)
-            workload = fr.aggregate_reservation.workload_type or "BATCH"
-            return calendar_shape(None, None, version, reserved_count(fr), workload)
-        machine = fr.specific_sku_properties.instance_properties.machine_type.rsplit("/", 1)[-1]
-        return calendar_shape(machine, reserved_count(fr))
-    except ValueError:
-        return None
-
-
-def describe_block(fr: FutureReservation) -> str:
-    """``8 x a3-highgpu-8g from 2026-12-01 10:00 UTC for 7 days`` (or ``32 TPU v6e chips ...``)."""
-    start, end = block_window(fr)
-    if "aggregate_reservation" in fr:
-        version = _VERSION_OF_FAMILY.get(
-            fr.aggregate_reservation.vm_family, fr.aggregate_reservation.vm_family
-        )
-        what = f"{reserved_count(fr)} TPU {version} chips"
-    else:
-        machine = fr.specific_sku_properties.instance_properties.machine_type.rsplit("/", 1)[-1]
-        what = f"{reserved_count(fr)} x {machine}"
-    if start is None:
-        return what
-    length = f" for {describe_length(end - start)}" if end is not None else ""
-    return f"{what} from {start:%Y-%m-%d %H:%M} UTC{length}"
-
-
-def describe_length(delta: timedelta) -> str:
-    """``7 days`` for whole days, else as ``timedelta`` prints (``1 day, 6:00:00``)."""
-    if delta.seconds == 0 and delta.microseconds == 0 and delta.days > 0:
-        return f"{delta.days} day{'s' if delta.days != 1 else ''}"
-    return str(delta)
-
-
-def procurement_message(fr: FutureReservation) -> str:
-    """What the request says of how procurement went (delivered counts), for the user."""
-    state = fr.status.procurement_status
-    if state == "FAILED_PARTIALLY_FULFILLED":
-        return f"{int(fr.status.fulfilled_count)} of {reserved_count(fr)} reserved slots were delivered"
-    if state == "FULFILLED":
-        reservations = [r.rsplit("/", 1)[-1] for r in fr.status.auto_created_reservations]
-        return f"delivered as {', '.join(reservations)}" if reservations else "delivered"
-    return ""
 
 
 def future_reservation_status(
@@ -198,70 +122,6 @@ def future_reservation_status(
             "lock_time": fr.status.lock_time or None,
             "attempt": parsed[2] if parsed else 1,
         },
-    )
-
-
-# -- what a block asks for -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BlockAsk:
-    """A calendar block: its shape, zone, start and length (and, for TPUs, its workload type)."""
-
-    shape: CalendarShape
-    zone: str
-    start: datetime
-    duration: timedelta
-    workload_type: str = "BATCH"
-
-    @property
-    def end(self) -> datetime:
-        """When the block (and everything running on it) ends."""
-        return self.start + self.duration
-
-
-def build_future_reservation(project: str, name: str, ask: BlockAsk, description: str) -> FutureReservation:
-    """The future reservation of ``ask``, in CALENDAR mode and submitted for approval: GPU and H4D VMs by
-    ``specific_sku_properties``, TPUs by ``aggregate_reservation``; a dense deployment, consumed only
-    by VMs that name it, its reservation (named ``name`` too) deleted at the end."""
-    from google.cloud import compute_v1
-
-    fields: dict[str, Any] = {}
-    shape = ask.shape
-    if shape.tpu_version is not None:
-        family, accelerator = CALENDAR_TPU_ROWS[shape.tpu_version][:2]
-        fields["aggregate_reservation"] = compute_v1.AllocationAggregateReservation(
-            vm_family=family,
-            workload_type=ask.workload_type,
-            reserved_resources=[
-                compute_v1.AllocationAggregateReservationReservedResourceInfo(
-                    accelerator=compute_v1.AllocationAggregateReservationReservedResourceInfoAccelerator(
-                        accelerator_count=shape.chip_count,
-                        accelerator_type=f"projects/{project}/zones/{ask.zone}/acceleratorTypes/{accelerator}",
-                    )
-                )
-            ],
-        )
-    else:
-        fields["specific_sku_properties"] = compute_v1.FutureReservationSpecificSKUProperties(
-            instance_properties=compute_v1.AllocationSpecificSKUAllocationReservedInstanceProperties(
-                machine_type=shape.machine_type
-            ),
-            total_count=shape.vm_count,
-        )
-    return compute_v1.FutureReservation(
-        name=name,
-        description=description,
-        reservation_mode="CALENDAR",
-        planning_status="SUBMITTED",
-        deployment_type="DENSE",
-        specific_reservation_required=True,
-        auto_delete_auto_created_reservations=True,
-        reservation_name=name,
-        time_window=compute_v1.FutureReservationTimeWindow(
-            start_time=rfc3339(ask.start), end_time=rfc3339(ask.end)
-        ),
-        **fields,
     )
 
 
@@ -437,6 +297,73 @@ class FutureReservationBackend(ComputeBackend):
         )
         client = self.hook.get_advice_client()
         return self._rpc(f"calendar-mode advice in {region}", client.calendar_mode, request=message)
+
+    # -- a block its trigger books (``CalendarReserveAdapter.request_spec``) --------------------------
+
+    def submit_spec(self, spec: Mapping[str, Any], identity: RequestIdentity) -> tuple[RequestStatus, bool]:
+        """:meth:`submit` of a block given as JSON, named and described from ``identity`` as the
+        worker books it; a new one only if its start still lies ahead within the horizon (one a lost
+        reply made is adopted whatever its start)."""
+        ask = ask_from_spec(spec["ask"])
+        fr = build_future_reservation(
+            self.project_id, identity.queued_resource_id(), ask, block_description(identity, ask)
+        )
+
+        def check_start() -> None:
+            error = block_start_error(
+                ask.start, datetime.now(timezone.utc), timedelta(seconds=float(spec["horizon_seconds"]))
+            )
+            if error:
+                # A start the Find task chose is missed, not wrong: retryable, and found again then.
+                raise BlockStartError(error, missed=bool(spec.get("start_from_find")))
+
+        return self.submit(fr, identity, identity.request_uuid(), before_create=check_start)
+
+    def adopt_warning(self, status: RequestStatus, spec: Mapping[str, Any]) -> str | None:
+        """Why adopting ``status``, a block an earlier try booked, is worth a warning: it differs
+        from the block ``spec`` asks (its Find task chose again, or its parameters changed)."""
+        fr = self.get(status.name)
+        return (
+            None
+            if fr is None
+            else adopted_warning(status.name, block_differences(fr, ask_from_spec(spec["ask"])))
+        )
+
+    def delete_ended(self, found: Sequence[RequestStatus]) -> None:
+        """Delete the blocks of ``found`` (a lookup's) that ended undelivered (declined, failed,
+        cancelled); one delivered (in part, or whose block is over) is left to the release task: its
+        reservations may still run workloads."""
+        for status in found:
+            if status.phase.terminal and status.state in DELIVERED:
+                log.info(
+                    "An earlier request %s ended %s; it was delivered, so the release task deletes it",
+                    status.name,
+                    status.state,
+                )
+        clear_ended([s for s in found if s.state not in DELIVERED], self.discard)
+
+    async def aended(self, status: RequestStatus) -> RequestStatus:
+        """An approved or delivered block with what its task returns (:data:`RESULT`, read in the
+        pool), so the task needs neither the client library nor another call."""
+        if status.phase not in (Phase.PROVISIONING, Phase.RUNNING) or RESULT in status.details:
+            return status
+        try:
+            fr = await in_pool(self.get, status.name)
+        except Exception as err:  # the task reads it itself then: never lose the event over it
+            log.warning("Could not read %s for its task (%s)", status.name, err)
+            return status
+        if fr is None:
+            return status
+        return replace(status, details={**status.details, RESULT: block_result(fr, status.name)})
+
+    def result_line(self, status: RequestStatus) -> str | None:
+        """What a trigger that ends the task logs of its block."""
+        result = status.details.get(RESULT)
+        if not isinstance(result, dict):
+            return None
+        if status.phase is Phase.RUNNING:
+            return delivered_line(result)
+        return f"{status.name} is approved [{status.state}]: {status.description}"
 
     # -- async (triggerer), in the shared pool -----------------------------------------------------
 

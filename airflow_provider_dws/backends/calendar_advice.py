@@ -9,7 +9,7 @@ from collections.abc import Container, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from airflow_provider_dws.backends.calendar import rfc3339
+from airflow_provider_dws.backends.calendar_block import rfc3339
 from airflow_provider_dws.backends.compute_base import _when
 from airflow_provider_dws.facts import CALENDAR_TPU_ROWS
 

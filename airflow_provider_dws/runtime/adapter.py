@@ -99,7 +99,7 @@ class RequestAdapter(Generic[_Op, _Backend]):
         :attr:`submits_in_trigger`); built without the client library."""
         raise NotImplementedError
 
-    def lookup(self, identity: RequestIdentity, first: Placement) -> list[dict[str, Any]]:
+    def lookup(self, context: Context, identity: RequestIdentity, first: Placement) -> list[dict[str, Any]]:
         """Where the trigger that makes the request looks this task instance's requests up: one
         entry per location it may use (its backend's spec and the placement), ``first``'s first,
         where a new request is made."""

@@ -7,17 +7,21 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dws.backends.calendar import (
-    AWAITING_APPROVAL,
+from airflow_provider_dws.backends.base import RESULT
+from airflow_provider_dws.backends.calendar import AWAITING_APPROVAL, UNDELIVERED, FutureReservationBackend
+from airflow_provider_dws.backends.calendar_block import (
     DELIVERED,
-    UNDELIVERED,
     BlockAsk,
-    FutureReservationBackend,
+    adopted_warning,
+    ask_to_spec,
+    block_description,
+    block_differences,
+    block_result,
     block_shape,
     block_window,
     build_future_reservation,
+    delivered_line,
     parse_future_reservation_name,
-    parse_reservation_name,
 )
 from airflow_provider_dws.console import future_reservation_console_url, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
@@ -29,7 +33,8 @@ from airflow_provider_dws.runtime.task import pulled, resolve_project
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
 from airflow_provider_dws.specs import roles
-from airflow_provider_dws.specs.calendar_block import parse_moment, shape_fields, shape_of
+from airflow_provider_dws.specs.calendar_block import parse_moment, shape_of
+from airflow_provider_dws.triggers.submit import is_pending
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -69,6 +74,7 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
     cancels at ``max_wait`` with no grace, and an attempt that ends without its block leaves nothing."""
 
     name_key = NAME_KEY
+    submits_in_trigger = True
 
     target = "provisioning"
     wait_grace = timedelta(0)
@@ -99,13 +105,50 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
     def build(self, identity: RequestIdentity) -> FutureReservation:
         """This attempt's future reservation (its name and its reservation's from the identity)."""
         ask = self.ask()
-        description = (
-            f"airflow-provider-dws {identity.dag_id}.{identity.task_id} try {identity.try_number} "
-            f"attempt {identity.attempt}: {ask.shape.describe()}"
-        )
         return build_future_reservation(
-            resolve_project(self.op), identity.queued_resource_id(), ask, description
+            resolve_project(self.op), identity.queued_resource_id(), ask, block_description(identity, ask)
         )
+
+    # -- booked by the trigger (a deferrable task whose block still lies ahead) -----------------------
+
+    def makes_in_trigger(self) -> bool:
+        """A deferrable task's trigger books its block, unless the block's start has passed: then the
+        worker looks it up and, for a Find task's choice, finds a block again first
+        (:func:`~.calendar_find.find_again_if_started`), which asks the advice."""
+        return self.submits_in_trigger and self.ask().start > utcnow()
+
+    def request_spec(
+        self, identity: RequestIdentity, placement: Placement | None = None, max_wait: timedelta | None = None
+    ) -> dict[str, Any]:
+        """The block as JSON (the trigger builds the future reservation, named from the identity),
+        with what its check before a create needs (the horizon, whether the Find task chose it)."""
+        from airflow_provider_dws.runtime.calendar_find import starts_from_find
+        from airflow_provider_dws.specs.calendar_block import horizon
+
+        return {
+            "ask": ask_to_spec(self.ask()),
+            "horizon_seconds": horizon(self.op).total_seconds(),
+            "start_from_find": starts_from_find(self.op),
+        }
+
+    def lookup(self, context: Context, identity: RequestIdentity, first: Placement) -> list[dict[str, Any]]:
+        """The block's zone, then every zone its Find task considered (as :meth:`find` looks)."""
+        from airflow_provider_dws.runtime.calendar_release import zones_of
+        from airflow_provider_dws.scheduling.policies import Placement
+
+        zones = dict.fromkeys([first.location, *zones_of(self.op, context)])
+        return [
+            {"backend_spec": self.backend(zone).spec(), "placement": Placement(zone).to_dict()}
+            for zone in zones
+        ]
+
+    def announce(self) -> dict[str, Any]:
+        """The block's name and console link, pushed by the trigger that books it."""
+        return {
+            "name_key": self.name_key,
+            "link_key": CalendarBlockLink.key,
+            "link": future_reservation_console_url(resolve_project(self.op), "{location}", "{id}"),
+        }
 
     def find(self, context: Context, identity: RequestIdentity) -> Found | None:
         """The newest live (pending, approved or delivered) block of any try and attempt of this task
@@ -138,29 +181,19 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
         """Log how an adopted block differs from what this try asks (its Find task chose again, or
         its parameters changed): it is adopted as booked, never booked twice."""
         fr = self.backend(self.location_of(status.name)).get(status.name)
-        differences = [] if fr is None else block_differences(fr, self.ask())
-        if differences:
-            self.log.warning(
-                "Adopting %s as an earlier try booked it, which differs from what this try asks: %s. "
-                "A block is never booked twice; release it and run again to book another",
-                status.name,
-                "; ".join(differences),
-            )
+        warning = None if fr is None else adopted_warning(status.name, block_differences(fr, self.ask()))
+        if warning:
+            self.log.warning("%s", warning)
 
     def delete_ended(self) -> None:
-        """Delete the ended requests (declined, failed, cancelled) the last :meth:`find` saw. One that
-        was delivered (in part, or whose block is over) is left to the release task: its reservations
-        may still run workloads."""
+        """Delete the ended requests (declined, failed, cancelled) the last :meth:`find` saw, as the
+        trigger's lookup does (``FutureReservationBackend.delete_ended``: a delivered one is the
+        release task's)."""
+        by_zone: dict[str, list[RequestStatus]] = {}
         for status in self._ended:
-            if status.state in DELIVERED:
-                self.log.info(
-                    "An earlier request %s ended %s; it was delivered, so the release task deletes it",
-                    status.name,
-                    status.state,
-                )
-                continue
-            self.log.warning("An earlier request %s ended %s; deleting it", status.name, status.state)
-            self.backend(self.location_of(status.name)).discard(status.name)
+            by_zone.setdefault(self.location_of(status.name), []).append(status)
+        for zone, found in by_zone.items():
+            self.backend(zone).delete_ended(found)
         self._ended = []
 
     def persist_link(self, context: Context, status: RequestStatus) -> str:
@@ -280,49 +313,36 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
     def result(self, context: Context, status: RequestStatus) -> dict[str, Any]:
         """The block: the future reservation's full name, zone, start, end and what it reserves; once
         delivered (``wait_for_delivery``) its reservations too, with the asset event, as a wait's."""
-        fr = self.backend(self.location_of(status.name)).get(status.name)
-        if fr is None:
-            raise RequestCancelledError(f"{status.name} disappeared right after it was {status.state}")
+        result = status.details.get(RESULT)  # read by the trigger: no client library here
+        if not isinstance(result, dict):
+            fr = self.backend(self.location_of(status.name)).get(status.name)
+            if fr is None:
+                raise RequestCancelledError(f"{status.name} disappeared right after it was {status.state}")
+            result = block_result(fr, status.name, self.op.workload_type)
         if status.phase is Phase.RUNNING:
-            return delivered(self, context, fr, status.name)
-        return block_result(fr, status.name, self.op.workload_type)
+            return delivered(self, context, result)
+        return result
 
     def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
         """The block's accelerators (GPUs over every VM, or TPU chips), machine type, console page, end."""
-        return block_facts(shape_of(self.op), status.name, status.details.get("end_time"))
+        return block_facts(shape_of(self.op), status.name, status.details.get("end_time") or self.ask().end)
 
     def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
         """The classified exception for a block that was not obtained."""
         return block_error(status, max_wait)
 
 
-def block_differences(fr: FutureReservation, ask: BlockAsk) -> list[str]:
-    """How a booked block differs from ``ask`` (zone, window, shape), in words; empty when it does not."""
-    where = parse_future_reservation_name(fr.self_link) if fr.self_link else None
-    start, end = block_window(fr)
-    shape = block_shape(fr)
-    out = []
-    if where is not None and where.zone != ask.zone:
-        out.append(f"zone {where.zone}, not {ask.zone}")
-    if (start, end) != (ask.start, ask.end):
-        out.append(
-            f"from {start.isoformat() if start else '?'} to {end.isoformat() if end else '?'}, "
-            f"not {ask.start.isoformat()} to {ask.end.isoformat()}"
-        )
-    if shape is None or (shape.accelerator_type, shape.accelerator_count, shape.vm_count) != (
-        ask.shape.accelerator_type,
-        ask.shape.accelerator_count,
-        ask.shape.vm_count,
-    ):
-        out.append(f"{shape.describe() if shape else 'another shape'}, not {ask.shape.describe()}")
-    return out
-
-
 def block_facts(shape: CalendarShape | None, name: str, end: Any = None) -> dict[str, Any]:
     """The request record's facts of a calendar block; ``end`` (a datetime or ISO text), when known,
     is when the block stops being held whatever its tasks do."""
-    where = parse_future_reservation_name(name)
     until = end.isoformat() if isinstance(end, datetime) else end if isinstance(end, str) else None
+    # Not named yet while its trigger books it (``submitting/...``): no page to link to.
+    where = None if is_pending(name) else parse_future_reservation_name(name)
+    url = (
+        None
+        if where is None
+        else future_reservation_console_url(where.project, where.zone, where.future_reservation)
+    )
     return {
         "held_until": until,
         "api": FutureReservationBackend.kind,
@@ -331,57 +351,17 @@ def block_facts(shape: CalendarShape | None, name: str, end: Any = None) -> dict
         "accelerator_count": shape.accelerator_count if shape else 0,
         "machine_type": shape.machine_type if shape else None,
         "pricing_model": "calendar",
-        "console_url": future_reservation_console_url(where.project, where.zone, where.future_reservation),
+        "console_url": url,
     }
-
-
-def block_result(fr: FutureReservation, name: str, workload_type: str = "BATCH") -> dict[str, Any]:
-    """What a reserve (and a wait) returns of a block: once delivered, its reservations as the
-    consumers name them (a TPU block's also as Cloud TPU does: ``tpu_reservation_names``)."""
-    where = parse_future_reservation_name(name)
-    start, end = block_window(fr)
-    shape = block_shape(fr)
-    reservations = [_reservation_path(r) for r in fr.status.auto_created_reservations]
-    if not reservations and fr.reservation_name and fr.status.procurement_status in DELIVERED:
-        reservations = [f"projects/{where.project}/zones/{where.zone}/reservations/{fr.reservation_name}"]
-    result = {
-        "future_reservation": name,
-        "name": where.future_reservation,
-        "project_id": where.project,
-        "zone": where.zone,
-        "start_time": start.isoformat() if start else None,
-        "end_time": end.isoformat() if end else None,
-        "duration_seconds": int((end - start).total_seconds()) if start and end else None,
-        "procurement_status": fr.status.procurement_status,
-        "reservation_name": fr.reservation_name or None,
-        "reservations": reservations,
-        "reservation_names": [r.rsplit("/", 1)[-1] for r in reservations],
-        **(shape_fields(shape, fr.aggregate_reservation.workload_type or workload_type) if shape else {}),
-    }
-    if result.get("tpu_version"):
-        # Cloud TPU names a reservation by location: a queued resource's ``reservation_name``.
-        result["tpu_reservation_names"] = [
-            "projects/{}/locations/{}/reservations/{}".format(*parse_reservation_name(r))
-            for r in reservations
-        ]
-    return result
 
 
 def delivered(
-    adapter: CalendarReserveAdapter | CalendarWaitAdapter, context: Context, fr: FutureReservation, name: str
+    adapter: CalendarReserveAdapter | CalendarWaitAdapter, context: Context, result: dict[str, Any]
 ) -> dict[str, Any]:
-    """A delivered block's result (:func:`block_result`), logged, and the event of the task's asset
-    with the same as extra (a wait's, or a reserve's with ``wait_for_delivery``)."""
-    result = block_result(
-        fr, name, adapter.op.workload_type if isinstance(adapter, CalendarReserveAdapter) else "BATCH"
-    )
-    adapter.log.info(
-        "%s is delivered: reservation(s) %s in %s until %s (everything on them is deleted then)",
-        name,
-        ", ".join(result["reservation_names"]) or "?",
-        result["zone"],
-        result["end_time"],
-    )
+    """A delivered block's result (:func:`~..backends.calendar_block.block_result`), logged, and
+    the event of the task's asset with the same as extra (a wait's, or a reserve's with
+    ``wait_for_delivery``)."""
+    adapter.log.info("%s", delivered_line(result))
     asset = getattr(adapter.op, "asset", None)
     events = context.get("outlet_events")
     if asset is not None and events is not None:
@@ -391,11 +371,6 @@ def delivered(
         events[asset].extra.update(extra)
         adapter.log.info("Asset event for %s: %s", asset.uri, ", ".join(result["reservation_names"]))
     return result
-
-
-def _reservation_path(url: str) -> str:
-    """``projects/P/zones/Z/reservations/R`` of a reservation URL (as the consumers name it)."""
-    return url.split("/compute/v1/", 1)[-1]
 
 
 def block_error(status: RequestStatus, max_wait: timedelta) -> Exception:
@@ -533,7 +508,7 @@ class CalendarWaitAdapter(RequestAdapter["WaitForCalendarBlockOperator", FutureR
         fr = self._block(status.name)
         if fr is None:
             raise RequestCancelledError(f"{status.name} disappeared right after it was delivered")
-        return delivered(self, context, fr, status.name)
+        return delivered(self, context, block_result(fr, status.name))
 
     def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
         """The block's facts, read from the block itself (the wait does not describe it)."""

@@ -9,8 +9,9 @@ import copy
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dws.backends.calendar import FutureReservationBackend, describe_length
+from airflow_provider_dws.backends.calendar import FutureReservationBackend
 from airflow_provider_dws.backends.calendar_advice import advice_request, choose_offer, read_offers
+from airflow_provider_dws.backends.calendar_block import describe_length
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import BadRequestError, CapacityNotObtainedError
 from airflow_provider_dws.runtime.task import pulled, resolve_project

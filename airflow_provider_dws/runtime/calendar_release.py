@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws.backends.calendar import (
     AWAITING_APPROVAL,
-    DELIVERED,
     UNDELIVERED,
     FutureReservationBackend,
+    future_reservation_status,
+)
+from airflow_provider_dws.backends.calendar_block import (
+    DELIVERED,
     block_shape,
     block_window,
-    future_reservation_status,
     parse_future_reservation_name,
 )
 from airflow_provider_dws.console import future_reservation_console_url, push_url

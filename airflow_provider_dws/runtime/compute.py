@@ -212,7 +212,7 @@ class ComputeFlexStartAdapter(
             "resize_request": self.resize_request_json(identity, max_wait),
         }
 
-    def lookup(self, identity: RequestIdentity, first: Placement) -> list[dict[str, Any]]:
+    def lookup(self, context: Context, identity: RequestIdentity, first: Placement) -> list[dict[str, Any]]:
         """Every MIG the task instance may have grown (one per location and machine type), the
         placement's own first: resize requests are listed per MIG."""
         entries: dict[tuple[str, str], dict[str, Any]] = {}

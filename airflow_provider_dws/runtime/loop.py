@@ -333,7 +333,7 @@ class AttemptLoop:
             request=adapter.request_spec(identity, state.placement, max_wait),
             identity=asdict(identity),
             max_wait_seconds=max_wait.total_seconds(),
-            lookup=adapter.lookup(identity, state.placement),
+            lookup=adapter.lookup(context, identity, state.placement),
             avoid=list(self.avoid),
             announce=adapter.announce(),
         )
@@ -466,7 +466,8 @@ class AttemptLoop:
         self.recorder.ended(context, status, state, is_success(adapter, status))
         if is_success(adapter, status):
             return adapter.result(context, status)
-        adapter.release_failed(status, state.placement)
+        if not is_pending(status.name):  # a create the trigger was refused made nothing to release
+            adapter.release_failed(status, state.placement)
         failure = status.outcome.failure
         if failure is FailureKind.TIMED_OUT:
             raise AirflowTaskTimeout(

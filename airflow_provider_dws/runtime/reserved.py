@@ -17,11 +17,10 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws.backends.base import RequestStatus
-from airflow_provider_dws.backends.calendar import (
-    FutureReservationBackend,
+from airflow_provider_dws.backends.calendar import FutureReservationBackend, future_reservation_status
+from airflow_provider_dws.backends.calendar_block import (
     block_shape,
     block_window,
-    future_reservation_status,
     parse_future_reservation_name,
     parse_reservation_name,
 )

@@ -198,13 +198,16 @@ def _moment(value: datetime | timedelta) -> str:
 
 def check_block_start(op: Any, start: datetime, *, now: datetime | None = None) -> None:
     """A block's start must lie ahead, within the horizon."""
-    now = now or datetime.now(timezone.utc)
+    error = block_start_error(start, now or datetime.now(timezone.utc), horizon(op))
+    if error:
+        raise op._param_error(error)
+
+
+def block_start_error(start: datetime, now: datetime, ahead: timedelta) -> str | None:
+    """Why a new block cannot start at ``start`` (``None``: it can): it must lie ahead of ``now``,
+    within ``ahead`` (:func:`horizon`). The worker's check and the trigger's, right before a create."""
     if start <= now:
-        raise op._param_error(
-            f"start_time {start.isoformat()} has passed: a calendar block starts in the future (find a new one)"
-        )
-    ahead = horizon(op)
+        return f"start_time {start.isoformat()} has passed: a calendar block starts in the future (find a new one)"
     if start - now > ahead + timedelta(minutes=1):
-        raise op._param_error(
-            f"start_time {start.isoformat()} is more than {ahead.days} days ahead, beyond what calendar mode books"
-        )
+        return f"start_time {start.isoformat()} is more than {ahead.days} days ahead, beyond what calendar mode books"
+    return None

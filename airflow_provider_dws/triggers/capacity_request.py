@@ -298,6 +298,8 @@ class CapacityRequestTrigger(BaseTrigger):
             return TriggerEvent(event_payload(wait_failed(pending, None, err), self.resume, wait_error=err))
         self._adopt(made)
         await log_info(self.log, "%s", made.line, wait=False)
+        if made.warning:
+            self.log.warning("%s", made.warning)
         status = made.status
         what = {"created": "Submitted", "adopted": "Adopted", "succeeded": "Found succeeded"}[made.how]
         await log_info(self.log, "%s %s (%s)", what, status.name, status.description, wait=False)

@@ -110,13 +110,14 @@ class Submission:
 class Submitted:
     """What :func:`find_or_submit` did: the request's status, ``"created"``, ``"adopted"`` (a live
     one found) or ``"succeeded"`` (a success found), the placement and backend of its location,
-    and the lookup's decision as a log line."""
+    the lookup's decision as a log line, and a warning about what was adopted (or ``None``)."""
 
     status: RequestStatus
     how: str
     placement: dict[str, Any]
     line: str
     backend_spec: dict[str, Any]
+    warning: str | None = None
 
 
 class Pacer:
@@ -170,7 +171,7 @@ def _find_or_submit(backends: list[tuple[Any, dict[str, Any]]], submission: Subm
     from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
 
     identity = submission.task_identity
-    found: dict[str, tuple[RequestStatus, dict[str, Any]]] = {}
+    found: dict[str, tuple[RequestStatus, Any, dict[str, Any]]] = {}
     listed: list[tuple[Any, list[RequestStatus]]] = []
     for backend, where in backends:
         # ``find``: what else the lookup needs (a Compute Engine resize request's MIG).
@@ -178,19 +179,26 @@ def _find_or_submit(backends: list[tuple[Any, dict[str, Any]]], submission: Subm
         listed.append((backend, statuses))
         for status in statuses:
             if status.name not in submission.avoid:
-                found[status.name] = (status, where)
-    decision = choose_existing([Candidate(n, s.phase, s.timings.submitted) for n, (s, _) in found.items()])
+                found[status.name] = (status, backend, where)
+    decision = choose_existing([Candidate(n, s.phase, s.timings.submitted) for n, (s, _, _) in found.items()])
     line = decision.describe(identity.describe())
     for backend, statuses in listed:
         _delete_ended(backend, [s for s in statuses if s.name != decision.name])
+    warning = None
     if decision.name is not None:
-        status, where = found[decision.name]
+        status, backend, where = found[decision.name]
         how = "adopted" if decision.action == "wait" else "succeeded"
+        # How what an earlier try made differs from what this try asks (a calendar block is
+        # adopted as it was booked, never booked twice), where the backend can tell.
+        warn = getattr(backend, "adopt_warning", None)
+        warning = warn(status, submission.request) if warn is not None else None
     else:
-        home, where = backends[0]
-        status, created = home.submit_spec(submission.request, identity)
+        backend, where = backends[0]
+        status, created = backend.submit_spec(submission.request, identity)
         how = "created" if created else "adopted"
-    return Submitted(status, how, dict(where.get("placement") or {}), line, dict(where["backend_spec"]))
+    return Submitted(
+        status, how, dict(where.get("placement") or {}), line, dict(where["backend_spec"]), warning
+    )
 
 
 def _delete_ended(backend: Any, statuses: list[RequestStatus]) -> None:
@@ -210,13 +218,20 @@ def _delete_ended(backend: Any, statuses: list[RequestStatus]) -> None:
 
 
 def refused(name: str, error: BaseException) -> RequestStatus:
-    """The status a refused create reports: nothing was made, the request is bad as it is."""
+    """The status a refused create reports: nothing was made; the request is bad as it is, unless
+    the error says otherwise (its ``failure``: a calendar block whose chosen start passed is capacity
+    not obtained)."""
     from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 
+    failure = getattr(error, "failure", None)
     return RequestStatus(
         name=name,
         state="REFUSED",
-        outcome=Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, f"the create was refused: {error}"),
+        outcome=Outcome(
+            Phase.FAILED,
+            failure if isinstance(failure, FailureKind) else FailureKind.BAD_REQUEST,
+            f"the create was refused: {error}",
+        ),
         timings=RequestTimings(),
     )
 

@@ -585,6 +585,36 @@ def calendar_triggerer_sigkill(ctx: ScenarioContext) -> None:
     ctx.wait_finished(300)
 
 
+def calendar_triggerer_sigkill_while_booking(ctx: ScenarioContext) -> None:
+    """SIGKILL the only triggerer while its trigger books the block (the emulator holds the create
+    for 30 s): the new triggerer's trigger must look the block up and adopt it, or make it under the
+    same name and request id: one block, delivered and released."""
+    old = _only_triggerer(ctx)
+    params = _calendar_zone(ctx, 150)
+    ctx.emulator.set_faults([f"{BOOK}=latency:30x1"])
+    try:
+        ref = ctx.trigger(CALENDAR_DAG, "cal", CALENDAR_TASK, "1 RELEASED run=success", params)
+        wait_for(lambda: _held(ctx, BOOK), 240, "the trigger's create to reach the emulator", 0.5)
+        ctx.deployment.kill_triggerer(old)
+        ctx.log(f"SIGKILLed {old.name} (job {old.job_id}) during the create; starting a new triggerer")
+        new = ctx.deployment.start_triggerer()
+        ctx.wait_trigger_running([ref], {new.job_id})
+        ctx.check("the booking moved to the new triggerer", f"moved to {new.name}", True)
+    finally:
+        ctx.emulator.clear_faults()
+    ctx.wait_finished(420)
+
+
+#: The create of a future reservation, as the emulator's fault rules name it.
+BOOK = "compute.futureReservations.insert"
+
+
+def _held(ctx: ScenarioContext, method: str) -> bool:
+    """Whether the emulator has delayed a call of ``method`` (a latency rule fired on it)."""
+    injected = ctx.emulator.faults().get("injected") or {}
+    return any(method in name and codes.get("LATENCY") for name, codes in injected.items())
+
+
 SCENARIOS: list[Scenario] = [
     Scenario(
         "triggerer_sigkill",
@@ -687,6 +717,12 @@ SCENARIOS: list[Scenario] = [
         "calendar_triggerer_sigkill",
         "Calendar: SIGKILL the triggerer while the block waits for delivery",
         calendar_triggerer_sigkill,
+        shared=True,
+    ),
+    Scenario(
+        "calendar_triggerer_sigkill_while_booking",
+        "Calendar: SIGKILL the triggerer while its trigger books the block",
+        calendar_triggerer_sigkill_while_booking,
         shared=True,
     ),
     *GKE_SCENARIOS,

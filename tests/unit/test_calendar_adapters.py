@@ -214,7 +214,7 @@ def _found(block: RequestStatus) -> Any:
 def _block(state: str) -> Any:
     from google.cloud import compute_v1
 
-    from airflow_provider_dws.backends.calendar import BlockAsk, build_future_reservation
+    from airflow_provider_dws.backends.calendar_block import BlockAsk, build_future_reservation
     from airflow_provider_dws.catalog import calendar_shape
 
     ask = BlockAsk(calendar_shape("a3-highgpu-8g", 8), ZONE, SOON, timedelta(days=7))
@@ -246,9 +246,8 @@ def test_a_refused_cancel_after_a_failed_wait_says_to_cancel_by_hand(monkeypatch
 
 
 def test_block_differences_name_the_zone_window_and_shape() -> None:
-    from airflow_provider_dws.backends.calendar import BlockAsk
+    from airflow_provider_dws.backends.calendar_block import BlockAsk, block_differences
     from airflow_provider_dws.catalog import calendar_shape
-    from airflow_provider_dws.runtime.calendar import block_differences
 
     fr = _block("APPROVED")
     fr.self_link = "https://compute.googleapis.com/compute/v1/" + status("APPROVED", Phase.PROVISIONING).name
@@ -310,9 +309,8 @@ def test_a_delivered_block_s_result_names_its_reservations_once() -> None:
     as Compute Engine and Cloud TPU consumers name it; an approved one has none yet."""
     from google.cloud import compute_v1
 
-    from airflow_provider_dws.backends.calendar import BlockAsk, build_future_reservation
+    from airflow_provider_dws.backends.calendar_block import BlockAsk, block_result, build_future_reservation
     from airflow_provider_dws.catalog import calendar_shape
-    from airflow_provider_dws.runtime.calendar import block_result
 
     ask = BlockAsk(calendar_shape(None, None, "v6e", 32), "us-east5-a", SOON, timedelta(days=2))
     fr = build_future_reservation("my-project", "tpu-block", ask, "d")
@@ -455,3 +453,40 @@ def test_one_region_refusing_the_advice_is_that_region_s_answer(monkeypatch: pyt
     find.zones = ["us-east4-b"]
     with pytest.raises(BadRequestError, match="refused the calendar-mode advice \\(us-east4: calendar mode"):
         find_block(find, {"ti": TI()})  # type: ignore[arg-type]
+
+
+# -- issue 36: the trigger books a block whose start lies ahead --------------------------------------
+
+
+def test_a_deferrable_reserve_hands_its_block_to_the_trigger_until_its_start_passes() -> None:
+    from airflow_provider_dws.backends.calendar_block import ask_from_spec
+
+    adapter = reserve(deferrable=True).adapter()
+    assert adapter.makes_in_trigger()
+    spec = adapter.request_spec(WHO, Placement(ZONE), timedelta(hours=1))
+    assert ask_from_spec(spec["ask"]) == adapter.ask()
+    assert spec["horizon_seconds"] == timedelta(days=60).total_seconds() and spec["start_from_find"] is False
+    # Passed: the worker looks the block up, and finds one again where its Find task chose it.
+    assert not reserve(deferrable=True, start_time=PAST).adapter().makes_in_trigger()
+
+
+@pytest.mark.parametrize(("from_find", "failure"), [(True, "capacity_not_obtained"), (False, "bad_request")])
+def test_the_trigger_books_no_block_whose_start_passed(
+    monkeypatch: pytest.MonkeyPatch, from_find: bool, failure: str
+) -> None:
+    from airflow_provider_dws.backends.calendar_block import BlockAsk, ask_to_spec
+    from airflow_provider_dws.catalog import calendar_shape
+    from airflow_provider_dws.triggers.submit import refused
+
+    created = _backend(monkeypatch, None)
+    ask = BlockAsk(calendar_shape("a3-highgpu-8g", 8), ZONE, PAST, timedelta(days=1))
+    spec = {"ask": ask_to_spec(ask), "horizon_seconds": 60 * 86400, "start_from_find": from_find}
+    with pytest.raises(ValueError, match="has passed") as raised:
+        FutureReservationBackend("my-project", ZONE).submit_spec(spec, WHO)
+    assert created == []
+    # A missed choice of the Find task is capacity not obtained (retryable), a given start a bad request.
+    assert refused("submitting/x/t1/a1", raised.value).outcome.failure.value == failure
+    # One a lost reply made is adopted whatever its start.
+    made = status("APPROVED", Phase.PROVISIONING)
+    _backend(monkeypatch, made)
+    assert FutureReservationBackend("my-project", ZONE).submit_spec(spec, WHO) == (made, False)

@@ -14,19 +14,21 @@ from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.base import RequestBackend
 from airflow_provider_dws.backends.calendar import (
     UNDELIVERED,
-    BlockAsk,
     FutureReservationBackend,
-    block_shape,
-    build_future_reservation,
     future_reservation_status,
-    parse_future_reservation_name,
-    parse_reservation_name,
 )
 from airflow_provider_dws.backends.calendar_advice import (
     BlockOffer,
     advice_request,
     choose_offer,
     read_offers,
+)
+from airflow_provider_dws.backends.calendar_block import (
+    BlockAsk,
+    block_shape,
+    build_future_reservation,
+    parse_future_reservation_name,
+    parse_reservation_name,
 )
 from airflow_provider_dws.registry import backend_from_spec
 from airflow_provider_dws.scheduling.identity import RequestIdentity, parse_attempt_name

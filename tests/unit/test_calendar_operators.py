@@ -13,7 +13,7 @@ from airflow.exceptions import TaskDeferred
 from airflow.sdk import DAG, Asset
 
 from airflow_provider_dws.backends.base import RequestStatus
-from airflow_provider_dws.backends.calendar import BlockAsk, build_future_reservation
+from airflow_provider_dws.backends.calendar_block import BlockAsk, build_future_reservation
 from airflow_provider_dws.catalog import calendar_shape
 from airflow_provider_dws.get_provider_info import get_provider_info
 from airflow_provider_dws.operators.calendar import (

@@ -410,7 +410,7 @@ def test_the_release_counts_a_request_recorded_by_its_setup_and_its_release_once
 
     from google.cloud import compute_v1
 
-    from airflow_provider_dws.backends.calendar import BlockAsk, build_future_reservation
+    from airflow_provider_dws.backends.calendar_block import BlockAsk, build_future_reservation
     from airflow_provider_dws.catalog import calendar_shape
     from airflow_provider_dws.records import RequestRecord
     from airflow_provider_dws.runtime.calendar_release import usage

@@ -137,6 +137,33 @@ FAMILIES = {
         "returns": ("resize_request", "dws-t-0123456789abcdef-t1-a1"),
     },
 }
+#: A calendar block: approved (the reserve's wait ends there), or delivered (``wait_for_delivery``).
+_BLOCK = "projects/my-project/zones/us-central1-b/futureReservations/dws-t-0123456789abcdef-t1-a1"
+for _family, _state, _phase, _wait in (
+    ("calendar", "APPROVED", "provisioning", False),
+    ("calendar_delivered", "FULFILLED", "running", True),
+):
+    FAMILIES[_family] = {
+        "imports": "from airflow_provider_dws.operators.calendar import ReserveCalendarBlockOperator",
+        "make": f"""
+    start = (datetime.now(timezone.utc) + timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
+    return ReserveCalendarBlockOperator(task_id="t", project_id="my-project", zone="us-central1-b",
+                                        start_time=start.isoformat(), duration=timedelta(days=1),
+                                        machine_type="a3-highgpu-8g", vm_count=1,
+                                        wait_for_delivery={_wait}, deferrable=True)
+""",
+        "name": _BLOCK,
+        "state": _state,
+        "phase": _phase,
+        "result": {
+            "future_reservation": _BLOCK,
+            "zone": "us-central1-b",
+            "end_time": "2026-01-03T00:00:00+00:00",
+            "procurement_status": _state,
+            "reservation_names": ["dws-t-0123456789abcdef-t1-a1"],
+        },
+        "returns": ("future_reservation", _BLOCK),
+    }
 
 CODE = r"""
 import json, sys

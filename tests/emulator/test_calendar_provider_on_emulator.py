@@ -119,8 +119,7 @@ def dag_tasks(**reserve: Any) -> dict[str, Any]:
                 project_id=PROJECT,
                 find_task_id="find",
                 poll_interval=0.2,
-                deferrable=False,
-                **reserve,
+                **{"deferrable": False, **reserve},
             ),
             "wait": WaitForCalendarBlockOperator(
                 task_id="wait",

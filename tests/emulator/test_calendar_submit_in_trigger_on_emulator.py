@@ -21,12 +21,12 @@ from airflow_provider_dws.backends.calendar import FutureReservationBackend
 from airflow_provider_dws.backends.calendar_block import BlockAsk, build_future_reservation
 from airflow_provider_dws.catalog import calendar_shape
 from airflow_provider_dws.exceptions import BadRequestError
-from airflow_provider_dws.operators.calendar import FindCalendarBlockOperator, ReserveCalendarBlockOperator
+from airflow_provider_dws.operators.calendar import ReserveCalendarBlockOperator
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
 from airflow_provider_dws.triggers.submit import find_or_submit, is_pending
 from dws_emulator.testing import wait_until
-from tests.emulator.test_calendar_provider_on_emulator import H100, PROJECT, ZONE, Run, blocks
+from tests.emulator.test_calendar_provider_on_emulator import H100, PROJECT, ZONE, Run, blocks, dag_tasks
 
 pytestmark = pytest.mark.emulator
 
@@ -49,28 +49,9 @@ def emulator(monkeypatch: pytest.MonkeyPatch, dws_emulator_server_factory: Any) 
 
 
 def tasks(**reserve: Any) -> dict[str, Any]:
-    """A Find task (us-central1-b has no H100 in calendar mode: it chooses ``ZONE``) and a deferrable
-    Reserve task that takes its choice."""
-    with DAG("calendar_trigger_dag", schedule=None):
-        return {
-            "find": FindCalendarBlockOperator(
-                task_id="find",
-                project_id=PROJECT,
-                zones=["us-central1-b", ZONE],
-                machine_type="a3-highgpu-8g",
-                vm_count=8,
-                duration=timedelta(days=1),
-                latest_start=timedelta(days=2),
-            ),
-            "reserve": ReserveCalendarBlockOperator(
-                task_id="reserve",
-                project_id=PROJECT,
-                find_task_id="find",
-                poll_interval=0.2,
-                deferrable=True,
-                **reserve,
-            ),
-        }
+    """The calendar DAG's tasks with a deferrable Reserve task (its Find task chooses ``ZONE``: its
+    other zone has no H100 in calendar mode)."""
+    return dag_tasks(deferrable=True, **reserve)
 
 
 def deferred(run: Run, task: Any, try_number: int = 1) -> tuple[CapacityRequestTrigger, str]:

@@ -352,8 +352,7 @@ class ComputeResizeRequestBackend(ComputeBackend):
         if status.state != "SUCCEEDED" or RESULT in status.details:
             return status
         try:
-            whole = own_group(parse_resize_request_name(status.name))
-            vms = await in_pool(request_vms, self, status, whole)
+            vms = await in_pool(request_vms, self, status)
             result = vms_result(status, vms, None)
         except Exception as err:  # the task reads them itself then: never lose the event over it
             log.warning("Could not read the VMs of %s for its task (%s)", status.name, err)
@@ -391,13 +390,17 @@ def _created_after(summaries: list[dict[str, Any]], since: datetime | None) -> l
 
 
 def request_vms(
-    backend: ComputeResizeRequestBackend, status: RequestStatus, whole_group: bool
+    backend: ComputeResizeRequestBackend, status: RequestStatus, whole_group: bool | None = None
 ) -> list[dict[str, Any]]:
     """The VMs a SUCCEEDED request created, summarized: every VM of a MIG the operator made for this
-    task instance (``whole_group``), else those of the MIG created since the request was."""
+    task instance (``whole_group``; by default :func:`own_group`, from the request's name, the one
+    rule of the worker, the trigger and the release), else those of the MIG created since the
+    request was."""
     from airflow_provider_dws.backends import compute_groups as groups
 
-    mig = parse_resize_request_name(status.name).instance_group_manager
+    where = parse_resize_request_name(status.name)
+    whole_group = own_group(where) if whole_group is None else whole_group
+    mig = where.instance_group_manager
     summaries = []
     for managed in groups.managed_instances(backend, mig):
         instance = groups.get_instance(backend, managed.instance)

@@ -280,7 +280,7 @@ class ComputeFlexStartAdapter(
         backend = self.backend(self.location_of(status.name))
         current = backend.get_status(status.name)
         if current is not None and current.state == "SUCCEEDED":
-            vms = request_vms(backend, current, whole_group=not self.op.instance_group_manager)
+            vms = request_vms(backend, current)
             self.log.warning(
                 "%s SUCCEEDED as it was given up: deleting its %d VM(s), which no task will use",
                 status.name,
@@ -302,7 +302,7 @@ class ComputeFlexStartAdapter(
             current = backend.get_status(status.name)
             if current is None:
                 raise RequestCancelledError(f"{status.name} disappeared right after it SUCCEEDED")
-            vms = request_vms(backend, current, not self.op.instance_group_manager)
+            vms = request_vms(backend, current)
             result = vms_result(replace(current, timings=status.timings), vms, self.machine_of(None))
         if len(result["instances"]) > self.op.resize_by:
             self.log.warning(
@@ -439,8 +439,7 @@ def release_vms(op: DeleteComputeFlexStartVMsOperator, context: Context) -> dict
                 [u for u in result.get("instance_urls") or () if isinstance(u, str)] if name == pushed else []
             )
             if not urls:
-                whole = setup is not None and not setup.instance_group_manager
-                urls = [vm["self_link"] for vm in request_vms(backend, status, whole)]
+                urls = [vm["self_link"] for vm in request_vms(backend, status)]
             op.log.info(
                 "Deleting the %d VM(s) of %s: %s",
                 len(urls),

@@ -411,3 +411,39 @@ def test_the_release_builds_one_backend_per_location(monkeypatch: pytest.MonkeyP
     result = release.execute({"ti": _ReleaseTI()})  # type: ignore[arg-type]
     assert len(searched) == 2 and len(result["released"]) == len(discarded) == 3
     assert built == [("my-project", "us-central1-a", "google_cloud_default", None)]
+
+
+def test_one_rule_says_whose_vms_a_request_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker, the trigger and the release take a request's VMs by one rule, from its name: every
+    VM of the MIG made for the task instance (of any machine type), else only those its MIG created
+    since the request was (a MIG the DAG gives may hold other VMs)."""
+    from datetime import datetime, timezone
+
+    from airflow_provider_dws.backends import compute_groups as groups
+    from airflow_provider_dws.backends.base import RequestStatus
+    from airflow_provider_dws.backends.compute import request_vms
+    from airflow_provider_dws.scheduling.phases import Outcome, RequestTimings
+
+    submitted = datetime(2026, 12, 1, 10, tzinfo=timezone.utc)
+    before, after = "2026-12-01T09:00:00+00:00", "2026-12-01T10:05:00+00:00"
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(
+        groups, "managed_instances", lambda backend, mig: [SimpleNamespace(instance=i) for i in "ab"]
+    )
+    made = iter([])
+    monkeypatch.setattr(groups, "get_instance", lambda backend, instance: next(made))
+    monkeypatch.setattr(groups, "instance_summary", lambda instance: instance)
+
+    def vms(mig: str) -> list[str]:
+        nonlocal made
+        made = iter(
+            [{"name": "old", "creation_timestamp": before}, {"name": "new", "creation_timestamp": after}]
+        )
+        name = f"projects/p/zones/us-central1-a/instanceGroupManagers/{mig}/resizeRequests/{IDENTITY.resize_request_name()}"
+        status = RequestStatus(name, "SUCCEEDED", Outcome(Phase.RUNNING), RequestTimings(submitted=submitted))
+        return [vm["name"] for vm in request_vms(ComputeResizeRequestBackend("p", "us-central1-a"), status)]
+
+    assert vms(IDENTITY.group_name()) == ["old", "new"]
+    assert vms(IDENTITY.group_name("a3-highgpu-4g")) == ["old", "new"]  # a failover machine type's MIG
+    assert vms("farm") == ["new"]  # the DAG's MIG: only what this request added

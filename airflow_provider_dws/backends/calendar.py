@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_dws.backends.base import RESULT, RequestStatus, classify_listed, clear_ended
 from airflow_provider_dws.backends.calendar_block import (
     DELIVERED,
+    BlockAsk,
     FutureReservationName,
     adopted_warning,
     ask_from_spec,
@@ -322,12 +323,13 @@ class FutureReservationBackend(ComputeBackend):
     def adopt_warning(self, status: RequestStatus, spec: Mapping[str, Any]) -> str | None:
         """Why adopting ``status``, a block an earlier try booked, is worth a warning: it differs
         from the block ``spec`` asks (its Find task chose again, or its parameters changed)."""
-        fr = self.get(status.name)
-        return (
-            None
-            if fr is None
-            else adopted_warning(status.name, block_differences(fr, ask_from_spec(spec["ask"])))
-        )
+        return self.differs(status.name, ask_from_spec(spec["ask"]))
+
+    def differs(self, name: str, ask: BlockAsk) -> str | None:
+        """The warning of adopting block ``name`` (read now) where it differs from ``ask``; ``None``
+        when it does not, or is gone. The trigger's lookup and the worker's say it alike."""
+        fr = self.get(name)
+        return None if fr is None else adopted_warning(name, block_differences(fr, ask))
 
     def delete_ended(self, found: Sequence[RequestStatus]) -> None:
         """Delete the blocks of ``found`` (a lookup's) that ended undelivered (declined, failed,

@@ -12,10 +12,8 @@ from airflow_provider_dws.backends.calendar import AWAITING_APPROVAL, UNDELIVERE
 from airflow_provider_dws.backends.calendar_block import (
     DELIVERED,
     BlockAsk,
-    adopted_warning,
     ask_to_spec,
     block_description,
-    block_differences,
     block_result,
     block_shape,
     block_window,
@@ -180,8 +178,7 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
     def _say_differences(self, status: RequestStatus) -> None:
         """Log how an adopted block differs from what this try asks (its Find task chose again, or
         its parameters changed): it is adopted as booked, never booked twice."""
-        fr = self.backend(self.location_of(status.name)).get(status.name)
-        warning = None if fr is None else adopted_warning(status.name, block_differences(fr, self.ask()))
+        warning = self.backend(self.location_of(status.name)).differs(status.name, self.ask())
         if warning:
             self.log.warning("%s", warning)
 

@@ -21,12 +21,13 @@ from airflow_provider_dws.backends.calendar_block import (
     delivered_line,
     parse_future_reservation_name,
 )
-from airflow_provider_dws.console import future_reservation_console_url, push_url
+from airflow_provider_dws.console import push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import BadRequestError, CapacityNotObtainedError, RequestCancelledError
 from airflow_provider_dws.facts import CALENDAR_PROVISIONING_LIMIT
 from airflow_provider_dws.links import CalendarBlockLink
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
+from airflow_provider_dws.runtime.calendar_release import future_reservation_console_url
 from airflow_provider_dws.runtime.task import pulled, resolve_project
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing

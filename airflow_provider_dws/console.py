@@ -1,8 +1,10 @@
-"""The console URLs the extra links show, and the account of the links a task's run pushed.
+"""The push of the console links a task's run makes, and the account of what it pushed.
 
-Loaded when a task runs (its adapter pushes a link's URL, :func:`push_url`; ``pre_execute`` calls
-:func:`track`) or when a link is asked for its URL, never at a DAG file's parse: the link classes a
-DAG file's operators declare are in :mod:`airflow_provider_dws.links`.
+Each surface builds its own link's URL in its adapter module (``runtime/<api>.py``), from
+:data:`CONSOLE`, and pushes it with :func:`push_url`: a new surface adds nothing here. Loaded when a
+task runs (``pre_execute`` calls :func:`track`) or when a link is asked for its URL, never at a DAG
+file's parse: the link classes a DAG file's operators declare are in
+:mod:`airflow_provider_dws.links`.
 
 When a task ends, Airflow asks each of its extra links for its URL (``get_link``) and stores it again
 for the UI. Asking the API server for an XCom that does not exist makes the task SDK's supervisor log
@@ -22,6 +24,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
+#: The Google Cloud console, the root of every link's URL (each adapter builds its own).
 CONSOLE = "https://console.cloud.google.com"
 
 #: Task state store key: ``{"try": N, "urls": {xcom key: url}}``, the links try N pushed so far.
@@ -140,51 +143,3 @@ def push_url(context: Any, key: str, url: str) -> str:
         except Exception:
             log.warning("Could not keep the console link for a resumed run", exc_info=True)
     return url
-
-
-def custom_job_console_url(project_id: str, region: str, job_id: str) -> str:
-    """The console page of one custom job."""
-    return f"{CONSOLE}/vertex-ai/locations/{region}/training/{job_id}/cpu?project={project_id}"
-
-
-def queued_resource_console_url(project_id: str, zone: str, queued_resource_id: str) -> str:
-    """The console's TPU page for the project, scoped to the queued resource's zone and id."""
-    return f"{CONSOLE}/compute/tpus?project={project_id}&zone={zone}&queuedResource={queued_resource_id}"
-
-
-def batch_job_console_url(project_id: str, region: str, job_id: str) -> str:
-    """The console page of one Cloud Batch job."""
-    return f"{CONSOLE}/batch/jobsDetail/regions/{region}/jobs/{job_id}/details?project={project_id}"
-
-
-def batch_job_logs_url(project_id: str, job_uid: str) -> str:
-    """Logs Explorer on the job's task logs: ``logName="projects/P/logs/batch_task_logs" AND
-    labels.job_uid="UID"``, the query Cloud Batch's documentation gives for a job's task logs (they
-    are labelled with the job's server-made ``uid``, not its id). The logs exist only for a job
-    whose ``logs_policy`` sends them to Cloud Logging, as the operator's jobs do by default."""
-    from urllib.parse import quote
-
-    query = f'logName="projects/{project_id}/logs/batch_task_logs" AND labels.job_uid="{job_uid}"'
-    return f"{CONSOLE}/logs/query;query={quote(query, safe='')}?project={project_id}"
-
-
-def mig_console_url(project_id: str, location: str, instance_group_manager: str) -> str:
-    """The console page of a managed instance group (zonal or regional: the path is the same)."""
-    return (
-        f"{CONSOLE}/compute/instanceGroups/details/{location}/{instance_group_manager}?project={project_id}"
-    )
-
-
-def future_reservation_console_url(project_id: str, zone: str, name: str) -> str:
-    """The console page of one future reservation (a calendar block)."""
-    return f"{CONSOLE}/compute/futureReservations/details/zones/{zone}/{name}?project={project_id}"
-
-
-def gke_cluster_console_url(project_id: str, location: str, cluster_name: str) -> str:
-    """The console page of a GKE cluster (its node pools show the queued provisioning nodes)."""
-    return f"{CONSOLE}/kubernetes/clusters/details/{location}/{cluster_name}/details?project={project_id}"
-
-
-def gke_job_console_url(project_id: str, location: str, cluster: str, namespace: str, name: str) -> str:
-    """The console page of one Job of a GKE cluster."""
-    return f"{CONSOLE}/kubernetes/job/{location}/{cluster}/{namespace}/{name}/details?project={project_id}"

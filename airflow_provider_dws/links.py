@@ -2,7 +2,8 @@
 
 Every link's whole URL is stored in XCom by the task before it defers (:class:`StoredUrlLink`). This
 module holds only what a DAG file's operators declare (each link's name and XCom key), as it loads
-at every parse; the URLs, their push and the account of what a task's run pushed are in
+at every parse. Each URL is built by its surface's adapter (``runtime/<api>.py``), which runs only
+when a task does; its push and the account of what a task's run pushed are in
 :mod:`airflow_provider_dws.console`, loaded when a task runs or a link's URL is asked for.
 """
 

@@ -16,7 +16,7 @@ from airflow_provider_dws.backends.batch import (
     parse_job_name,
     task_counts,
 )
-from airflow_provider_dws.console import batch_job_console_url, batch_job_logs_url, push_url
+from airflow_provider_dws.console import CONSOLE, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
@@ -47,6 +47,22 @@ _SHAPE_ONLY = RequestIdentity(dag_id="dws", task_id="record", run_id="facts")
 
 #: A logs policy without a destination, in the spellings a job's JSON may have.
 _NO_DESTINATION = (None, "", 0, "DESTINATION_UNSPECIFIED")
+
+
+def batch_job_console_url(project_id: str, region: str, job_id: str) -> str:
+    """The console page of one Cloud Batch job."""
+    return f"{CONSOLE}/batch/jobsDetail/regions/{region}/jobs/{job_id}/details?project={project_id}"
+
+
+def batch_job_logs_url(project_id: str, job_uid: str) -> str:
+    """Logs Explorer on the job's task logs: ``logName="projects/P/logs/batch_task_logs" AND
+    labels.job_uid="UID"``, the query Cloud Batch's documentation gives for a job's task logs (they
+    are labelled with the job's server-made ``uid``, not its id). The logs exist only for a job
+    whose ``logs_policy`` sends them to Cloud Logging, as the operator's jobs do by default."""
+    from urllib.parse import quote
+
+    query = f'logName="projects/{project_id}/logs/batch_task_logs" AND labels.job_uid="{job_uid}"'
+    return f"{CONSOLE}/logs/query;query={quote(query, safe='')}?project={project_id}"
 
 
 def _accelerators(gpus: tuple[str, int] | None) -> list[dict[str, Any]]:

@@ -21,12 +21,18 @@ from airflow_provider_dws.backends.calendar_block import (
     delivered_line,
     parse_future_reservation_name,
 )
-from airflow_provider_dws.console import future_reservation_console_url, push_url
+from airflow_provider_dws.console import push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import BadRequestError, CapacityNotObtainedError, RequestCancelledError
 from airflow_provider_dws.facts import CALENDAR_PROVISIONING_LIMIT
 from airflow_provider_dws.links import CalendarBlockLink
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
+from airflow_provider_dws.runtime.calendar_release import (
+    future_reservation_console_url,
+    locked_message,
+    reserve_candidates,
+    zones_of,
+)
 from airflow_provider_dws.runtime.task import pulled, resolve_project
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
@@ -131,7 +137,6 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
 
     def lookup(self, context: Context, identity: RequestIdentity, first: Placement) -> list[dict[str, Any]]:
         """The block's zone, then every zone its Find task considered (as :meth:`find` looks)."""
-        from airflow_provider_dws.runtime.calendar_release import zones_of
         from airflow_provider_dws.scheduling.policies import Placement
 
         zones = dict.fromkeys([first.location, *zones_of(self.op, context)])
@@ -153,7 +158,6 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
         instance, in its zone and every zone its Find task considered (a Find run again may have
         chosen another zone since an earlier try booked): one list per zone, as the release looks.
         Ended ones are deleted later (:meth:`delete_ended`)."""
-        from airflow_provider_dws.runtime.calendar_release import zones_of
         from airflow_provider_dws.scheduling.policies import Placement
 
         statuses: list[RequestStatus] = []
@@ -280,8 +284,6 @@ class CalendarReserveAdapter(RequestAdapter["ReserveCalendarBlockOperator", Futu
         try:
             return self.backend(self.location_of(name)).discard(name)
         except _REFUSED as err:
-            from airflow_provider_dws.runtime.calendar_release import locked_message
-
             self.log.warning("%s", locked_message(name, err.message))
             return None
 
@@ -437,8 +439,6 @@ class CalendarWaitAdapter(RequestAdapter["WaitForCalendarBlockOperator", FutureR
         pushed = pushed or pulled(context, op.reserve_task_id, NAME_KEY)
         if isinstance(pushed, str) and pushed:
             return pushed
-        from airflow_provider_dws.runtime.calendar_release import reserve_candidates
-
         names = reserve_candidates(op, context, op.reserve_task_id)
         if not names:
             raise RequestCancelledError(f"task {op.reserve_task_id!r} made no calendar block in this DAG run")

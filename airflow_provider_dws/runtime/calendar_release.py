@@ -20,7 +20,7 @@ from airflow_provider_dws.backends.calendar_block import (
     block_window,
     parse_future_reservation_name,
 )
-from airflow_provider_dws.console import future_reservation_console_url, push_url
+from airflow_provider_dws.console import CONSOLE, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import BadRequestError
 from airflow_provider_dws.links import CalendarBlockLink
@@ -43,6 +43,13 @@ _REFUSED = (InvalidRequestError, PermissionDeniedApiError)
 #: The states of a block the API may refuse to give back before its end: booked (locked for
 #: procurement, or provisioning) or delivered.
 HELD_UNTIL_END = frozenset({*UNDELIVERED, *DELIVERED}) - set(AWAITING_APPROVAL)
+
+
+# Here, not in .calendar: the adapters there import this module, and this one must not import them
+# (no import loop), yet the release pushes the same link.
+def future_reservation_console_url(project_id: str, zone: str, name: str) -> str:
+    """The console page of one future reservation (a calendar block)."""
+    return f"{CONSOLE}/compute/futureReservations/details/zones/{zone}/{name}?project={project_id}"
 
 
 def _task(op: Any, task_id: str) -> Any | None:

@@ -20,7 +20,7 @@ from airflow_provider_dws.backends.compute import (
     succeeded_line,
     vms_result,
 )
-from airflow_provider_dws.console import mig_console_url, push_url
+from airflow_provider_dws.console import CONSOLE, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import BadRequestError, CapacityNotObtainedError, RequestCancelledError
 from airflow_provider_dws.links import ComputeFlexStartMIGLink
@@ -45,6 +45,13 @@ if TYPE_CHECKING:
 _REFUSED = (InvalidRequestError, PermissionDeniedApiError)
 #: The XCom key of the request a setup waits on (the release reads it).
 NAME_KEY = roles.RESIZE_REQUEST_NAME_KEY
+
+
+def mig_console_url(project_id: str, location: str, instance_group_manager: str) -> str:
+    """The console page of a managed instance group (zonal or regional: the path is the same)."""
+    return (
+        f"{CONSOLE}/compute/instanceGroups/details/{location}/{instance_group_manager}?project={project_id}"
+    )
 
 
 class ComputeFlexStartAdapter(

@@ -16,7 +16,7 @@ from airflow_provider_dws.backends.kubernetes import (
     ProvisioningRequestBackend,
     provisioned_line,
 )
-from airflow_provider_dws.console import gke_cluster_console_url, push_url
+from airflow_provider_dws.console import CONSOLE, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
@@ -57,6 +57,11 @@ CONSUME_XCOM_KEYS = ("annotations", "node_selector", "tolerations")
 
 
 _Backend = TypeVar("_Backend", bound=KubernetesBackend)
+
+
+def gke_cluster_console_url(project_id: str, location: str, cluster_name: str) -> str:
+    """The console page of a GKE cluster (its node pools show the queued provisioning nodes)."""
+    return f"{CONSOLE}/kubernetes/clusters/details/{location}/{cluster_name}/details?project={project_id}"
 
 
 def cluster_backend(

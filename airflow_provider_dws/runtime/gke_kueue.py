@@ -17,7 +17,7 @@ from airflow_provider_dws.backends.kueue import (
     job_gpus,
     job_result,
 )
-from airflow_provider_dws.console import gke_job_console_url, push_url
+from airflow_provider_dws.console import CONSOLE, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
@@ -50,6 +50,11 @@ _SHAPE_ONLY = RequestIdentity(dag_id="dws", task_id="record", run_id="facts")
 _SERVER_METADATA = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "selfLink")
 #: What GKE's GPU nodes are tainted with, and what a queued-provisioning node pool adds.
 _TOLERATIONS = (GPU_TOLERATION, QUEUED_TOLERATION)
+
+
+def gke_job_console_url(project_id: str, location: str, cluster: str, namespace: str, name: str) -> str:
+    """The console page of one Job of a GKE cluster."""
+    return f"{CONSOLE}/kubernetes/job/{location}/{cluster}/{namespace}/{name}/details?project={project_id}"
 
 
 class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBackend]):

@@ -15,7 +15,7 @@ from airflow_provider_dws.backends.tpu import (
     queued_resource_from_spec,
     zone_of,
 )
-from airflow_provider_dws.console import push_url, queued_resource_console_url
+from airflow_provider_dws.console import CONSOLE, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
@@ -50,6 +50,11 @@ _REFUSED = (InvalidRequestError, PermissionDeniedApiError)
 
 #: How a release records TPU slices: held while ACTIVE.
 TPU_SLICES = ReleasedApi(TpuQueuedResourceBackend.kind, "TPU queued resource", zone_of, ("ACTIVE",))
+
+
+def queued_resource_console_url(project_id: str, zone: str, queued_resource_id: str) -> str:
+    """The console's TPU page for the project, scoped to the queued resource's zone and id."""
+    return f"{CONSOLE}/compute/tpus?project={project_id}&zone={zone}&queuedResource={queued_resource_id}"
 
 
 def _rfc3339(moment: datetime) -> str:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import catalog
 from airflow_provider_dws.backends.base import RESULT
-from airflow_provider_dws.console import custom_job_console_url, push_url
+from airflow_provider_dws.console import CONSOLE, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
@@ -42,6 +42,11 @@ if TYPE_CHECKING:
 _EXIT_CODE_RE = LazyPattern(r"non-zero status of (-?\d+)")
 #: Who a job is built for when only its shape matters (the request record's facts).
 _SHAPE_ONLY = RequestIdentity(dag_id="dws", task_id="record", run_id="facts")
+
+
+def custom_job_console_url(project_id: str, region: str, job_id: str) -> str:
+    """The console page of one custom job."""
+    return f"{CONSOLE}/vertex-ai/locations/{region}/training/{job_id}/cpu?project={project_id}"
 
 
 class VertexFlexStartAdapter(RequestAdapter["CreateVertexAIFlexStartJobOperator", "VertexCustomJobBackend"]):

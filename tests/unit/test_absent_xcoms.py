@@ -13,11 +13,12 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_provider_dws import console, links
-from airflow_provider_dws.console import LINKS_KEY, batch_job_console_url, push_url
+from airflow_provider_dws.console import LINKS_KEY, push_url
 from airflow_provider_dws.links import BatchFlexStartJobLink, BatchJobLogsLink
 from airflow_provider_dws.operators.tpu_release import DeleteTPUQueuedResourceOperator
 from airflow_provider_dws.records import XCOM_KEY
 from airflow_provider_dws.runtime import recording
+from airflow_provider_dws.runtime.batch import batch_job_console_url
 from airflow_provider_dws.runtime.tpu import TPU_SLICES
 from airflow_provider_dws.scheduling.phases import Phase
 from tests.unit.test_request_recording import (

@@ -11,7 +11,6 @@ from google.cloud.batch_v1 import AllocationPolicy, Job, JobStatus, StatusEvent
 
 from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.batch import BatchJobBackend, job_status
-from airflow_provider_dws.console import batch_job_console_url, batch_job_logs_url
 from airflow_provider_dws.exceptions import (
     BadRequestError,
     CapacityNotObtainedError,
@@ -19,7 +18,11 @@ from airflow_provider_dws.exceptions import (
     WorkloadFailedError,
 )
 from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
-from airflow_provider_dws.runtime.batch import BatchFlexStartAdapter
+from airflow_provider_dws.runtime.batch import (
+    BatchFlexStartAdapter,
+    batch_job_console_url,
+    batch_job_logs_url,
+)
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 from airflow_provider_dws.scheduling.policies import Placement

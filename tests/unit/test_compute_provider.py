@@ -25,12 +25,11 @@ from airflow_provider_dws.backends.compute import (
 )
 from airflow_provider_dws.backends.compute_base import POOL_THREADS, compute_pool, in_pool
 from airflow_provider_dws.backends.compute_groups import VmSpec, flex_start_template
-from airflow_provider_dws.console import mig_console_url
 from airflow_provider_dws.hooks.base import emulator_rest_host
 from airflow_provider_dws.operators.compute import CreateComputeFlexStartVMsOperator
 from airflow_provider_dws.operators.compute_release import DeleteComputeFlexStartVMsOperator
 from airflow_provider_dws.registry import backend_from_spec
-from airflow_provider_dws.runtime.compute import ComputeFlexStartAdapter
+from airflow_provider_dws.runtime.compute import ComputeFlexStartAdapter, mig_console_url
 from airflow_provider_dws.scheduling.identity import RequestIdentity, parse_attempt_name
 from airflow_provider_dws.scheduling.phases import COMPUTE_RESIZE_REQUEST_STATES, FailureKind, Phase
 from airflow_provider_dws.scheduling.policies import Placement

@@ -8,8 +8,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from airflow_provider_dws import links as link_base
-from airflow_provider_dws.console import push_url, queued_resource_console_url
+from airflow_provider_dws.console import push_url
 from airflow_provider_dws.links import TPUQueuedResourceLink
+from airflow_provider_dws.runtime.tpu import queued_resource_console_url
 
 
 class FakeTI:

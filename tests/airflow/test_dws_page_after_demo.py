@@ -35,6 +35,7 @@ from tests.airflow import (
 from tests.airflow.browser import IMAGES, MISSING, open_page
 from tests.airflow.conftest import ROOT, ExampleRun
 from tests.airflow.dws_page_server import Server, api_server
+from tests.airflow.test_task_logs import assert_no_error_lines
 
 # The first test waits for the whole demo: about 1.5 min alone, several on a loaded 2-core machine.
 pytestmark = [pytest.mark.airflow, pytest.mark.emulator, pytest.mark.timeout(1500)]
@@ -186,6 +187,8 @@ def test_the_examples_and_the_page_after_the_demo_dags_ran(
     with demo_ran(tmp_path / "home", emulator) as demo:
         for dag_id, check in CHECKS.items():
             check(demo.runs[dag_id])
+            # A healthy run logs no error-level line (test_task_logs.py says why that needs saying).
+            assert_no_error_lines(demo.runs[dag_id].log)
         check_the_json_lists_each_demo_request_with_its_phase(demo)
         if MISSING:
             pytest.skip(f"the examples' checks passed; the browser's need a browser: {MISSING}")

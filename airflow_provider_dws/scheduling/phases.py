@@ -8,9 +8,11 @@ seen through a different API::
                  `------------`--> NOT_OBTAINED (max wait passed, stock-out, refused)
                  `--> CANCELLED
 
-Each API contributes one table from its own state names to :class:`Phase` (below: Vertex AI,
-Cloud TPU, Cloud Batch,
-Compute Engine resize requests and future reservations, GKE ProvisioningRequests).
+Each API contributes one table from its own state names to :class:`Phase`, a :class:`StateTable`.
+The table lives beside the backend that alone reads it (``VERTEX_JOB_STATES`` in
+``backends/vertex_ai.py``, ...), so a new API adds its table there and never edits this module,
+which keeps what every table shares: the phases, the outcome, the reservation-ended words, the wait
+targets and the timings.
 """
 
 from __future__ import annotations
@@ -62,9 +64,19 @@ class FailureKind(str, enum.Enum):
     TIMED_OUT = "timed_out"
 
 
-# google.rpc.Code values used for classification (stable numbers from google/rpc/code.proto).
-_INVALID_ARGUMENT = 3
-_FAILED_PRECONDITION = 9
+@dataclass(frozen=True)
+class Outcome:
+    """The classified end (or current state) of a request."""
+
+    phase: Phase
+    failure: FailureKind | None = None
+    message: str = ""
+
+    @property
+    def succeeded(self) -> bool:
+        """True when the workload ran and finished successfully."""
+        return self.phase is Phase.SUCCEEDED
+
 
 # A workload on a calendar-mode reservation is ended by the service when the reservation ends (the
 # block's end time, or the reservation deleted): its capacity is revoked, the workload did not
@@ -91,135 +103,6 @@ def reservation_outcome(message: str, phase: Phase = Phase.FAILED) -> Outcome | 
     if RESERVATION_ENDED.search(message):
         return Outcome(phase, FailureKind.PREEMPTED, message)
     return None
-
-
-# The one table from Vertex AI ``JobState`` names to phases. Vertex has no separate
-# provisioning state: a Flex Start job sits in QUEUED then PENDING until its whole set of
-# machines is free, so both are WAITING. FAILED and EXPIRED are refined by
-# :func:`classify_vertex_job` (capacity never obtained vs. the workload failed).
-VERTEX_JOB_STATE_PHASES: dict[str, Phase] = {
-    "JOB_STATE_UNSPECIFIED": Phase.WAITING,
-    "JOB_STATE_QUEUED": Phase.WAITING,
-    "JOB_STATE_PENDING": Phase.WAITING,
-    "JOB_STATE_PAUSED": Phase.WAITING,
-    "JOB_STATE_RUNNING": Phase.RUNNING,
-    "JOB_STATE_UPDATING": Phase.RUNNING,
-    "JOB_STATE_SUCCEEDED": Phase.SUCCEEDED,
-    "JOB_STATE_PARTIALLY_SUCCEEDED": Phase.FAILED,
-    "JOB_STATE_FAILED": Phase.FAILED,
-    "JOB_STATE_EXPIRED": Phase.FAILED,
-    # Still live: a cancelling job can hold capacity and may yet end SUCCEEDED or FAILED.
-    "JOB_STATE_CANCELLING": Phase.WAITING,
-    "JOB_STATE_CANCELLED": Phase.CANCELLED,
-}
-
-
-def vertex_phase(state_name: str) -> Phase:
-    """Map a Vertex AI ``JobState`` name (e.g. ``"JOB_STATE_PENDING"``) to a :class:`Phase`.
-
-    An unknown name (a state added to the API after this release) is treated as WAITING, so the
-    request keeps being watched rather than abandoned while it may hold capacity.
-    """
-    return VERTEX_JOB_STATE_PHASES.get(state_name, Phase.WAITING)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The classified end (or current state) of a request."""
-
-    phase: Phase
-    failure: FailureKind | None = None
-    message: str = ""
-
-    @property
-    def succeeded(self) -> bool:
-        """True when the workload ran and finished successfully."""
-        return self.phase is Phase.SUCCEEDED
-
-
-def classify_vertex_job(
-    state_name: str,
-    *,
-    started: bool,
-    error_code: int = 0,
-    error_message: str = "",
-) -> Outcome:
-    """Classify a Vertex AI custom job state into a phase and, for failures, a reason.
-
-    :param state_name: the ``JobState`` name.
-    :param started: whether the job ever reached RUNNING (Vertex sets ``start_time`` then).
-    :param error_code: ``google.rpc.Code`` of the job's ``error`` (0 when none).
-    :param error_message: the job's error message, kept for the user.
-
-    A job that ends FAILED or EXPIRED without ever starting never obtained capacity; one that
-    started and then failed is a workload failure; INVALID_ARGUMENT is a bad request whatever
-    the timing, because resubmitting it cannot help.
-    """
-    phase = vertex_phase(state_name)
-    if state_name == "JOB_STATE_CANCELLING" and started:
-        return Outcome(Phase.RUNNING, None, error_message)
-    if phase is Phase.FAILED:
-        ended = reservation_outcome(error_message)
-        if ended is not None:
-            return ended
-        if error_code in (_INVALID_ARGUMENT, _FAILED_PRECONDITION) and not started:
-            return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, error_message)
-        if not started:
-            return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, error_message)
-        return Outcome(Phase.FAILED, FailureKind.WORKLOAD_FAILED, error_message)
-    if phase is Phase.CANCELLED:
-        return Outcome(Phase.CANCELLED, FailureKind.CANCELLED, error_message)
-    return Outcome(phase, None, error_message)
-
-
-# The one table from Cloud TPU ``QueuedResourceState.State`` names to phases. ACTIVE means the
-# slice is provisioned and billing: for a queued resource that is the "running" phase, since the
-# workload runs on the nodes. SUSPENDING/SUSPENDED (spot preemption) and FAILED are refined by
-# :func:`classify_tpu_queued_resource`.
-TPU_QUEUED_RESOURCE_STATE_PHASES: dict[str, Phase] = {
-    "STATE_UNSPECIFIED": Phase.WAITING,
-    "CREATING": Phase.WAITING,
-    "ACCEPTED": Phase.WAITING,
-    "WAITING_FOR_RESOURCES": Phase.WAITING,
-    "PROVISIONING": Phase.PROVISIONING,
-    "ACTIVE": Phase.RUNNING,
-    "FAILED": Phase.NOT_OBTAINED,
-    "SUSPENDING": Phase.FAILED,
-    "SUSPENDED": Phase.FAILED,
-    "DELETING": Phase.CANCELLED,
-}
-
-_PERMISSION_DENIED = 7
-
-
-def tpu_phase(state_name: str) -> Phase:
-    """Map a Cloud TPU ``QueuedResourceState.State`` name to a :class:`Phase` (unknown: WAITING)."""
-    return TPU_QUEUED_RESOURCE_STATE_PHASES.get(state_name, Phase.WAITING)
-
-
-def classify_tpu_queued_resource(state_name: str, *, error_code: int = 0, error_message: str = "") -> Outcome:
-    """Classify a queued resource state into a phase and, for failures, a reason.
-
-    A queued resource only reaches FAILED before its slice is provisioned: its valid-until time
-    passed, or provisioning was refused. That is capacity not obtained, unless the error says
-    the request itself was wrong (INVALID_ARGUMENT, FAILED_PRECONDITION, PERMISSION_DENIED).
-    SUSPENDING/SUSPENDED means a spot slice was preempted: the capacity was taken back.
-    """
-    phase = tpu_phase(state_name)
-    if state_name == "FAILED":
-        ended = reservation_outcome(error_message)
-        if ended is not None:
-            return ended
-        if error_code in (_INVALID_ARGUMENT, _FAILED_PRECONDITION, _PERMISSION_DENIED):
-            return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, error_message)
-        return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, error_message)
-    if state_name in ("SUSPENDING", "SUSPENDED"):
-        return Outcome(Phase.FAILED, FailureKind.PREEMPTED, error_message or "the spot slice was preempted")
-    if phase is Phase.CANCELLED:
-        return Outcome(
-            Phase.CANCELLED, FailureKind.CANCELLED, error_message or "the queued resource is being deleted"
-        )
-    return Outcome(phase, None, error_message)
 
 
 # The one table from Cloud Batch ``JobStatus.State`` names to phases. A Flex Start job waits for
@@ -484,12 +367,6 @@ class StateTable:
         return self.classifier(state, **facts)
 
 
-#: Vertex AI custom jobs (``JobState``); facts: ``started``, ``error_code``, ``error_message``.
-VERTEX_JOB_STATES = StateTable("vertex_custom_job", VERTEX_JOB_STATE_PHASES, classify_vertex_job)
-#: Cloud TPU queued resources (``QueuedResourceState.State``); facts: ``error_code``, ``error_message``.
-TPU_QUEUED_RESOURCE_STATES = StateTable(
-    "tpu_queued_resource", TPU_QUEUED_RESOURCE_STATE_PHASES, classify_tpu_queued_resource
-)
 #: Cloud Batch jobs (``JobStatus.State``); facts: ``started``, ``events``, ``message``.
 BATCH_JOB_STATES = StateTable("batch_job", BATCH_JOB_STATE_PHASES, classify_batch_job)
 #: Compute Engine MIG resize requests (``InstanceGroupManagerResizeRequest.State``); facts:
@@ -563,10 +440,6 @@ __all__ = [
     "FUTURE_RESERVATION_STATE_PHASES",
     "RESERVATION_ENDED",
     "RESERVATION_NOT_DELIVERED",
-    "TPU_QUEUED_RESOURCE_STATES",
-    "TPU_QUEUED_RESOURCE_STATE_PHASES",
-    "VERTEX_JOB_STATES",
-    "VERTEX_JOB_STATE_PHASES",
     "WAIT_TARGETS",
     "FailureKind",
     "Outcome",
@@ -576,11 +449,7 @@ __all__ = [
     "classify_batch_job",
     "classify_compute_resize_request",
     "classify_future_reservation",
-    "classify_tpu_queued_resource",
-    "classify_vertex_job",
     "reached",
     "reservation_outcome",
     "succeeded_for",
-    "tpu_phase",
-    "vertex_phase",
 ]

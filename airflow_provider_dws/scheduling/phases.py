@@ -105,76 +105,6 @@ def reservation_outcome(message: str, phase: Phase = Phase.FAILED) -> Outcome | 
     return None
 
 
-# The one table from Cloud Batch ``JobStatus.State`` names to phases. A Flex Start job waits for
-# its VMs in QUEUED, then SCHEDULED (Batch's own words: "scheduled to run as soon as resource
-# allocation is ready"; a stock-out keeps a job there), so both are WAITING. Cancelling is terminal
-# here: a job being cancelled only gives its VMs back, it cannot end SUCCEEDED. FAILED is refined by
-# :func:`classify_batch_job`.
-BATCH_JOB_STATE_PHASES: dict[str, Phase] = {
-    "STATE_UNSPECIFIED": Phase.WAITING,
-    "QUEUED": Phase.WAITING,
-    "SCHEDULED": Phase.WAITING,
-    "RUNNING": Phase.RUNNING,
-    "SUCCEEDED": Phase.SUCCEEDED,
-    "FAILED": Phase.FAILED,
-    "CANCELLATION_IN_PROGRESS": Phase.CANCELLED,
-    "CANCELLED": Phase.CANCELLED,
-    "DELETION_IN_PROGRESS": Phase.CANCELLED,
-}
-
-#: A Batch status event saying the VMs could not be had: a stock-out, or the queue's time limit.
-BATCH_CAPACITY_EVENT = LazyPattern(
-    r"resource_pool_exhausted|stockout|no capacity|insufficient (capacity|resources)"
-    r"|not enough resources|resources? (are |is )?(not available|unavailable)|unavailable resources?"
-    r"|queued (for )?too long|(max(imum)? )?(wait|queue|queuing) (time|duration|limit) "
-    r"(was |has been )?(exceeded|reached|passed)",
-    re.IGNORECASE,
-)
-#: A Batch status event saying the job itself was wrong, so resubmitting it cannot help.
-BATCH_BAD_REQUEST_EVENT = LazyPattern(
-    r"invalid|INVALID_ARGUMENT|FAILED_PRECONDITION|PERMISSION_DENIED|permission|not found|does not exist"
-    r"|not supported|unsupported|not allowed|quota",
-    re.IGNORECASE,
-)
-
-
-def classify_batch_job(
-    state_name: str, *, started: bool = False, events: Sequence[str] = (), message: str = ""
-) -> Outcome:
-    """Classify a Cloud Batch job state into a phase and, for failures, a reason.
-
-    :param started: whether any task of the job ever ran (a RUNNING transition, a run duration).
-    :param events: the descriptions of the job's status events, oldest first.
-    :param message: what to tell the user (default: the last event).
-
-    A job that ran and then FAILED is a workload failure. One that FAILED before running never
-    got its VMs: capacity not obtained when an event says so (resources unavailable, queued too
-    long), a bad request when an event says the job was wrong (invalid, permission, not found,
-    quota), and capacity not obtained otherwise, as for Cloud TPU: that is what a Flex Start job
-    that ends unstarted most often means, and a capacity retry is bounded.
-    """
-    phase = BATCH_JOB_STATE_PHASES.get(state_name, Phase.WAITING)
-    message = message or (events[-1] if events else "")
-    if phase is Phase.FAILED:
-        ended = next(
-            (found for found in (reservation_outcome(e) for e in reversed(events)) if found is not None), None
-        )
-        if ended is not None:
-            return ended
-        if started:
-            return Outcome(Phase.FAILED, FailureKind.WORKLOAD_FAILED, message)
-        capacity = [e for e in events if BATCH_CAPACITY_EVENT.search(e)]
-        if capacity:
-            return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, capacity[-1])
-        refused = [e for e in events if BATCH_BAD_REQUEST_EVENT.search(e)]
-        if refused:
-            return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, refused[-1])
-        return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, message)
-    if phase is Phase.CANCELLED:
-        return Outcome(Phase.CANCELLED, FailureKind.CANCELLED, message or f"the job is {state_name.lower()}")
-    return Outcome(phase, None, message if phase is Phase.SUCCEEDED else "")
-
-
 # The one table from Compute Engine resize request states (``InstanceGroupManagerResizeRequest.State``,
 # a string on the wire) to phases. A flex-start resize request waits in CREATING then ACCEPTED
 # (every provisioning attempt stays ACCEPTED) until all its VMs can be created at once; SUCCEEDED
@@ -367,8 +297,6 @@ class StateTable:
         return self.classifier(state, **facts)
 
 
-#: Cloud Batch jobs (``JobStatus.State``); facts: ``started``, ``events``, ``message``.
-BATCH_JOB_STATES = StateTable("batch_job", BATCH_JOB_STATE_PHASES, classify_batch_job)
 #: Compute Engine MIG resize requests (``InstanceGroupManagerResizeRequest.State``); facts:
 #: ``reasons``, ``message``.
 COMPUTE_RESIZE_REQUEST_STATES = StateTable(
@@ -430,8 +358,6 @@ class RequestTimings:
 
 
 __all__ = [
-    "BATCH_JOB_STATES",
-    "BATCH_JOB_STATE_PHASES",
     "COMPUTE_BAD_REQUEST_REASONS",
     "COMPUTE_RESERVATION_ENDED_REASONS",
     "COMPUTE_RESIZE_REQUEST_STATES",
@@ -446,7 +372,6 @@ __all__ = [
     "Phase",
     "RequestTimings",
     "StateTable",
-    "classify_batch_job",
     "classify_compute_resize_request",
     "classify_future_reservation",
     "reached",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -91,8 +91,6 @@ RESERVATION_ENDED = LazyPattern(
 )
 #: A reservation whose future reservation was cancelled, declined or failed: never delivered.
 RESERVATION_NOT_DELIVERED = LazyPattern(r"\breservations?\b[^;]*?\bwill not be delivered\b", re.IGNORECASE)
-#: Compute Engine error reasons of a request whose reservation ended (the emulator's; not verified).
-COMPUTE_RESERVATION_ENDED_REASONS = frozenset({"RESERVATION_ENDED"})
 
 
 def reservation_outcome(message: str, phase: Phase = Phase.FAILED) -> Outcome | None:
@@ -103,72 +101,6 @@ def reservation_outcome(message: str, phase: Phase = Phase.FAILED) -> Outcome | 
     if RESERVATION_ENDED.search(message):
         return Outcome(phase, FailureKind.PREEMPTED, message)
     return None
-
-
-# The one table from Compute Engine resize request states (``InstanceGroupManagerResizeRequest.State``,
-# a string on the wire) to phases. A flex-start resize request waits in CREATING then ACCEPTED
-# (every provisioning attempt stays ACCEPTED) until all its VMs can be created at once; SUCCEEDED
-# means they exist, are held and billed: RUNNING, not an end (the request stays SUCCEEDED after the
-# run duration deletes them). FAILED is refined by :func:`classify_compute_resize_request`.
-COMPUTE_RESIZE_REQUEST_STATE_PHASES: dict[str, Phase] = {
-    "STATE_UNSPECIFIED": Phase.WAITING,
-    "CREATING": Phase.WAITING,
-    "ACCEPTED": Phase.WAITING,
-    "SUCCEEDED": Phase.RUNNING,
-    "FAILED": Phase.NOT_OBTAINED,
-    "CANCELLED": Phase.CANCELLED,
-}
-
-#: Compute Engine error reasons (``status.error.errors[].code``) saying the request itself was wrong,
-#: so resubmitting it cannot help. Any other reason of a FAILED request (``ZONE_RESOURCE_POOL_EXHAUSTED``,
-#: ``RESOURCE_POOL_EXHAUSTED``, an unknown one) is capacity not obtained, as for Cloud TPU.
-COMPUTE_BAD_REQUEST_REASONS = frozenset(
-    {
-        "BAD_REQUEST",
-        "INVALID_ARGUMENT",
-        "INVALID_FIELD_VALUE",
-        "INVALID_USAGE",
-        "INVALID_RESOURCE_USAGE",
-        "REQUIRED_FIELD_MISSING",
-        "RESOURCE_NOT_FOUND",
-        "NOT_FOUND",
-        "PERMISSION_DENIED",
-        "FORBIDDEN",
-        "CONDITION_NOT_MET",
-        "UNSUPPORTED_OPERATION",
-        "QUOTA_EXCEEDED",
-    }
-)
-
-
-def classify_compute_resize_request(
-    state_name: str, *, reasons: Sequence[str] = (), message: str = ""
-) -> Outcome:
-    """Classify a Compute Engine resize request state into a phase and, for failures, a reason.
-
-    :param reasons: the error reasons of the request's ``status.error`` (or its last attempt's),
-        e.g. ``["ZONE_RESOURCE_POOL_EXHAUSTED"]``.
-    :param message: the error message, kept for the user.
-
-    A FAILED request created no VMs (a partial creation is rolled back): a bad request when a reason
-    says the request was wrong (:data:`COMPUTE_BAD_REQUEST_REASONS`: invalid, not found, permission,
-    quota), capacity not obtained otherwise.
-    """
-    phase = COMPUTE_RESIZE_REQUEST_STATE_PHASES.get(state_name, Phase.WAITING)
-    if state_name == "FAILED":
-        ended = reservation_outcome(message)
-        if any(reason.upper() in COMPUTE_RESERVATION_ENDED_REASONS for reason in reasons) or (
-            ended is not None and ended.failure is FailureKind.PREEMPTED
-        ):
-            return Outcome(Phase.FAILED, FailureKind.PREEMPTED, message)
-        if ended is not None:
-            return ended
-        if any(reason.upper() in COMPUTE_BAD_REQUEST_REASONS for reason in reasons):
-            return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, message)
-        return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, message)
-    if phase is Phase.CANCELLED:
-        return Outcome(Phase.CANCELLED, FailureKind.CANCELLED, message or "the resize request was cancelled")
-    return Outcome(phase, None, "")
 
 
 # The one table from Compute Engine future reservation procurement states
@@ -297,12 +229,6 @@ class StateTable:
         return self.classifier(state, **facts)
 
 
-#: Compute Engine MIG resize requests (``InstanceGroupManagerResizeRequest.State``); facts:
-#: ``reasons``, ``message``.
-COMPUTE_RESIZE_REQUEST_STATES = StateTable(
-    "compute_resize_request", COMPUTE_RESIZE_REQUEST_STATE_PHASES, classify_compute_resize_request
-)
-
 #: Compute Engine future reservations in calendar mode (``FutureReservationStatus.ProcurementStatus``);
 #: facts: ``ended``, ``message``.
 FUTURE_RESERVATION_STATES = StateTable(
@@ -358,10 +284,6 @@ class RequestTimings:
 
 
 __all__ = [
-    "COMPUTE_BAD_REQUEST_REASONS",
-    "COMPUTE_RESERVATION_ENDED_REASONS",
-    "COMPUTE_RESIZE_REQUEST_STATES",
-    "COMPUTE_RESIZE_REQUEST_STATE_PHASES",
     "FUTURE_RESERVATION_STATES",
     "FUTURE_RESERVATION_STATE_PHASES",
     "RESERVATION_ENDED",
@@ -372,7 +294,6 @@ __all__ = [
     "Phase",
     "RequestTimings",
     "StateTable",
-    "classify_compute_resize_request",
     "classify_future_reservation",
     "reached",
     "reservation_outcome",

@@ -23,6 +23,7 @@ from airflow_provider_dws.backends.base import (
 from airflow_provider_dws.backends.google import GoogleBackend, translated
 from airflow_provider_dws.errors import ConflictError, RequestNotFoundError
 from airflow_provider_dws.hooks.batch import DwsBatchAsyncHook, DwsBatchHook
+from airflow_provider_dws.patterns import LazyPattern
 from airflow_provider_dws.scheduling.identity import (
     LABEL_ATTEMPT,
     LABEL_KEY,
@@ -30,12 +31,92 @@ from airflow_provider_dws.scheduling.identity import (
     LABEL_TRY,
     RequestIdentity,
 )
-from airflow_provider_dws.scheduling.phases import BATCH_JOB_STATES, RequestTimings
+from airflow_provider_dws.scheduling.phases import (
+    FailureKind,
+    Outcome,
+    Phase,
+    RequestTimings,
+    StateTable,
+    reservation_outcome,
+)
 
 if TYPE_CHECKING:
     from google.cloud.batch_v1 import Job
 
 log = logging.getLogger(__name__)
+
+# The one table from Cloud Batch ``JobStatus.State`` names to phases. A Flex Start job waits for
+# its VMs in QUEUED, then SCHEDULED (Batch's own words: "scheduled to run as soon as resource
+# allocation is ready"; a stock-out keeps a job there), so both are WAITING. Cancelling is terminal
+# here: a job being cancelled only gives its VMs back, it cannot end SUCCEEDED. FAILED is refined by
+# :func:`classify_batch_job`.
+BATCH_JOB_STATE_PHASES: dict[str, Phase] = {
+    "STATE_UNSPECIFIED": Phase.WAITING,
+    "QUEUED": Phase.WAITING,
+    "SCHEDULED": Phase.WAITING,
+    "RUNNING": Phase.RUNNING,
+    "SUCCEEDED": Phase.SUCCEEDED,
+    "FAILED": Phase.FAILED,
+    "CANCELLATION_IN_PROGRESS": Phase.CANCELLED,
+    "CANCELLED": Phase.CANCELLED,
+    "DELETION_IN_PROGRESS": Phase.CANCELLED,
+}
+
+#: A Batch status event saying the VMs could not be had: a stock-out, or the queue's time limit.
+BATCH_CAPACITY_EVENT = LazyPattern(
+    r"resource_pool_exhausted|stockout|no capacity|insufficient (capacity|resources)"
+    r"|not enough resources|resources? (are |is )?(not available|unavailable)|unavailable resources?"
+    r"|queued (for )?too long|(max(imum)? )?(wait|queue|queuing) (time|duration|limit) "
+    r"(was |has been )?(exceeded|reached|passed)",
+    re.IGNORECASE,
+)
+#: A Batch status event saying the job itself was wrong, so resubmitting it cannot help.
+BATCH_BAD_REQUEST_EVENT = LazyPattern(
+    r"invalid|INVALID_ARGUMENT|FAILED_PRECONDITION|PERMISSION_DENIED|permission|not found|does not exist"
+    r"|not supported|unsupported|not allowed|quota",
+    re.IGNORECASE,
+)
+
+
+def classify_batch_job(
+    state_name: str, *, started: bool = False, events: Sequence[str] = (), message: str = ""
+) -> Outcome:
+    """Classify a Cloud Batch job state into a phase and, for failures, a reason.
+
+    :param started: whether any task of the job ever ran (a RUNNING transition, a run duration).
+    :param events: the descriptions of the job's status events, oldest first.
+    :param message: what to tell the user (default: the last event).
+
+    A job that ran and then FAILED is a workload failure. One that FAILED before running never
+    got its VMs: capacity not obtained when an event says so (resources unavailable, queued too
+    long), a bad request when an event says the job was wrong (invalid, permission, not found,
+    quota), and capacity not obtained otherwise, as for Cloud TPU: that is what a Flex Start job
+    that ends unstarted most often means, and a capacity retry is bounded.
+    """
+    phase = BATCH_JOB_STATE_PHASES.get(state_name, Phase.WAITING)
+    message = message or (events[-1] if events else "")
+    if phase is Phase.FAILED:
+        ended = next(
+            (found for found in (reservation_outcome(e) for e in reversed(events)) if found is not None), None
+        )
+        if ended is not None:
+            return ended
+        if started:
+            return Outcome(Phase.FAILED, FailureKind.WORKLOAD_FAILED, message)
+        capacity = [e for e in events if BATCH_CAPACITY_EVENT.search(e)]
+        if capacity:
+            return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, capacity[-1])
+        refused = [e for e in events if BATCH_BAD_REQUEST_EVENT.search(e)]
+        if refused:
+            return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, refused[-1])
+        return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, message)
+    if phase is Phase.CANCELLED:
+        return Outcome(Phase.CANCELLED, FailureKind.CANCELLED, message or f"the job is {state_name.lower()}")
+    return Outcome(phase, None, message if phase is Phase.SUCCEEDED else "")
+
+
+#: Cloud Batch jobs (``JobStatus.State``); facts: ``started``, ``events``, ``message``.
+BATCH_JOB_STATES = StateTable("batch_job", BATCH_JOB_STATE_PHASES, classify_batch_job)
 
 #: The max wait the provider enforces for a job (Batch has no such field), in seconds, as a label:
 #: a task that reattaches to a job goes on with that job's own wait.
@@ -132,9 +213,8 @@ def job_version(job: Job) -> tuple[int, int, int, int]:
 def job_status(job: Job) -> RequestStatus:
     """Classify a Cloud Batch ``Job`` into the shared vocabulary (pure: no API call).
 
-    Its status events decide why a job that failed before running failed
-    (:func:`~airflow_provider_dws.scheduling.phases.classify_batch_job`); the first event that moves
-    it to RUNNING times its start, and the last event of an ended job its end.
+    Its status events decide why a job that failed before running failed (:func:`classify_batch_job`);
+    the first event that moves it to RUNNING times its start, and the last event of an ended job its end.
     """
     from google.cloud.batch_v1 import JobStatus
 

@@ -3,10 +3,10 @@ calendar-mode advice that finds a free block, and the reservations a delivered b
 
 A calendar block is one zonal future reservation, named from the task instance (as a resize
 request is) and created with a ``request_id``, so a retry adopts it instead of booking twice. Its
-life is :data:`~airflow_provider_dws.scheduling.phases.FUTURE_RESERVATION_STATES`: pending
-approval (waiting), approved until delivered (provisioning), delivered (running), and past its
-end time succeeded. The backend's location is the zone: the shared poller lists the zone's
-future reservations once per interval for every wait there, however far away the blocks start.
+life is :data:`FUTURE_RESERVATION_STATES`, its state table (here): pending approval (waiting),
+approved until delivered (provisioning), delivered (running), and past its end time succeeded. The
+backend's location is the zone: the shared poller lists the zone's future reservations once per
+interval for every wait there, however far away the blocks start.
 
 The calls are the Compute Engine design's (:mod:`.compute`): sync ``compute_v1`` clients, run in the
 process's one bounded pool from the event loop, ``*_unary()`` mutations whose zone operation is
@@ -48,18 +48,88 @@ from airflow_provider_dws.errors import (
     RequestNotFoundError,
 )
 from airflow_provider_dws.scheduling.identity import RequestIdentity, is_attempt_of, parse_attempt_name
-from airflow_provider_dws.scheduling.phases import (
-    FUTURE_RESERVATION_STATES,
-    FailureKind,
-    Phase,
-    RequestTimings,
-)
+from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings, StateTable
 from airflow_provider_dws.specs.calendar_block import block_start_error
 
 if TYPE_CHECKING:
     from google.cloud.compute_v1 import CalendarModeAdviceRequest, FutureReservation
 
 log = logging.getLogger(__name__)
+
+# The one table from Compute Engine future reservation procurement states
+# (``FutureReservationStatus.ProcurementStatus``, a string on the wire) to phases: calendar mode.
+# One table serves both waits on a calendar block. The reserve wait ends when the request is
+# approved, the delivery wait when it is FULFILLED, so the phases split exactly there:
+# * DRAFTING and PENDING_APPROVAL: WAITING. Nothing is promised yet; this is the only phase the
+#   trigger's max wait applies to, so a request never approved is cancelled at the max wait,
+#   while an approved one is never given up by a wait (it is the user's booking).
+# * APPROVED, PROCURING (locked at ``lock_time``), PROVISIONING (from the start time, at most
+#   24 h): PROVISIONING, the capacity is promised and not usable yet, which is what the shared
+#   phase means ("capacity found, not yet usable"; a record calls it waiting). COMMITTED (a
+#   commitment was bought with it) is approved too, and so is PENDING_AMENDMENT_APPROVAL: an
+#   amendment is asked of an approved request and, if declined, the request stays as it was.
+# * FULFILLED: RUNNING, the reservations exist and are billed whether used or not; past the
+#   block's end (a fact, ``ended``) SUCCEEDED, as the service has deleted them and everything on them.
+# * DECLINED, FAILED, FAILED_PARTIALLY_FULFILLED: NOT_OBTAINED (capacity not obtained, with the
+#   reason). A partial fulfilment does hold what was delivered: the release deletes it; the phase
+#   says the request as asked (the whole block) was not obtained.
+# * CANCELLED: CANCELLED.
+# Refined by :func:`classify_future_reservation`.
+FUTURE_RESERVATION_STATE_PHASES: dict[str, Phase] = {
+    "PROCUREMENT_STATUS_UNSPECIFIED": Phase.WAITING,
+    "DRAFTING": Phase.WAITING,
+    "PENDING_APPROVAL": Phase.WAITING,
+    "APPROVED": Phase.PROVISIONING,
+    "COMMITTED": Phase.PROVISIONING,
+    "PENDING_AMENDMENT_APPROVAL": Phase.PROVISIONING,
+    "PROCURING": Phase.PROVISIONING,
+    "PROVISIONING": Phase.PROVISIONING,
+    "FULFILLED": Phase.RUNNING,
+    "DECLINED": Phase.NOT_OBTAINED,
+    "FAILED": Phase.NOT_OBTAINED,
+    "FAILED_PARTIALLY_FULFILLED": Phase.NOT_OBTAINED,
+    "CANCELLED": Phase.CANCELLED,
+}
+
+_PROCUREMENT_FAILURES = {
+    # The API says no more than the status (a future reservation has no reason field): say what it
+    # means and what to do.
+    "DECLINED": (
+        "Compute Engine declined the request: it cannot reserve this capacity for this window, or the "
+        "request was still pending at its start; ask for other dates, another zone or a smaller block "
+        "(FindCalendarBlockOperator's advice shows what is free)"
+    ),
+    "FAILED": "procurement failed: no reservation was delivered, and none of it is billed",
+    "FAILED_PARTIALLY_FULFILLED": "procurement failed part way: fewer reserved slots were delivered than asked",
+}
+
+
+def classify_future_reservation(state_name: str, *, ended: bool = False, message: str = "") -> Outcome:
+    """Classify a future reservation's procurement status into a phase and, for failures, a reason.
+
+    :param ended: the block's end time has passed (the service deleted its reservations then).
+    :param message: what the request says of itself (delivered counts, the service's reason).
+    """
+    phase = FUTURE_RESERVATION_STATE_PHASES.get(state_name, Phase.WAITING)
+    if state_name == "FULFILLED" and ended:
+        return Outcome(Phase.SUCCEEDED, None, message or "the block ended; its reservations were deleted")
+    if phase is Phase.NOT_OBTAINED:
+        what = _PROCUREMENT_FAILURES.get(state_name, "capacity was not obtained")
+        return Outcome(
+            Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, f"{what}: {message}" if message else what
+        )
+    if phase is Phase.CANCELLED:
+        return Outcome(
+            Phase.CANCELLED, FailureKind.CANCELLED, message or "the future reservation was cancelled"
+        )
+    return Outcome(phase, None, message)
+
+
+#: Compute Engine future reservations in calendar mode (``FutureReservationStatus.ProcurementStatus``);
+#: facts: ``ended``, ``message``.
+FUTURE_RESERVATION_STATES = StateTable(
+    "compute_future_reservation", FUTURE_RESERVATION_STATE_PHASES, classify_future_reservation
+)
 
 
 class BlockStartError(ValueError):

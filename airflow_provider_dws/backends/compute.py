@@ -30,12 +30,93 @@ from airflow_provider_dws.backends.compute_base import (
 from airflow_provider_dws.errors import RequestNotFoundError
 from airflow_provider_dws.facts import REGION_PATTERN
 from airflow_provider_dws.scheduling.identity import RequestIdentity, is_attempt_of, parse_attempt_name
-from airflow_provider_dws.scheduling.phases import COMPUTE_RESIZE_REQUEST_STATES, RequestTimings
+from airflow_provider_dws.scheduling.phases import (
+    FailureKind,
+    Outcome,
+    Phase,
+    RequestTimings,
+    StateTable,
+    reservation_outcome,
+)
 
 if TYPE_CHECKING:
     from google.cloud.compute_v1 import InstanceGroupManagerResizeRequest
 
 log = logging.getLogger(__name__)
+
+# The one table from Compute Engine resize request states (``InstanceGroupManagerResizeRequest.State``,
+# a string on the wire) to phases. A flex-start resize request waits in CREATING then ACCEPTED
+# (every provisioning attempt stays ACCEPTED) until all its VMs can be created at once; SUCCEEDED
+# means they exist, are held and billed: RUNNING, not an end (the request stays SUCCEEDED after the
+# run duration deletes them). FAILED is refined by :func:`classify_compute_resize_request`.
+COMPUTE_RESIZE_REQUEST_STATE_PHASES: dict[str, Phase] = {
+    "STATE_UNSPECIFIED": Phase.WAITING,
+    "CREATING": Phase.WAITING,
+    "ACCEPTED": Phase.WAITING,
+    "SUCCEEDED": Phase.RUNNING,
+    "FAILED": Phase.NOT_OBTAINED,
+    "CANCELLED": Phase.CANCELLED,
+}
+
+#: Compute Engine error reasons (``status.error.errors[].code``) saying the request itself was wrong,
+#: so resubmitting it cannot help. Any other reason of a FAILED request (``ZONE_RESOURCE_POOL_EXHAUSTED``,
+#: ``RESOURCE_POOL_EXHAUSTED``, an unknown one) is capacity not obtained, as for Cloud TPU.
+COMPUTE_BAD_REQUEST_REASONS = frozenset(
+    {
+        "BAD_REQUEST",
+        "INVALID_ARGUMENT",
+        "INVALID_FIELD_VALUE",
+        "INVALID_USAGE",
+        "INVALID_RESOURCE_USAGE",
+        "REQUIRED_FIELD_MISSING",
+        "RESOURCE_NOT_FOUND",
+        "NOT_FOUND",
+        "PERMISSION_DENIED",
+        "FORBIDDEN",
+        "CONDITION_NOT_MET",
+        "UNSUPPORTED_OPERATION",
+        "QUOTA_EXCEEDED",
+    }
+)
+#: Compute Engine error reasons of a request whose reservation ended (the emulator's; not verified).
+COMPUTE_RESERVATION_ENDED_REASONS = frozenset({"RESERVATION_ENDED"})
+
+
+def classify_compute_resize_request(
+    state_name: str, *, reasons: Sequence[str] = (), message: str = ""
+) -> Outcome:
+    """Classify a Compute Engine resize request state into a phase and, for failures, a reason.
+
+    :param reasons: the error reasons of the request's ``status.error`` (or its last attempt's),
+        e.g. ``["ZONE_RESOURCE_POOL_EXHAUSTED"]``.
+    :param message: the error message, kept for the user.
+
+    A FAILED request created no VMs (a partial creation is rolled back): a bad request when a reason
+    says the request was wrong (:data:`COMPUTE_BAD_REQUEST_REASONS`: invalid, not found, permission,
+    quota), capacity not obtained otherwise.
+    """
+    phase = COMPUTE_RESIZE_REQUEST_STATE_PHASES.get(state_name, Phase.WAITING)
+    if state_name == "FAILED":
+        ended = reservation_outcome(message)
+        if any(reason.upper() in COMPUTE_RESERVATION_ENDED_REASONS for reason in reasons) or (
+            ended is not None and ended.failure is FailureKind.PREEMPTED
+        ):
+            return Outcome(Phase.FAILED, FailureKind.PREEMPTED, message)
+        if ended is not None:
+            return ended
+        if any(reason.upper() in COMPUTE_BAD_REQUEST_REASONS for reason in reasons):
+            return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, message)
+        return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, message)
+    if phase is Phase.CANCELLED:
+        return Outcome(Phase.CANCELLED, FailureKind.CANCELLED, message or "the resize request was cancelled")
+    return Outcome(phase, None, "")
+
+
+#: Compute Engine MIG resize requests (``InstanceGroupManagerResizeRequest.State``); facts:
+#: ``reasons``, ``message``.
+COMPUTE_RESIZE_REQUEST_STATES = StateTable(
+    "compute_resize_request", COMPUTE_RESIZE_REQUEST_STATE_PHASES, classify_compute_resize_request
+)
 
 #: Resize requests per list page.
 LIST_PAGE_SIZE = 250

@@ -32,6 +32,11 @@ log = logging.getLogger(__name__)
 DEFAULT_RPC_TIMEOUT = 60.0
 #: Bound on waiting for a long-running operation (a TPU create or delete) to finish.
 OPERATION_TIMEOUT = 600.0
+# google.rpc.Code values of a request's own error (stable numbers from google/rpc/code.proto): the
+# Vertex AI and Cloud TPU state tables read them to tell a bad request from capacity not obtained.
+RPC_INVALID_ARGUMENT = 3
+RPC_PERMISSION_DENIED = 7
+RPC_FAILED_PRECONDITION = 9
 
 _T = TypeVar("_T")
 SyncHookT = TypeVar("SyncHookT", bound=DwsBaseHook)

@@ -2,7 +2,7 @@
 
 A ProvisioningRequest (``autoscaling.x-k8s.io``, class ``queued-provisioning.gke.io``) asks DWS for
 the nodes of ``count`` pods of one PodTemplate at once; its conditions tell where it is
-(:data:`~airflow_provider_dws.scheduling.kube_phases.PROVISIONING_REQUEST_CONDITIONS`). The sync half
+(:data:`.provisioning_request_states.PROVISIONING_REQUEST_CONDITIONS`, its state table). The sync half
 (operators in a worker; a trigger's submission, in a thread) uses the ``kubernetes`` client, the
 async half (triggers, the shared poller) ``kubernetes_asyncio``; both come from one
 :class:`~airflow_provider_dws.hooks.kubernetes.GKEClusterHook`.
@@ -32,6 +32,11 @@ from airflow_provider_dws.backends.kube_base import (
     kube_time,
     translated,
 )
+from airflow_provider_dws.backends.provisioning_request_states import (
+    PROVISIONING_REQUEST_CONDITIONS,
+    provisioning_request_condition,
+    provisioning_request_state,
+)
 from airflow_provider_dws.backends.retry import aretrying, retrying
 from airflow_provider_dws.facts import (
     CLASS_ANNOTATION,
@@ -44,11 +49,6 @@ from airflow_provider_dws.scheduling.identity import (
     LABEL_TRY,
     RequestIdentity,
     parse_attempt_name,
-)
-from airflow_provider_dws.scheduling.kube_phases import (
-    PROVISIONING_REQUEST_CONDITIONS,
-    provisioning_request_condition,
-    provisioning_request_state,
 )
 from airflow_provider_dws.scheduling.phases import RequestTimings
 from airflow_provider_dws.specs.pod_template import accelerator_of, pod_gpus, pod_spec_of

@@ -4,7 +4,7 @@ The request is a ``batch/v1`` Job, created suspended with the ``kueue.x-k8s.io/q
 Kueue makes a Workload for it, reserves quota in the LocalQueue's ClusterQueue, asks for the
 nodes through the ProvisioningRequest admission check and unsuspends the Job once they are there.
 Its state is read from the Job and its Workload together (:func:`job_state`, into
-:data:`~airflow_provider_dws.scheduling.kube_phases.KUEUE_JOB_STATES`). One backend serves one namespace
+:data:`.kueue_states.KUEUE_JOB_STATES`). One backend serves one namespace
 of one cluster: the shared poller lists its Jobs (by the provider's label) and its Workloads once
 per interval. Releasing is deleting the Job with ``propagationPolicy=Background``: its pods, its
 Workload and the Workload's ProvisioningRequests go with it.
@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from airflow_provider_dws import facts
 from airflow_provider_dws.backends.base import RESULT, RequestStatus, classify_listed
 from airflow_provider_dws.backends.kube_base import LABEL_MAX_WAIT, KubernetesBackend, kube_time, translated
+from airflow_provider_dws.backends.kueue_states import KUEUE_CAPACITY_REVOKED, KUEUE_JOB_STATES
 from airflow_provider_dws.backends.retry import aretrying, retrying
 from airflow_provider_dws.errors import RequestAlreadyExistsError, RequestNotFoundError
 from airflow_provider_dws.scheduling.identity import (
@@ -33,7 +34,6 @@ from airflow_provider_dws.scheduling.identity import (
     RequestIdentity,
     parse_attempt_name,
 )
-from airflow_provider_dws.scheduling.kube_phases import KUEUE_CAPACITY_REVOKED, KUEUE_JOB_STATES
 from airflow_provider_dws.scheduling.phases import Phase, RequestTimings
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ def _pending_checks(workload: dict[str, Any]) -> str:
 
 
 def job_state(job: dict[str, Any], workload: dict[str, Any] | None) -> tuple[str, str]:
-    """The Job's state name in :data:`~airflow_provider_dws.scheduling.kube_phases.KUEUE_JOB_STATES` and
+    """The Job's state name in :data:`.kueue_states.KUEUE_JOB_STATES` and
     what it says, from the Job and its Workload (``None``: Kueue has made none yet).
 
     A rejection (an admission check Rejected, the Workload deactivated) after the Job had started is

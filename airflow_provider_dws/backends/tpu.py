@@ -12,17 +12,83 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, cast
 
 from airflow_provider_dws.backends.base import RESULT, RequestStatus, classify_listed, clear_ended
-from airflow_provider_dws.backends.google import GoogleBackend, translated
+from airflow_provider_dws.backends.google import (
+    RPC_FAILED_PRECONDITION,
+    RPC_INVALID_ARGUMENT,
+    RPC_PERMISSION_DENIED,
+    GoogleBackend,
+    translated,
+)
 from airflow_provider_dws.catalog import tpu_chips
 from airflow_provider_dws.errors import ConflictError, RequestNotFoundError
 from airflow_provider_dws.hooks.tpu import DwsTpuAsyncHook, DwsTpuHook
 from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_KEY, LABEL_TRY, RequestIdentity
-from airflow_provider_dws.scheduling.phases import TPU_QUEUED_RESOURCE_STATES, RequestTimings
+from airflow_provider_dws.scheduling.phases import (
+    FailureKind,
+    Outcome,
+    Phase,
+    RequestTimings,
+    StateTable,
+    reservation_outcome,
+)
 
 if TYPE_CHECKING:
     from google.cloud.tpu_v2 import Node, QueuedResource
 
 log = logging.getLogger(__name__)
+
+# The one table from Cloud TPU ``QueuedResourceState.State`` names to phases. ACTIVE means the
+# slice is provisioned and billing: for a queued resource that is the "running" phase, since the
+# workload runs on the nodes. SUSPENDING/SUSPENDED (spot preemption) and FAILED are refined by
+# :func:`classify_tpu_queued_resource`.
+TPU_QUEUED_RESOURCE_STATE_PHASES: dict[str, Phase] = {
+    "STATE_UNSPECIFIED": Phase.WAITING,
+    "CREATING": Phase.WAITING,
+    "ACCEPTED": Phase.WAITING,
+    "WAITING_FOR_RESOURCES": Phase.WAITING,
+    "PROVISIONING": Phase.PROVISIONING,
+    "ACTIVE": Phase.RUNNING,
+    "FAILED": Phase.NOT_OBTAINED,
+    "SUSPENDING": Phase.FAILED,
+    "SUSPENDED": Phase.FAILED,
+    "DELETING": Phase.CANCELLED,
+}
+
+
+def tpu_phase(state_name: str) -> Phase:
+    """Map a Cloud TPU ``QueuedResourceState.State`` name to a :class:`Phase` (unknown: WAITING)."""
+    return TPU_QUEUED_RESOURCE_STATE_PHASES.get(state_name, Phase.WAITING)
+
+
+def classify_tpu_queued_resource(state_name: str, *, error_code: int = 0, error_message: str = "") -> Outcome:
+    """Classify a queued resource state into a phase and, for failures, a reason.
+
+    A queued resource only reaches FAILED before its slice is provisioned: its valid-until time
+    passed, or provisioning was refused. That is capacity not obtained, unless the error says
+    the request itself was wrong (INVALID_ARGUMENT, FAILED_PRECONDITION, PERMISSION_DENIED).
+    SUSPENDING/SUSPENDED means a spot slice was preempted: the capacity was taken back.
+    """
+    phase = tpu_phase(state_name)
+    if state_name == "FAILED":
+        ended = reservation_outcome(error_message)
+        if ended is not None:
+            return ended
+        if error_code in (RPC_INVALID_ARGUMENT, RPC_FAILED_PRECONDITION, RPC_PERMISSION_DENIED):
+            return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, error_message)
+        return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, error_message)
+    if state_name in ("SUSPENDING", "SUSPENDED"):
+        return Outcome(Phase.FAILED, FailureKind.PREEMPTED, error_message or "the spot slice was preempted")
+    if phase is Phase.CANCELLED:
+        return Outcome(
+            Phase.CANCELLED, FailureKind.CANCELLED, error_message or "the queued resource is being deleted"
+        )
+    return Outcome(phase, None, error_message)
+
+
+#: Cloud TPU queued resources (``QueuedResourceState.State``); facts: ``error_code``, ``error_message``.
+TPU_QUEUED_RESOURCE_STATES = StateTable(
+    "tpu_queued_resource", TPU_QUEUED_RESOURCE_STATE_PHASES, classify_tpu_queued_resource
+)
 
 _DELETE_TIMEOUT_SECONDS = 600.0
 #: Queued resources per list page (see the Vertex backend's LIST_PAGE_SIZE).

@@ -17,11 +17,23 @@ from airflow_provider_dws.backends.base import (
     ended_since_filter,
     find_listed,
 )
-from airflow_provider_dws.backends.google import GoogleBackend, translated
+from airflow_provider_dws.backends.google import (
+    RPC_FAILED_PRECONDITION,
+    RPC_INVALID_ARGUMENT,
+    GoogleBackend,
+    translated,
+)
 from airflow_provider_dws.errors import ConflictError, RequestNotFoundError
 from airflow_provider_dws.hooks.vertex_ai import DwsVertexAIAsyncHook, DwsVertexAIHook
 from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_MANAGED, LABEL_TRY, RequestIdentity
-from airflow_provider_dws.scheduling.phases import VERTEX_JOB_STATES, RequestTimings
+from airflow_provider_dws.scheduling.phases import (
+    FailureKind,
+    Outcome,
+    Phase,
+    RequestTimings,
+    StateTable,
+    reservation_outcome,
+)
 from airflow_provider_dws.scheduling.reattach import Candidate, ReattachDecision, choose_existing
 from airflow_provider_dws.specs.vertex_pools import VERTEX_JOB_KIND, parse_job_name
 
@@ -29,6 +41,74 @@ if TYPE_CHECKING:
     from google.cloud.aiplatform_v1 import CustomJob
 
 log = logging.getLogger(__name__)
+
+# The one table from Vertex AI ``JobState`` names to phases. Vertex has no separate
+# provisioning state: a Flex Start job sits in QUEUED then PENDING until its whole set of
+# machines is free, so both are WAITING. FAILED and EXPIRED are refined by
+# :func:`classify_vertex_job` (capacity never obtained vs. the workload failed).
+VERTEX_JOB_STATE_PHASES: dict[str, Phase] = {
+    "JOB_STATE_UNSPECIFIED": Phase.WAITING,
+    "JOB_STATE_QUEUED": Phase.WAITING,
+    "JOB_STATE_PENDING": Phase.WAITING,
+    "JOB_STATE_PAUSED": Phase.WAITING,
+    "JOB_STATE_RUNNING": Phase.RUNNING,
+    "JOB_STATE_UPDATING": Phase.RUNNING,
+    "JOB_STATE_SUCCEEDED": Phase.SUCCEEDED,
+    "JOB_STATE_PARTIALLY_SUCCEEDED": Phase.FAILED,
+    "JOB_STATE_FAILED": Phase.FAILED,
+    "JOB_STATE_EXPIRED": Phase.FAILED,
+    # Still live: a cancelling job can hold capacity and may yet end SUCCEEDED or FAILED.
+    "JOB_STATE_CANCELLING": Phase.WAITING,
+    "JOB_STATE_CANCELLED": Phase.CANCELLED,
+}
+
+
+def vertex_phase(state_name: str) -> Phase:
+    """Map a Vertex AI ``JobState`` name (e.g. ``"JOB_STATE_PENDING"``) to a :class:`Phase`.
+
+    An unknown name (a state added to the API after this release) is treated as WAITING, so the
+    request keeps being watched rather than abandoned while it may hold capacity.
+    """
+    return VERTEX_JOB_STATE_PHASES.get(state_name, Phase.WAITING)
+
+
+def classify_vertex_job(
+    state_name: str,
+    *,
+    started: bool,
+    error_code: int = 0,
+    error_message: str = "",
+) -> Outcome:
+    """Classify a Vertex AI custom job state into a phase and, for failures, a reason.
+
+    :param state_name: the ``JobState`` name.
+    :param started: whether the job ever reached RUNNING (Vertex sets ``start_time`` then).
+    :param error_code: ``google.rpc.Code`` of the job's ``error`` (0 when none).
+    :param error_message: the job's error message, kept for the user.
+
+    A job that ends FAILED or EXPIRED without ever starting never obtained capacity; one that
+    started and then failed is a workload failure; INVALID_ARGUMENT is a bad request whatever
+    the timing, because resubmitting it cannot help.
+    """
+    phase = vertex_phase(state_name)
+    if state_name == "JOB_STATE_CANCELLING" and started:
+        return Outcome(Phase.RUNNING, None, error_message)
+    if phase is Phase.FAILED:
+        ended = reservation_outcome(error_message)
+        if ended is not None:
+            return ended
+        if error_code in (RPC_INVALID_ARGUMENT, RPC_FAILED_PRECONDITION) and not started:
+            return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, error_message)
+        if not started:
+            return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, error_message)
+        return Outcome(Phase.FAILED, FailureKind.WORKLOAD_FAILED, error_message)
+    if phase is Phase.CANCELLED:
+        return Outcome(Phase.CANCELLED, FailureKind.CANCELLED, error_message)
+    return Outcome(phase, None, error_message)
+
+
+#: Vertex AI custom jobs (``JobState``); facts: ``started``, ``error_code``, ``error_message``.
+VERTEX_JOB_STATES = StateTable("vertex_custom_job", VERTEX_JOB_STATE_PHASES, classify_vertex_job)
 
 #: Jobs a waiting trigger follows: made by the provider and live in the phase table (CANCELLING
 #: included, since a cancelling job may still end SUCCEEDED).

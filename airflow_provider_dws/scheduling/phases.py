@@ -8,16 +8,18 @@ seen through a different API::
                  `------------`--> NOT_OBTAINED (max wait passed, stock-out, refused)
                  `--> CANCELLED
 
-Each API contributes one table from its own state names to :class:`Phase` (below: Vertex AI,
-Cloud TPU, Cloud Batch,
-Compute Engine resize requests and future reservations, GKE ProvisioningRequests).
+Each API contributes one table from its own state names to :class:`Phase`, a :class:`StateTable`.
+The table lives beside the backend that alone reads it (``VERTEX_JOB_STATES`` in
+``backends/vertex_ai.py``, ...), so a new API adds its table there and never edits this module,
+which keeps what every table shares: the phases, the outcome, the reservation-ended words, the wait
+targets and the timings.
 """
 
 from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -62,67 +64,6 @@ class FailureKind(str, enum.Enum):
     TIMED_OUT = "timed_out"
 
 
-# google.rpc.Code values used for classification (stable numbers from google/rpc/code.proto).
-_INVALID_ARGUMENT = 3
-_FAILED_PRECONDITION = 9
-
-# A workload on a calendar-mode reservation is ended by the service when the reservation ends (the
-# block's end time, or the reservation deleted): its capacity is revoked, the workload did not
-# fail. The APIs have no state for it, so it is told by the error (Vertex AI ``error.message``, a
-# TPU ``failed_data.error``, a Batch status event, a resize request's error): the words below are
-# the dws-emulator's, modelled on Compute Engine's own ("The reservation ... ended at ...; it was
-# deleted"). NOT VERIFIED against the real services' wording: a message that does not match is
-# classified as before (after a start, a workload failure).
-RESERVATION_ENDED = LazyPattern(
-    r"\breservations?\b[^;]*?\b(ended|expired|was deleted|has been deleted|is being deleted|no longer exists)\b",
-    re.IGNORECASE,
-)
-#: A reservation whose future reservation was cancelled, declined or failed: never delivered.
-RESERVATION_NOT_DELIVERED = LazyPattern(r"\breservations?\b[^;]*?\bwill not be delivered\b", re.IGNORECASE)
-#: Compute Engine error reasons of a request whose reservation ended (the emulator's; not verified).
-COMPUTE_RESERVATION_ENDED_REASONS = frozenset({"RESERVATION_ENDED"})
-
-
-def reservation_outcome(message: str, phase: Phase = Phase.FAILED) -> Outcome | None:
-    """The outcome of a workload whose error says its reservation ended (capacity revoked:
-    PREEMPTED) or will never be delivered (capacity not obtained); ``None`` for any other error."""
-    if RESERVATION_NOT_DELIVERED.search(message):
-        return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, message)
-    if RESERVATION_ENDED.search(message):
-        return Outcome(phase, FailureKind.PREEMPTED, message)
-    return None
-
-
-# The one table from Vertex AI ``JobState`` names to phases. Vertex has no separate
-# provisioning state: a Flex Start job sits in QUEUED then PENDING until its whole set of
-# machines is free, so both are WAITING. FAILED and EXPIRED are refined by
-# :func:`classify_vertex_job` (capacity never obtained vs. the workload failed).
-VERTEX_JOB_STATE_PHASES: dict[str, Phase] = {
-    "JOB_STATE_UNSPECIFIED": Phase.WAITING,
-    "JOB_STATE_QUEUED": Phase.WAITING,
-    "JOB_STATE_PENDING": Phase.WAITING,
-    "JOB_STATE_PAUSED": Phase.WAITING,
-    "JOB_STATE_RUNNING": Phase.RUNNING,
-    "JOB_STATE_UPDATING": Phase.RUNNING,
-    "JOB_STATE_SUCCEEDED": Phase.SUCCEEDED,
-    "JOB_STATE_PARTIALLY_SUCCEEDED": Phase.FAILED,
-    "JOB_STATE_FAILED": Phase.FAILED,
-    "JOB_STATE_EXPIRED": Phase.FAILED,
-    # Still live: a cancelling job can hold capacity and may yet end SUCCEEDED or FAILED.
-    "JOB_STATE_CANCELLING": Phase.WAITING,
-    "JOB_STATE_CANCELLED": Phase.CANCELLED,
-}
-
-
-def vertex_phase(state_name: str) -> Phase:
-    """Map a Vertex AI ``JobState`` name (e.g. ``"JOB_STATE_PENDING"``) to a :class:`Phase`.
-
-    An unknown name (a state added to the API after this release) is treated as WAITING, so the
-    request keeps being watched rather than abandoned while it may hold capacity.
-    """
-    return VERTEX_JOB_STATE_PHASES.get(state_name, Phase.WAITING)
-
-
 @dataclass(frozen=True)
 class Outcome:
     """The classified end (or current state) of a request."""
@@ -137,294 +78,29 @@ class Outcome:
         return self.phase is Phase.SUCCEEDED
 
 
-def classify_vertex_job(
-    state_name: str,
-    *,
-    started: bool,
-    error_code: int = 0,
-    error_message: str = "",
-) -> Outcome:
-    """Classify a Vertex AI custom job state into a phase and, for failures, a reason.
-
-    :param state_name: the ``JobState`` name.
-    :param started: whether the job ever reached RUNNING (Vertex sets ``start_time`` then).
-    :param error_code: ``google.rpc.Code`` of the job's ``error`` (0 when none).
-    :param error_message: the job's error message, kept for the user.
-
-    A job that ends FAILED or EXPIRED without ever starting never obtained capacity; one that
-    started and then failed is a workload failure; INVALID_ARGUMENT is a bad request whatever
-    the timing, because resubmitting it cannot help.
-    """
-    phase = vertex_phase(state_name)
-    if state_name == "JOB_STATE_CANCELLING" and started:
-        return Outcome(Phase.RUNNING, None, error_message)
-    if phase is Phase.FAILED:
-        ended = reservation_outcome(error_message)
-        if ended is not None:
-            return ended
-        if error_code in (_INVALID_ARGUMENT, _FAILED_PRECONDITION) and not started:
-            return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, error_message)
-        if not started:
-            return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, error_message)
-        return Outcome(Phase.FAILED, FailureKind.WORKLOAD_FAILED, error_message)
-    if phase is Phase.CANCELLED:
-        return Outcome(Phase.CANCELLED, FailureKind.CANCELLED, error_message)
-    return Outcome(phase, None, error_message)
-
-
-# The one table from Cloud TPU ``QueuedResourceState.State`` names to phases. ACTIVE means the
-# slice is provisioned and billing: for a queued resource that is the "running" phase, since the
-# workload runs on the nodes. SUSPENDING/SUSPENDED (spot preemption) and FAILED are refined by
-# :func:`classify_tpu_queued_resource`.
-TPU_QUEUED_RESOURCE_STATE_PHASES: dict[str, Phase] = {
-    "STATE_UNSPECIFIED": Phase.WAITING,
-    "CREATING": Phase.WAITING,
-    "ACCEPTED": Phase.WAITING,
-    "WAITING_FOR_RESOURCES": Phase.WAITING,
-    "PROVISIONING": Phase.PROVISIONING,
-    "ACTIVE": Phase.RUNNING,
-    "FAILED": Phase.NOT_OBTAINED,
-    "SUSPENDING": Phase.FAILED,
-    "SUSPENDED": Phase.FAILED,
-    "DELETING": Phase.CANCELLED,
-}
-
-_PERMISSION_DENIED = 7
-
-
-def tpu_phase(state_name: str) -> Phase:
-    """Map a Cloud TPU ``QueuedResourceState.State`` name to a :class:`Phase` (unknown: WAITING)."""
-    return TPU_QUEUED_RESOURCE_STATE_PHASES.get(state_name, Phase.WAITING)
-
-
-def classify_tpu_queued_resource(state_name: str, *, error_code: int = 0, error_message: str = "") -> Outcome:
-    """Classify a queued resource state into a phase and, for failures, a reason.
-
-    A queued resource only reaches FAILED before its slice is provisioned: its valid-until time
-    passed, or provisioning was refused. That is capacity not obtained, unless the error says
-    the request itself was wrong (INVALID_ARGUMENT, FAILED_PRECONDITION, PERMISSION_DENIED).
-    SUSPENDING/SUSPENDED means a spot slice was preempted: the capacity was taken back.
-    """
-    phase = tpu_phase(state_name)
-    if state_name == "FAILED":
-        ended = reservation_outcome(error_message)
-        if ended is not None:
-            return ended
-        if error_code in (_INVALID_ARGUMENT, _FAILED_PRECONDITION, _PERMISSION_DENIED):
-            return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, error_message)
-        return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, error_message)
-    if state_name in ("SUSPENDING", "SUSPENDED"):
-        return Outcome(Phase.FAILED, FailureKind.PREEMPTED, error_message or "the spot slice was preempted")
-    if phase is Phase.CANCELLED:
-        return Outcome(
-            Phase.CANCELLED, FailureKind.CANCELLED, error_message or "the queued resource is being deleted"
-        )
-    return Outcome(phase, None, error_message)
-
-
-# The one table from Cloud Batch ``JobStatus.State`` names to phases. A Flex Start job waits for
-# its VMs in QUEUED, then SCHEDULED (Batch's own words: "scheduled to run as soon as resource
-# allocation is ready"; a stock-out keeps a job there), so both are WAITING. Cancelling is terminal
-# here: a job being cancelled only gives its VMs back, it cannot end SUCCEEDED. FAILED is refined by
-# :func:`classify_batch_job`.
-BATCH_JOB_STATE_PHASES: dict[str, Phase] = {
-    "STATE_UNSPECIFIED": Phase.WAITING,
-    "QUEUED": Phase.WAITING,
-    "SCHEDULED": Phase.WAITING,
-    "RUNNING": Phase.RUNNING,
-    "SUCCEEDED": Phase.SUCCEEDED,
-    "FAILED": Phase.FAILED,
-    "CANCELLATION_IN_PROGRESS": Phase.CANCELLED,
-    "CANCELLED": Phase.CANCELLED,
-    "DELETION_IN_PROGRESS": Phase.CANCELLED,
-}
-
-#: A Batch status event saying the VMs could not be had: a stock-out, or the queue's time limit.
-BATCH_CAPACITY_EVENT = LazyPattern(
-    r"resource_pool_exhausted|stockout|no capacity|insufficient (capacity|resources)"
-    r"|not enough resources|resources? (are |is )?(not available|unavailable)|unavailable resources?"
-    r"|queued (for )?too long|(max(imum)? )?(wait|queue|queuing) (time|duration|limit) "
-    r"(was |has been )?(exceeded|reached|passed)",
+# A workload on a calendar-mode reservation is ended by the service when the reservation ends (the
+# block's end time, or the reservation deleted): its capacity is revoked, the workload did not
+# fail. The APIs have no state for it, so it is told by the error (Vertex AI ``error.message``, a
+# TPU ``failed_data.error``, a Batch status event, a resize request's error): the words below are
+# the dws-emulator's, modelled on Compute Engine's own ("The reservation ... ended at ...; it was
+# deleted"). NOT VERIFIED against the real services' wording: a message that does not match is
+# classified as before (after a start, a workload failure).
+RESERVATION_ENDED = LazyPattern(
+    r"\breservations?\b[^;]*?\b(ended|expired|was deleted|has been deleted|is being deleted|no longer exists)\b",
     re.IGNORECASE,
 )
-#: A Batch status event saying the job itself was wrong, so resubmitting it cannot help.
-BATCH_BAD_REQUEST_EVENT = LazyPattern(
-    r"invalid|INVALID_ARGUMENT|FAILED_PRECONDITION|PERMISSION_DENIED|permission|not found|does not exist"
-    r"|not supported|unsupported|not allowed|quota",
-    re.IGNORECASE,
-)
+#: A reservation whose future reservation was cancelled, declined or failed: never delivered.
+RESERVATION_NOT_DELIVERED = LazyPattern(r"\breservations?\b[^;]*?\bwill not be delivered\b", re.IGNORECASE)
 
 
-def classify_batch_job(
-    state_name: str, *, started: bool = False, events: Sequence[str] = (), message: str = ""
-) -> Outcome:
-    """Classify a Cloud Batch job state into a phase and, for failures, a reason.
-
-    :param started: whether any task of the job ever ran (a RUNNING transition, a run duration).
-    :param events: the descriptions of the job's status events, oldest first.
-    :param message: what to tell the user (default: the last event).
-
-    A job that ran and then FAILED is a workload failure. One that FAILED before running never
-    got its VMs: capacity not obtained when an event says so (resources unavailable, queued too
-    long), a bad request when an event says the job was wrong (invalid, permission, not found,
-    quota), and capacity not obtained otherwise, as for Cloud TPU: that is what a Flex Start job
-    that ends unstarted most often means, and a capacity retry is bounded.
-    """
-    phase = BATCH_JOB_STATE_PHASES.get(state_name, Phase.WAITING)
-    message = message or (events[-1] if events else "")
-    if phase is Phase.FAILED:
-        ended = next(
-            (found for found in (reservation_outcome(e) for e in reversed(events)) if found is not None), None
-        )
-        if ended is not None:
-            return ended
-        if started:
-            return Outcome(Phase.FAILED, FailureKind.WORKLOAD_FAILED, message)
-        capacity = [e for e in events if BATCH_CAPACITY_EVENT.search(e)]
-        if capacity:
-            return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, capacity[-1])
-        refused = [e for e in events if BATCH_BAD_REQUEST_EVENT.search(e)]
-        if refused:
-            return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, refused[-1])
+def reservation_outcome(message: str, phase: Phase = Phase.FAILED) -> Outcome | None:
+    """The outcome of a workload whose error says its reservation ended (capacity revoked:
+    PREEMPTED) or will never be delivered (capacity not obtained); ``None`` for any other error."""
+    if RESERVATION_NOT_DELIVERED.search(message):
         return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, message)
-    if phase is Phase.CANCELLED:
-        return Outcome(Phase.CANCELLED, FailureKind.CANCELLED, message or f"the job is {state_name.lower()}")
-    return Outcome(phase, None, message if phase is Phase.SUCCEEDED else "")
-
-
-# The one table from Compute Engine resize request states (``InstanceGroupManagerResizeRequest.State``,
-# a string on the wire) to phases. A flex-start resize request waits in CREATING then ACCEPTED
-# (every provisioning attempt stays ACCEPTED) until all its VMs can be created at once; SUCCEEDED
-# means they exist, are held and billed: RUNNING, not an end (the request stays SUCCEEDED after the
-# run duration deletes them). FAILED is refined by :func:`classify_compute_resize_request`.
-COMPUTE_RESIZE_REQUEST_STATE_PHASES: dict[str, Phase] = {
-    "STATE_UNSPECIFIED": Phase.WAITING,
-    "CREATING": Phase.WAITING,
-    "ACCEPTED": Phase.WAITING,
-    "SUCCEEDED": Phase.RUNNING,
-    "FAILED": Phase.NOT_OBTAINED,
-    "CANCELLED": Phase.CANCELLED,
-}
-
-#: Compute Engine error reasons (``status.error.errors[].code``) saying the request itself was wrong,
-#: so resubmitting it cannot help. Any other reason of a FAILED request (``ZONE_RESOURCE_POOL_EXHAUSTED``,
-#: ``RESOURCE_POOL_EXHAUSTED``, an unknown one) is capacity not obtained, as for Cloud TPU.
-COMPUTE_BAD_REQUEST_REASONS = frozenset(
-    {
-        "BAD_REQUEST",
-        "INVALID_ARGUMENT",
-        "INVALID_FIELD_VALUE",
-        "INVALID_USAGE",
-        "INVALID_RESOURCE_USAGE",
-        "REQUIRED_FIELD_MISSING",
-        "RESOURCE_NOT_FOUND",
-        "NOT_FOUND",
-        "PERMISSION_DENIED",
-        "FORBIDDEN",
-        "CONDITION_NOT_MET",
-        "UNSUPPORTED_OPERATION",
-        "QUOTA_EXCEEDED",
-    }
-)
-
-
-def classify_compute_resize_request(
-    state_name: str, *, reasons: Sequence[str] = (), message: str = ""
-) -> Outcome:
-    """Classify a Compute Engine resize request state into a phase and, for failures, a reason.
-
-    :param reasons: the error reasons of the request's ``status.error`` (or its last attempt's),
-        e.g. ``["ZONE_RESOURCE_POOL_EXHAUSTED"]``.
-    :param message: the error message, kept for the user.
-
-    A FAILED request created no VMs (a partial creation is rolled back): a bad request when a reason
-    says the request was wrong (:data:`COMPUTE_BAD_REQUEST_REASONS`: invalid, not found, permission,
-    quota), capacity not obtained otherwise.
-    """
-    phase = COMPUTE_RESIZE_REQUEST_STATE_PHASES.get(state_name, Phase.WAITING)
-    if state_name == "FAILED":
-        ended = reservation_outcome(message)
-        if any(reason.upper() in COMPUTE_RESERVATION_ENDED_REASONS for reason in reasons) or (
-            ended is not None and ended.failure is FailureKind.PREEMPTED
-        ):
-            return Outcome(Phase.FAILED, FailureKind.PREEMPTED, message)
-        if ended is not None:
-            return ended
-        if any(reason.upper() in COMPUTE_BAD_REQUEST_REASONS for reason in reasons):
-            return Outcome(Phase.FAILED, FailureKind.BAD_REQUEST, message)
-        return Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, message)
-    if phase is Phase.CANCELLED:
-        return Outcome(Phase.CANCELLED, FailureKind.CANCELLED, message or "the resize request was cancelled")
-    return Outcome(phase, None, "")
-
-
-# The one table from Compute Engine future reservation procurement states
-# (``FutureReservationStatus.ProcurementStatus``, a string on the wire) to phases: calendar mode.
-# One table serves both waits on a calendar block. The reserve wait ends when the request is
-# approved, the delivery wait when it is FULFILLED, so the phases split exactly there:
-# * DRAFTING and PENDING_APPROVAL: WAITING. Nothing is promised yet; this is the only phase the
-#   trigger's max wait applies to, so a request never approved is cancelled at the max wait,
-#   while an approved one is never given up by a wait (it is the user's booking).
-# * APPROVED, PROCURING (locked at ``lock_time``), PROVISIONING (from the start time, at most
-#   24 h): PROVISIONING, the capacity is promised and not usable yet, which is what the shared
-#   phase means ("capacity found, not yet usable"; a record calls it waiting). COMMITTED (a
-#   commitment was bought with it) is approved too, and so is PENDING_AMENDMENT_APPROVAL: an
-#   amendment is asked of an approved request and, if declined, the request stays as it was.
-# * FULFILLED: RUNNING, the reservations exist and are billed whether used or not; past the
-#   block's end (a fact, ``ended``) SUCCEEDED, as the service has deleted them and everything on them.
-# * DECLINED, FAILED, FAILED_PARTIALLY_FULFILLED: NOT_OBTAINED (capacity not obtained, with the
-#   reason). A partial fulfilment does hold what was delivered: the release deletes it; the phase
-#   says the request as asked (the whole block) was not obtained.
-# * CANCELLED: CANCELLED.
-# Refined by :func:`classify_future_reservation`.
-FUTURE_RESERVATION_STATE_PHASES: dict[str, Phase] = {
-    "PROCUREMENT_STATUS_UNSPECIFIED": Phase.WAITING,
-    "DRAFTING": Phase.WAITING,
-    "PENDING_APPROVAL": Phase.WAITING,
-    "APPROVED": Phase.PROVISIONING,
-    "COMMITTED": Phase.PROVISIONING,
-    "PENDING_AMENDMENT_APPROVAL": Phase.PROVISIONING,
-    "PROCURING": Phase.PROVISIONING,
-    "PROVISIONING": Phase.PROVISIONING,
-    "FULFILLED": Phase.RUNNING,
-    "DECLINED": Phase.NOT_OBTAINED,
-    "FAILED": Phase.NOT_OBTAINED,
-    "FAILED_PARTIALLY_FULFILLED": Phase.NOT_OBTAINED,
-    "CANCELLED": Phase.CANCELLED,
-}
-
-_PROCUREMENT_FAILURES = {
-    # The API says no more than the status (a future reservation has no reason field): say what it
-    # means and what to do.
-    "DECLINED": (
-        "Compute Engine declined the request: it cannot reserve this capacity for this window, or the "
-        "request was still pending at its start; ask for other dates, another zone or a smaller block "
-        "(FindCalendarBlockOperator's advice shows what is free)"
-    ),
-    "FAILED": "procurement failed: no reservation was delivered, and none of it is billed",
-    "FAILED_PARTIALLY_FULFILLED": "procurement failed part way: fewer reserved slots were delivered than asked",
-}
-
-
-def classify_future_reservation(state_name: str, *, ended: bool = False, message: str = "") -> Outcome:
-    """Classify a future reservation's procurement status into a phase and, for failures, a reason.
-
-    :param ended: the block's end time has passed (the service deleted its reservations then).
-    :param message: what the request says of itself (delivered counts, the service's reason).
-    """
-    phase = FUTURE_RESERVATION_STATE_PHASES.get(state_name, Phase.WAITING)
-    if state_name == "FULFILLED" and ended:
-        return Outcome(Phase.SUCCEEDED, None, message or "the block ended; its reservations were deleted")
-    if phase is Phase.NOT_OBTAINED:
-        what = _PROCUREMENT_FAILURES.get(state_name, "capacity was not obtained")
-        return Outcome(
-            Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, f"{what}: {message}" if message else what
-        )
-    if phase is Phase.CANCELLED:
-        return Outcome(
-            Phase.CANCELLED, FailureKind.CANCELLED, message or "the future reservation was cancelled"
-        )
-    return Outcome(phase, None, message)
+    if RESERVATION_ENDED.search(message):
+        return Outcome(phase, FailureKind.PREEMPTED, message)
+    return None
 
 
 #: What a wait on a request may end on besides the request's end, and the live phases that end it:
@@ -484,27 +160,6 @@ class StateTable:
         return self.classifier(state, **facts)
 
 
-#: Vertex AI custom jobs (``JobState``); facts: ``started``, ``error_code``, ``error_message``.
-VERTEX_JOB_STATES = StateTable("vertex_custom_job", VERTEX_JOB_STATE_PHASES, classify_vertex_job)
-#: Cloud TPU queued resources (``QueuedResourceState.State``); facts: ``error_code``, ``error_message``.
-TPU_QUEUED_RESOURCE_STATES = StateTable(
-    "tpu_queued_resource", TPU_QUEUED_RESOURCE_STATE_PHASES, classify_tpu_queued_resource
-)
-#: Cloud Batch jobs (``JobStatus.State``); facts: ``started``, ``events``, ``message``.
-BATCH_JOB_STATES = StateTable("batch_job", BATCH_JOB_STATE_PHASES, classify_batch_job)
-#: Compute Engine MIG resize requests (``InstanceGroupManagerResizeRequest.State``); facts:
-#: ``reasons``, ``message``.
-COMPUTE_RESIZE_REQUEST_STATES = StateTable(
-    "compute_resize_request", COMPUTE_RESIZE_REQUEST_STATE_PHASES, classify_compute_resize_request
-)
-
-#: Compute Engine future reservations in calendar mode (``FutureReservationStatus.ProcurementStatus``);
-#: facts: ``ended``, ``message``.
-FUTURE_RESERVATION_STATES = StateTable(
-    "compute_future_reservation", FUTURE_RESERVATION_STATE_PHASES, classify_future_reservation
-)
-
-
 @dataclass(frozen=True)
 class RequestTimings:
     """When a request was submitted, obtained its capacity and finished (UTC, any may be unknown)."""
@@ -553,34 +208,15 @@ class RequestTimings:
 
 
 __all__ = [
-    "BATCH_JOB_STATES",
-    "BATCH_JOB_STATE_PHASES",
-    "COMPUTE_BAD_REQUEST_REASONS",
-    "COMPUTE_RESERVATION_ENDED_REASONS",
-    "COMPUTE_RESIZE_REQUEST_STATES",
-    "COMPUTE_RESIZE_REQUEST_STATE_PHASES",
-    "FUTURE_RESERVATION_STATES",
-    "FUTURE_RESERVATION_STATE_PHASES",
     "RESERVATION_ENDED",
     "RESERVATION_NOT_DELIVERED",
-    "TPU_QUEUED_RESOURCE_STATES",
-    "TPU_QUEUED_RESOURCE_STATE_PHASES",
-    "VERTEX_JOB_STATES",
-    "VERTEX_JOB_STATE_PHASES",
     "WAIT_TARGETS",
     "FailureKind",
     "Outcome",
     "Phase",
     "RequestTimings",
     "StateTable",
-    "classify_batch_job",
-    "classify_compute_resize_request",
-    "classify_future_reservation",
-    "classify_tpu_queued_resource",
-    "classify_vertex_job",
     "reached",
     "reservation_outcome",
     "succeeded_for",
-    "tpu_phase",
-    "vertex_phase",
 ]

@@ -27,15 +27,15 @@ from hypothesis import strategies as st
 from airflow_provider_dws import errors
 from airflow_provider_dws.backends import batch
 from airflow_provider_dws.backends.base import RESULT, RequestBackend
-from airflow_provider_dws.backends.batch import BatchJobBackend, job_status
+from airflow_provider_dws.backends.batch import (
+    BATCH_JOB_STATES,
+    BatchJobBackend,
+    classify_batch_job,
+    job_status,
+)
 from airflow_provider_dws.registry import BACKENDS, backend_from_spec
 from airflow_provider_dws.scheduling.identity import RequestIdentity, parse_attempt_name
-from airflow_provider_dws.scheduling.phases import (
-    BATCH_JOB_STATES,
-    FailureKind,
-    Phase,
-    classify_batch_job,
-)
+from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 
 PARENT = "projects/p/locations/us-central1"
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)

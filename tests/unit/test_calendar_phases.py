@@ -5,16 +5,10 @@ from __future__ import annotations
 import pytest
 from google.cloud.compute_v1 import FutureReservationStatus
 
+from airflow_provider_dws.backends.calendar import FUTURE_RESERVATION_STATE_PHASES, FUTURE_RESERVATION_STATES
 from airflow_provider_dws.runtime.adapter import RequestAdapter
 from airflow_provider_dws.runtime.loop import is_success
-from airflow_provider_dws.scheduling.phases import (
-    FUTURE_RESERVATION_STATE_PHASES,
-    FUTURE_RESERVATION_STATES,
-    WAIT_TARGETS,
-    FailureKind,
-    Phase,
-    reached,
-)
+from airflow_provider_dws.scheduling.phases import WAIT_TARGETS, FailureKind, Phase, reached
 
 TABLE = FUTURE_RESERVATION_STATES
 

@@ -19,6 +19,7 @@ from google.cloud.compute_v1 import (
 
 from airflow_provider_dws.backends.base import GroupedLister, RequestBackend
 from airflow_provider_dws.backends.compute import (
+    COMPUTE_RESIZE_REQUEST_STATES,
     ComputeResizeRequestBackend,
     parse_resize_request_name,
     resize_request_status,
@@ -31,7 +32,7 @@ from airflow_provider_dws.operators.compute_release import DeleteComputeFlexStar
 from airflow_provider_dws.registry import backend_from_spec
 from airflow_provider_dws.runtime.compute import ComputeFlexStartAdapter, mig_console_url
 from airflow_provider_dws.scheduling.identity import RequestIdentity, parse_attempt_name
-from airflow_provider_dws.scheduling.phases import COMPUTE_RESIZE_REQUEST_STATES, FailureKind, Phase
+from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.scheduling.policies import Placement
 from airflow_provider_dws.triggers import poller
 

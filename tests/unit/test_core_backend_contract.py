@@ -14,9 +14,9 @@ from airflow_provider_dws import errors
 from airflow_provider_dws.backends import vertex_ai
 from airflow_provider_dws.backends.base import AsyncRequestBackend, BackendCache, RequestBackend
 from airflow_provider_dws.backends.tpu import TpuQueuedResourceBackend
-from airflow_provider_dws.backends.vertex_ai import VertexCustomJobBackend
+from airflow_provider_dws.backends.vertex_ai import VERTEX_JOB_STATES, VertexCustomJobBackend
 from airflow_provider_dws.scheduling.identity import RequestIdentity
-from airflow_provider_dws.scheduling.phases import VERTEX_JOB_STATES, Phase
+from airflow_provider_dws.scheduling.phases import Phase
 
 ZONE = "us-west4-a"
 PARENT = f"projects/p/locations/{ZONE}"

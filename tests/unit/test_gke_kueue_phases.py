@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_dws.backends.kueue import job_state, job_status, workload_of
-from airflow_provider_dws.scheduling.kube_phases import (
+from airflow_provider_dws.backends.kueue_states import (
     KUEUE_JOB_STATE_PHASES,
     KUEUE_JOB_STATES,
     classify_kueue_job,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dws.scheduling.kube_phases import (
+from airflow_provider_dws.backends.provisioning_request_states import (
     PROVISIONING_REQUEST_CONDITIONS,
     provisioning_request_state,
 )

@@ -7,14 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from google.cloud.aiplatform_v1 import JobState
 
-from airflow_provider_dws.scheduling.phases import (
-    VERTEX_JOB_STATE_PHASES,
-    FailureKind,
-    Phase,
-    RequestTimings,
-    classify_vertex_job,
-    vertex_phase,
-)
+from airflow_provider_dws.backends.vertex_ai import VERTEX_JOB_STATE_PHASES, classify_vertex_job, vertex_phase
+from airflow_provider_dws.scheduling.phases import FailureKind, Phase, RequestTimings
 
 EXPECTED_PHASES = {
     "JOB_STATE_UNSPECIFIED": Phase.WAITING,
@@ -159,12 +153,9 @@ def test_timings_round_trip_of_empty() -> None:
 
 
 def test_state_tables_derive_live_states_and_classify() -> None:
-    from airflow_provider_dws.scheduling.phases import (
-        TPU_QUEUED_RESOURCE_STATES,
-        VERTEX_JOB_STATES,
-        FailureKind,
-        Phase,
-    )
+    from airflow_provider_dws.backends.tpu import TPU_QUEUED_RESOURCE_STATES
+    from airflow_provider_dws.backends.vertex_ai import VERTEX_JOB_STATES
+    from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 
     assert "JOB_STATE_CANCELLING" in VERTEX_JOB_STATES.live_states()
     assert "JOB_STATE_EXPIRED" not in VERTEX_JOB_STATES.live_states()

@@ -11,6 +11,10 @@ import pytest
 from airflow.sdk import DAG
 
 from airflow_provider_dws.backends.base import RequestStatus
+from airflow_provider_dws.backends.batch import BATCH_JOB_STATES
+from airflow_provider_dws.backends.compute import COMPUTE_RESIZE_REQUEST_STATES
+from airflow_provider_dws.backends.tpu import TPU_QUEUED_RESOURCE_STATES
+from airflow_provider_dws.backends.vertex_ai import VERTEX_JOB_STATES
 from airflow_provider_dws.exceptions import BadRequestError, CapacityRevokedError
 from airflow_provider_dws.operators.batch import CreateBatchReservedJobOperator
 from airflow_provider_dws.operators.calendar import (
@@ -23,10 +27,6 @@ from airflow_provider_dws.operators.vertex_ai import CreateVertexAIReservedJobOp
 from airflow_provider_dws.runtime.reserved import Block, check_fits
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import (
-    BATCH_JOB_STATES,
-    COMPUTE_RESIZE_REQUEST_STATES,
-    TPU_QUEUED_RESOURCE_STATES,
-    VERTEX_JOB_STATES,
     FailureKind,
     Outcome,
     Phase,

@@ -5,14 +5,12 @@ from __future__ import annotations
 import pytest
 from google.cloud.tpu_v2 import QueuedResourceState
 
-from airflow_provider_dws.scheduling.phases import (
+from airflow_provider_dws.backends.tpu import (
     TPU_QUEUED_RESOURCE_STATE_PHASES,
-    FailureKind,
-    Outcome,
-    Phase,
     classify_tpu_queued_resource,
     tpu_phase,
 )
+from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase
 
 API_STATES = [s.name for s in QueuedResourceState.State]
 

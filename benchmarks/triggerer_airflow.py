@@ -25,7 +25,7 @@ there before the deployment starts, so no measured process compiles anything.
    LocalExecutor workers and their task processes, over both phases, / N) are printed side by
    side, PASS at most 1.5x each;
 7. the per-family rows (``--families``, ``--family-tasks``, default 50): one mapped DAG per operator
-   family (``airflow_dags/families.py``), each asking in an emulator pool of its own, deferral,
+   family (``airflow_dags/family_<name>.py``, a file each), each asking in an emulator pool of its own, deferral,
    capacity for all, resume, against one stock run of the same N (``dws_bench_stock_family``).
 
 ``--profile DIR`` records the trigger runner and its supervisor with py-spy during each burst;

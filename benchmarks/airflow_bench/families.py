@@ -23,7 +23,7 @@ NODE_GPUS = 8
 
 @dataclass(frozen=True)
 class Family:
-    """One operator family: its mapped DAG (``benchmarks/airflow_dags/families.py``) and pool."""
+    """One operator family: its mapped DAG (``benchmarks/airflow_dags/family_<name>.py``) and pool."""
 
     name: str
     operator: str

@@ -61,7 +61,11 @@ PYTEST_ENV = env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV
 ## Its output is printed after the main ring's; either ring failing fails the target.
 PYTEST_WORKERS ?= 3
 PY310_LOG := $(VENV)/test-py310.log
+## The 3.10 virtualenv is made (or brought up to date) first, before either ring starts: its editable
+## install writes the stray egg-info into the repository root (STRAY_EGG_INFO) until it is removed,
+## and an Airflow process of the main ring started in that window finds the `dws` plugin twice.
 test: lint
+	@$(MAKE) --no-print-directory py310-venv
 	@nice -n 19 $(MAKE) --no-print-directory test-py310 > $(PY310_LOG) 2>&1 & py310=$$!; \
 	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal; main=$$?; \
 	wait $$py310; low=$$?; echo "== Python 3.10 unit ring (beside the main ring, nice 19):"; cat $(PY310_LOG); \
@@ -83,15 +87,18 @@ FIND_PY310 = for py in "$$(command -v python3.10)" $$(ls -d "$$(pyenv root 2>/de
 	  [ -n "$$py" ] && "$$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' 2>/dev/null && { echo "$$py"; break; }; \
 	done; true
 
-.PHONY: test-py310
-test-py310: venv
+.PHONY: py310-venv test-py310
+py310-venv: venv
 	@py="$$($(FIND_PY310))"; \
-	if [ -z "$$py" ]; then echo "Python 3.10: no interpreter found (python3.10 on PATH, pyenv versions); unit tests not run on 3.10"; exit 0; fi; \
-	if [ ! -f $(PY310_VENV)/.installed ] || [ pyproject.toml -nt $(PY310_VENV)/.installed ] || [ dws-emulator/pyproject.toml -nt $(PY310_VENV)/.installed ] || [ constraints.txt -nt $(PY310_VENV)/.installed ]; then \
+	if [ -n "$$py" ] && { [ ! -f $(PY310_VENV)/.installed ] || [ pyproject.toml -nt $(PY310_VENV)/.installed ] || [ dws-emulator/pyproject.toml -nt $(PY310_VENV)/.installed ] || [ constraints.txt -nt $(PY310_VENV)/.installed ]; }; then \
 	  echo "Python 3.10: $$py -> $(PY310_VENV)"; \
 	  $(BIN)/uv venv -q --allow-existing --python "$$py" $(PY310_VENV) && \
 	  VIRTUAL_ENV=$(PY310_VENV) $(BIN)/uv pip install -q $(INSTALL) && rm -rf $(STRAY_EGG_INFO) && touch $(PY310_VENV)/.installed || exit 1; \
-	fi; \
+	fi
+
+test-py310: py310-venv
+	@py="$$($(FIND_PY310))"; \
+	if [ -z "$$py" ]; then echo "Python 3.10: no interpreter found (python3.10 on PATH, pyenv versions); unit tests not run on 3.10"; exit 0; fi; \
 	$(PYTEST_ENV) $(PY310_VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(PY310_WORKERS) tests/unit
 
 clean:

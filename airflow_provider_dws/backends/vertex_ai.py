@@ -86,9 +86,10 @@ def classify_vertex_job(
     :param error_code: ``google.rpc.Code`` of the job's ``error`` (0 when none).
     :param error_message: the job's error message, kept for the user.
 
-    A job that ends FAILED or EXPIRED without ever starting never obtained capacity; one that
-    started and then failed is a workload failure; INVALID_ARGUMENT is a bad request whatever
-    the timing, because resubmitting it cannot help.
+    A job that ends FAILED or EXPIRED without ever starting never obtained capacity, unless its
+    error is INVALID_ARGUMENT or FAILED_PRECONDITION: then the request was wrong, and resubmitting
+    it cannot help (a bad request). One that started and then failed is a workload failure,
+    whatever its code: the job's own code ran and ended it.
     """
     phase = vertex_phase(state_name)
     if state_name == "JOB_STATE_CANCELLING" and started:

@@ -93,7 +93,9 @@ def test_port_zero_tries_another_pair_when_the_next_port_is_taken() -> None:
             return super()._serve_rest(port)
 
     with Unlucky({}) as server:
-        assert len(Unlucky.tried) == 2 and server.rest_port == Unlucky.tried[1] == server.port + 1
+        # The first pair was refused, so another was tried; on a busy machine a real process may
+        # hold the next pair's port + 1 too, so more than two pairs may be tried before one serves.
+        assert len(Unlucky.tried) >= 2 and server.rest_port == Unlucky.tried[-1] == server.port + 1
         status, _ = raw(f"{server.rest_url}/compute/v1/projects/{P}/global/instanceTemplates/x")
         assert status == 404
 

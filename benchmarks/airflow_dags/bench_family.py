@@ -13,11 +13,12 @@ defines no DAG (the dags folder is on the task processes' ``sys.path``).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from airflow.sdk import DAG
+
+from airflow_provider_dws import facts
 
 TASKS = int(os.environ.get("DWS_BENCH_FAMILY_TASKS", 50))
 POLL_INTERVAL = float(os.environ.get("DWS_BENCH_POLL_INTERVAL", 30))
@@ -44,11 +45,13 @@ def family_dag(name: str) -> DAG:
     )
 
 
-def pod(node_pool: str, tolerations: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """A one-node H100 pod in the family's own node pool, its workload done at once."""
+def pod(node_pool: str) -> dict[str, Any]:
+    """A one-node H100 pod in the family's own node pool, its workload done at once; it tolerates
+    the queued GPU nodes' taints (``facts``, which every operator module loads: a Kueue task process
+    need not load the ProvisioningRequest operator's module for them)."""
     return {
         "nodeSelector": {**H100_NODE, "cloud.google.com/gke-nodepool": node_pool},
-        "tolerations": [dict(t) for t in tolerations],
+        "tolerations": [dict(facts.QUEUED_TOLERATION), dict(facts.GPU_TOLERATION)],
         "containers": [
             {
                 "name": "train",

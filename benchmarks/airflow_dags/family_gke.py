@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from bench_family import COMMON, PROJECT, family_dag, labels, pod
 
-from airflow_provider_dws.operators.gke import QUEUED_GPU_TOLERATIONS, CreateGKEProvisioningRequestOperator
+from airflow_provider_dws.operators.gke import CreateGKEProvisioningRequestOperator
 
 with family_dag("gke"):
     CreateGKEProvisioningRequestOperator.partial(
@@ -14,7 +14,7 @@ with family_dag("gke"):
         project_id=PROJECT,
         location="us-central1",
         cluster_name="training-cluster",
-        pod_template={"spec": pod("bench-gke", QUEUED_GPU_TOLERATIONS)},
+        pod_template={"spec": pod("bench-gke")},
         count=1,
         max_run=timedelta(hours=2),
         **COMMON,

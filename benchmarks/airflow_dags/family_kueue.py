@@ -6,7 +6,6 @@ from datetime import timedelta
 
 from bench_family import COMMON, PROJECT, family_dag, labels, pod
 
-from airflow_provider_dws.operators.gke import QUEUED_GPU_TOLERATIONS
 from airflow_provider_dws.operators.gke_kueue import CreateGKEQueuedJobOperator
 
 with family_dag("kueue"):
@@ -16,7 +15,7 @@ with family_dag("kueue"):
         location="us-central1",
         cluster_name="training-cluster",
         queue_name="dws-queue",
-        job={"spec": {"template": {"spec": pod("bench-kueue", QUEUED_GPU_TOLERATIONS)}, "backoffLimit": 0}},
+        job={"spec": {"template": {"spec": pod("bench-kueue")}, "backoffLimit": 0}},
         max_run=timedelta(hours=2),
         **COMMON,
     ).expand(labels=labels())

@@ -2,7 +2,8 @@
 error line that is not an error.
 
 Every example's healthy run is checked for error lines where the suite runs it once, in
-``test_dws_page_after_demo.py`` (with :func:`error_lines`); here, a run that fails on purpose.
+``test_dws_page_after_demo.py`` (with :func:`assert_no_error_lines`); here, a run that fails on
+purpose.
 
 Every healthy first try used to log ``[error] XCom not found ... key='dws_requests'`` (18 times in
 ``make demo``): the task SDK's supervisor logs each XCom the API server does not find at error level,

@@ -64,3 +64,12 @@ def test_times_must_carry_a_time_zone() -> None:
         iso(datetime(2026, 12, 1))
     assert parse_time("2026-12-01T12:00:00") is None and parse_time(None) is None
     assert record(holds=True, phase="succeeded").live and not record(phase="failed").live
+
+
+def test_every_backend_kind_has_the_name_the_dws_page_shows() -> None:
+    """A new surface's backend kind (``registry.BACKENDS``) gets its readable name in ``API_NAMES``:
+    without one the page would show the raw kind."""
+    from airflow_provider_dws.records import API_NAMES
+    from airflow_provider_dws.registry import BACKENDS
+
+    assert sorted(API_NAMES) == sorted(BACKENDS)

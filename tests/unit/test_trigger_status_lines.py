@@ -203,10 +203,22 @@ def test_a_change_of_the_apis_state_within_one_phase_gets_its_line(monkeypatch: 
         status("JOB_STATE_SUCCEEDED", Phase.SUCCEEDED, submitted=T0, started=T0, finished=T0),
     ]
     log = RecordingLog()
-    # The API moves on only once the trigger logged the state before (its first line is the
-    # request's): polled every 10 ms on a loaded machine, a state could otherwise come and go
-    # between two of the trigger's reads, and no trigger can log what it never saw.
-    install(monkeypatch, ScriptedBackend(lambda reads: states[min(max(len(log.lines) - 1, 0), 2)]))
+    # The API moves on once the trigger logged the state before (its first line is the request's)
+    # and read it a few times more (a line per read, not per change, would show as repeats); polled
+    # every 10 ms on a loaded machine, a state could otherwise come and go between two of the
+    # trigger's reads. A state still not logged after 200 reads is given up on, so a trigger that
+    # never logs it fails on the lines below, not on the timeout.
+    at = {"index": 0, "reads": 0}
+
+    def answer(reads: int) -> RequestStatus:
+        index, since = at["index"], at["reads"] + 1
+        logged = len(log.lines) >= index + 2
+        if index < len(states) - 1 and ((logged and since > 3) or since > 200):
+            index, since = index + 1, 0
+        at.update(index=index, reads=since)
+        return states[index]
+
+    install(monkeypatch, ScriptedBackend(answer))
     event, _ = run_logged(trigger(), log)
     assert event["phase"] == "succeeded"
     assert [line.split(",")[0] for line in log.lines[1:]] == [

@@ -55,8 +55,10 @@ EXECUTORS = {"local": "LocalExecutor", "celery": "CeleryExecutor"}
 CELERY_WORKERS = 2
 CELERY_CONCURRENCY = 8
 #: Under Celery, a task whose worker died without a word is failed (and retried) by the scheduler
-#: once its heartbeat is this old (Airflow's default is 300 s).
-TASK_HEARTBEAT_TIMEOUT = 30
+#: once its heartbeat is this old (Airflow's default is 300 s). At 30 s a healthy task was failed
+#: (the execution_timeout row, 2026-12-06): with every shared row's task process starting at once
+#: on two cores, its heartbeat came later than that.
+TASK_HEARTBEAT_TIMEOUT = 90
 
 #: How often the triggerer heartbeats, and after how long without one it is taken for dead and
 #: its triggers are handed to another triggerer (the takeover scenario waits about this long).

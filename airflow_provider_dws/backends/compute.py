@@ -470,17 +470,14 @@ def _created_after(summaries: list[dict[str, Any]], since: datetime | None) -> l
     return [s for s in summaries if (_when(s.get("creation_timestamp")) or since) >= since]
 
 
-def request_vms(
-    backend: ComputeResizeRequestBackend, status: RequestStatus, whole_group: bool | None = None
-) -> list[dict[str, Any]]:
+def request_vms(backend: ComputeResizeRequestBackend, status: RequestStatus) -> list[dict[str, Any]]:
     """The VMs a SUCCEEDED request created, summarized: every VM of a MIG the operator made for this
-    task instance (``whole_group``; by default :func:`own_group`, from the request's name, the one
-    rule of the worker, the trigger and the release), else those of the MIG created since the
-    request was."""
+    task instance (:func:`own_group`, from the request's name, the one rule of the worker, the
+    trigger and the release), else those of the MIG created since the request was."""
     from airflow_provider_dws.backends import compute_groups as groups
 
     where = parse_resize_request_name(status.name)
-    whole_group = own_group(where) if whole_group is None else whole_group
+    whole_group = own_group(where)
     mig = where.instance_group_manager
     summaries = []
     for managed in groups.managed_instances(backend, mig):

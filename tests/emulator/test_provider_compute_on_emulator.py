@@ -90,7 +90,7 @@ def test_submit_adopt_wait_and_release(emulator: Callable[..., Any]) -> None:
         what="SUCCEEDED",
     )
     assert succeeded.state == "SUCCEEDED"
-    vms = request_vms(backend, succeeded, whole_group=True)
+    vms = request_vms(backend, succeeded)
     assert len(vms) == 4 and all(vm["internal_ip"] for vm in vms)
     assert all(
         vm["machine_type"] == "a3-highgpu-8g"
@@ -120,7 +120,7 @@ def test_regional_mig(emulator: Callable[..., Any]) -> None:
         lambda: (s := backend.get_status(status.name)) is not None and s.state == "SUCCEEDED" and s,
         what="SUCCEEDED",
     )
-    vms = request_vms(backend, done, whole_group=True)
+    vms = request_vms(backend, done)
     assert len(vms) == 2 and all(vm["zone"].startswith("us-central1-") for vm in vms)
     assert groups.delete_instances(backend, mig, [vm["self_link"] for vm in vms])
     assert groups.managed_instances(backend, mig) == []
@@ -260,6 +260,6 @@ def test_an_outage_is_a_transient_error_and_the_wait_survives_it(emulator: Calla
 
     event = asyncio.run(scenario())
     assert event["phase"] == Phase.RUNNING.value, event
-    vms = request_vms(backend, backend.get_status(status.name), whole_group=True)
+    vms = request_vms(backend, backend.get_status(status.name))
     assert groups.delete_instances(backend, who.group_name(), [vm["self_link"] for vm in vms])
     assert backend.delete(status.name)

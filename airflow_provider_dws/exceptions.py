@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow_provider_dws.compat import AirflowException, AirflowFailException
 
 
 class DwsError(AirflowException):

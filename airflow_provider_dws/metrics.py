@@ -2,7 +2,8 @@
 the deployment configures ``[metrics]``); names and tags are documented in ``docs/ui.md``.
 
 Every function here swallows its own failures: a metric is never worth a failed task or a
-stopped poller. ``airflow.sdk.observability.stats`` is imported on first use, so importing this
+stopped poller. Airflow's ``Stats`` (wherever this Airflow keeps it:
+:mod:`airflow_provider_dws.compat`) is imported on first use, so importing this
 module costs nothing (the dag-processor and the web app may import it).
 """
 
@@ -63,7 +64,7 @@ def tags(api: str, location: str | None, accelerator_type: str | None = None) ->
 
 
 def _stats() -> Any:
-    from airflow.sdk.observability.stats import Stats
+    from airflow_provider_dws.compat import Stats
 
     return Stats
 

@@ -27,7 +27,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
-from airflow.sdk import BaseHook
+from airflow_provider_dws.compat import BaseHook
 
 if TYPE_CHECKING:
     from airflow.providers.google.common.hooks.base_google import GoogleBaseHook

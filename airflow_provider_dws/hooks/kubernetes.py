@@ -31,8 +31,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow.sdk import BaseHook
-
+from airflow_provider_dws.compat import BaseHook
 from airflow_provider_dws.hooks.base import (
     EMULATOR_HOST_ENV,
     EMULATOR_HOST_EXTRA,
@@ -167,7 +166,7 @@ class GKEClusterHook(BaseHook):
     def _google_extra(self, name: str) -> Any:
         """An extra of the Google connection, plain or prefixed; a missing connection has none
         (a cncf-kubernetes or default-credentials setup need not define it)."""
-        from airflow.exceptions import AirflowNotFoundException
+        from airflow_provider_dws.compat import AirflowNotFoundException
 
         try:
             extras = dict(self.get_connection(self.gcp_conn_id).extra_dejson)

@@ -435,8 +435,7 @@ class AttemptLoop:
 
     def attempt_ended(self, context: Context, event: dict[str, Any], state: AttemptState) -> Any:
         """Record the attempt, then return the result, submit the next attempt, or raise."""
-        from airflow.sdk.exceptions import AirflowTaskTimeout
-
+        from airflow_provider_dws.compat import AirflowTaskTimeout
         from airflow_provider_dws.scheduling.decisions import Attempt, next_step
         from airflow_provider_dws.scheduling.phases import FailureKind
 

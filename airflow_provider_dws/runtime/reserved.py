@@ -260,7 +260,7 @@ def _wait_for_delivery(op: Any, context: Context, block: Block, status: RequestS
 
 def delivered(op: Any, context: Context, event: dict[str, Any] | None) -> Any:
     """Back from the wait for delivery: run on the block, or say why it cannot be used."""
-    from airflow.sdk.exceptions import AirflowTaskTimeout
+    from airflow_provider_dws.compat import AirflowTaskTimeout
 
     if not event:
         return run_on_block(op, context)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pendulum
 from airflow.timetables.base import DagRunInfo, DataInterval
 
+from airflow_provider_dws.compat import dag_run_info
 from airflow_provider_dws.scheduling._time import aware_utc
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ def _next_run(
     if restriction.latest is not None and opening > aware_utc(restriction.latest, "restriction.latest"):
         return None
     start, end = _to_pendulum(opening), _to_pendulum(closing)
-    return DagRunInfo(run_after=start, data_interval=DataInterval(start, end))
+    return dag_run_info(start, DataInterval(start, end))
 
 
 def infer_manual_data_interval(timetable: Any, run_after: DateTime) -> DataInterval:

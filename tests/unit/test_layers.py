@@ -54,6 +54,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "errors",
             "exceptions",
             "patterns",
+            "compat",
         ),
     ),
 )

@@ -1,0 +1,93 @@
+"""What differs between the Airflow 3 releases the provider supports (3.0 to 3.3), in one module.
+
+The rest of the provider asks the flags below and imports the moved names from here; no other
+module reads ``airflow.__version__`` or picks an import path by version. The flags follow the
+providers' convention (``AIRFLOW_V_3_X_PLUS`` from the installed Airflow's base version, so a
+``3.2.0rc1`` counts as 3.2); the moved names come from apache-airflow-providers-common-compat,
+which knows every path each name has had. docs/compatibility.md lists what each version lacks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import (
+        AirflowException,
+        AirflowFailException,
+        AirflowNotFoundException,
+        AirflowTaskTimeout,
+    )
+    from airflow.sdk.observability.stats import Stats
+    from airflow.timetables.base import DagRunInfo, DataInterval
+    from pendulum import DateTime
+
+__all__ = [
+    "AIRFLOW_VERSION",
+    "AIRFLOW_V_3_1_PLUS",
+    "AIRFLOW_V_3_2_PLUS",
+    "AIRFLOW_V_3_3_PLUS",
+    "AirflowException",
+    "AirflowFailException",
+    "AirflowNotFoundException",
+    "AirflowTaskTimeout",
+    "BaseHook",
+    "Stats",
+    "dag_run_info",
+]
+
+
+def _base_version() -> tuple[int, int, int]:
+    from airflow import __version__
+    from packaging.version import Version
+
+    version = Version(__version__)
+    return version.major, version.minor, version.micro
+
+
+AIRFLOW_VERSION: tuple[int, int, int] = _base_version()
+#: 3.1: plugins' ``external_views`` (the DWS page's nav entry and task-instance tab).
+AIRFLOW_V_3_1_PLUS: bool = AIRFLOW_VERSION >= (3, 1, 0)
+#: 3.2: ``DagRunInfo`` has partition fields, which a timetable must fill.
+AIRFLOW_V_3_2_PLUS: bool = AIRFLOW_VERSION >= (3, 2, 0)
+#: 3.3: the triggerer calls ``BaseTrigger.on_kill`` for a task a user stops, and a task's context
+#: carries ``task_state_store``. Before it, the trigger's own stop and the next try's sweep do both
+#: jobs (:mod:`airflow_provider_dws.triggers.on_kill`, :mod:`airflow_provider_dws.runtime.recording`).
+AIRFLOW_V_3_3_PLUS: bool = AIRFLOW_VERSION >= (3, 3, 0)
+
+#: Names whose module moved between 3.0 and 3.3 (``airflow.exceptions`` and ``airflow.hooks.base``
+#: before the task SDK took them in 3.1 and 3.2; ``airflow.stats`` before ``airflow.sdk.observability``).
+MOVED = frozenset(
+    {  # the names the type checker sees above
+        "AirflowException",
+        "AirflowFailException",
+        "AirflowNotFoundException",
+        "AirflowTaskTimeout",
+        "BaseHook",
+        "Stats",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    """A moved name, from where this Airflow keeps it, imported on first use (never at parse)."""
+    if name not in MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from airflow.providers.common.compat import sdk
+
+    value = getattr(sdk, name)
+    globals()[name] = value
+    return value
+
+
+def dag_run_info(run_after: DateTime, data_interval: DataInterval) -> DagRunInfo:
+    """A timetable's next run, with the partition fields 3.2 requires left empty (3.0 and 3.1
+    have none)."""
+    from airflow.timetables.base import DagRunInfo
+
+    if AIRFLOW_V_3_2_PLUS:
+        return DagRunInfo(
+            run_after=run_after, data_interval=data_interval, partition_date=None, partition_key=None
+        )
+    return DagRunInfo(run_after=run_after, data_interval=data_interval)

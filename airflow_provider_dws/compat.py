@@ -28,6 +28,7 @@ __all__ = [
     "AIRFLOW_V_3_1_PLUS",
     "AIRFLOW_V_3_2_PLUS",
     "AIRFLOW_V_3_3_PLUS",
+    "TRIGGERER_CALLS_ON_KILL",
     "AirflowException",
     "AirflowFailException",
     "AirflowNotFoundException",
@@ -55,6 +56,9 @@ AIRFLOW_V_3_2_PLUS: bool = AIRFLOW_VERSION >= (3, 2, 0)
 #: carries ``task_state_store``. Before it, the trigger's own stop and the next try's sweep do both
 #: jobs (:mod:`airflow_provider_dws.triggers.on_kill`, :mod:`airflow_provider_dws.runtime.recording`).
 AIRFLOW_V_3_3_PLUS: bool = AIRFLOW_VERSION >= (3, 3, 0)
+#: Whether the triggerer calls ``BaseTrigger.on_kill`` for a trigger a user stopped (3.3). Before,
+#: it only cancels the trigger and awaits its ``cleanup``, whatever the reason it stops it.
+TRIGGERER_CALLS_ON_KILL: bool = AIRFLOW_V_3_3_PLUS
 
 #: Names whose module moved between 3.0 and 3.3 (``airflow.exceptions`` and ``airflow.hooks.base``
 #: before the task SDK took them in 3.1 and 3.2; ``airflow.stats`` before ``airflow.sdk.observability``).

@@ -8,7 +8,7 @@ kill is :mod:`.on_kill`'s; the statuses and the event it reports are :mod:`.outc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -158,6 +158,8 @@ class CapacityRequestTrigger(BaseTrigger):
         self.submission = Submission.from_dict(submit) if submit is not None else None
         #: The find-or-create in flight (awaited by ``on_kill``: what it makes is then cancelled).
         self._making: asyncio.Future[Any] | None = None
+        #: Whether Airflow cancelled ``run`` before it reported the wait's end (see ``cleanup``).
+        self._stopped = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Class path and keyword arguments; round-trips through ``__init__``."""
@@ -207,6 +209,19 @@ class CapacityRequestTrigger(BaseTrigger):
         Its status comes from the event loop's shared poller (see :mod:`.poller`): one paged list
         per interval serves every waiting trigger of the same API, project and location.
         """
+        events = self._follow()
+        try:
+            async for event in events:
+                yield event
+        except asyncio.CancelledError:
+            self._stopped = True
+            raise
+        finally:
+            # Closed with this generator, so a wait leaves the shared poller at once.
+            await events.aclose()
+
+    async def _follow(self) -> AsyncGenerator[TriggerEvent, None]:
+        """:meth:`run`'s wait: make the request if the task handed it over, then follow it."""
         from airflow_provider_dws.triggers.log_lines import log_info
         from airflow_provider_dws.triggers.outcomes import event_payload, wait_failed
         from airflow_provider_dws.triggers.poller import shared_poller
@@ -437,6 +452,18 @@ class CapacityRequestTrigger(BaseTrigger):
             self.log.info("Task killed before its request was made; nothing to cancel")
             return
         await shielded(cancel_for_kill(self.held(), ti), self.log, self.request_name)
+
+    async def cleanup(self) -> None:
+        """Airflow 3.0 to 3.2 never call ``on_kill``: a trigger stopped before it reported is
+        cancelled like any other, so a stop there is a kill unless the task is still deferred (see
+        :func:`.on_kill.stopped_without_on_kill`). From 3.3 ``on_kill`` does that job."""
+        from airflow_provider_dws.compat import TRIGGERER_CALLS_ON_KILL
+
+        if TRIGGERER_CALLS_ON_KILL or not self._stopped:
+            return
+        from airflow_provider_dws.triggers.on_kill import shielded, stopped_without_on_kill
+
+        await shielded(stopped_without_on_kill(self), self.log, self.request_name)
 
     async def _cancel_made(self, making: asyncio.Future[Any], ti: Any) -> None:
         from airflow_provider_dws.triggers.on_kill import cancel_for_kill

@@ -54,21 +54,22 @@ PYTEST_ENV = env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV
 ## Quality gates, then every test ring (unit, emulator, Airflow end to end, and the emulator's own tests in
 ## dws-emulator/tests: pytest's testpaths hold both trees), on PYTEST_WORKERS processes
 ## (work-stealing: tests/conftest.py starts each on its share of the slow tests; three on two cores,
-## since most of the slow tests wait on real Airflow processes); and beside it the unit tests again on
-## Python 3.10, the oldest Python the provider supports, at the lowest CPU priority (nice 19): the main
-## ring leaves about a quarter of two cores idle while its Airflow processes wait, and the 3.10 ring
-## takes only that, so the time limits of the fault-matrix rows and Airflow runs are not eaten into.
-## Its output is printed after the main ring's; either ring failing fails the target.
+## since most of the slow tests wait on real Airflow processes); and beside it the oldest supported
+## combination (test-oldest: Python 3.10, Airflow 3.0, the lowest allowed dependencies) at the lowest
+## CPU priority (nice 19): the main ring leaves about a quarter of two cores idle while its Airflow
+## processes wait, and the oldest ring takes only that, so the time limits of the fault-matrix rows and
+## Airflow runs are not eaten into. Its output is printed after the main ring's; either ring failing
+## fails the target.
 PYTEST_WORKERS ?= 3
-PY310_LOG := $(VENV)/test-py310.log
-## The 3.10 virtualenv is made (or brought up to date) first, before either ring starts: its editable
-## install writes the stray egg-info into the repository root (STRAY_EGG_INFO) until it is removed,
-## and an Airflow process of the main ring started in that window finds the `dws` plugin twice.
+OLDEST_LOG := $(VENV)/test-oldest.log
+## The oldest ring's virtualenv is made (or brought up to date) first, before either ring starts: its
+## editable install writes the stray egg-info into the repository root (STRAY_EGG_INFO) until it is
+## removed, and an Airflow process of the main ring started in that window finds the `dws` plugin twice.
 test: lint
-	@$(MAKE) --no-print-directory py310-venv
-	@nice -n 19 $(MAKE) --no-print-directory test-py310 > $(PY310_LOG) 2>&1 & py310=$$!; \
+	@$(MAKE) --no-print-directory venv-3.0
+	@nice -n 19 $(MAKE) --no-print-directory test-oldest > $(OLDEST_LOG) 2>&1 & oldest=$$!; \
 	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal; main=$$?; \
-	wait $$py310; low=$$?; echo "== Python 3.10 unit ring (beside the main ring, nice 19):"; cat $(PY310_LOG); \
+	wait $$oldest; low=$$?; echo "== The oldest supported combination (beside the main ring, nice 19):"; cat $(OLDEST_LOG); \
 	exit $$(( main != 0 ? main : low ))
 
 ## The inner loop: no lint, no test marked slow (real Airflow processes, or over about 5 s: the
@@ -79,30 +80,56 @@ FAST_WORKERS ?= 4
 test-fast: venv
 	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider -n $(FAST_WORKERS) -m 'not slow' tests/unit tests/emulator dws-emulator/tests
 
-## Python 3.10 in a virtualenv of its own. The interpreter: python3.10 on PATH if it runs (a pyenv shim
-## there may not), else the newest 3.10 among pyenv's versions. Without one, one line says so.
-PY310_VENV ?= .venv310
-PY310_WORKERS ?= 2
-FIND_PY310 = for py in "$$(command -v python3.10)" $$(ls -d "$$(pyenv root 2>/dev/null || echo "$$HOME/.pyenv")"/versions/3.10*/bin/python3.10 2>/dev/null | sort -rV); do \
-	  [ -n "$$py" ] && "$$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' 2>/dev/null && { echo "$$py"; break; }; \
+## One virtualenv per supported Airflow minor version, `.venv-3.X`, installed from constraints/airflow-3.X.txt
+## (resolved as of that release's date: see the file's header and the README's compatibility table), on
+## the Python the file was resolved for. The interpreter: pythonX.Y on PATH if it runs (a pyenv shim there
+## may not), else the newest X.Y among pyenv's versions. 3.0 is the oldest supported combination: Python
+## 3.10 and the lowest versions every dependency allows.
+AIRFLOW_MINORS := 3.0 3.1 3.2 3.3
+PYTHON_FOR_3.0 := 3.10
+PYTHON_FOR_3.1 := 3.11
+PYTHON_FOR_3.2 := 3.11
+PYTHON_FOR_3.3 := 3.11
+FIND_PYTHON = for py in "$$(command -v python$(1))" $$(ls -d "$$(pyenv root 2>/dev/null || echo "$$HOME/.pyenv")"/versions/$(1).*/bin/python$(1) 2>/dev/null | sort -rV); do \
+	  [ -n "$$py" ] && "$$py" -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, "$(1)".split("."))))' 2>/dev/null && { echo "$$py"; break; }; \
 	done; true
 
-.PHONY: py310-venv test-py310
-py310-venv: venv
-	@py="$$($(FIND_PY310))"; \
-	if [ -n "$$py" ] && { [ ! -f $(PY310_VENV)/.installed ] || [ pyproject.toml -nt $(PY310_VENV)/.installed ] || [ dws-emulator/pyproject.toml -nt $(PY310_VENV)/.installed ] || [ constraints.txt -nt $(PY310_VENV)/.installed ]; }; then \
-	  echo "Python 3.10: $$py -> $(PY310_VENV)"; \
-	  $(BIN)/uv venv -q --allow-existing --python "$$py" $(PY310_VENV) && \
-	  VIRTUAL_ENV=$(PY310_VENV) $(BIN)/uv pip install -q $(INSTALL) && rm -rf $(STRAY_EGG_INFO) && touch $(PY310_VENV)/.installed || exit 1; \
+.PHONY: $(addprefix venv-,$(AIRFLOW_MINORS)) test-oldest test-matrix
+$(addprefix venv-,$(AIRFLOW_MINORS)): venv-%: venv
+	@want=$(PYTHON_FOR_$*); py="$$($(call FIND_PYTHON,$(PYTHON_FOR_$*)))"; stamp=.venv-$*/.installed; \
+	if [ -z "$$py" ]; then echo "Python $$want: no interpreter found (python$$want on PATH, pyenv versions)"; exit 1; fi; \
+	if [ ! -f $$stamp ] || [ pyproject.toml -nt $$stamp ] || [ dws-emulator/pyproject.toml -nt $$stamp ] || [ constraints/airflow-$*.txt -nt $$stamp ]; then \
+	  echo "Airflow $* on Python $$want: $$py -> .venv-$*"; \
+	  $(BIN)/uv venv -q --allow-existing --python "$$py" .venv-$* && \
+	  VIRTUAL_ENV=.venv-$* $(BIN)/uv pip install -q -e ./dws-emulator -e '.[test]' -c constraints/airflow-$*.txt $(EDITABLE_COMPAT) \
+	  && rm -rf $(STRAY_EGG_INFO) && touch $$stamp || exit 1; \
 	fi
 
-test-py310: py310-venv
-	@py="$$($(FIND_PY310))"; \
-	if [ -z "$$py" ]; then echo "Python 3.10: no interpreter found (python3.10 on PATH, pyenv versions); unit tests not run on 3.10"; exit 0; fi; \
-	$(PYTEST_ENV) $(PY310_VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(PY310_WORKERS) tests/unit
+## The oldest supported combination, beside the main ring in `make test`: the unit and emulator rings and
+## every example DAG (scripts/demo.py, as `make demo` runs them) on Python 3.10, Airflow 3.0 and the
+## lowest allowed dependencies.
+OLDEST_WORKERS ?= 2
+test-oldest: venv-3.0
+	@.venv-3.0/bin/python -c 'import airflow, sys; print(f"Airflow {airflow.__version__} on Python {sys.version.split()[0]}")'
+	$(PYTEST_ENV) .venv-3.0/bin/python -m pytest -q -p no:cacheprovider -n $(OLDEST_WORKERS) -m 'not slow' tests/unit tests/emulator dws-emulator/tests
+	$(PYTEST_ENV) .venv-3.0/bin/python scripts/demo.py
+
+## Every supported Airflow minor version (AIRFLOW_MINORS), one after the other: the unit ring, every example
+## DAG, and the fault matrix's kill rows (a deferred task marked failed or cleared cancels its request) on
+## LocalExecutor. MATRIX="3.0 3.2" for some of them.
+MATRIX ?= $(AIRFLOW_MINORS)
+KILL_ROWS := user_marks_failed,user_clears_task,batch_user_marks_failed,compute_user_marks_failed,gke_user_marks_failed,kueue_user_marks_failed,tpu_user_marks_failed
+test-matrix: $(addprefix venv-,$(MATRIX))
+	@set -e; for v in $(MATRIX); do \
+	  echo "== Airflow $$v: $$(.venv-$$v/bin/python -c 'import airflow, sys; print(airflow.__version__, "on Python", sys.version.split()[0])')"; \
+	  $(PYTEST_ENV) .venv-$$v/bin/python -m pytest -q -p no:cacheprovider -n $(FAST_WORKERS) tests/unit; \
+	  $(PYTEST_ENV) .venv-$$v/bin/python scripts/demo.py > .venv-$$v/demo.log 2>&1 || { tail -40 .venv-$$v/demo.log; exit 1; }; \
+	  tail -3 .venv-$$v/demo.log; \
+	  $(PYTEST_ENV) .venv-$$v/bin/python -m tests.faults --executor local --only $(KILL_ROWS); \
+	done
 
 clean:
-	rm -rf $(VENV) $(PY310_VENV) .airflow .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(addprefix .venv-,$(AIRFLOW_MINORS)) .airflow .pytest_cache .mypy_cache .ruff_cache
 
 ## The whole fault matrix: real Airflow processes (PostgreSQL; LocalExecutor, then CeleryExecutor with
 ## the local Redis as broker) against dws-emulator, one row per scenario; non-zero exit on any FAIL.

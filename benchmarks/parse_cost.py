@@ -277,16 +277,22 @@ def _parse_in_child(path: str, mode: str) -> None:
 def _airflow_parse(path: str) -> None:
     """The dag-processor child's work for one file: ``_parse_file``, then the frame it would send."""
     from airflow.dag_processing.processor import DagFileParseRequest, _parse_file
-    from airflow.sdk.execution_time.comms import _RequestFrame
 
     os.environ["_AIRFLOW_PROCESS_CONTEXT"] = "client"  # as _parse_file_entrypoint sets it
     import structlog
 
-    request = DagFileParseRequest(file=path, bundle_path=Path(path).parent, bundle_name="parse-cost")
+    # Airflow 3.0's request also names the child's socket, which this model never writes to.
+    extra = {"requests_fd": 0} if "requests_fd" in DagFileParseRequest.model_fields else {}
+    request = DagFileParseRequest(file=path, bundle_path=Path(path).parent, bundle_name="parse-cost", **extra)
     result = _parse_file(request, structlog.get_logger(logger_name="task"))
     if result is None or not result.serialized_dags or result.import_errors:
         raise RuntimeError(f"{path} did not parse: {result and result.import_errors}")
-    _RequestFrame(id=0, body=result.model_dump()).as_bytes()
+    try:
+        from airflow.sdk.execution_time.comms import _RequestFrame
+    except ImportError:  # Airflow 3.0: a line of JSON (task_runner's CommsDecoder.send_request)
+        (result.model_dump_json() + "\n").encode()
+    else:
+        _RequestFrame(id=0, body=result.model_dump()).as_bytes()
 
 
 def _fork(target: Callable[[], None]) -> tuple[int, float]:

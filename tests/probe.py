@@ -226,6 +226,11 @@ def _start_zygote(request: dict[str, Any], others: list[TextIO]) -> tuple[int, T
 
 def serve() -> None:
     """The server loop: route each request to its zygote (started on first use)."""
+    # The replies keep the pipe that was stdout to themselves; stdout becomes stderr, so nothing an
+    # import prints to it (alembic's "setup plugin" lines, on Airflow 3.1 and 3.2) falls between them.
+    replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     zygotes: dict[str, tuple[int, TextIO, TextIO]] = {}
     for line in sys.stdin:
         request = json.loads(line)
@@ -243,8 +248,8 @@ def serve() -> None:
             reply = json.loads(
                 receive.readline() or '{"returncode": 1, "stdout": "", "stderr": "zygote ended"}'
             )
-        sys.stdout.write(json.dumps(reply) + "\n")
-        sys.stdout.flush()
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
     for pid, send, receive in zygotes.values():  # end and reap them (their CPU counts as ours)
         send.close()
         receive.close()

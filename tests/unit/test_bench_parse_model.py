@@ -38,9 +38,17 @@ def test_every_row_parses_as_the_dag_processor_parses_it(parse_cost, tmp_path, m
     # clone (no bytecode written), which took over 30 s beside two other test workers.
     monkeypatch.setenv("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT", "600")
     for index, row in enumerate(parse_cost.ROWS):
+        if row.name.startswith("google ") and not _has_custom_job_operator():
+            continue  # a reference row only: its operator is newer than the oldest google provider allowed
         path = tmp_path / f"row{index}.py"
         path.write_text(parse_cost.dag_source(row, f"row{index}"))
         parse_cost._airflow_parse(str(path))  # raises unless the DAG serialized without import errors
+
+
+def _has_custom_job_operator() -> bool:
+    from airflow.providers.google.cloud.operators.vertex_ai import custom_job
+
+    return hasattr(custom_job, "CreateCustomJobOperator")
 
 
 def test_a_broken_dag_file_is_not_counted_as_a_parse(parse_cost, tmp_path):

@@ -181,7 +181,7 @@ def test_the_wait_s_cancel_leaves_the_block(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_a_cleared_wait_follows_its_block_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """Try 2 of a wait whose try 1 was cleared while deferred adopts the block (nothing is submitted)."""
-    from airflow.sdk.exceptions import TaskDeferred
+    from airflow.providers.common.compat.sdk import TaskDeferred
 
     op = _wait(deferrable=True)
     block = status("APPROVED", Phase.PROVISIONING, start_time=SOON.isoformat())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pendulum
 import pytest
 from airflow import __version__ as airflow_version
-from airflow.sdk.types import TaskInstanceKey
+from airflow.providers.common.compat.sdk import TaskInstanceKey
 from airflow.timetables.base import DagRunInfo, DataInterval
 from packaging.version import Version
 

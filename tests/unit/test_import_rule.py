@@ -129,7 +129,15 @@ def _probe() -> dict:
     sys.meta_path.insert(0, Recorder)  # type: ignore[arg-type]
 
     # The dag-processor's parent: airflow.sdk is what every DAG file names.
-    import airflow.sdk  # noqa: F401
+    import airflow.sdk
+
+    # And `@task`, which the examples use: on Airflow 3.0 it looks the decorator up among every
+    # installed provider's (``ProvidersManager().taskflow_decorators``), importing each provider's
+    # package and metadata, apache-airflow-providers-google's among them, whatever the DAG holds.
+    def _baseline_task() -> None:
+        """A TaskFlow function, only decorated."""
+
+    airflow.sdk.task(_baseline_task)
 
     baseline = sorted(m for m in sys.modules if _group(m))
     builtins.__import__ = recording_import

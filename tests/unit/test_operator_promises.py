@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from airflow.exceptions import TaskDeferred
-from airflow.sdk.exceptions import AirflowTaskTimeout
+from airflow.providers.common.compat.sdk import AirflowTaskTimeout
 
 from airflow_provider_dws.backends.base import WAIT_ERROR, RequestStatus
 from airflow_provider_dws.exceptions import WaitFailedError

@@ -35,7 +35,7 @@ def test_every_listed_module_imports() -> None:
 SECTIONS = {
     "operators": ("airflow_provider_dws.operators", "airflow.sdk:BaseOperator"),
     "triggers": ("airflow_provider_dws.triggers", "airflow.triggers.base:BaseTrigger"),
-    "hooks": ("airflow_provider_dws.hooks", "airflow.sdk:BaseHook"),
+    "hooks": ("airflow_provider_dws.hooks", "airflow.providers.common.compat.sdk:BaseHook"),
 }
 
 

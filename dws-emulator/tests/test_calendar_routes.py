@@ -79,7 +79,7 @@ def rfc3339(t: float) -> str:
 
 
 def epoch(text: str) -> float:
-    return datetime.fromisoformat(text).timestamp()
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()  # 3.10 reads no "Z"
 
 
 def gpu_block(

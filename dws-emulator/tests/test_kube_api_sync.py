@@ -392,6 +392,10 @@ def test_pod_log_plain_tail_and_follow(api, emulator) -> None:
                 KINDS["pods"], NS, "job-0", lambda p: p["status"].update(phase="Succeeded"), status=True
             )
 
+    if watch.Watch().get_watch_argument_name(core.read_namespaced_pod_log) != "follow":
+        # kubernetes 36.0.1 does not recognise the log's follow parameter in its own docstrings
+        # (it passes watch=True, which the call refuses); the async clients test the emulator's follow.
+        return
     lines = []
     for line in watch.Watch().stream(core.read_namespaced_pod_log, "job-0", NS):
         lines.append(line)

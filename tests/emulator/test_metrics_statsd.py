@@ -63,10 +63,6 @@ class StatsdSocket:
 
 @pytest.fixture
 def statsd(monkeypatch: pytest.MonkeyPatch) -> Iterator[StatsdSocket]:
-    from airflow.sdk._shared.observability.metrics import stats
-    from airflow.sdk.configuration import conf
-    from airflow.sdk.observability.metrics import stats_utils
-
     server = StatsdSocket()
     for key, value in {
         "STATSD_ON": "True",
@@ -77,16 +73,47 @@ def statsd(monkeypatch: pytest.MonkeyPatch) -> Iterator[StatsdSocket]:
         "STATSD_INFLUXDB_ENABLED": "True",
     }.items():
         monkeypatch.setenv(f"AIRFLOW__METRICS__{key}", value)
+    restore = _stats_from_the_environment()
+    try:
+        yield server
+    finally:
+        restore()
+        server.sock.close()
+
+
+def _stats_from_the_environment() -> Callable[[], None]:
+    """Point Airflow's ``Stats`` at what ``[metrics]`` says now (it reads it once per process), and
+    return how to put it back."""
+    try:
+        from airflow.sdk._shared.observability.metrics import stats
+    except ImportError:  # Airflow 3.0 and 3.1: airflow.stats, whose metaclass picks its factory once
+        from airflow.metrics import statsd_logger
+        from airflow.stats import Stats
+
+        # The factory lives on the metaclass; the logger it made, once used, on the class itself.
+        meta: Any = type(Stats)
+        saved_meta = (meta.factory, Stats.__dict__.get("instance"))
+        meta.factory = statsd_logger.get_statsd_logger
+        type.__setattr__(Stats, "instance", None)
+
+        def restore_meta() -> None:
+            meta.factory = saved_meta[0]
+            type.__setattr__(Stats, "instance", saved_meta[1])
+
+        return restore_meta
+    from airflow.sdk.configuration import conf
+    from airflow.sdk.observability.metrics import stats_utils
+
     saved = (stats._factory, stats._backend, stats._export_legacy_names)
     stats.initialize(
         factory=stats_utils.get_stats_factory(),
         export_legacy_names=conf.getboolean("metrics", "legacy_names_on"),
     )
-    try:
-        yield server
-    finally:
+
+    def restore() -> None:
         stats._factory, stats._backend, stats._export_legacy_names = saved
-        server.sock.close()
+
+    return restore
 
 
 def test_a_trigger_run_and_a_task_run_send_statsd_lines(statsd: StatsdSocket, vertex_emulator: Any) -> None:

@@ -4,7 +4,8 @@ The rest of the provider asks the flags below and imports the moved names from h
 module reads ``airflow.__version__`` or picks an import path by version. The flags follow the
 providers' convention (``AIRFLOW_V_3_X_PLUS`` from the installed Airflow's base version, so a
 ``3.2.0rc1`` counts as 3.2); the moved names come from apache-airflow-providers-common-compat,
-which knows every path each name has had. docs/compatibility.md lists what each version lacks.
+which knows every path each name has had. The README's compatibility table says what each
+version lacks.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "AIRFLOW_V_3_2_PLUS",
     "AIRFLOW_V_3_3_PLUS",
     "TRIGGERER_CALLS_ON_KILL",
+    "XCOM_TAKES_NONE",
     "AirflowException",
     "AirflowFailException",
     "AirflowNotFoundException",
@@ -36,6 +38,7 @@ __all__ = [
     "BaseHook",
     "Stats",
     "dag_run_info",
+    "push_xcom",
 ]
 
 
@@ -56,6 +59,8 @@ AIRFLOW_V_3_2_PLUS: bool = AIRFLOW_VERSION >= (3, 2, 0)
 #: carries ``task_state_store``. Before it, the trigger's own stop and the next try's sweep do both
 #: jobs (:mod:`airflow_provider_dws.triggers.on_kill`, :mod:`airflow_provider_dws.runtime.recording`).
 AIRFLOW_V_3_3_PLUS: bool = AIRFLOW_VERSION >= (3, 3, 0)
+#: Whether the execution API stores a ``None`` XCom (3.1); 3.0 answers its empty body with a 422.
+XCOM_TAKES_NONE: bool = AIRFLOW_V_3_1_PLUS
 #: Whether the triggerer calls ``BaseTrigger.on_kill`` for a trigger a user stopped (3.3). Before,
 #: it only cancels the trigger and awaits its ``cleanup``, whatever the reason it stops it.
 TRIGGERER_CALLS_ON_KILL: bool = AIRFLOW_V_3_3_PLUS
@@ -95,3 +100,11 @@ def dag_run_info(run_after: DateTime, data_interval: DataInterval) -> DagRunInfo
             run_after=run_after, data_interval=data_interval, partition_date=None, partition_key=None
         )
     return DagRunInfo(run_after=run_after, data_interval=data_interval)
+
+
+def push_xcom(ti: Any, key: str, value: Any) -> None:
+    """``ti.xcom_push``, but a ``None`` is not pushed where Airflow cannot store one (3.0): the key
+    is left unset there, and a pull of it reads ``None`` either way."""
+    if value is None and not XCOM_TAKES_NONE:
+        return
+    ti.xcom_push(key=key, value=value)

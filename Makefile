@@ -55,7 +55,7 @@ PYTEST_ENV = env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV
 ## dws-emulator/tests: pytest's testpaths hold both trees), on PYTEST_WORKERS processes
 ## (work-stealing: tests/conftest.py starts each on its share of the slow tests; three on two cores,
 ## since most of the slow tests wait on real Airflow processes); and beside it the oldest supported
-## combination (test-oldest: Python 3.10, Airflow 3.0, the lowest allowed dependencies) at the lowest
+## combination (test-oldest: Python 3.10, Airflow 3.1, the lowest allowed dependencies) at the lowest
 ## CPU priority (nice 19): the main ring leaves about a quarter of two cores idle while its Airflow
 ## processes wait, and the oldest ring takes only that, so the time limits of the fault-matrix rows and
 ## Airflow runs are not eaten into. Its output is printed after the main ring's; either ring failing
@@ -66,7 +66,7 @@ OLDEST_LOG := $(VENV)/test-oldest.log
 ## editable install writes the stray egg-info into the repository root (STRAY_EGG_INFO) until it is
 ## removed, and an Airflow process of the main ring started in that window finds the `dws` plugin twice.
 test: lint
-	@$(MAKE) --no-print-directory venv-3.0
+	@$(MAKE) --no-print-directory venv-3.1
 	@nice -n 19 $(MAKE) --no-print-directory test-oldest > $(OLDEST_LOG) 2>&1 & oldest=$$!; \
 	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal; main=$$?; \
 	wait $$oldest; low=$$?; echo "== The oldest supported combination (beside the main ring, nice 19):"; cat $(OLDEST_LOG); \
@@ -83,11 +83,10 @@ test-fast: venv
 ## One virtualenv per supported Airflow minor version, `.venv-3.X`, installed from constraints/airflow-3.X.txt
 ## (resolved as of that release's date: see the file's header and the README's compatibility table), on
 ## the Python the file was resolved for. The interpreter: pythonX.Y on PATH if it runs (a pyenv shim there
-## may not), else the newest X.Y among pyenv's versions. 3.0 is the oldest supported combination: Python
+## may not), else the newest X.Y among pyenv's versions. 3.1 is the oldest supported combination: Python
 ## 3.10 and the lowest versions every dependency allows.
-AIRFLOW_MINORS := 3.0 3.1 3.2 3.3
-PYTHON_FOR_3.0 := 3.10
-PYTHON_FOR_3.1 := 3.11
+AIRFLOW_MINORS := 3.1 3.2 3.3
+PYTHON_FOR_3.1 := 3.10
 PYTHON_FOR_3.2 := 3.11
 PYTHON_FOR_3.3 := 3.11
 FIND_PYTHON = for py in "$$(command -v python$(1))" $$(ls -d "$$(pyenv root 2>/dev/null || echo "$$HOME/.pyenv")"/versions/$(1).*/bin/python$(1) 2>/dev/null | sort -rV); do \
@@ -106,19 +105,20 @@ $(addprefix venv-,$(AIRFLOW_MINORS)): venv-%: venv
 	fi
 
 ## The oldest supported combination, beside the main ring in `make test`: the unit and emulator rings and
-## every example DAG (scripts/demo.py, as `make demo` runs them) on Python 3.10, Airflow 3.0 and the
+## every example DAG (scripts/demo.py, as `make demo` runs them) on Python 3.10, Airflow 3.1 and the
 ## lowest allowed dependencies.
 OLDEST_WORKERS ?= 2
-test-oldest: venv-3.0
-	@.venv-3.0/bin/python -c 'import airflow, sys; print(f"Airflow {airflow.__version__} on Python {sys.version.split()[0]}")'
-	$(PYTEST_ENV) .venv-3.0/bin/python -m pytest -q -p no:cacheprovider -n $(OLDEST_WORKERS) -m 'not slow' tests/unit tests/emulator dws-emulator/tests
-	$(PYTEST_ENV) .venv-3.0/bin/python scripts/demo.py
+test-oldest: venv-3.1
+	@.venv-3.1/bin/python -c 'import airflow, sys; print(f"Airflow {airflow.__version__} on Python {sys.version.split()[0]}")'
+	$(PYTEST_ENV) .venv-3.1/bin/python -m pytest -q -p no:cacheprovider -n $(OLDEST_WORKERS) -m 'not slow' tests/unit tests/emulator dws-emulator/tests
+	$(PYTEST_ENV) .venv-3.1/bin/python scripts/demo.py
 
 ## Every supported Airflow minor version (AIRFLOW_MINORS), one after the other: the unit ring, every example
-## DAG, and the fault matrix's kill rows (a deferred task marked failed or cleared cancels its request) on
-## LocalExecutor. MATRIX="3.0 3.2" for some of them.
+## DAG, and the fault matrix's kill rows (a deferred task marked failed or cleared cancels its request, on
+## every surface) and its reattach row (a worker killed after submit: the retry adopts the request) on
+## LocalExecutor. MATRIX="3.1 3.3" for some of them.
 MATRIX ?= $(AIRFLOW_MINORS)
-KILL_ROWS := user_marks_failed,user_clears_task,batch_user_marks_failed,compute_user_marks_failed,gke_user_marks_failed,kueue_user_marks_failed,tpu_user_marks_failed
+KILL_ROWS := user_marks_failed,user_clears_task,batch_user_marks_failed,compute_user_marks_failed,gke_user_marks_failed,kueue_user_marks_failed,tpu_user_marks_failed,worker_sigkill_after_submit
 test-matrix: $(addprefix venv-,$(MATRIX))
 	@set -e; for v in $(MATRIX); do \
 	  echo "== Airflow $$v: $$(.venv-$$v/bin/python -c 'import airflow, sys; print(airflow.__version__, "on Python", sys.version.split()[0])')"; \

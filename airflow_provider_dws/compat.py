@@ -1,4 +1,4 @@
-"""What differs between the Airflow 3 releases the provider supports (3.0 to 3.3), in one module.
+"""What differs between the Airflow 3 releases the provider supports (3.1 to 3.3), in one module.
 
 The rest of the provider asks the flags below and imports the moved names from here; no other
 module reads ``airflow.__version__`` or picks an import path by version. The flags follow the
@@ -26,11 +26,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AIRFLOW_VERSION",
-    "AIRFLOW_V_3_1_PLUS",
     "AIRFLOW_V_3_2_PLUS",
     "AIRFLOW_V_3_3_PLUS",
     "TRIGGERER_CALLS_ON_KILL",
-    "XCOM_TAKES_NONE",
     "AirflowException",
     "AirflowFailException",
     "AirflowNotFoundException",
@@ -38,7 +36,6 @@ __all__ = [
     "BaseHook",
     "Stats",
     "dag_run_info",
-    "push_xcom",
 ]
 
 
@@ -51,22 +48,18 @@ def _base_version() -> tuple[int, int, int]:
 
 
 AIRFLOW_VERSION: tuple[int, int, int] = _base_version()
-#: 3.1: plugins' ``external_views`` (the DWS page's nav entry and task-instance tab).
-AIRFLOW_V_3_1_PLUS: bool = AIRFLOW_VERSION >= (3, 1, 0)
 #: 3.2: ``DagRunInfo`` has partition fields, which a timetable must fill.
 AIRFLOW_V_3_2_PLUS: bool = AIRFLOW_VERSION >= (3, 2, 0)
 #: 3.3: the triggerer calls ``BaseTrigger.on_kill`` for a task a user stops, and a task's context
 #: carries ``task_state_store``. Before it, the trigger's own stop and the next try's sweep do both
 #: jobs (:mod:`airflow_provider_dws.triggers.on_kill`, :mod:`airflow_provider_dws.runtime.recording`).
 AIRFLOW_V_3_3_PLUS: bool = AIRFLOW_VERSION >= (3, 3, 0)
-#: Whether the execution API stores a ``None`` XCom (3.1); 3.0 answers its empty body with a 422.
-XCOM_TAKES_NONE: bool = AIRFLOW_V_3_1_PLUS
 #: Whether the triggerer calls ``BaseTrigger.on_kill`` for a trigger a user stopped (3.3). Before,
 #: it only cancels the trigger and awaits its ``cleanup``, whatever the reason it stops it.
 TRIGGERER_CALLS_ON_KILL: bool = AIRFLOW_V_3_3_PLUS
 
-#: Names whose module moved between 3.0 and 3.3 (``airflow.exceptions`` and ``airflow.hooks.base``
-#: before the task SDK took them in 3.1 and 3.2; ``airflow.stats`` before ``airflow.sdk.observability``).
+#: Names whose module moved within 3.x (``airflow.exceptions`` before the task SDK took them in 3.2;
+#: ``airflow.stats`` before ``airflow.sdk.observability``, 3.2).
 MOVED = frozenset(
     {  # the names the type checker sees above
         "AirflowException",
@@ -91,8 +84,7 @@ def __getattr__(name: str) -> Any:
 
 
 def dag_run_info(run_after: DateTime, data_interval: DataInterval) -> DagRunInfo:
-    """A timetable's next run, with the partition fields 3.2 requires left empty (3.0 and 3.1
-    have none)."""
+    """A timetable's next run, with the partition fields 3.2 requires left empty (3.1 has none)."""
     from airflow.timetables.base import DagRunInfo
 
     if AIRFLOW_V_3_2_PLUS:
@@ -100,11 +92,3 @@ def dag_run_info(run_after: DateTime, data_interval: DataInterval) -> DagRunInfo
             run_after=run_after, data_interval=data_interval, partition_date=None, partition_key=None
         )
     return DagRunInfo(run_after=run_after, data_interval=data_interval)
-
-
-def push_xcom(ti: Any, key: str, value: Any) -> None:
-    """``ti.xcom_push``, but a ``None`` is not pushed where Airflow cannot store one (3.0): the key
-    is left unset there, and a pull of it reads ``None`` either way."""
-    if value is None and not XCOM_TAKES_NONE:
-        return
-    ti.xcom_push(key=key, value=value)

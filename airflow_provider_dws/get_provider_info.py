@@ -78,7 +78,6 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_provider_dws.links.CalendarBlockLink",
             "airflow_provider_dws.links.GKEProvisioningRequestLink",
             "airflow_provider_dws.links.GKEQueuedJobLink",
-            "airflow_provider_dws.links.DwsPageLink",
         ],
         # `airflow config list` shows the section and its default (read in triggers/status_line.py).
         "config": {

@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.execution_time.xcom import XCom
 
-from airflow_provider_dws.compat import AIRFLOW_V_3_1_PLUS
-
 if TYPE_CHECKING:
     from airflow.sdk.types import TaskInstanceKey
 
@@ -102,24 +100,3 @@ class GKEQueuedJobLink(StoredUrlLink):
 
     name = "GKE Queued Job"
     key = "dws_gke_job_link"
-
-
-class DwsPageLink(BaseOperatorLink):
-    """ "DWS page": this task instance's requests on the provider's DWS page, for Airflow 3.0, whose
-    UI has no place for a plugin's page (the nav entry and the task tab are 3.1's ``external_views``)."""
-
-    name = "DWS page"
-
-    def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
-        """The page's path under the API server's base URL (``[api] base_url``, if it has a path)."""
-        from urllib.parse import quote, urlsplit
-
-        from airflow.configuration import conf
-
-        root = urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
-        parts = (ti_key.dag_id, ti_key.run_id, ti_key.task_id, ti_key.map_index)
-        return f"{root}/dws/ti/" + "/".join(quote(str(part), safe="") for part in parts)
-
-
-#: What each request operator adds to its own links: the DWS page's, where the UI has no tab for it.
-PAGE_LINKS: tuple[BaseOperatorLink, ...] = () if AIRFLOW_V_3_1_PLUS else (DwsPageLink(),)

@@ -65,13 +65,6 @@ def _seconds(start: str | None, end: str | None) -> float | None:
     return (parse(end) - parse(start)).total_seconds()
 
 
-def _airflow_version() -> tuple[int, ...]:
-    """The installed Airflow's (major, minor), read from its metadata (importing it takes seconds)."""
-    from importlib.metadata import version
-
-    return tuple(int(part) for part in version("apache-airflow").split(".")[:2])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -115,14 +108,6 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(
             [str(BIN / "airflow"), "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL
         )
-        if _airflow_version() < (3, 1):
-            # Airflow 3.0's `dags test` fails a task whose assets no dag-processor has registered
-            # (AirflowInactiveAssetInInletOrOutletException): store the DAGs first, as a deployment's
-            # dag-processor would have.
-            print("==> airflow dags reserialize (Airflow 3.0)", flush=True)
-            subprocess.run(
-                [str(BIN / "airflow"), "dags", "reserialize"], env=env, check=True, stdout=subprocess.DEVNULL
-            )
         codes = {}
         for dag_id in DAG_IDS:
             print(f"==> airflow dags test {dag_id}", flush=True)

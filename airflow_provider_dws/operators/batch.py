@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import facts, registry
 from airflow_provider_dws.facts import MAX_RUN_LIMIT
-from airflow_provider_dws.links import PAGE_LINKS, BatchFlexStartJobLink, BatchJobLogsLink
+from airflow_provider_dws.links import BatchFlexStartJobLink, BatchJobLogsLink
 from airflow_provider_dws.operators.base import (
     CONNECTION_CHECKS,
     WAIT_CHECKS,
@@ -125,7 +125,7 @@ class CreateBatchFlexStartJobOperator(DwsQueuedRequestOperator):
     )
     template_fields_renderers = {"job": "json", "environment": "json", "labels": "json", "script": "bash"}
     ADAPTER = registry.BATCH_FLEX_START_ADAPTER
-    operator_extra_links = (BatchFlexStartJobLink(), BatchJobLogsLink(), *PAGE_LINKS)
+    operator_extra_links = (BatchFlexStartJobLink(), BatchJobLogsLink())
     ui_color = "#d7ecd9"
     CHECKS = (
         *CONNECTION_CHECKS,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.configuration import conf
 
 from airflow_provider_dws import facts, registry
-from airflow_provider_dws.links import PAGE_LINKS, CalendarBlockLink
+from airflow_provider_dws.links import CalendarBlockLink
 from airflow_provider_dws.operators.base import (
     CONNECTION_CHECKS,
     WAIT_CHECKS,
@@ -299,7 +299,7 @@ class ReserveCalendarBlockOperator(_ShapeMixin, DwsRequestOperator):
     ROLE = roles.CALENDAR_RESERVE
     template_fields: Sequence[str] = ("project_id", "zone", "start_time", "impersonation_chain")
     ADAPTER = registry.CALENDAR_RESERVE_ADAPTER
-    operator_extra_links = (CalendarBlockLink(), *PAGE_LINKS)
+    operator_extra_links = (CalendarBlockLink(),)
     ui_color = "#e6f4ea"
     CHECKS = (
         *CONNECTION_CHECKS,
@@ -432,7 +432,7 @@ class WaitForCalendarBlockOperator(DwsRequestOperator):
     ROLE = roles.CALENDAR_WAIT
     template_fields: Sequence[str] = ("project_id", "future_reservation", "impersonation_chain")
     ADAPTER = registry.CALENDAR_WAIT_ADAPTER
-    operator_extra_links = (CalendarBlockLink(), *PAGE_LINKS)
+    operator_extra_links = (CalendarBlockLink(),)
     ui_color = "#e6f4ea"
     CHECKS = (
         *CONNECTION_CHECKS,

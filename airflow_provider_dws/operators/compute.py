@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import facts, registry
 from airflow_provider_dws.facts import COMPUTE_MAX_RUN, COMPUTE_MIN_RUN
-from airflow_provider_dws.links import PAGE_LINKS, ComputeFlexStartMIGLink
+from airflow_provider_dws.links import ComputeFlexStartMIGLink
 from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsQueuedRequestOperator
 from airflow_provider_dws.operators.checks import Check, duration, int_in, matches, non_empty_str
 from airflow_provider_dws.operators.reserved import BLOCK_CHECKS, BlockConsumer
@@ -100,7 +100,7 @@ class CreateComputeFlexStartVMsOperator(DwsQueuedRequestOperator):
     )
     template_fields_renderers = {"metadata": "json", "labels": "json"}
     ADAPTER = registry.COMPUTE_FLEX_START_ADAPTER
-    operator_extra_links = (ComputeFlexStartMIGLink(), *PAGE_LINKS)
+    operator_extra_links = (ComputeFlexStartMIGLink(),)
     ui_color = "#d2e3fc"
     CHECKS: tuple[Check, ...] = (
         *CONNECTION_CHECKS,

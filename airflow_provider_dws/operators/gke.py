@@ -14,7 +14,7 @@ from airflow_provider_dws.facts import (
     PROVISIONING_REQUEST_MAX_RUN,
     QUEUED_TOLERATION,
 )
-from airflow_provider_dws.links import PAGE_LINKS, GKEProvisioningRequestLink
+from airflow_provider_dws.links import GKEProvisioningRequestLink
 from airflow_provider_dws.operators.base import DwsQueuedRequestOperator
 from airflow_provider_dws.operators.checks import duration
 from airflow_provider_dws.operators.gke_checks import CHECKS
@@ -90,7 +90,7 @@ class CreateGKEProvisioningRequestOperator(DwsQueuedRequestOperator):
     )
     template_fields_renderers = {"pod_template": "json", "parameters": "json", "labels": "json"}
     ADAPTER = registry.GKE_PROVISIONING_REQUEST_ADAPTER
-    operator_extra_links = (GKEProvisioningRequestLink(), *PAGE_LINKS)
+    operator_extra_links = (GKEProvisioningRequestLink(),)
     ui_color = "#c6dafc"
     CHECKS = CHECKS
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import facts, registry
 from airflow_provider_dws.facts import DEFAULT_MAX_RUN, MAX_RUN_LIMIT
-from airflow_provider_dws.links import PAGE_LINKS, GKEQueuedJobLink
+from airflow_provider_dws.links import GKEQueuedJobLink
 from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsQueuedRequestOperator
 from airflow_provider_dws.operators.checks import Check, duration, flag, int_in, matches, non_empty_str
 
@@ -102,7 +102,7 @@ class CreateGKEQueuedJobOperator(DwsQueuedRequestOperator):
     )
     template_fields_renderers = {"job": "json", "env_vars": "json", "labels": "json"}
     ADAPTER = registry.KUEUE_JOB_ADAPTER
-    operator_extra_links = (GKEQueuedJobLink(), *PAGE_LINKS)
+    operator_extra_links = (GKEQueuedJobLink(),)
     ui_color = "#d2e3fc"
     CHECKS: tuple[Check, ...] = (
         *CONNECTION_CHECKS,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import facts, registry
 from airflow_provider_dws.facts import MAX_WAIT_LIMIT
-from airflow_provider_dws.links import PAGE_LINKS, TPUQueuedResourceLink
+from airflow_provider_dws.links import TPUQueuedResourceLink
 from airflow_provider_dws.operators.base import (
     CONNECTION_CHECKS,
     QUEUED_RESOURCE_ID_CHECK,
@@ -111,7 +111,7 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsQueuedRequestOperator):
     template_fields_renderers = {"labels": "json"}
     ADAPTER = registry.TPU_ADAPTER
     LOCATION_FIELD = "zone"
-    operator_extra_links = (TPUQueuedResourceLink(), *PAGE_LINKS)
+    operator_extra_links = (TPUQueuedResourceLink(),)
     ui_color = "#fce8b2"
     CHECKS = (
         *CONNECTION_CHECKS,

@@ -11,7 +11,7 @@ from airflow_provider_dws.facts import (
     DEFAULT_MAX_RUN,
     MAX_RUN_LIMIT,
 )
-from airflow_provider_dws.links import PAGE_LINKS, VertexAIFlexStartJobLink
+from airflow_provider_dws.links import VertexAIFlexStartJobLink
 from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsQueuedRequestOperator
 from airflow_provider_dws.operators.checks import Check, duration, matches, str_len_in
 from airflow_provider_dws.operators.reserved import BlockConsumer, block_checks
@@ -121,7 +121,7 @@ class CreateVertexAIFlexStartJobOperator(DwsQueuedRequestOperator):
     )
     template_fields_renderers = {"worker_pool_specs": "json", "custom_job": "json", "labels": "json"}
     ADAPTER = registry.VERTEX_FLEX_START_ADAPTER
-    operator_extra_links = (VertexAIFlexStartJobLink(), *PAGE_LINKS)
+    operator_extra_links = (VertexAIFlexStartJobLink(),)
     ui_color = "#c5e1f5"
     CHECKS: tuple[Check, ...] = (
         *CONNECTION_CHECKS,

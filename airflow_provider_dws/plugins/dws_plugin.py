@@ -6,8 +6,7 @@ found through the ``airflow.plugins`` entry point declared in ``pyproject.toml``
 has no ``plugins`` key).
 
 It also adds the DWS page to the Airflow UI: a FastAPI app mounted at ``/dws`` and two external
-views (a "DWS" navigation entry, a tab on the task-instance page; on Airflow 3.0, which has no
-external views, an entry in the "Plugins" menu). Every Airflow process imports
+views (a "DWS" navigation entry, a tab on the task-instance page). Every Airflow process imports
 this module, so the app is built only when ``fastapi_apps`` is read, which the api-server alone does
 (``api_fastapi/app.py`` ``init_plugins`` through ``plugins_manager.get_fastapi_plugins``; also the
 ``/api/v2/plugins`` listing and ``airflow plugins``, both in processes that serve or inspect plugins).
@@ -19,7 +18,6 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from airflow_provider_dws.compat import AIRFLOW_V_3_1_PLUS
 from airflow_provider_dws.timetables.offpeak import OffPeakTimetable
 
 #: The UI's iframe sources: relative to the UI's base URL, so they reach the app at ``/dws``.
@@ -47,9 +45,6 @@ class DwsPlugin(AirflowPlugin):
     name = "dws"
     timetables = [OffPeakTimetable]
     fastapi_apps = _LazyFastAPIApps()  # type: ignore[assignment]
-    # Airflow 3.0 has no external views: its "Plugins" menu takes a link to the page instead (3.1
-    # deprecates that menu), and each request operator gets a "DWS page" extra link (links.py).
-    appbuilder_menu_items = [] if AIRFLOW_V_3_1_PLUS else [{"name": "DWS", "href": "/dws/"}]
     external_views = [
         {
             "name": "DWS",

@@ -16,7 +16,6 @@ from airflow_provider_dws.backends.kubernetes import (
     ProvisioningRequestBackend,
     provisioned_line,
 )
-from airflow_provider_dws.compat import push_xcom
 from airflow_provider_dws.console import CONSOLE, push_url
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
@@ -314,7 +313,7 @@ class GKEProvisioningRequestAdapter(
         # Each also under its own key, so a workload task templates ``request.output["annotations"]``
         # (an XComArg's key is an XCom key, not a key of the return value).
         for key in self.result_keys:
-            push_xcom(context["ti"], key, value[key])
+            context["ti"].xcom_push(key=key, value=value[key])
         return value
 
     def _read_result(self, status: RequestStatus) -> dict[str, Any]:

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_provider_dws import registry
 from airflow_provider_dws.backends.base import WAIT_ERROR, RequestStatus
-from airflow_provider_dws.compat import push_xcom
 from airflow_provider_dws.runtime.state import RESUME, AttemptState
 from airflow_provider_dws.runtime.task import task_identity, wait_for_event
 from airflow_provider_dws.scheduling.phases import Phase, reached, succeeded_for
@@ -460,9 +459,9 @@ class AttemptLoop:
         ti = context["ti"]
         ti.xcom_push(key="dws_request", value={k: v for k, v in event.items() if k != RESUME})
         ti.xcom_push(key="dws_attempts", value=history)
-        push_xcom(ti, "wait_seconds", status.timings.wait_seconds)
+        ti.xcom_push(key="wait_seconds", value=status.timings.wait_seconds)
         if adapter.target == "end":
-            push_xcom(ti, "run_seconds", status.timings.run_seconds)
+            ti.xcom_push(key="run_seconds", value=status.timings.run_seconds)
         self.recorder.ended(context, status, state, is_success(adapter, status))
         if is_success(adapter, status):
             return adapter.result(context, status)

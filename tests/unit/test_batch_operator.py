@@ -17,7 +17,6 @@ from airflow_provider_dws.exceptions import (
     RequestCancelledError,
     WorkloadFailedError,
 )
-from airflow_provider_dws.links import PAGE_LINKS
 from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
 from airflow_provider_dws.runtime.batch import (
     BatchFlexStartAdapter,
@@ -472,5 +471,4 @@ def test_the_operator_is_in_the_provider_info_with_its_links() -> None:
     assert [link.name for link in CreateBatchFlexStartJobOperator.operator_extra_links] == [
         "Batch Flex Start Job",
         "Batch Job Logs",
-        *(link.name for link in PAGE_LINKS),  # "DWS page", on an Airflow whose UI has no tab for it
     ]

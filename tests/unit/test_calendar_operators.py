@@ -165,7 +165,6 @@ print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith("ai
 PARSE_PATH = {
     "airflow_provider_dws",
     "airflow_provider_dws.facts",
-    "airflow_provider_dws.compat",
     "airflow_provider_dws.links",
     "airflow_provider_dws.operators",
     "airflow_provider_dws.operators.base",

@@ -10,12 +10,10 @@ from pathlib import Path
 import pendulum
 import pytest
 from airflow import __version__ as airflow_version
-from airflow.providers.common.compat.sdk import TaskInstanceKey
 from airflow.timetables.base import DagRunInfo, DataInterval
 from packaging.version import Version
 
 from airflow_provider_dws import compat
-from airflow_provider_dws.links import PAGE_LINKS, DwsPageLink
 
 PACKAGE_DIR = Path(compat.__file__).parent
 
@@ -23,7 +21,6 @@ PACKAGE_DIR = Path(compat.__file__).parent
 def test_the_flags_follow_the_installed_airflows_base_version() -> None:
     base = Version(Version(airflow_version).base_version)
     assert (base.major, base.minor, base.micro) == compat.AIRFLOW_VERSION
-    assert (base >= Version("3.1")) == compat.AIRFLOW_V_3_1_PLUS
     assert (base >= Version("3.2")) == compat.AIRFLOW_V_3_2_PLUS
     assert (base >= Version("3.3")) == compat.AIRFLOW_V_3_3_PLUS
 
@@ -85,20 +82,3 @@ def test_importing_compat_loads_no_moved_module() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(ast.literal_eval(out.stdout.strip()))
     assert loaded <= {"airflow_provider_dws", "airflow_provider_dws.compat"}
-
-
-def test_the_page_link_is_the_task_instances_page_quoted_under_the_base_path(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    key = TaskInstanceKey(
-        dag_id="nightly", task_id="train", run_id="scheduled__2026-12-06T01:00:00+00:00", try_number=1
-    )
-    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://composer.example.com/airflow/")
-    url = DwsPageLink().get_link(None, ti_key=key)
-    assert url == "/airflow/dws/ti/nightly/scheduled__2026-12-06T01%3A00%3A00%2B00%3A00/train/-1"
-    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://localhost:8080")
-    assert DwsPageLink().get_link(None, ti_key=key).startswith("/dws/ti/nightly/")
-
-
-def test_the_page_link_is_added_only_where_the_ui_has_no_tab() -> None:
-    assert bool(PAGE_LINKS) == (not compat.AIRFLOW_V_3_1_PLUS)

@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PARSE_PATH = {
     "airflow_provider_dws",
     "airflow_provider_dws.facts",
-    "airflow_provider_dws.compat",
     "airflow_provider_dws.links",
     "airflow_provider_dws.operators",
     "airflow_provider_dws.operators.base",

@@ -11,7 +11,7 @@ from airflow.configuration import conf
 from airflow.sdk import DAG
 from google.cloud.tpu_v2 import QueuedResource
 
-from airflow_provider_dws.links import PAGE_LINKS, TPUQueuedResourceLink
+from airflow_provider_dws.links import TPUQueuedResourceLink
 from airflow_provider_dws.operators.tpu import (
     CreateTPUQueuedResourceOperator,
     DeleteTPUQueuedResourceOperator,
@@ -341,13 +341,8 @@ def test_template_fields() -> None:
 
 
 def test_operator_extra_links() -> None:
-    assert [type(link) for link in CreateTPUQueuedResourceOperator.operator_extra_links] == [
-        TPUQueuedResourceLink,
-        *(type(link) for link in PAGE_LINKS),  # "DWS page", on an Airflow whose UI has no tab for it
-    ]
-    assert [type(link) for link in DeleteTPUQueuedResourceOperator.operator_extra_links] == [
-        TPUQueuedResourceLink
-    ]
+    for cls in (CreateTPUQueuedResourceOperator, DeleteTPUQueuedResourceOperator):
+        assert [type(link) for link in cls.operator_extra_links] == [TPUQueuedResourceLink]
 
 
 # -- building the request --------------------------------------------------------------------

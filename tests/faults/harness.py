@@ -290,7 +290,16 @@ class AirflowApi:
     """The few public REST API calls the matrix needs (``/api/v2``)."""
 
     def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
         self.client = httpx.Client(base_url=f"{base_url}/api/v2", timeout=30.0)
+        #: Whether the API asked for a token: Airflow 3.1 and 3.2's simple auth manager lets no
+        #: request in without one, even with every user an admin (3.3 does); it hands one out.
+        self.needs_token = False
+
+    def _take_token(self) -> None:
+        token = httpx.get(f"{self.base_url}/auth/token", timeout=30.0).json()["access_token"]
+        self.client.headers["Authorization"] = f"Bearer {token}"
+        self.needs_token = True
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         # The API server answers slowly or not at all while the machine is busy starting tasks;
@@ -302,6 +311,9 @@ class AirflowApi:
                 if attempt == 4:
                     raise
                 time.sleep(1 + attempt)
+                continue
+            if response.status_code == 401 and not self.needs_token:
+                self._take_token()
                 continue
             if response.status_code >= 400:
                 raise HarnessError(f"{method} {path}: HTTP {response.status_code}: {response.text[:500]}")
@@ -317,6 +329,9 @@ class AirflowApi:
 
     def dag(self, dag_id: str) -> dict[str, Any] | None:
         response = self.client.get(f"/dags/{dag_id}")
+        if response.status_code == 401 and not self.needs_token:
+            self._take_token()
+            response = self.client.get(f"/dags/{dag_id}")
         return dict(response.json()) if response.status_code == 200 else None
 
     def import_errors(self) -> list[dict[str, Any]]:
@@ -472,9 +487,8 @@ class Deployment:
                 "AIRFLOW_HOME": str(self.home),
                 "AIRFLOW__CORE__EXECUTOR": EXECUTORS[self.executor],
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.db.url,
-                # Airflow derives an asyncpg URL for its async engine; asyncpg is no dependency of
-                # this project and nothing the matrix drives uses that engine, so it is switched off.
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": "",
+                # Airflow derives an asyncpg URL for its async engine (asyncpg: the test extra); 3.1
+                # refuses an empty one at start, which 3.3 would take as "no async engine".
                 "AIRFLOW__CORE__PARALLELISM": "16",
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__UNIT_TEST_MODE": "False",

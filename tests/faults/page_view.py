@@ -34,7 +34,7 @@ def _ti_path(ref: RunRef) -> str:
 
 
 def _get(ctx: ScenarioContext, path: str, **params: Any) -> Any:
-    response = httpx.get(_base(ctx) + path, params=params, timeout=60)
+    response = httpx.get(_base(ctx) + path, params=params, timeout=60, headers=ctx.api.client.headers)
     response.raise_for_status()
     return response.json()
 
@@ -116,6 +116,8 @@ def _in_chromium(ctx: ScenarioContext, ref: RunRef) -> tuple[str, bool]:
         try:
             page = chromium.new_page(viewport={"width": 1024, "height": 800})
             page.set_default_timeout(60_000)
+            if ctx.api.needs_token:  # Airflow 3.1, 3.2: the simple auth manager's cookie first
+                page.goto(f"{_base(ctx)}/auth/token/login")
             page.goto(f"{_base(ctx)}/dws/ti/{_ti_path(ref)}")
             expect(page.get_by_role("heading", name="Waiting now (0)")).to_be_visible()
             expect(page.get_by_role("heading", name="Ended (1)")).to_be_visible()

@@ -24,18 +24,16 @@ if TYPE_CHECKING:
     from airflow.timetables.base import DagRunInfo, DataInterval
     from pendulum import DateTime
 
+#: The names whose module moved within 3.x, re-exported from where this Airflow keeps them (the
+#: type checker sees them above): ``airflow.exceptions`` before the task SDK took them in 3.2,
+#: ``airflow.stats`` before ``airflow.sdk.observability`` (3.2).
 __all__ = [
-    "AIRFLOW_VERSION",
-    "AIRFLOW_V_3_2_PLUS",
-    "AIRFLOW_V_3_3_PLUS",
-    "TRIGGERER_CALLS_ON_KILL",
     "AirflowException",
     "AirflowFailException",
     "AirflowNotFoundException",
     "AirflowTaskTimeout",
     "BaseHook",
     "Stats",
-    "dag_run_info",
 ]
 
 
@@ -51,25 +49,15 @@ AIRFLOW_VERSION: tuple[int, int, int] = _base_version()
 #: 3.2: ``DagRunInfo`` has partition fields, which a timetable must fill.
 AIRFLOW_V_3_2_PLUS: bool = AIRFLOW_VERSION >= (3, 2, 0)
 #: 3.3: the triggerer calls ``BaseTrigger.on_kill`` for a task a user stops, and a task's context
-#: carries ``task_state_store``. Before it, the trigger's own stop and the next try's sweep do both
-#: jobs (:mod:`airflow_provider_dws.triggers.on_kill`, :mod:`airflow_provider_dws.runtime.recording`).
+#: carries ``task_state_store``. Before it, the trigger's ``cleanup`` sees a kill
+#: (:mod:`airflow_provider_dws.triggers.on_kill`) and a next try finds an earlier try's request by
+#: its identity labels alone (:mod:`airflow_provider_dws.runtime.recording`).
 AIRFLOW_V_3_3_PLUS: bool = AIRFLOW_VERSION >= (3, 3, 0)
 #: Whether the triggerer calls ``BaseTrigger.on_kill`` for a trigger a user stopped (3.3). Before,
 #: it only cancels the trigger and awaits its ``cleanup``, whatever the reason it stops it.
 TRIGGERER_CALLS_ON_KILL: bool = AIRFLOW_V_3_3_PLUS
 
-#: Names whose module moved within 3.x (``airflow.exceptions`` before the task SDK took them in 3.2;
-#: ``airflow.stats`` before ``airflow.sdk.observability``, 3.2).
-MOVED = frozenset(
-    {  # the names the type checker sees above
-        "AirflowException",
-        "AirflowFailException",
-        "AirflowNotFoundException",
-        "AirflowTaskTimeout",
-        "BaseHook",
-        "Stats",
-    }
-)
+MOVED = frozenset(__all__)
 
 
 def __getattr__(name: str) -> Any:

@@ -65,6 +65,8 @@ class _Tracked:
 
     def kept(self) -> dict[str, str] | None:
         """What earlier runs of this try pushed (``None``: the store could not be read)."""
+        if self._kept is None and self.store is None:
+            self._kept = {}  # tracked without a store: a try's first run, nothing pushed before it
         if self._kept is None:
             try:
                 value = self.store.get(LINKS_KEY)
@@ -104,15 +106,24 @@ def track(context: Any) -> None:
     """Account for the link XComs of the task instance about to run (called before ``execute`` and
     before a resume): none on a fresh try (Airflow deleted its XComs when it began), or those the
     try pushed before it deferred, as its task state store keeps them (read when first needed).
-    Without a store the task instance is not tracked, and ``get_link`` reads the XCom as before."""
+    Without a store (Airflow 3.1, 3.2) only a try's first run is tracked; a resumed run's
+    ``get_link`` reads the XCom."""
     ti, store = context.get("ti"), context.get("task_state_store")
     key, try_number = _ti_key(ti), _try_number(ti)
     if key is None:
         return
     _TRACKED.pop(key, None)
-    if store is None or try_number is None:
+    if try_number is None or (store is None and not is_first_run(ti)):
         return
+    # Without a store (Airflow 3.1, 3.2) a try's first run still knows what it pushed: nothing yet.
     _TRACKED[key] = _Tracked(store, try_number)
+
+
+def is_first_run(ti: Any) -> bool:
+    """Whether the task instance's run is its try's first, as the API server said when it started
+    it (no method to resume); ``False`` when that is not known (a task instance of another kind)."""
+    server_context = getattr(ti, "_ti_context_from_server", None)
+    return server_context is not None and not getattr(server_context, "next_method", None)
 
 
 def tracked_url(ti_key: Any, key: str) -> str | None:
@@ -135,7 +146,7 @@ def push_url(context: Any, key: str, url: str) -> str:
     tracked = _TRACKED.get(ti_key) if ti_key is not None else None
     if tracked is not None:
         tracked.noted[key] = url
-        if pushed:
+        if pushed or tracked.store is None:
             return url
         try:
             urls = {**(tracked.kept() or {}), **tracked.noted}

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_dws.console import is_first_run
 from airflow_provider_dws.metrics import attempt_metrics, end_metrics
 from airflow_provider_dws.records import (
     LIVE_PHASES,
@@ -182,7 +183,9 @@ class Recorder:
             # records (a resumed run) and the earlier tries'. The XCom is read only without a store:
             # on a try's first run Airflow has just deleted it, and that read would log an error.
             if context.get("task_state_store") is None:
-                self._records = pull_records(context)
+                # Airflow 3.1, 3.2: a try's first run starts with its XComs deleted, and reading
+                # the absent XCom would log an error; a resumed run reads what it pushed.
+                self._records = [] if is_first_run(context["ti"]) else pull_records(context)
             else:
                 self._records = self._earlier_tries(context)
         return self._records

@@ -196,3 +196,41 @@ def test_a_task_instance_this_process_did_not_run_is_read_from_its_xcom(no_xcom_
     console.track({"ti": ti})
     assert BatchFlexStartJobLink().get_link(None, ti_key=ti) == ""  # type: ignore[arg-type]
     assert [r["key"] for r in no_xcom_reads] == [BatchFlexStartJobLink.key]
+
+
+class ServerContext:
+    """What the API server tells a task run when it starts it (``next_method``: a resume)."""
+
+    def __init__(self, next_method: str | None) -> None:
+        self.next_method = next_method
+
+
+def test_without_a_store_a_tries_first_run_reads_no_link_it_did_not_push(no_xcom_reads: list[Any]) -> None:
+    """Airflow 3.1, 3.2 (no task state store): a try's first run starts with its XComs deleted, so
+    a link it did not push is empty without a read; a resumed run still reads the XCom."""
+    first = LinkTI()
+    first._ti_context_from_server = ServerContext(None)  # type: ignore[attr-defined]
+    console.track({"ti": first})
+    assert BatchFlexStartJobLink().get_link(None, ti_key=first) == ""  # type: ignore[arg-type]
+    url = push_url({"ti": first}, BatchFlexStartJobLink.key, "https://console.cloud.google.com/batch/x")
+    assert BatchFlexStartJobLink().get_link(None, ti_key=first) == url  # type: ignore[arg-type]
+    assert no_xcom_reads == []
+    resumed = LinkTI()
+    resumed._ti_context_from_server = ServerContext("resume_attempt")  # type: ignore[attr-defined]
+    console.track({"ti": resumed})
+    BatchJobLogsLink().get_link(None, ti_key=resumed)  # type: ignore[arg-type]
+    assert [r["key"] for r in no_xcom_reads] == [BatchJobLogsLink.key]
+
+
+def test_without_a_store_a_tries_first_run_reads_no_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The records of a try's first run start empty where no store keeps earlier ones (its XComs
+    were deleted when it began): no read of the absent ``dws_requests`` XCom."""
+    op = vertex()
+    stub(op, monkeypatch, [JOB.format(1)])
+    ti = TI()
+    ti.try_number = 2
+    ti._ti_context_from_server = ServerContext(None)  # type: ignore[attr-defined]
+    with pytest.raises(TaskDeferred):
+        op.attempt_loop().run({"ti": ti})
+    assert [p for p in ti.pulls if p["key"] == XCOM_KEY] == []
+    assert [r.request_name for r in records_of(ti)] == [JOB.format(1)]

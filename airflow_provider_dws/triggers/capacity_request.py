@@ -454,7 +454,7 @@ class CapacityRequestTrigger(BaseTrigger):
         await shielded(cancel_for_kill(self.held(), ti), self.log, self.request_name)
 
     async def cleanup(self) -> None:
-        """Airflow 3.0 to 3.2 never call ``on_kill``: a trigger stopped before it reported is
+        """Airflow 3.1 and 3.2 never call ``on_kill``: a trigger stopped before it reported is
         cancelled like any other, so a stop there is a kill unless the task is still deferred (see
         :func:`.on_kill.stopped_without_on_kill`). From 3.3 ``on_kill`` does that job."""
         from airflow_provider_dws.compat import TRIGGERER_CALLS_ON_KILL

@@ -5,8 +5,8 @@ clears it, and also when a trigger it moved to another triggerer is dropped by t
 before; the task instance is then still deferred (:func:`still_deferred`), and the request is
 left to the new triggerer.
 
-Airflow 3.0 to 3.2 call no ``on_kill``: they cancel the trigger's run and await its ``cleanup``,
-the same for a kill, a move and (3.1, 3.2) the triggerer's own shutdown.
+Airflow 3.1 and 3.2 call no ``on_kill``: they cancel the trigger's run and await its ``cleanup``,
+the same for a kill, a move and the triggerer's own shutdown.
 :func:`stopped_without_on_kill` reads the task's state and cancels only for a task that is no
 longer deferred; where that state cannot be read (a triggerer shutting down no longer answers),
 the request is kept, since a triggerer restart must never lose a place in the queue.
@@ -102,7 +102,7 @@ async def task_state(ti: Any) -> str | None:
     from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
     from asgiref.sync import sync_to_async
 
-    # Through a thread: on 3.0 and 3.1 the call may not be made from the event loop's thread.
+    # Through a thread: on 3.1 the call may not be made from the event loop's thread.
     states = await sync_to_async(RuntimeTaskInstance.get_task_states)(
         dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id]
     )
@@ -113,7 +113,7 @@ async def task_state(ti: Any) -> str | None:
 
 
 async def stopped_without_on_kill(trigger: Any) -> None:
-    """A trigger stopped before it reported, on an Airflow that calls no ``on_kill`` (3.0 to 3.2):
+    """A trigger stopped before it reported, on an Airflow that calls no ``on_kill`` (3.1, 3.2):
     a kill if the task is no longer deferred, and then handled as ``on_kill`` handles one."""
     ti, log, name = getattr(trigger, "task_instance", None), trigger.log, trigger.request_name
     timeout_after = getattr(trigger, "timeout_after", None)

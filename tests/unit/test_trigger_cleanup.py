@@ -1,4 +1,4 @@
-"""A trigger stopped on Airflow 3.0 to 3.2, which call no ``on_kill``: the runner cancels ``run`` and
+"""A trigger stopped on Airflow 3.1 and 3.2, which call no ``on_kill``: the runner cancels ``run`` and
 awaits ``cleanup`` for a user's kill, a move to another triggerer and a shutdown alike.
 
 Each test plays the runner's part as those versions do (``triggerer_job_runner.run_trigger``:
@@ -30,7 +30,7 @@ def before_3_3(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def stopped_while_waiting(t: Any, backend: Any) -> None:
-    """Start the trigger's run, let it wait, then stop it as a 3.0-3.2 triggerer does."""
+    """Start the trigger's run, let it wait, then stop it as a 3.1 or 3.2 triggerer does."""
 
     async def consume() -> None:
         async for _ in t.run():
@@ -39,7 +39,7 @@ async def stopped_while_waiting(t: Any, backend: Any) -> None:
     task = asyncio.ensure_future(consume())
     while backend.reads == 0:
         await asyncio.sleep(0.01)
-    task.cancel()  # 3.0-3.2 cancel with no message
+    task.cancel()  # 3.1 and 3.2 cancel with no message
     with pytest.raises(asyncio.CancelledError):
         await task
     await t.cleanup()
@@ -152,8 +152,8 @@ def test_cancel_on_kill_false_is_kept_here_too(fake: Any, monkeypatch: pytest.Mo
 def test_the_cancel_survives_the_runner_cancelling_cleanup_again(
     fake: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The runner re-sends its cancel about once a second until the trigger's task is done; on 3.0
-    and 3.1 a supervisor call interrupted mid-way breaks the runner, so the work runs shielded."""
+    """The runner re-sends its cancel about once a second until the trigger's task is done; on 3.1
+    a supervisor call interrupted mid-way breaks the runner, so the work runs shielded."""
     t, backend = waiting_trigger(fake)
     _states(monkeypatch, {"r": {"t": "failed"}})
     answer = asyncio.Event()

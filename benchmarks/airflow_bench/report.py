@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import platform
 from collections.abc import Mapping, Sequence
+from importlib.metadata import version
 from typing import Any
 
 from .deployment import WATCHDOG_SLEEP, WATCHDOG_THRESHOLD, percentile
@@ -110,7 +112,8 @@ def report(result: dict[str, Any], row: dict[str, Any] | None, source: str) -> s
     widths = [max(len(r[i]) for r in [("metric", "airflow", "in-loop", ""), *rows]) for i in range(3)]
     header = f"{'metric':<{widths[0]}}  {'airflow':>{widths[1]}}  {'in-loop':>{widths[2]}}  note"
     lines = [
-        f"Triggerer scale with a real Airflow triggerer: N={n} deferred mapped Flex Start tasks, "
+        f"Triggerer scale with a real Airflow triggerer (Airflow {version('apache-airflow')}, Python "
+        f"{platform.python_version()}): N={n} deferred mapped Flex Start tasks, "
         f"poll interval {interval:g}s, {cycles} cycles measured ({w['seconds']:.0f}s); "
         "per-minute figures at a 30s interval",
         "",

@@ -143,9 +143,11 @@ class BenchDeployment(Deployment):
         times: dict[int, dict[str, float]] = {}
         run_dir = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
         for path in run_dir.glob("**/*.log.trigger.*.log"):
+            # Airflow 3.1's trigger log records carry no map_index: the file's folder names it.
+            folder = re.search(r"map_index=(-?\d+)", str(path))
             with contextlib.suppress(OSError):
                 for line in path.read_text(errors="replace").splitlines():
-                    _log_line(line, times)
+                    _log_line(line, times, int(folder.group(1)) if folder else -1)
         # Airflow 3.3 closes a trigger's log file when the runner reports it finished; lines still
         # in flight on the log socket then land in the triggerer's own log, the fired line often.
         fired = re.compile(
@@ -175,15 +177,16 @@ class BenchDeployment(Deployment):
         return found
 
 
-def _log_line(line: str, times: dict[int, dict[str, float]]) -> None:
-    """Note a trigger log line's first status or firing in ``times``."""
+def _log_line(line: str, times: dict[int, dict[str, float]], map_index: int = -1) -> None:
+    """Note a trigger log line's first status or firing in ``times`` (by the record's map index, else
+    ``map_index``)."""
     if '"Trigger fired event"' not in line and not any(w in line for w in WAITING_LINES):
         return  # most lines: skip the JSON decoding
     try:
         record = json.loads(line)
     except ValueError:
         return  # a line still being written
-    seen = times.setdefault(int(record.get("map_index", -1)), {})
+    seen = times.setdefault(int(record.get("map_index", map_index)), {})
     at = epoch(record["timestamp"])
     if record.get("event") == "Trigger fired event":
         seen.setdefault("fired", at)

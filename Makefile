@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo ui test lint venv clean
+.PHONY: demo ui test lint venv clean dist
 
 ## Every `make venv` also removes a stray egg-info (see STRAY_EGG_INFO), so a checkout installed
 ## before this rule existed is fixed without a reinstall.
@@ -137,6 +137,18 @@ clean:
 .PHONY: faults
 faults: venv
 	$(BIN)/python -m tests.faults
+
+## The packages a platform team receives: the provider's and the emulator's wheel and sdist in dist/,
+## checked with `twine check --strict` and by scripts/check_dist.py (LICENSE in each; the wheels installed
+## in a new virtualenv with an Airflow release's constraints, never constraints.txt; the provider found by
+## `airflow providers get`; the Vertex AI example run against the wheel's emulator).
+DIST ?= dist
+dist: venv
+	@rm -rf $(DIST) && mkdir -p $(DIST)
+	$(BIN)/uv build -q --no-build-logs --out-dir $(DIST) .
+	$(BIN)/uv build -q --no-build-logs --out-dir $(DIST) dws-emulator
+	$(BIN)/twine check --strict $(DIST)/*
+	$(BIN)/python scripts/check_dist.py $(DIST)
 
 ## Airflow at scale in a real deployment (PostgreSQL, as for `make faults`; no preload, compiled bytecode):
 ## 500 mapped Flex Start tasks against 500 stock deferring tasks (deferral, resume, worker CPU per task; the

@@ -17,6 +17,16 @@ from dws_emulator.testing import InProcessEmulator
 pytest_plugins = ["dws_emulator.testing.fixtures"]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--system``: run tests/system against the real project SYSTEM_TESTS_GCP_PROJECT."""
+    parser.addoption(
+        "--system",
+        action="store_true",
+        default=False,
+        help="run the system tests against a real Google Cloud project (docs/system-tests.md)",
+    )
+
+
 # -- the provider's clients on an in-process emulator ---------------------------------------------
 
 
@@ -36,7 +46,7 @@ def vertex_emulator(monkeypatch: pytest.MonkeyPatch, dws_emulator_server_factory
 
 #: Tests marked ``slow`` by where they live: real Airflow processes (``airflow dags test``, a
 #: scheduler, an api-server) in every test of these folders.
-SLOW_PATHS = ("tests/airflow/", "tests/faults/")
+SLOW_PATHS = ("tests/airflow/", "tests/faults/", "tests/system/")
 
 #: And by node-id prefix, the ones that took over about 5 s on two cores (``pytest --durations``):
 #: Airflow's own parser on every benchmark row (it imports the Google provider), and provider waits
@@ -72,6 +82,7 @@ SLOW_TESTS: dict[str, int] = {
     "tests/faults/test_fault_matrix.py::test_ci_fault_matrix": 7,
     "tests/airflow/test_dws_page_after_demo.py::test_the_examples_and_the_page_after_the_demo_dags_ran": 7,
     "tests/airflow/": 1,
+    "tests/system/test_system.py::test_on_emulator": 1,
 }
 
 

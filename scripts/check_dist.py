@@ -26,6 +26,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from demo import start_emulator  # scripts/, this script's folder, is on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 UV = Path(sys.executable).parent / "uv"
 PACKAGES = ("airflow_provider_dws", "dws_emulator")
@@ -64,25 +66,6 @@ def run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def start_emulator(bin_dir: Path, env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen[str], str]:
-    """The wheel's ``dws-emulator serve`` on a free loopback port; its log in ``cwd/emulator.log``."""
-    with open(cwd / "emulator.log", "w") as log:
-        proc = subprocess.Popen(
-            [str(bin_dir / "dws-emulator"), "serve", "--port", "0", "--seed", "7"],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            env=env,
-            cwd=cwd,
-        )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    if "listening on" not in line:
-        proc.kill()
-        raise SystemExit(f"dws-emulator did not start: {line!r}")
-    return proc, line.rsplit(" ", 1)[-1]
-
-
 def check_install(wheels: list[Path], constraints: Path, python: str) -> None:
     """Install the wheels in a new virtualenv and run the example DAG with it."""
     with tempfile.TemporaryDirectory(prefix="dws-dist-check-") as tmp:
@@ -119,7 +102,8 @@ def check_install(wheels: list[Path], constraints: Path, python: str) -> None:
         )
         info = json.loads(got.stdout[got.stdout.index("[") :])[0]
         print(f"ok  Airflow finds the provider: {info['Provider']} {info['Version']}", flush=True)
-        emulator, address = start_emulator(bin_dir, env, work)
+        with open(work / "emulator.log", "w") as emulator_log:
+            emulator, address = start_emulator(bin_dir, stderr=emulator_log, env=env, cwd=work)
         try:
             env["DWS_EMULATOR_HOST"] = address
             run([str(bin_dir / "airflow"), "db", "migrate"], env=env, cwd=work)

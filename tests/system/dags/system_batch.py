@@ -6,9 +6,7 @@ the watcher fails the run if any task failed.
 
 from __future__ import annotations
 
-from datetime import datetime
-
-from airflow.sdk import DAG, task
+from airflow.sdk import task
 from system_common import (
     EMULATOR_ENV,
     IMAGE,
@@ -18,6 +16,7 @@ from system_common import (
     POLL_INTERVAL,
     PROJECT_ID,
     sweep,
+    system_dag,
     watch,
 )
 
@@ -25,13 +24,7 @@ from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
 
 REGION = "us-central1"
 
-with DAG(
-    dag_id="dws_system_batch",
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    tags=["dws", "system-test"],
-) as dag:
+with system_dag("dws_system_batch") as dag:
     job = CreateBatchFlexStartJobOperator(
         task_id="job",
         project_id=PROJECT_ID,

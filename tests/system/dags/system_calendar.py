@@ -11,10 +11,10 @@ advice, which is free, unless booking is asked for explicitly, knowing the block
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from airflow.sdk import DAG, task
-from system_common import ON_EMULATOR, POLL_INTERVAL, PROJECT_ID, sweep, watch
+from airflow.sdk import task
+from system_common import ON_EMULATOR, POLL_INTERVAL, PROJECT_ID, sweep, system_dag, watch
 
 from airflow_provider_dws.operators.calendar import (
     FindCalendarBlockOperator,
@@ -27,13 +27,7 @@ BOOK = ON_EMULATOR or os.environ.get("SYSTEM_TESTS_DWS_CALENDAR_RESERVE") == "1"
 #: be cancelled until shortly before its start); a real one days ahead.
 EARLIEST_START = timedelta(minutes=10) if ON_EMULATOR else timedelta(days=3)
 
-with DAG(
-    dag_id="dws_system_calendar",
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    tags=["dws", "system-test"],
-) as dag:
+with system_dag("dws_system_calendar") as dag:
     find_block = FindCalendarBlockOperator(
         task_id="find_block",
         project_id=PROJECT_ID,

@@ -13,10 +13,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.sdk import task
+from airflow.sdk import DAG, task
 
 #: Set by a real-project run; the emulator's runs use a made-up project.
 PROJECT_ID = os.environ.get("SYSTEM_TESTS_GCP_PROJECT") or "dws-system-tests"
@@ -37,9 +37,15 @@ IMAGE = os.environ.get("SYSTEM_TESTS_DWS_IMAGE") or "us-docker.pkg.dev/cloudrun/
 EMULATOR_ENV = {"DWS_EMULATOR_RUN_SECONDS": "2", "DWS_EMULATOR_EXIT_CODE": "0"}
 
 
-def name(suffix: str) -> str:
-    """A resource name for this run: ``dws-st-<env id>-<suffix>``."""
-    return f"dws-st-{ENV_ID}-{suffix}"
+def system_dag(dag_id: str) -> DAG:
+    """A system-test DAG: run by hand or by the test, never on a schedule."""
+    return DAG(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        tags=["dws", "system-test"],
+    )
 
 
 @task(trigger_rule="one_failed", retries=0)

@@ -9,23 +9,15 @@ failed.
 
 from __future__ import annotations
 
-from datetime import datetime
-
-from airflow.sdk import DAG, task
-from system_common import LABELS, MAX_RUN, MAX_WAIT, POLL_INTERVAL, PROJECT_ID, sweep, watch
+from airflow.sdk import task
+from system_common import LABELS, MAX_RUN, MAX_WAIT, POLL_INTERVAL, PROJECT_ID, sweep, system_dag, watch
 
 from airflow_provider_dws.operators.compute import CreateComputeFlexStartVMsOperator
 from airflow_provider_dws.operators.compute_release import DeleteComputeFlexStartVMsOperator
 
 ZONE = "us-central1-a"
 
-with DAG(
-    dag_id="dws_system_compute",
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    tags=["dws", "system-test"],
-) as dag:
+with system_dag("dws_system_compute") as dag:
     request_vm = CreateComputeFlexStartVMsOperator(
         task_id="request_vm",
         project_id=PROJECT_ID,

@@ -12,10 +12,19 @@ any task failed.
 from __future__ import annotations
 
 import os
-from datetime import datetime
 
-from airflow.sdk import DAG, task
-from system_common import IMAGE, LABELS, MAX_RUN, MAX_WAIT, POLL_INTERVAL, PROJECT_ID, sweep, watch
+from airflow.sdk import task
+from system_common import (
+    IMAGE,
+    LABELS,
+    MAX_RUN,
+    MAX_WAIT,
+    POLL_INTERVAL,
+    PROJECT_ID,
+    sweep,
+    system_dag,
+    watch,
+)
 
 from airflow_provider_dws.operators.gke import (
     CreateGKEProvisioningRequestOperator,
@@ -25,13 +34,7 @@ from airflow_provider_dws.operators.gke import (
 LOCATION = os.environ.get("SYSTEM_TESTS_GKE_LOCATION") or "us-central1"
 CLUSTER = os.environ.get("SYSTEM_TESTS_GKE_CLUSTER") or "training-cluster"
 
-with DAG(
-    dag_id="dws_system_gke",
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    tags=["dws", "system-test"],
-) as dag:
+with system_dag("dws_system_gke") as dag:
     request_nodes = CreateGKEProvisioningRequestOperator(
         task_id="request_nodes",
         project_id=PROJECT_ID,

@@ -11,9 +11,8 @@ failed.
 from __future__ import annotations
 
 import os
-from datetime import datetime
 
-from airflow.sdk import DAG, task
+from airflow.sdk import task
 from system_common import (
     EMULATOR_ENV,
     IMAGE,
@@ -23,6 +22,7 @@ from system_common import (
     POLL_INTERVAL,
     PROJECT_ID,
     sweep,
+    system_dag,
     watch,
 )
 
@@ -32,13 +32,7 @@ LOCATION = os.environ.get("SYSTEM_TESTS_GKE_LOCATION") or "us-central1"
 CLUSTER = os.environ.get("SYSTEM_TESTS_GKE_CLUSTER") or "training-cluster"
 QUEUE = os.environ.get("SYSTEM_TESTS_GKE_KUEUE_QUEUE") or "dws-queue"
 
-with DAG(
-    dag_id="dws_system_kueue",
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    tags=["dws", "system-test"],
-) as dag:
+with system_dag("dws_system_kueue") as dag:
     job = CreateGKEQueuedJobOperator(
         task_id="job",
         project_id=PROJECT_ID,

@@ -7,10 +7,8 @@ still queued or held; the watcher fails the run if any task failed.
 
 from __future__ import annotations
 
-from datetime import datetime
-
-from airflow.sdk import DAG, task
-from system_common import LABELS, MAX_WAIT, POLL_INTERVAL, PROJECT_ID, sweep, watch
+from airflow.sdk import task
+from system_common import LABELS, MAX_WAIT, POLL_INTERVAL, PROJECT_ID, sweep, system_dag, watch
 
 from airflow_provider_dws.operators.tpu import (
     CreateTPUQueuedResourceOperator,
@@ -19,13 +17,7 @@ from airflow_provider_dws.operators.tpu import (
 
 ZONE = "us-central1-a"
 
-with DAG(
-    dag_id="dws_system_tpu",
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    tags=["dws", "system-test"],
-) as dag:
+with system_dag("dws_system_tpu") as dag:
     request_slice = CreateTPUQueuedResourceOperator(
         task_id="request_slice",
         project_id=PROJECT_ID,

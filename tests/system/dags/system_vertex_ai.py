@@ -7,9 +7,7 @@ the watcher fails the run if any task failed.
 
 from __future__ import annotations
 
-from datetime import datetime
-
-from airflow.sdk import DAG, task
+from airflow.sdk import task
 from system_common import (
     EMULATOR_ENV,
     IMAGE,
@@ -19,6 +17,7 @@ from system_common import (
     POLL_INTERVAL,
     PROJECT_ID,
     sweep,
+    system_dag,
     watch,
 )
 
@@ -26,13 +25,7 @@ from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobO
 
 REGION = "us-central1"
 
-with DAG(
-    dag_id="dws_system_vertex_ai",
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    tags=["dws", "system-test"],
-) as dag:
+with system_dag("dws_system_vertex_ai") as dag:
     train = CreateVertexAIFlexStartJobOperator(
         task_id="train",
         project_id=PROJECT_ID,

@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo ui test lint venv clean dist
+.PHONY: demo ui test lint venv clean dist docs
 
 ## Every `make venv` also removes a stray egg-info (see STRAY_EGG_INFO), so a checkout installed
 ## before this rule existed is fixed without a reinstall.
@@ -32,7 +32,9 @@ $(VENV)/.installed: pyproject.toml dws-emulator/pyproject.toml constraints.txt
 	@rm -rf $(STRAY_EGG_INFO)
 	@touch $@
 
-## Run the example DAG against a local dws-emulator and print the job's result.
+## Run every example DAG of the demo (Vertex AI, TPU, Batch, Compute Engine, calendar mode, GKE
+## ProvisioningRequest and Kueue) with `airflow dags test` against a local dws-emulator, then print
+## each request the emulator saw (state history, wait and run times) and the DAGs' exit codes.
 demo: venv
 	$(BIN)/python scripts/demo.py
 
@@ -129,7 +131,14 @@ test-matrix: $(addprefix venv-,$(MATRIX))
 	done
 
 clean:
-	rm -rf $(VENV) $(addprefix .venv-,$(AIRFLOW_MINORS)) .airflow .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(addprefix .venv-,$(AIRFLOW_MINORS)) .airflow .pytest_cache .mypy_cache .ruff_cache site
+
+## The documentation site in site/ (mkdocs.yml): the front page from README.md, the guide from docs/,
+## the API reference from the docstrings. --strict: a broken internal link or anchor, a missing
+## include or a docstring griffe cannot read fails the build (tests/unit/test_docs.py runs the same).
+## No -q: MkDocs counts only the warnings it prints, so -q would let --strict pass them.
+docs: venv
+	$(BIN)/mkdocs build --strict -d site
 
 ## The whole fault matrix: real Airflow processes (PostgreSQL; LocalExecutor, then CeleryExecutor with
 ## the local Redis as broker) against dws-emulator, one row per scenario; non-zero exit on any FAIL.

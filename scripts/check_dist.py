@@ -6,8 +6,9 @@
    an Airflow release's constraint file (``constraints/airflow-3.3.txt`` by default, the stand-in
    for the constraints a user installs their Airflow with: never ``constraints.txt``, which pins
    the development tree).
-3. From a directory where the repository is not importable, Airflow in that virtualenv finds the
-   provider (``airflow providers get``), and the Vertex AI example DAG runs against a
+3. From a directory where the repository is not importable, the provider reads the DWS page's
+   price-table help from its own package, Airflow in that virtualenv finds the provider
+   (``airflow providers get``), and the Vertex AI example DAG runs against a
    ``dws-emulator`` from the same wheels (``airflow dags test``) and reports a succeeded job.
 
     python scripts/check_dist.py dist [--constraints constraints/airflow-3.3.txt]
@@ -84,6 +85,19 @@ def check_install(wheels: list[Path], constraints: Path, python: str) -> None:
         if not where.startswith(str(venv)):
             raise SystemExit(f"the provider was imported from {where}, not from the new virtualenv")
         print(f"ok  installed in a new virtualenv ({where})", flush=True)
+        # The DWS page links to this help; it must come with the wheel (package data), not the checkout.
+        help_text = run(
+            [
+                str(bin_dir / "python"),
+                "-c",
+                "from airflow_provider_dws.plugins.web import views; print(views.price_help())",
+            ],
+            env=env,
+            cwd=work,
+        ).stdout
+        if "dws_prices" not in help_text:
+            raise SystemExit("the wheel's price-table help (plugins/web/price_table.md) is missing or empty")
+        print("ok  the DWS page's price-table help is in the wheel", flush=True)
         dags = work / "dags"
         dags.mkdir()
         shutil.copy(EXAMPLE, dags / EXAMPLE.name)

@@ -54,6 +54,8 @@ SLOW_PATHS = ("tests/airflow/", "tests/faults/", "tests/system/")
 #: not here: on the shared probe interpreter of ``tests/probe.py`` they take one to three seconds.)
 SLOW_NODES = (
     "tests/unit/test_bench_parse_model.py::test_every_row_parses_as_the_dag_processor_parses_it",
+    # The docs site's strict build (mkdocs and the API reference from every module's docstrings).
+    "tests/unit/test_docs.py::test_the_site_builds_with_no_broken_link",
     "tests/emulator/test_calendar_provider_on_emulator.py::test_a_partial_delivery_fails_the_wait",
     "tests/emulator/test_calendar_provider_on_emulator.py::test_find_reserve_wait_and_release",
     "tests/emulator/test_provider_compute_on_emulator.py::test_poller_lists_each_mig_once_per_round",

@@ -66,6 +66,7 @@ SLOW_NODES = (
     "tests/emulator/test_records_on_emulator.py::test_a_deferred_batch_job_is_waiting_in_xcom",
     "tests/emulator/test_provider_tpu_on_emulator.py::test_valid_after_delays_the_slice",
     "tests/emulator/test_provider_tpu_on_emulator.py::test_trigger_waits_until_active_then_on_kill_deletes",
+    "tests/emulator/test_metrics_otel.py::test_a_trigger_run_and_task_runs_reach_an_otlp_receiver",
 )
 
 

@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo ui test lint venv clean
+.PHONY: demo ui test lint venv clean dist docs
 
 ## Every `make venv` also removes a stray egg-info (see STRAY_EGG_INFO), so a checkout installed
 ## before this rule existed is fixed without a reinstall.
@@ -32,7 +32,9 @@ $(VENV)/.installed: pyproject.toml dws-emulator/pyproject.toml constraints.txt
 	@rm -rf $(STRAY_EGG_INFO)
 	@touch $@
 
-## Run the example DAG against a local dws-emulator and print the job's result.
+## Run every example DAG of the demo (Vertex AI, TPU, Batch, Compute Engine, calendar mode, GKE
+## ProvisioningRequest and Kueue) with `airflow dags test` against a local dws-emulator, then print
+## each request the emulator saw (state history, wait and run times) and the DAGs' exit codes.
 demo: venv
 	$(BIN)/python scripts/demo.py
 
@@ -58,8 +60,8 @@ PYTEST_ENV = env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV
 ## combination (test-oldest: Python 3.10, Airflow 3.1, the lowest allowed dependencies) at the lowest
 ## CPU priority (nice 19): the main ring leaves about a quarter of two cores idle while its Airflow
 ## processes wait, and the oldest ring takes only that, so the time limits of the fault-matrix rows and
-## Airflow runs are not eaten into. Its output is printed after the main ring's; either ring failing
-## fails the target.
+## Airflow runs are not eaten into; after it, at the same priority, `make dist` (the packages built and
+## checked). Their output is printed after the main ring's; any of them failing fails the target.
 PYTEST_WORKERS ?= 3
 OLDEST_LOG := $(VENV)/test-oldest.log
 ## The oldest ring's virtualenv is made (or brought up to date) first, before either ring starts: its
@@ -67,9 +69,9 @@ OLDEST_LOG := $(VENV)/test-oldest.log
 ## removed, and an Airflow process of the main ring started in that window finds the `dws` plugin twice.
 test: lint
 	@$(MAKE) --no-print-directory venv-3.1
-	@nice -n 19 $(MAKE) --no-print-directory test-oldest > $(OLDEST_LOG) 2>&1 & oldest=$$!; \
+	@{ nice -n 19 $(MAKE) --no-print-directory test-oldest && nice -n 19 $(MAKE) --no-print-directory dist; } > $(OLDEST_LOG) 2>&1 & oldest=$$!; \
 	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal; main=$$?; \
-	wait $$oldest; low=$$?; echo "== The oldest supported combination (beside the main ring, nice 19):"; cat $(OLDEST_LOG); \
+	wait $$oldest; low=$$?; echo "== The oldest supported combination, then make dist (beside the main ring, nice 19):"; cat $(OLDEST_LOG); \
 	exit $$(( main != 0 ? main : low ))
 
 ## The inner loop: no lint, no test marked slow (real Airflow processes, or over about 5 s: the
@@ -129,7 +131,14 @@ test-matrix: $(addprefix venv-,$(MATRIX))
 	done
 
 clean:
-	rm -rf $(VENV) $(addprefix .venv-,$(AIRFLOW_MINORS)) .airflow .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(addprefix .venv-,$(AIRFLOW_MINORS)) .airflow .pytest_cache .mypy_cache .ruff_cache site
+
+## The documentation site in site/ (mkdocs.yml): the front page from README.md, the guide from docs/,
+## the API reference from the docstrings. --strict: a broken internal link or anchor, a missing
+## include or a docstring griffe cannot read fails the build (tests/unit/test_docs.py runs the same).
+## No -q: MkDocs counts only the warnings it prints, so -q would let --strict pass them.
+docs: venv
+	$(BIN)/mkdocs build --strict -d site
 
 ## The whole fault matrix: real Airflow processes (PostgreSQL; LocalExecutor, then CeleryExecutor with
 ## the local Redis as broker) against dws-emulator, one row per scenario; non-zero exit on any FAIL.
@@ -137,6 +146,18 @@ clean:
 .PHONY: faults
 faults: venv
 	$(BIN)/python -m tests.faults
+
+## The packages a platform team receives: the provider's and the emulator's wheel and sdist in dist/,
+## checked with `twine check --strict` and by scripts/check_dist.py (LICENSE in each; the wheels installed
+## in a new virtualenv with an Airflow release's constraints, never constraints.txt; the provider found by
+## `airflow providers get`; the Vertex AI example run against the wheel's emulator).
+DIST ?= dist
+dist: venv
+	@rm -rf $(DIST) && mkdir -p $(DIST)
+	$(BIN)/uv build -q --no-build-logs --out-dir $(DIST) .
+	$(BIN)/uv build -q --no-build-logs --out-dir $(DIST) dws-emulator
+	$(BIN)/twine check --strict $(DIST)/*
+	$(BIN)/python scripts/check_dist.py $(DIST)
 
 ## Airflow at scale in a real deployment (PostgreSQL, as for `make faults`; no preload, compiled bytecode):
 ## 500 mapped Flex Start tasks against 500 stock deferring tasks (deferral, resume, worker CPU per task; the

@@ -322,8 +322,17 @@ def batch_gpu_error(machine_type: str, accelerator_type: str | None, count: int 
             f"use one of {sorted(BATCH_FLEX_START_GPUS)}"
         )
     error = machine_gpu_error(machine_type, accelerator_type, count, own_allowed=True)
-    if error or accelerator_type is not None or batch_machine_gpus(machine_type) is not None:
+    if error or accelerator_type is not None:
         return error
+    own = batch_machine_gpus(machine_type)
+    if own is not None:
+        # A machine type that brings its GPUs (a4x-highgpu-4g's GB200s) must bring ones Flex Start offers.
+        if own[0] not in BATCH_FLEX_START_GPUS:
+            return (
+                f"machine_type {machine_type!r} comes with {own[0]} GPUs, which Flex Start does not offer; "
+                f"use a machine type whose GPUs are one of {sorted(BATCH_FLEX_START_GPUS)}"
+            )
+        return None
     if machine_family(machine_type) in NO_GPU_FAMILIES:
         return (
             f"machine_type {machine_type!r} has no GPUs of its own and takes none: Flex Start schedules "

@@ -143,6 +143,8 @@ BATCH_FLEX_START_GPUS = frozenset(
         "nvidia-b200",
     }
 )
+#: The same GPUs by their Vertex AI names, as a GPU machine type's own (``GPU_MACHINE_ROWS``) are named.
+BATCH_FLEX_START_MODELS = frozenset(COMPUTE_GPU_NAMES[gpu] for gpu in BATCH_FLEX_START_GPUS)
 #: Machine families whose VMs take GPUs attached (Compute Engine's GPU pages: "For N1 general-purpose
 #: machine types, except for the N1 shared-core (f1-micro and g1-small), you can attach a select set
 #: of GPU models"; the accelerator-optimized families of :data:`GPU_MACHINE_ROWS` come with theirs):
@@ -238,7 +240,7 @@ def batch_gpu_matches(machine_type: object, accelerator_type: object, count: obj
     if row is None:
         return False
     if accelerator_type is None:
-        return count is None
+        return count is None and row[0] in BATCH_FLEX_START_MODELS
     if accelerator_type not in BATCH_FLEX_START_GPUS:
         return False
     return (COMPUTE_GPU_NAMES.get(accelerator_type), row[1] if count is None else count) == row  # type: ignore[call-overload]

@@ -1,5 +1,6 @@
 """The provider's metrics, sent through Airflow's own stats (StatsD, Datadog or OpenTelemetry, as
-the deployment configures ``[metrics]``); names and tags are documented in ``docs/ui.md``.
+the deployment configures ``[metrics]``); names, tags, and the way into Cloud Monitoring are in
+``docs/metrics.md``.
 
 Every function here swallows its own failures: a metric is never worth a failed task or a
 stopped poller. Airflow's ``Stats`` (wherever this Airflow keeps it:

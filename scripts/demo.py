@@ -20,6 +20,7 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from dws_emulator.kube.connection import airflow_connection
 
@@ -40,11 +41,14 @@ DAG_IDS = (
 GKE_CONN_ID = "dws_gke_emulator"
 
 
-def start_emulator() -> tuple[subprocess.Popen[str], str]:
+def start_emulator(bin_dir: Path = BIN, **popen: Any) -> tuple[subprocess.Popen[str], str]:
+    """``dws-emulator serve`` (of ``bin_dir``) on a free loopback port: the process and its address.
+    ``popen``: more arguments for the process (its ``stderr``, ``env``, ``cwd``)."""
     proc = subprocess.Popen(
-        [str(BIN / "dws-emulator"), "serve", "--port", "0", "--seed", "7"],
+        [str(bin_dir / "dws-emulator"), "serve", "--port", "0", "--seed", "7"],
         stdout=subprocess.PIPE,
         text=True,
+        **popen,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()

@@ -17,6 +17,16 @@ from dws_emulator.testing import InProcessEmulator
 pytest_plugins = ["dws_emulator.testing.fixtures"]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--system``: run tests/system against the real project SYSTEM_TESTS_GCP_PROJECT."""
+    parser.addoption(
+        "--system",
+        action="store_true",
+        default=False,
+        help="run the system tests against a real Google Cloud project (docs/system-tests.md)",
+    )
+
+
 # -- the provider's clients on an in-process emulator ---------------------------------------------
 
 
@@ -36,7 +46,7 @@ def vertex_emulator(monkeypatch: pytest.MonkeyPatch, dws_emulator_server_factory
 
 #: Tests marked ``slow`` by where they live: real Airflow processes (``airflow dags test``, a
 #: scheduler, an api-server) in every test of these folders.
-SLOW_PATHS = ("tests/airflow/", "tests/faults/")
+SLOW_PATHS = ("tests/airflow/", "tests/faults/", "tests/system/")
 
 #: And by node-id prefix, the ones that took over about 5 s on two cores (``pytest --durations``):
 #: Airflow's own parser on every benchmark row (it imports the Google provider), and provider waits
@@ -44,6 +54,8 @@ SLOW_PATHS = ("tests/airflow/", "tests/faults/")
 #: not here: on the shared probe interpreter of ``tests/probe.py`` they take one to three seconds.)
 SLOW_NODES = (
     "tests/unit/test_bench_parse_model.py::test_every_row_parses_as_the_dag_processor_parses_it",
+    # The docs site's strict build (mkdocs and the API reference from every module's docstrings).
+    "tests/unit/test_docs.py::test_the_site_builds_with_no_broken_link",
     "tests/emulator/test_calendar_provider_on_emulator.py::test_a_partial_delivery_fails_the_wait",
     "tests/emulator/test_calendar_provider_on_emulator.py::test_find_reserve_wait_and_release",
     "tests/emulator/test_provider_compute_on_emulator.py::test_poller_lists_each_mig_once_per_round",
@@ -54,6 +66,7 @@ SLOW_NODES = (
     "tests/emulator/test_records_on_emulator.py::test_a_deferred_batch_job_is_waiting_in_xcom",
     "tests/emulator/test_provider_tpu_on_emulator.py::test_valid_after_delays_the_slice",
     "tests/emulator/test_provider_tpu_on_emulator.py::test_trigger_waits_until_active_then_on_kill_deletes",
+    "tests/emulator/test_metrics_otel.py::test_a_trigger_run_and_task_runs_reach_an_otlp_receiver",
 )
 
 
@@ -72,6 +85,7 @@ SLOW_TESTS: dict[str, int] = {
     "tests/faults/test_fault_matrix.py::test_ci_fault_matrix": 7,
     "tests/airflow/test_dws_page_after_demo.py::test_the_examples_and_the_page_after_the_demo_dags_ran": 7,
     "tests/airflow/": 1,
+    "tests/system/test_system.py::test_on_emulator": 1,
 }
 
 

@@ -282,15 +282,21 @@ class ReserveCalendarBlockOperator(_ShapeMixin, DwsRequestOperator):
     :param zone: the block's zone (templated).
     :param start_time: its start: an aware ``datetime`` or an ISO 8601 string (templated); in the future.
     :param duration: its length, 1 to 90 days.
-    :param machine_type, vm_count, tpu_version, chip_count, workload_type: what it reserves (as for
-        :class:`FindCalendarBlockOperator`).
+    :param machine_type: what it reserves, as for :class:`FindCalendarBlockOperator` (so are the
+        next four).
+    :param vm_count: how many VMs of ``machine_type``.
+    :param tpu_version: or a TPU block: ``v5e``, ``v5p`` or ``v6e``.
+    :param chip_count: how many chips of ``tpu_version``.
+    :param workload_type: ``BATCH`` or ``SERVING`` (TPUs).
     :param wait_for_delivery: wait until delivered, not only approved (default False).
     :param asset: with ``wait_for_delivery``, the asset whose event says the block is delivered (an
         ``Asset`` or its URI); default ``x-dws-calendar://<dag_id>/<task_id>``, the one a
         :class:`WaitForCalendarBlockOperator` of this task emits.
     :param max_wait: how long to wait for approval (default 1 hour, at most 7 days).
     :param deadline: nothing is submitted, and no wait extends, past it.
-    :param project_id, gcp_conn_id, impersonation_chain: as for the other operators.
+    :param project_id: Google Cloud project; defaults to the connection's project (templated).
+    :param gcp_conn_id: Airflow connection for Google Cloud.
+    :param impersonation_chain: service account (or chain) to impersonate (templated).
     :param poll_interval: seconds between status reads while waiting (default 30).
     :param deferrable: wait in the triggerer (default: ``[operators] default_deferrable``).
     :param cancel_on_kill: cancel the request when a user kills the waiting task (default True).
@@ -426,7 +432,10 @@ class WaitForCalendarBlockOperator(DwsRequestOperator):
     :param poll_interval: seconds between the zone's lists (default 300).
     :param cancel_on_kill: has no effect: a wait never cancels the block, which is its reserve task's
         (killed, cleared or timed out, the wait only stops; the release gives the block back).
-    :param project_id, gcp_conn_id, impersonation_chain, deferrable: as for the other operators.
+    :param project_id: Google Cloud project; defaults to the connection's project (templated).
+    :param gcp_conn_id: Airflow connection for Google Cloud.
+    :param impersonation_chain: service account (or chain) to impersonate (templated).
+    :param deferrable: wait in the triggerer (default: ``[operators] default_deferrable``).
     """
 
     ROLE = roles.CALENDAR_WAIT
@@ -513,7 +522,9 @@ class ReleaseCalendarBlockOperator(DwsSetupReleaseOperator):
     block's reservation; work of other DAGs is not counted). Returns what was released.
 
     :param setup_task_id: the reserve task, in the same DAG.
-    :param project_id, gcp_conn_id, impersonation_chain: as for the other operators.
+    :param project_id: Google Cloud project; defaults to the connection's project (templated).
+    :param gcp_conn_id: Airflow connection for Google Cloud.
+    :param impersonation_chain: service account (or chain) to impersonate (templated).
     """
 
     operator_extra_links = (CalendarBlockLink(),)

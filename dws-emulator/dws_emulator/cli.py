@@ -406,8 +406,11 @@ def _seconds(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dws-emulator",
-        description="Local emulator of Vertex AI custom jobs, Cloud TPU queued resources, Cloud Batch "
-        "jobs and Compute Engine MIG resize requests (REST, on the port + 1) with a GPU/TPU capacity model.",
+        description="A local Dynamic Workload Scheduler on one GPU/TPU capacity model. gRPC on --port: "
+        "Vertex AI custom jobs, Cloud TPU queued resources, Cloud Batch jobs. REST on the port + 1: Compute "
+        "Engine MIG resize requests (flex-start VMs), calendar-mode future reservations (advice, "
+        "reservations, delivered blocks), and a GKE cluster's Kubernetes API (ProvisioningRequests, "
+        "Kueue Jobs).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -420,7 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="extend",
         nargs="+",
         metavar="LOCATION/ACCELERATOR=COUNT",
-        help="pool sizes; when given, only these pools exist (default: the built-in inventory)",
+        help="pool sizes; when given, only these pools exist: every built-in pool is dropped, so add "
+        "each pool the workloads need (default: the built-in inventory)",
     )
     serve.add_argument(
         "--faults",
@@ -478,7 +482,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, func, help_text in (
         ("requests", _requests, "list every request ever created"),
-        ("capacity", _capacity, "show pools, or set them with LOCATION/ACCELERATOR=COUNT arguments"),
+        (
+            "capacity",
+            _capacity,
+            "show pools, or create or resize them (the others unchanged) with LOCATION/ACCELERATOR=COUNT "
+            "arguments",
+        ),
         ("preempt", _preempt, "preempt an ACTIVE Spot TPU queued resource"),
         ("faults", _faults, "show fault rules and injected faults, set rules (SPEC ...) or --clear them"),
         ("outage", _outage, "refuse connections for SECONDS, then serve the same state again"),

@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
+from airflow_provider_dws.plugins.web import views
+from airflow_provider_dws.plugins.web.render import PRICE_HELP_ROUTE
 from tests.airflow.dws_page_server import DAG_A, DAG_B, HAS_SAVINGS, Server, _ago, _t
 
 pytestmark = pytest.mark.airflow
@@ -25,7 +27,7 @@ ROUTES = [
     "/dws/api/summary",
     f"/dws/api/ti/{DAG_A}/run_a/train/-1",
     f"/dws/ti/{DAG_A}/run_a/train/-1",
-    "/dws/docs/savings.md",
+    f"/dws/{PRICE_HELP_ROUTE}",
 ]
 
 
@@ -49,6 +51,15 @@ def test_an_empty_deployment_says_no_dws_requests_yet(server: Server) -> None:
     if HAS_SAVINGS:
         summary = server.empty["/dws/api/summary"].json()
         assert summary["by_dag"] == [] and summary["total"] is None
+
+
+def test_the_price_table_help_is_served_from_the_package(server: Server) -> None:
+    """What the page links to when no price table is set (``tests/unit/test_dws_page_help.py``: the
+    link, and the file being package data, so a wheel install serves it too)."""
+    help_page = server.get(f"/dws/{PRICE_HELP_ROUTE}")
+    assert help_page.status_code == 200 and help_page.headers["content-type"].startswith("text/plain")
+    assert help_page.text == views.price_help()
+    assert "[dws_prices]" in help_page.text and '"NVIDIA_H100_80GB": {"flex_start"' in help_page.text
 
 
 # -- security -------------------------------------------------------------------------------------

@@ -104,6 +104,16 @@ def _stats_from_the_environment() -> Callable[[], None]:
     from airflow.sdk.configuration import conf
     from airflow.sdk.observability.metrics import stats_utils
 
+    if not hasattr(stats, "_factory"):  # Airflow 3.2: the factory and logger live on the Stats class
+        cls: Any = stats.Stats
+        saved_cls = (cls.__dict__.get("factory"), cls.__dict__.get("instance"))
+        cls.initialize(factory=stats_utils.get_stats_factory(cls))
+
+        def restore_cls() -> None:
+            type.__setattr__(cls, "factory", saved_cls[0])
+            type.__setattr__(cls, "instance", saved_cls[1])
+
+        return restore_cls
     saved = (stats._factory, stats._backend, stats._export_legacy_names)
     stats.initialize(
         factory=stats_utils.get_stats_factory(),

@@ -183,6 +183,18 @@ def test_a_family_without_gpus_and_no_accelerator_says_flex_start_needs_gpus() -
         batch(machine_type="n2-standard-8")
 
 
+def test_a_machine_whose_own_gpus_flex_start_does_not_offer_is_refused() -> None:
+    # a4x-highgpu-4g brings 4 GB200s, and flex-start VMs are not offered on A4X: refused at parse
+    # with or without accelerator_type, on Batch and on Compute Engine.
+    said = "machine_type 'a4x-highgpu-4g' comes with nvidia-gb200 GPUs, which Flex Start does not offer"
+    with refused(f"CreateBatchFlexStartJobOperator 'infer': {said}"):
+        batch(machine_type="a4x-highgpu-4g")
+    with refused(f"CreateComputeFlexStartVMsOperator 'vms': {said}"):
+        compute(machine_type="a4x-highgpu-4g")
+    with refused("CreateBatchFlexStartJobOperator 'infer': accelerator_type must be a GPU Flex Start offers"):
+        batch(machine_type="a4x-highgpu-4g", accelerator_type="nvidia-gb200", accelerator_count=4)
+
+
 # -- fixed machines, unknown families ---------------------------------------------------------------
 
 

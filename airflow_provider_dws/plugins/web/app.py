@@ -18,9 +18,9 @@ take the request apart; what they answer is :mod:`.views`'.
 from datetime import datetime, timezone
 from typing import Any
 
-from .views import DOCS_DIR, URL_PREFIX
+from .views import URL_PREFIX
 
-__all__ = ["DOCS_DIR", "URL_PREFIX", "create_app"]
+__all__ = ["URL_PREFIX", "create_app"]
 
 
 def create_app() -> Any:
@@ -125,14 +125,14 @@ def _add_api_routes(app: Any, listing: Any) -> None:
 
 
 def _add_page_routes(app: Any, listing: Any) -> None:
-    """The HTML: the DWS page, the task-instance tab, and the savings document they link to."""
+    """The HTML: the DWS page, the task-instance tab, and the price table's help the page links to."""
     from typing import Annotated
 
     from airflow.api_fastapi.core_api.security import GetUserDep
     from fastapi import Depends, Request
     from fastapi.responses import HTMLResponse, PlainTextResponse
 
-    from . import views
+    from . import render, views
     from .data import Filters
 
     FiltersDep = Annotated[Filters, Depends(_query_filters())]
@@ -155,7 +155,7 @@ def _add_page_routes(app: Any, listing: Any) -> None:
         rows = listing.ti_rows(dag_id, run_id, task_id, index, now)
         return HTMLResponse(views.ti_tab_html(task_id, index, rows, now, ui_base, app_base))
 
-    @app.get("/docs/savings.md", response_class=PlainTextResponse)
-    def savings_doc(user: GetUserDep) -> PlainTextResponse:
-        """docs/savings.md of the source tree (how to set a price table)."""
-        return PlainTextResponse(views.savings_doc())
+    @app.get(f"/{render.PRICE_HELP_ROUTE}", response_class=PlainTextResponse)
+    def price_help(user: GetUserDep) -> PlainTextResponse:
+        """How to set a price table: the help the package ships (``views.PRICE_HELP``)."""
+        return PlainTextResponse(views.price_help())

@@ -16,8 +16,8 @@ from airflow_provider_dws.records import PHASES, TASK_ENDED, api_name, parse_tim
 
 from .data import Filters, Row, log_path, ti_path
 
-#: The savings doc, served by the app itself from the source tree (``app.py``), relative to ``/dws/``.
-SAVINGS_DOC = "docs/savings.md"
+#: The route of the price table's help (``views.price_help``, package data), relative to ``/dws/``.
+PRICE_HELP_ROUTE = "help/price-table.md"
 
 CSS = """
 :root { color-scheme: light dark; --bg:#ffffff; --fg:#1a1a1a; --muted:#555; --line:#d0d0d0;
@@ -326,7 +326,7 @@ def summary_section(summary: Mapping[str, Any] | None, app_base: str, error: str
         out.append(
             "<p>No price table set: costs are not shown. Set the Airflow Variable <code>dws_prices</code> "
             "(JSON, USD per accelerator-hour by accelerator type and pricing model) or the "
-            f'<code>[dws_prices]</code> config section; see <a href="{h(app_base + SAVINGS_DOC)}" target="_blank" rel="noopener">docs/savings.md</a>.</p>'
+            f'<code>[dws_prices]</code> config section; see <a href="{h(app_base + PRICE_HELP_ROUTE)}" target="_blank" rel="noopener">how to set a price table</a>.</p>'
         )
     else:
         out.append(

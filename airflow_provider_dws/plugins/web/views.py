@@ -11,7 +11,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 from . import data, render
@@ -19,8 +19,9 @@ from .data import Filters, Row
 
 #: Where the app is mounted on the api-server.
 URL_PREFIX = "/dws"
-#: docs/ of the source tree (an editable or source install has it; a wheel does not).
-DOCS_DIR = Path(__file__).resolve().parents[3] / "docs"
+#: The price table's help: package data of this package (``pyproject.toml``'s
+#: ``[tool.setuptools.package-data]``), so a wheel has it; docs/savings.md includes the same file.
+PRICE_HELP = "price_table.md"
 #: Above this many readable DAGs the page's DAG choice lists only those with requests.
 DAG_CHOICE_LIMIT = 500
 
@@ -172,9 +173,6 @@ def ti_tab_html(
     return render.page(f"DWS · {task_id}", "".join(body))
 
 
-def savings_doc() -> str:
-    """docs/savings.md of the source tree (how to set a price table); 404 in a wheel."""
-    path = DOCS_DIR / "savings.md"
-    if not path.is_file():
-        raise http_error(404, "docs/savings.md is not installed; see the provider's README")
-    return path.read_text(encoding="utf-8")
+def price_help() -> str:
+    """How to set a price table (:data:`PRICE_HELP`, read from the installed package)."""
+    return resources.files(__name__.rpartition(".")[0]).joinpath(PRICE_HELP).read_text(encoding="utf-8")

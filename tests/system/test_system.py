@@ -1,0 +1,138 @@
+"""The system-test DAGs of ``tests/system/dags``, each run to its end with ``airflow dags test``.
+
+Two targets per DAG. ``emulator``: against ``dws-emulator``, in every ``make test`` (so the files
+cannot rot): the run succeeds, its workload check ran, the sweep found nothing left to release
+(the DAG's own teardowns did their work) and the emulator holds nothing of it. ``project``: against
+the real Google Cloud project ``SYSTEM_TESTS_GCP_PROJECT``, only with ``pytest --system``
+(docs/system-tests.md); skipped, with one line saying how to run it, otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.airflow.conftest import BIN, AirflowHome, finish
+
+DAGS = Path(__file__).parent / "dags"
+#: Each DAG file and its dag id, and what a real project needs beyond SYSTEM_TESTS_GCP_PROJECT.
+SYSTEM_DAGS: dict[str, tuple[str, ...]] = {
+    "dws_system_vertex_ai": (),
+    "dws_system_batch": (),
+    "dws_system_compute": (),
+    "dws_system_tpu": (),
+    "dws_system_calendar": (),
+    "dws_system_gke": ("SYSTEM_TESTS_GKE_LOCATION", "SYSTEM_TESTS_GKE_CLUSTER"),
+    "dws_system_kueue": (
+        "SYSTEM_TESTS_GKE_LOCATION",
+        "SYSTEM_TESTS_GKE_CLUSTER",
+        "SYSTEM_TESTS_GKE_KUEUE_QUEUE",
+    ),
+}
+HOW = (
+    "a real-project system test: run it with `pytest --system tests/system`, SYSTEM_TESTS_GCP_PROJECT "
+    "and SYSTEM_TESTS_ENV_ID set (docs/system-tests.md)"
+)
+#: Kinds of emulator records that must be deleted at the end (the others must have ended).
+DELETED_KINDS = ("QueuedResource", "ResizeRequest", "ProvisioningRequest")
+ENDED_STATES = ("JOB_STATE_SUCCEEDED", "SUCCEEDED", "CANCELLED", "JOB_STATE_CANCELLED")
+
+pytestmark = [pytest.mark.airflow]
+
+
+@pytest.fixture(scope="module")
+def system_home(tmp_path_factory: pytest.TempPathFactory) -> AirflowHome:
+    """A migrated SQLite Airflow home whose DAG folder is ``tests/system/dags``."""
+    home = AirflowHome(tmp_path_factory.mktemp("airflow-system"))
+    home.env["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
+    # The DAGs decide where they run from SYSTEM_TESTS_*: a shell's own must not leak in.
+    home.env = {k: v for k, v in home.env.items() if not k.startswith("SYSTEM_TESTS_")}
+    return home
+
+
+def run_state(home: AirflowHome, dag_id: str) -> str:
+    """The state of the DAG's one run in this home."""
+    listed = home.command("dags", "list-runs", dag_id, "-o", "json")
+    # The JSON is the line that starts with "[" (warnings may come before it).
+    runs = next(json.loads(line) for line in listed.stdout.splitlines() if line.startswith(("[{", "[]")))
+    assert len(runs) == 1, runs
+    return str(runs[0]["state"])
+
+
+def check_run(home: AirflowHome, dag_id: str, log: str, returncode: int) -> None:
+    """The run succeeded, its checks ran and its sweep had nothing to release."""
+    assert returncode == 0, log[-4000:]
+    assert run_state(home, dag_id) == "success", log[-4000:]
+    assert "DWS SYSTEM TEST:" in log, log[-4000:]
+    if "DWS SWEEP:" in log:  # a calendar run that only asks the advice has no sweep
+        assert "DWS SWEEP: released 0 request(s)" in log, log[-4000:]
+
+
+def left_on_emulator(emulator: Any, dag_id: str) -> list[tuple[str, str, str]]:
+    """What the run made that the emulator still holds."""
+    left = []
+    for record in emulator.control.requests():
+        if (record.get("labels") or {}).get("dws_dag") != dag_id:
+            continue
+        kind = record["kind"]
+        held = kind in DELETED_KINDS and not record["deleted"]
+        running = kind in ("CustomJob", "BatchJob") and record["state"] not in ENDED_STATES
+        if held or running:
+            left.append((kind, record["name"], record["state"]))
+    return left
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("dag_id", list(SYSTEM_DAGS))
+def test_on_emulator(dag_id: str, system_home: AirflowHome, dws_emulator: Any, tmp_path: Path) -> None:
+    log_path = tmp_path / f"{dag_id}.log"
+    proc = system_home.start_dag_test(dag_id, dws_emulator.address, log_path)
+    result = finish(proc, log_path)
+    check_run(system_home, dag_id, result.log, result.returncode)
+    assert left_on_emulator(dws_emulator, dag_id) == []
+
+
+@pytest.mark.parametrize("dag_id", list(SYSTEM_DAGS))
+def test_on_project(
+    dag_id: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    needs = ("SYSTEM_TESTS_GCP_PROJECT", "SYSTEM_TESTS_ENV_ID", *SYSTEM_DAGS[dag_id])
+    missing = [name for name in needs if not os.environ.get(name)]
+    if not request.config.getoption("--system"):
+        pytest.skip(HOW)
+    if missing:
+        pytest.skip(f"set {', '.join(missing)} to run it against a real project (docs/system-tests.md)")
+    home = AirflowHome(tmp_path_factory.mktemp("airflow-system-project"))
+    home.env["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
+    for name in (
+        "SYSTEM_TESTS_GCP_PROJECT",
+        "SYSTEM_TESTS_ENV_ID",
+        *SYSTEM_DAGS[dag_id],
+        "SYSTEM_TESTS_DWS_IMAGE",
+    ):
+        if os.environ.get(name):
+            home.env[name] = os.environ[name]
+    # The Google connection every operator uses by default: Application Default Credentials.
+    home.env.setdefault(
+        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT",
+        json.dumps(
+            {
+                "conn_type": "google_cloud_platform",
+                "extra": {"project": os.environ["SYSTEM_TESTS_GCP_PROJECT"]},
+            }
+        ),
+    )
+    # A real wait: up to the DAGs' max wait (30 min) and the work, with room to spare.
+    done = subprocess.run(
+        [str(BIN / "airflow"), "dags", "test", dag_id],
+        env=home.env,
+        capture_output=True,
+        text=True,
+        timeout=3 * 3600,
+    )
+    check_run(home, dag_id, done.stdout + done.stderr, done.returncode)

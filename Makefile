@@ -61,8 +61,8 @@ PYTEST_ENV = env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV
 ## CPU priority (nice 19): the main ring leaves about a quarter of two cores idle while its Airflow
 ## processes wait, and the oldest ring takes only that, so the time limits of the fault-matrix rows and
 ## Airflow runs are not eaten into; after it, at the same priority, `make dist` (the packages built and
-## checked) and `make docs` (the site, strict). Their output is printed after the main ring's; any of
-## them failing fails the target.
+## checked). Their output is printed after the main ring's; any of them failing fails the target.
+## `make docs`'s strict build runs in the main ring (tests/unit/test_docs.py), not again here.
 PYTEST_WORKERS ?= 3
 OLDEST_LOG := $(VENV)/test-oldest.log
 ## The oldest ring's virtualenv is made (or brought up to date) first, before either ring starts: its
@@ -70,9 +70,9 @@ OLDEST_LOG := $(VENV)/test-oldest.log
 ## removed, and an Airflow process of the main ring started in that window finds the `dws` plugin twice.
 test: lint
 	@$(MAKE) --no-print-directory venv-3.1
-	@{ nice -n 19 $(MAKE) --no-print-directory test-oldest && nice -n 19 $(MAKE) --no-print-directory dist docs; } > $(OLDEST_LOG) 2>&1 & oldest=$$!; \
+	@{ nice -n 19 $(MAKE) --no-print-directory test-oldest && nice -n 19 $(MAKE) --no-print-directory dist; } > $(OLDEST_LOG) 2>&1 & oldest=$$!; \
 	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal; main=$$?; \
-	wait $$oldest; low=$$?; echo "== The oldest supported combination, then make dist and make docs (beside the main ring, nice 19):"; cat $(OLDEST_LOG); \
+	wait $$oldest; low=$$?; echo "== The oldest supported combination, then make dist (beside the main ring, nice 19):"; cat $(OLDEST_LOG); \
 	exit $$(( main != 0 ? main : low ))
 
 ## The inner loop: no lint, no test marked slow (real Airflow processes, or over about 5 s: the

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from demo import start_emulator  # scripts/, this script's folder, is on sys.path
 
@@ -67,75 +69,87 @@ def run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     return done
 
 
+#: Run by the new virtualenv's Python: where the provider comes from, and the price-table help the
+#: DWS page links to (package data: it must come with the wheel, not the checkout).
+PROBE = (
+    "import airflow_provider_dws as p; from airflow_provider_dws.plugins.web import views; "
+    "print(p.__file__); print(views.price_help())"
+)
+
+
+def install(wheels: list[Path], constraints: Path, python: str, work: Path) -> dict[str, str]:
+    """A new virtualenv in ``work/venv`` with the wheels; the environment that uses it."""
+    venv = work / "venv"
+    run([str(UV), "venv", "-q", "--python", python, str(venv)])
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["VIRTUAL_ENV"] = str(venv)
+    run([str(UV), "pip", "install", "-q", *map(str, wheels), "-c", str(constraints)], env=env, cwd=work)
+    where, help_text = run([str(venv / "bin" / "python"), "-c", PROBE], env=env, cwd=work).stdout.split(
+        "\n", 1
+    )
+    if not where.startswith(str(venv)):
+        raise SystemExit(f"the provider was imported from {where}, not from the new virtualenv")
+    print(f"ok  installed in a new virtualenv ({where})", flush=True)
+    if "dws_prices" not in help_text:
+        raise SystemExit("the wheel's price-table help (plugins/web/price_table.md) is missing or empty")
+    print("ok  the DWS page's price-table help is in the wheel", flush=True)
+    return env
+
+
+def json_line(text: str) -> Any:
+    """The JSON document an ``airflow ... -o json`` command printed on a line of its own (log lines,
+    some of which begin with a bracket too, may come before it)."""
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            return json.loads(line)
+    raise SystemExit(f"no JSON line in:\n{text[-2000:]}")
+
+
+def run_example(bin_dir: Path, env: dict[str, str], work: Path) -> str:
+    """Run the Vertex AI example with ``airflow dags test`` against the wheel's emulator; its result line."""
+    dags = work / "dags"
+    dags.mkdir()
+    shutil.copy(EXAMPLE, dags / EXAMPLE.name)
+    env = dict(
+        env,
+        AIRFLOW_HOME=str(work / "airflow"),
+        AIRFLOW__CORE__DAGS_FOLDER=str(dags),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        DWS_EXAMPLE_POLL_INTERVAL="1",
+    )
+    got = run(
+        [str(bin_dir / "airflow"), "providers", "get", "airflow-provider-dws", "-o", "json"],
+        env=env,
+        cwd=work,
+    )
+    info = json_line(got.stdout)[0]
+    print(f"ok  Airflow finds the provider: {info['Provider']} {info['Version']}", flush=True)
+    with open(work / "emulator.log", "w") as emulator_log:
+        emulator, address = start_emulator(bin_dir, stderr=emulator_log, env=env, cwd=work)
+    try:
+        env["DWS_EMULATOR_HOST"] = address
+        run([str(bin_dir / "airflow"), "db", "migrate"], env=env, cwd=work)
+        test = run([str(bin_dir / "airflow"), "dags", "test", "dws_vertex_flex_start"], env=env, cwd=work)
+    finally:
+        emulator.terminate()
+        emulator.wait(timeout=10)
+    result = [line for line in (test.stdout + test.stderr).splitlines() if "DWS RESULT:" in line]
+    if not result or "JOB_STATE_SUCCEEDED" not in result[-1]:
+        log = (work / "emulator.log").read_text()[-3000:]
+        raise SystemExit(
+            f"the example did not report a succeeded job:\n{test.stdout[-4000:]}\n{test.stderr[-4000:]}\n"
+            f"emulator log:\n{log}"
+        )
+    return result[-1].split("DWS RESULT: ", 1)[1]
+
+
 def check_install(wheels: list[Path], constraints: Path, python: str) -> None:
     """Install the wheels in a new virtualenv and run the example DAG with it."""
     with tempfile.TemporaryDirectory(prefix="dws-dist-check-") as tmp:
         work = Path(tmp)
-        venv = work / "venv"
-        run([str(UV), "venv", "-q", "--python", python, str(venv)])
-        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-        env["VIRTUAL_ENV"] = str(venv)
-        run([str(UV), "pip", "install", "-q", *map(str, wheels), "-c", str(constraints)], env=env, cwd=work)
-        bin_dir = venv / "bin"
-        where = run(
-            [str(bin_dir / "python"), "-c", "import airflow_provider_dws as p; print(p.__file__)"],
-            env=env,
-            cwd=work,
-        ).stdout.strip()
-        if not where.startswith(str(venv)):
-            raise SystemExit(f"the provider was imported from {where}, not from the new virtualenv")
-        print(f"ok  installed in a new virtualenv ({where})", flush=True)
-        # The DWS page links to this help; it must come with the wheel (package data), not the checkout.
-        help_text = run(
-            [
-                str(bin_dir / "python"),
-                "-c",
-                "from airflow_provider_dws.plugins.web import views; print(views.price_help())",
-            ],
-            env=env,
-            cwd=work,
-        ).stdout
-        if "dws_prices" not in help_text:
-            raise SystemExit("the wheel's price-table help (plugins/web/price_table.md) is missing or empty")
-        print("ok  the DWS page's price-table help is in the wheel", flush=True)
-        dags = work / "dags"
-        dags.mkdir()
-        shutil.copy(EXAMPLE, dags / EXAMPLE.name)
-        env.update(
-            {
-                "AIRFLOW_HOME": str(work / "airflow"),
-                "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                "DWS_EXAMPLE_POLL_INTERVAL": "1",
-            }
-        )
-        got = run(
-            [str(bin_dir / "airflow"), "providers", "get", "airflow-provider-dws", "-o", "json"],
-            env=env,
-            cwd=work,
-        )
-        info = json.loads(got.stdout[got.stdout.index("[") :])[0]
-        print(f"ok  Airflow finds the provider: {info['Provider']} {info['Version']}", flush=True)
-        with open(work / "emulator.log", "w") as emulator_log:
-            emulator, address = start_emulator(bin_dir, stderr=emulator_log, env=env, cwd=work)
-        try:
-            env["DWS_EMULATOR_HOST"] = address
-            run([str(bin_dir / "airflow"), "db", "migrate"], env=env, cwd=work)
-            test = run([str(bin_dir / "airflow"), "dags", "test", "dws_vertex_flex_start"], env=env, cwd=work)
-        finally:
-            emulator.terminate()
-            emulator.wait(timeout=10)
-        result = [line for line in (test.stdout + test.stderr).splitlines() if "DWS RESULT:" in line]
-        if not result or "JOB_STATE_SUCCEEDED" not in result[-1]:
-            log = (work / "emulator.log").read_text()[-3000:]
-            raise SystemExit(
-                f"the example did not report a succeeded job:\n{test.stdout[-4000:]}\n{test.stderr[-4000:]}\n"
-                f"emulator log:\n{log}"
-            )
-        print(
-            f"ok  the example ran against the wheel's emulator: {result[-1].split('DWS RESULT: ', 1)[1]}",
-            flush=True,
-        )
+        env = install(wheels, constraints, python, work)
+        result = run_example(work / "venv" / "bin", env, work)
+        print(f"ok  the example ran against the wheel's emulator: {result}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

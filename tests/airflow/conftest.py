@@ -55,9 +55,9 @@ def emulator_env(address: str) -> dict[str, str]:
 
 
 class AirflowHome:
-    """An initialised AIRFLOW_HOME whose DAG folder is ``example_dags/``."""
+    """An initialised AIRFLOW_HOME whose DAG folder is ``dags_folder`` (default ``example_dags/``)."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, dags_folder: Path = ROOT / "example_dags") -> None:
         self.home = home
         self.env = {
             k: v
@@ -67,7 +67,7 @@ class AirflowHome:
         self.env.update(
             {
                 "AIRFLOW_HOME": str(home),
-                "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "example_dags"),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",

@@ -21,7 +21,8 @@ import pytest
 from tests.airflow.conftest import BIN, AirflowHome, finish
 
 DAGS = Path(__file__).parent / "dags"
-#: Each DAG file and its dag id, and what a real project needs beyond SYSTEM_TESTS_GCP_PROJECT.
+#: Each system-test DAG by its id, and what a real project needs for it beyond SYSTEM_TESTS_GCP_PROJECT
+#: and SYSTEM_TESTS_ENV_ID.
 SYSTEM_DAGS: dict[str, tuple[str, ...]] = {
     "dws_system_vertex_ai": (),
     "dws_system_batch": (),
@@ -49,8 +50,7 @@ pytestmark = [pytest.mark.airflow]
 @pytest.fixture(scope="module")
 def system_home(tmp_path_factory: pytest.TempPathFactory) -> AirflowHome:
     """A migrated SQLite Airflow home whose DAG folder is ``tests/system/dags``."""
-    home = AirflowHome(tmp_path_factory.mktemp("airflow-system"))
-    home.env["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
+    home = AirflowHome(tmp_path_factory.mktemp("airflow-system"), DAGS)
     # The DAGs decide where they run from SYSTEM_TESTS_*: a shell's own must not leak in.
     home.env = {k: v for k, v in home.env.items() if not k.startswith("SYSTEM_TESTS_")}
     return home
@@ -105,14 +105,8 @@ def test_on_project(
         pytest.skip(HOW)
     if missing:
         pytest.skip(f"set {', '.join(missing)} to run it against a real project (docs/system-tests.md)")
-    home = AirflowHome(tmp_path_factory.mktemp("airflow-system-project"))
-    home.env["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
-    for name in (
-        "SYSTEM_TESTS_GCP_PROJECT",
-        "SYSTEM_TESTS_ENV_ID",
-        *SYSTEM_DAGS[dag_id],
-        "SYSTEM_TESTS_DWS_IMAGE",
-    ):
+    home = AirflowHome(tmp_path_factory.mktemp("airflow-system-project"), DAGS)
+    for name in (*needs, "SYSTEM_TESTS_DWS_IMAGE"):
         if os.environ.get(name):
             home.env[name] = os.environ[name]
     # The Google connection every operator uses by default: Application Default Credentials.

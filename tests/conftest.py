@@ -85,14 +85,14 @@ SLOW_TESTS: dict[str, int] = {
     "tests/faults/test_fault_matrix.py::test_ci_fault_matrix": 7,
     "tests/airflow/test_dws_page_after_demo.py::test_the_examples_and_the_page_after_the_demo_dags_ran": 7,
     "tests/airflow/": 1,
+    # The seven system-test DAGs in one process: about two `airflow dags test` runs of CPU.
+    "tests/system/test_system.py::test_on_emulator": 2,
 }
 
 
-#: Fixtures that make a real deployment or Airflow home once per worker (an api-server and its
-#: database; the system tests' migrated home): the tests using one are kept together in one
-#: worker's part, weighing this much in all (spread over the workers, each would make its own: the
-#: seven system tests on three workers migrated three homes, about 7 CPU-s each).
-SHARED_FIXTURES: dict[str, int] = {"dws_page_server": 3, "system_home": 7}
+#: Session fixtures that start a real deployment once per worker (an api-server and its database):
+#: the tests using one are kept together in one worker's part, weighing this much in all.
+SHARED_FIXTURES: dict[str, int] = {"dws_page_server": 3}
 
 
 def _weight(item: pytest.Item) -> int:

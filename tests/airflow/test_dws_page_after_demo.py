@@ -1,12 +1,13 @@
 """The example DAGs as ``make demo`` runs them (``scripts/demo.py``), then the DWS page in a browser.
 
-``make demo`` runs every example DAG with ``airflow dags test`` against a ``dws-emulator``; with
+``make demo`` runs every example DAG with ``dag.test()`` (what ``airflow dags test`` runs, all in one
+process: ``scripts/run_dags.py``) against a ``dws-emulator``; with
 ``--home`` it keeps its Airflow home, whose SQLite database then holds the runs, their task
 instances and the request records the provider wrote. An api-server started on that home serves
 the Airflow UI and the DWS page; Debian's Chromium reads them (``tests/airflow/browser.py``).
 Nothing here is seeded: every row comes from a real run. With ``--emulator`` the demo runs on the
 test's emulator, so each example's module also checks its run there (``check_example``): the one
-``airflow dags test`` run of each example in the suite.
+run of each example in the suite.
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ class Demo:
 
 
 def split_by_dag(log: str) -> dict[str, str]:
-    """Each DAG's lines of the demo's output: from its ``==> airflow dags test`` line to the next."""
-    parts = re.split(r"^==> airflow dags test (\S+)$", log, flags=re.M)
+    """Each DAG's lines of the demo's output: from its ``==> dag.test()`` line to the next."""
+    parts = re.split(r"^==> dag\.test\(\) (\S+)$", log, flags=re.M)
     return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
 
 

@@ -1,8 +1,10 @@
-"""The system-test DAGs of ``tests/system/dags``, each run to its end with ``airflow dags test``.
+"""The system-test DAGs of ``tests/system/dags``, each run to its end.
 
-Two targets per DAG. ``emulator``: against ``dws-emulator``, in every ``make test`` (so the files
-cannot rot): the run succeeds, its workload check ran, the sweep found nothing left to release
-(the DAG's own teardowns did their work) and the emulator holds nothing of it. ``project``: against
+Two targets. ``emulator``: all seven against one ``dws-emulator``, in every ``make test`` (so the
+files cannot rot), one after another in one process (``scripts/run_dags.py``: ``dag.test()``, what
+``airflow dags test`` runs, without a process start per DAG, which was most of their CPU): each run
+succeeds, its workload check ran, the sweep found nothing left to release (the DAG's own teardowns
+did their work) and the emulator holds nothing of it. ``project``: each DAG against
 the real Google Cloud project ``SYSTEM_TESTS_GCP_PROJECT``, only with ``pytest --system``
 (docs/system-tests.md); skipped, with one line saying how to run it, otherwise.
 """
@@ -13,12 +15,13 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.airflow.conftest import BIN, AirflowHome, finish
+from tests.airflow.conftest import BIN, DAG_RUN_TIMEOUT, ROOT, AirflowHome, emulator_env
 
 DAGS = Path(__file__).parent / "dags"
 #: Each system-test DAG by its id, and what a real project needs for it beyond SYSTEM_TESTS_GCP_PROJECT
@@ -45,15 +48,6 @@ DELETED_KINDS = ("QueuedResource", "ResizeRequest", "ProvisioningRequest")
 ENDED_STATES = ("JOB_STATE_SUCCEEDED", "SUCCEEDED", "CANCELLED", "JOB_STATE_CANCELLED")
 
 pytestmark = [pytest.mark.airflow]
-
-
-@pytest.fixture(scope="module")
-def system_home(tmp_path_factory: pytest.TempPathFactory) -> AirflowHome:
-    """A migrated SQLite Airflow home whose DAG folder is ``tests/system/dags``."""
-    home = AirflowHome(tmp_path_factory.mktemp("airflow-system"), DAGS)
-    # The DAGs decide where they run from SYSTEM_TESTS_*: a shell's own must not leak in.
-    home.env = {k: v for k, v in home.env.items() if not k.startswith("SYSTEM_TESTS_")}
-    return home
 
 
 def run_succeeded(dag_id: str, log: str) -> bool:
@@ -85,14 +79,40 @@ def left_on_emulator(emulator: Any, dag_id: str) -> list[tuple[str, str, str]]:
     return left
 
 
+def split_by_dag(log: str) -> dict[str, str]:
+    """Each DAG's lines of ``scripts/run_dags.py``'s output, from its ``==> dag.test()`` line on."""
+    parts = re.split(r"^==> dag\.test\(\) (\S+)$", log, flags=re.M)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
+
+
 @pytest.mark.emulator
-@pytest.mark.parametrize("dag_id", list(SYSTEM_DAGS))
-def test_on_emulator(dag_id: str, system_home: AirflowHome, dws_emulator: Any, tmp_path: Path) -> None:
-    log_path = tmp_path / f"{dag_id}.log"
-    proc = system_home.start_dag_test(dag_id, dws_emulator.address, log_path)
-    result = finish(proc, log_path)
-    check_run(dag_id, result.log, result.returncode)
-    assert left_on_emulator(dws_emulator, dag_id) == []
+@pytest.mark.timeout(900)
+def test_on_emulator(dws_emulator: Any, tmp_path: Path) -> None:
+    """All seven in one process, each checked on its own; every failure is reported."""
+    (tmp_path / "home").mkdir()
+    home = AirflowHome(tmp_path / "home", DAGS)
+    # The DAGs decide where they run from SYSTEM_TESTS_*: a shell's own must not leak in.
+    env = {k: v for k, v in home.env.items() if not k.startswith("SYSTEM_TESTS_")}
+    env.update(emulator_env(dws_emulator.address))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "run_dags.py"), str(DAGS), *SYSTEM_DAGS],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=DAG_RUN_TIMEOUT * 3,
+    )
+    by_dag = split_by_dag(done.stdout)
+    assert list(by_dag) == list(SYSTEM_DAGS), done.stdout[-4000:]
+    failures = []
+    for dag_id, log in by_dag.items():
+        try:
+            check_run(dag_id, log, 0 if f"==> {dag_id}: success" in log else 1)
+            assert left_on_emulator(dws_emulator, dag_id) == []
+        except AssertionError as err:
+            failures.append(f"{dag_id}: {err}")
+    assert not failures, "\n\n".join(failures)
+    assert done.returncode == 0, done.stdout[-4000:]
 
 
 @pytest.mark.parametrize("dag_id", list(SYSTEM_DAGS))

@@ -179,10 +179,17 @@ faults: venv
 ## in a new virtualenv with an Airflow release's constraints, never constraints.txt; the provider found by
 ## `airflow providers get`; the Vertex AI example run against the wheel's emulator).
 DIST ?= dist
+## Built from a copy of the checkout's files (tracked, and new ones git does not ignore): setuptools writes
+## each project's egg-info into the directory it builds an sdist in, and in the checkout an Airflow process
+## of `make test`'s main ring, running beside this, would find the `dws` plugin twice (STRAY_EGG_INFO).
 dist: venv
 	@rm -rf $(DIST) && mkdir -p $(DIST)
-	$(BIN)/uv build -q --no-build-logs --out-dir $(DIST) .
-	$(BIN)/uv build -q --no-build-logs --out-dir $(DIST) dws-emulator
+	@src=$$(mktemp -d) && trap 'rm -rf "$$src"' EXIT && \
+	git ls-files -z --cached --others --exclude-standard | \
+	  while IFS= read -r -d '' f; do [ -f "$$f" ] && printf '%s\0' "$$f"; done | xargs -0 cp --parents -t "$$src" && \
+	echo "uv build of the provider and of dws-emulator (a copy of the checkout in $$src)" && \
+	$(BIN)/uv build -q --no-build-logs --out-dir $(abspath $(DIST)) "$$src" && \
+	$(BIN)/uv build -q --no-build-logs --out-dir $(abspath $(DIST)) "$$src/dws-emulator"
 	$(BIN)/twine check --strict $(DIST)/*
 	$(BIN)/python scripts/check_dist.py $(DIST)
 

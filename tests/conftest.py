@@ -79,11 +79,15 @@ def _mark_slow(items: list[pytest.Item]) -> None:
 # -- ordering for parallel runs -----------------------------------------------------------------
 
 #: Tests that take a minute or more on two cores (real Airflow deployments and ``airflow dags
-#: test`` runs, mostly waiting on real processes), by node-id prefix, with a rough weight each (one
-#: ``airflow dags test`` run is 1).
+#: test`` runs, mostly waiting on real processes), by node-id prefix (the first that matches), with
+#: a rough weight each: one ``airflow dags test`` run, about 20 s, is 1 (a fresh clone's
+#: ``make test --durations``: the fault matrix 256 s, the demo and the page 120 s, the off-peak
+#: window's wait 100 s and its deadline's 55 s, the seven system DAGs in one process 41 s).
 SLOW_TESTS: dict[str, int] = {
-    "tests/faults/test_fault_matrix.py::test_ci_fault_matrix": 7,
-    "tests/airflow/test_dws_page_after_demo.py::test_the_examples_and_the_page_after_the_demo_dags_ran": 7,
+    "tests/faults/test_fault_matrix.py::test_ci_fault_matrix": 12,
+    "tests/airflow/test_dws_page_after_demo.py::test_the_examples_and_the_page_after_the_demo_dags_ran": 6,
+    "tests/airflow/test_offpeak_pipeline_dag.py::test_task_outside_its_window_defers": 5,
+    "tests/airflow/test_offpeak_pipeline_dag.py::test_a_passing_deadline_ends_the_task": 3,
     "tests/airflow/": 1,
     # The seven system-test DAGs in one process: about two `airflow dags test` runs of CPU.
     "tests/system/test_system.py::test_on_emulator": 2,

@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
@@ -292,6 +293,10 @@ class AirflowApi:
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url
         self.client = httpx.Client(base_url=f"{base_url}/api/v2", timeout=30.0)
+        #: One dag-run POST at a time: every scenario starts at once, and 32 POSTs together (each
+        #: holding one of the api-server's database connections while it loads the DAG) emptied its
+        #: pool, so requests waited out the pool's 30 s and the tasks' own calls failed with them.
+        self.trigger_lock = threading.Lock()
         #: Whether the API asked for a token: Airflow 3.1 and 3.2's simple auth manager lets no
         #: request in without one, even with every user an admin (3.3 does); it hands one out.
         self.needs_token = False
@@ -338,10 +343,18 @@ class AirflowApi:
         return list(self._call("GET", "/importErrors")["import_errors"])
 
     def trigger(self, dag_id: str, run_id: str, conf: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Trigger ``run_id``, once: a POST the client gave up on (a timeout, then a retry) may have
+        made the run, which the retry's 409 then says; the run is read back instead of failing."""
         # The examples template ``ds_nodash``, which a run without a logical date does not have.
         now = datetime.now(timezone.utc).isoformat()
         body = {"dag_run_id": run_id, "logical_date": now, "conf": dict(conf or {})}
-        return dict(self._call("POST", f"/dags/{dag_id}/dagRuns", json=body))
+        with self.trigger_lock:
+            try:
+                return dict(self._call("POST", f"/dags/{dag_id}/dagRuns", json=body))
+            except HarnessError as err:
+                if "HTTP 409" not in str(err):
+                    raise
+                return dict(self._call("GET", f"/dags/{dag_id}/dagRuns/{run_id}"))
 
     def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         return dict(self._call("GET", f"/dags/{dag_id}/dagRuns/{run_id}"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -143,6 +144,13 @@ def finish(proc: subprocess.Popen[bytes], log_path: Path, timeout: float = DAG_R
         proc.wait()
         raise AssertionError(f"airflow dags test timed out; log:\n{log_path.read_text()[-4000:]}") from None
     return DagRunResult(proc.returncode, log_path.read_text(errors="replace"))
+
+
+def split_by_dag(log: str) -> dict[str, str]:
+    """Each DAG's lines of ``scripts/run_dags.py``'s output (``make demo``'s too), from its
+    ``==> dag.test() DAG_ID`` line to the next."""
+    parts = re.split(r"^==> dag\.test\(\) (\S+)$", log, flags=re.M)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
 
 
 @contextmanager

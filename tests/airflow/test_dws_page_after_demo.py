@@ -34,7 +34,7 @@ from tests.airflow import (
     test_vertex_flex_start_dag,
 )
 from tests.airflow.browser import IMAGES, MISSING, open_page
-from tests.airflow.conftest import ROOT, ExampleRun
+from tests.airflow.conftest import ROOT, ExampleRun, split_by_dag
 from tests.airflow.dws_page_server import Server, api_server
 from tests.airflow.test_task_logs import assert_no_error_lines
 
@@ -80,12 +80,6 @@ class Demo:
     runs: dict[str, ExampleRun]
     #: How many of them are held still (the calendar example's delivered blocks, until their end).
     held: int
-
-
-def split_by_dag(log: str) -> dict[str, str]:
-    """Each DAG's lines of the demo's output: from its ``==> dag.test()`` line to the next."""
-    parts = re.split(r"^==> dag\.test\(\) (\S+)$", log, flags=re.M)
-    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.airflow.conftest import BIN, DAG_RUN_TIMEOUT, ROOT, AirflowHome, emulator_env
+from tests.airflow.conftest import BIN, DAG_RUN_TIMEOUT, ROOT, AirflowHome, emulator_env, split_by_dag
 
 DAGS = Path(__file__).parent / "dags"
 #: Each system-test DAG by its id, and what a real project needs for it beyond SYSTEM_TESTS_GCP_PROJECT
@@ -51,8 +51,8 @@ pytestmark = [pytest.mark.airflow]
 
 
 def run_succeeded(dag_id: str, log: str) -> bool:
-    """Whether the run ``airflow dags test`` logged ended successful (read from its log, not from
-    another ``airflow`` process: one per DAG would cost seconds of CPU each)."""
+    """Whether the run ended successful, read from its log (``airflow dags test``'s or
+    ``dag.test()``'s), not from another ``airflow`` process: one per DAG costs seconds of CPU."""
     return re.search(rf"Marking run <DagRun {re.escape(dag_id)} @ .*> successful", log) is not None
 
 
@@ -77,12 +77,6 @@ def left_on_emulator(emulator: Any, dag_id: str) -> list[tuple[str, str, str]]:
         if held or running:
             left.append((kind, record["name"], record["state"]))
     return left
-
-
-def split_by_dag(log: str) -> dict[str, str]:
-    """Each DAG's lines of ``scripts/run_dags.py``'s output, from its ``==> dag.test()`` line on."""
-    parts = re.split(r"^==> dag\.test\(\) (\S+)$", log, flags=re.M)
-    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
 
 
 @pytest.mark.emulator

@@ -370,7 +370,9 @@ def test_a_transient_read_error_is_retried_next_interval(world: World) -> None:
     world.read_errors[name(1)] = errors.TransientApiError("blip")
     event = run(first(trigger(name(1))))
     assert event["phase"] == "succeeded"
-    assert world.reads == [name(1), name(1)]
+    # Read, failed, read again. A loaded machine may fit one more 50 ms round in before the
+    # trigger leaves, so not "exactly two".
+    assert world.reads[:2] == [name(1), name(1)] and set(world.reads) == {name(1)}
 
 
 def test_only_changes_wake_a_trigger(world: World) -> None:

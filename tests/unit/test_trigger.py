@@ -198,7 +198,9 @@ def test_run_yields_one_event_with_the_final_status(fake: Any) -> None:
     assert events[0]["phase"] == "succeeded"
     assert events[0]["timings"]["wait_seconds"] == 300.0
     assert events[0]["timings"]["run_seconds"] == 3600.0
-    assert backend.reads == 4
+    # Every status was read, in order. Not "exactly 4 reads": at a 10 ms interval a loaded machine
+    # can fit one more round in before the trigger leaves the poller (CI met 5).
+    assert backend.script == [final] and backend.reads >= 4
     assert backend.cancelled == []
 
 
@@ -257,7 +259,7 @@ def test_wait_deadline_within_grace_keeps_waiting(fake: Any) -> None:
     (event,) = run_all(trigger(wait_deadline=deadline))
     assert event["phase"] == "succeeded"
     assert backend.cancelled == []
-    assert backend.reads == 3
+    assert len(backend.script) == 1 and backend.reads >= 3  # all read; a loaded machine may read once more
 
 
 def test_no_grace_gives_up_exactly_at_the_wait_deadline(fake: Any) -> None:

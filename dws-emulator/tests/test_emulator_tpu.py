@@ -734,3 +734,44 @@ def test_delete_seconds_defaults_to_the_next_tick(monkeypatch: pytest.MonkeyPatc
     assert EmulatorState().tpu.delete_seconds == 0.0
     monkeypatch.setenv(DELETE_SECONDS_ENV, "2.5")
     assert EmulatorState().tpu.delete_seconds == 2.5
+
+
+def test_nodes_are_creating_while_provisioning_and_ready_once_active(dws_emulator_server_factory) -> None:
+    """``Node.State`` has CREATING before READY: a client that reads a node while its queued
+    resource provisions sees it CREATING, never READY before the request is ACTIVE."""
+    from dws_emulator.testing import FakeClock as MovingClock
+    from dws_emulator.tpu.state import PROVISION_SECONDS
+
+    clock = MovingClock()
+    emulator = dws_emulator_server_factory({"us-west4-a/v5litepod": 16}, clock=clock)
+    client = sync_client(emulator.address)
+    parent = fresh_parent()
+    client.create_queued_resource(
+        parent=parent, queued_resource_id="qr", queued_resource=make_qr(parent, "n")
+    )
+    name = f"{parent}/queuedResources/qr"
+    clock.advance(0.01)
+    assert client.get_queued_resource(name=name).state.state == QrState.PROVISIONING
+    assert client.get_node(name=f"{parent}/nodes/n").state == tpu.Node.State.CREATING
+    clock.advance(PROVISION_SECONDS)
+    assert client.get_queued_resource(name=name).state.state == QrState.ACTIVE
+    assert client.get_node(name=f"{parent}/nodes/n").state == tpu.Node.State.READY
+
+
+def test_a_node_that_never_got_ready_is_gone_with_its_failed_request(dws_emulator_server_factory) -> None:
+    from dws_emulator.testing import FakeClock as MovingClock
+    from dws_emulator.tpu.state import PROVISION_SECONDS
+
+    clock = MovingClock()
+    emulator = dws_emulator_server_factory({"us-west4-a/v5litepod": 16}, clock=clock)
+    client = sync_client(emulator.address)
+    parent = fresh_parent()
+    policy = tpu.QueuedResource.QueueingPolicy(valid_until_duration={"seconds": 0, "nanos": 100_000_000})
+    qr = make_qr(parent, "n", policy=policy)
+    client.create_queued_resource(parent=parent, queued_resource_id="qr", queued_resource=qr)
+    clock.advance(0.01)
+    assert client.get_node(name=f"{parent}/nodes/n").state == tpu.Node.State.CREATING
+    clock.advance(PROVISION_SECONDS)  # valid_until (0.1 s) passes while it provisions
+    assert client.get_queued_resource(name=f"{parent}/queuedResources/qr").state.state == QrState.FAILED
+    with pytest.raises(exceptions.NotFound):
+        client.get_node(name=f"{parent}/nodes/n")

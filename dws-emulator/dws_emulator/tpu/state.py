@@ -10,7 +10,9 @@ valid-until time, the end of PROVISIONING or DELETING):
 * next tick: ACCEPTED; if the chips are free it is started in the same tick (PROVISIONING),
   otherwise it becomes WAITING_FOR_RESOURCES. A ``valid_after`` request joins the queue only once
   its time has come (it waits in ACCEPTED / WAITING_FOR_RESOURCES until then).
-* PROVISIONING lasts :data:`PROVISION_SECONDS`, then ACTIVE with READY node(s).
+* PROVISIONING lasts :data:`PROVISION_SECONDS`, its node(s) CREATING, then ACTIVE with them READY
+  (``Node.State`` has CREATING before READY; a node that never got ready is gone with a FAILED
+  request).
 * not ACTIVE by ``valid_until`` (including while PROVISIONING): FAILED with
   ``failed_data.error`` = RESOURCE_EXHAUSTED, capacity released.
 * delete (``force`` needed while nodes exist: ACTIVE, SUSPENDING, SUSPENDED): DELETING (USER),
@@ -187,6 +189,7 @@ class TpuState(Api):
         self.core.capacity.release(rec.name)
         rec.enqueued = False
         rec.provisioned_at = None
+        self._drop_nodes(rec)
         rec.qr.state.failed_data.error.code = code_pb2.RESOURCE_EXHAUSTED
         rec.qr.state.failed_data.error.message = message
         self._set_state(rec, QrState.FAILED, now)
@@ -224,7 +227,7 @@ class TpuState(Api):
             node.CopyFrom(template)
             name = f"projects/{plan.project}/locations/{plan.zone}/nodes/{node_id}"
             node.name = name
-            node.state = NodeState.READY
+            node.state = NodeState.CREATING
             node.health = cloud_tpu.Node.Health.HEALTHY
             node.api_version = cloud_tpu.Node.ApiVersion.V2
             node.create_time.CopyFrom(_timestamp(now))
@@ -250,12 +253,19 @@ class TpuState(Api):
             self._next_seq += 1
             rec.nodes.append(name)
             log.info(
-                "Node %s: READY (%s, %d host(s): %s)",
+                "Node %s: CREATING (%s, %d host(s): %s)",
                 name,
                 plan.shape.accelerator_type,
                 plan.shape.hosts,
                 ", ".join(e.ip_address for e in node.network_endpoints),
             )
+
+    def _drop_nodes(self, rec: QueuedResourceRecord) -> None:
+        """The nodes of a request that failed before it was ACTIVE are gone with it."""
+        for name in rec.nodes:
+            self.nodes.pop(name, None)
+            self._node_seq.pop(name, None)
+        rec.nodes.clear()
 
     def _set_node_states(self, rec: QueuedResourceRecord, state: int) -> None:
         for name in rec.nodes:
@@ -301,7 +311,8 @@ class TpuState(Api):
         if state == QrState.PROVISIONING and rec.provisioned_at is not None:
             if now >= rec.provisioned_at and (until is None or rec.provisioned_at <= until):
                 rec.provisioned_at = None
-                self._make_nodes(rec, now)
+                self._set_node_states(rec, NodeState.READY)
+                log.info("QueuedResource %s: node(s) READY", rec.name)
                 self._set_state(rec, QrState.ACTIVE, now)
             elif until is not None and now >= until:
                 self._fail(rec, now, self._expiry_message(rec))
@@ -333,6 +344,7 @@ class TpuState(Api):
     def started(self, holder: str, now: float) -> None:
         rec = self.resources[holder]
         rec.provisioned_at = now + PROVISION_SECONDS
+        self._make_nodes(rec, now)
         self._set_state(rec, QrState.PROVISIONING, now)
 
     def after_advance(self, now: float) -> None:

@@ -42,6 +42,16 @@ def vertex_emulator(monkeypatch: pytest.MonkeyPatch, dws_emulator_server_factory
     return start
 
 
+# -- every REST call to an in-process emulator, against Google's discovery documents ---------------
+
+
+@pytest.fixture(autouse=True)
+def _discovery_conformance(dws_discovery_conformance: Any) -> Any:
+    """Every test: the provider's request bodies and the emulator's answers, as Google's discovery
+    documents describe them (:mod:`dws_emulator.testing.discovery`)."""
+    return dws_discovery_conformance
+
+
 # -- the fast lane: what ``-m "not slow"`` (``make test-fast``) leaves out ------------------------
 
 #: Tests marked ``slow`` by where they live: real Airflow processes (``airflow dags test``, a

@@ -78,8 +78,6 @@ COMPUTE_BAD_REQUEST_REASONS = frozenset(
         "QUOTA_EXCEEDED",
     }
 )
-#: Compute Engine error reasons of a request whose reservation ended (the emulator's; not verified).
-COMPUTE_RESERVATION_ENDED_REASONS = frozenset({"RESERVATION_ENDED"})
 
 
 def classify_compute_resize_request(
@@ -97,10 +95,12 @@ def classify_compute_resize_request(
     """
     phase = COMPUTE_RESIZE_REQUEST_STATE_PHASES.get(state_name, Phase.WAITING)
     if state_name == "FAILED":
+        # Google documents no error code for a request whose reservation ended while it waited
+        # (compute v1, revision 20261106): only the message can tell it, and one that does not
+        # say so is classified by its code. The reserved adapters do not retry either way once
+        # the block's end has passed (``runtime/reserved.ReservedSteps.no_retry``).
         ended = reservation_outcome(message)
-        if any(reason.upper() in COMPUTE_RESERVATION_ENDED_REASONS for reason in reasons) or (
-            ended is not None and ended.failure is FailureKind.PREEMPTED
-        ):
+        if ended is not None and ended.failure is FailureKind.PREEMPTED:
             return Outcome(Phase.FAILED, FailureKind.PREEMPTED, message)
         if ended is not None:
             return ended

@@ -191,6 +191,11 @@ class RequestAdapter(Generic[_Op, _Backend]):
             return "its workload is running"
         return None
 
+    def no_retry(self, status: RequestStatus) -> str | None:
+        """Why an attempt that ended without capacity must not be retried whatever
+        ``capacity_retry`` allows (``None``, the default: the retry policy decides)."""
+        return None
+
     def ended(self, context: Context, status: RequestStatus) -> None:
         """Note an attempt's end in the task log (before the loop decides what comes next)."""
         self.log.info("%s", status.end_line())

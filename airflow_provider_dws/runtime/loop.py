@@ -472,7 +472,10 @@ class AttemptLoop:
             raise AirflowTaskTimeout(
                 f"execution_timeout {op.execution_timeout} passed: {status.outcome.message}"
             )
-        if (
+        stop = adapter.no_retry(status) if op.capacity_retry is not None else None
+        if stop is not None:
+            self.log.info("Not retrying: %s", stop)
+        elif (
             failure in (FailureKind.CAPACITY_NOT_OBTAINED, FailureKind.PREEMPTED)
             and op.capacity_retry is not None
         ):

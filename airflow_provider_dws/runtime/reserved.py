@@ -345,9 +345,27 @@ class ReservedSteps:
             facts.update(pricing_model="reservation", reservation=self.block.reservation)
         return facts
 
+    def over(self) -> bool:
+        """Whether the block's end has passed (its reservation is gone, or going)."""
+        ends = self.block.ends if self.block is not None else None
+        return ends is not None and datetime.now(timezone.utc) >= ends
+
+    def no_retry(self, status: RequestStatus) -> str | None:
+        """No new request on a block that ended: it could only wait on a reservation that is gone.
+        Told by the error's words (PREEMPTED) or, since Google documents no error code for it, by
+        the block's end time alone."""
+        block = self.block
+        if block is not None and (status.outcome.failure is FailureKind.PREEMPTED or self.over()):
+            return f"its {block.describe()} has ended; a new request would wait on a reservation that is gone"
+        return super().no_retry(status)  # type: ignore[misc,no-any-return]
+
     def error(self, status: RequestStatus, placement: Placement, max_wait: timedelta) -> Exception:
-        """A workload whose reservation ended: capacity revoked, with the block's end."""
-        if self.block is not None and status.outcome.failure is FailureKind.PREEMPTED:
+        """A workload whose reservation ended: capacity revoked, with the block's end (told by the
+        error's words, or by a failure without capacity after the block's end)."""
+        failure = status.outcome.failure
+        if self.block is not None and (
+            failure is FailureKind.PREEMPTED or (failure is FailureKind.CAPACITY_NOT_OBTAINED and self.over())
+        ):
             message = status.outcome.message
             return CapacityRevokedError(
                 f"{status.name} was stopped: its {self.block.describe()} ended (capacity revoked, not a "

@@ -187,6 +187,15 @@ def test_mig_insert_get_list_pages_and_delete(gce, emulator) -> None:
         make_mig(gce, "mig-0", create=False)
     with pytest.raises(exceptions.NotFound):
         make_mig(gce, "orphan", template="missing", create=False)
+    with pytest.raises(exceptions.BadRequest) as no_size:  # targetSize is required by insert
+        gce.migs.insert_unary(
+            project=P,
+            zone=ZONE,
+            instance_group_manager_resource=compute_v1.InstanceGroupManager(
+                name="sizeless", instance_template="global/instanceTemplates/tpl", base_instance_name="s"
+            ),
+        )
+    assert reason(no_size.value) == "required" and "resource.targetSize" in str(no_size.value)
     op = gce.migs.delete_unary(project=P, zone=ZONE, instance_group_manager="mig-4")
     assert gce.zone_ops.wait(project=P, zone=ZONE, operation=op.name).status == DONE
     with pytest.raises(exceptions.NotFound):
@@ -253,7 +262,8 @@ def test_cancel_and_delete_follow_the_state_rules(gce, emulator) -> None:
     make_mig(gce)
     resize(gce, "running", count=2)
     resize(gce, "waiting", count=1)
-    assert get(gce, "waiting").state == "ACCEPTED"
+    waiting = get(gce, "waiting")
+    assert waiting.state == "ACCEPTED" and waiting.status.last_attempt.error.errors
     with pytest.raises(exceptions.PreconditionFailed) as cancel_succeeded:
         gce.resize.cancel_unary(project=P, zone=ZONE, instance_group_manager="mig", resize_request="running")
     assert cancel_succeeded.value.code == 412 and reason(cancel_succeeded.value) == "conditionNotMet"
@@ -264,7 +274,9 @@ def test_cancel_and_delete_follow_the_state_rules(gce, emulator) -> None:
     op = gce.resize.cancel_unary(project=P, zone=ZONE, instance_group_manager="mig", resize_request="waiting")
     assert op.operation_type == "cancel"
     assert gce.zone_ops.wait(project=P, zone=ZONE, operation=op.name).status == DONE
-    assert get(gce, "waiting").state == "CANCELLED"
+    cancelled = get(gce, "waiting")
+    # lastAttempt "is cleared when ResizeRequest transitions to the final state" (discovery).
+    assert cancelled.state == "CANCELLED" and "last_attempt" not in cancelled.status
     assert emulator.control.capacity()[H100]["queued"] == 0
     gce.resize.delete_unary(project=P, zone=ZONE, instance_group_manager="mig", resize_request="waiting")
     with pytest.raises(exceptions.NotFound):
@@ -328,6 +340,7 @@ def test_a_template_not_ready_for_flex_start_fails_the_request(gce, model, resta
     assert failed.state == "FAILED"
     assert failed.status.error.errors[0].code == "CONDITION_NOT_MET"
     assert "FLEX_START" in failed.status.error.errors[0].message
+    assert "last_attempt" not in failed.status  # a FAILED request's error is in status.error only
     assert vms(gce) == []
 
 
@@ -443,6 +456,8 @@ def test_regional_mig_resize_request_spreads_vms_over_its_zones(gce, emulator, c
     assert [
         r.name for r in gce.region_resize.list(project=P, region=REGION, instance_group_manager="rmig")
     ] == ["rrr"]
+    pages = gce.region_resize.list(project=P, region=REGION, instance_group_manager="rmig").pages
+    assert next(iter(pages)).kind == "compute#regionInstanceGroupManagerResizeRequestList"
     assert gce.region_migs.get(project=P, region=REGION, instance_group_manager="rmig").target_size == 3
     assert [m.name for m in gce.region_migs.list(project=P, region=REGION)] == ["rmig"]
 

@@ -353,6 +353,40 @@ def test_a_revoked_reservation_is_capacity_revoked_not_a_workload_failure() -> N
     assert END.isoformat() in str(error) and "capacity revoked" in str(error)
 
 
+def _adapter_on_block(ends_in: timedelta) -> Any:
+    op = vertex(capacity_retry=3)
+    op.use_block(Block(reservation=RES, end=(datetime.now(timezone.utc) + ends_in).isoformat()))
+    return op.adapter()
+
+
+def test_no_retry_once_the_block_has_ended_whatever_the_error_says() -> None:
+    """Google documents no error code for a request whose reservation ended while it waited: a
+    failure the words do not tell is still not retried, nor called a lack of capacity, once the
+    block's end has passed."""
+    unknown = _status(Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, "something else"))
+    ended = _adapter_on_block(-timedelta(minutes=1))
+    assert "has ended; a new request would wait on a reservation that is gone" in (
+        ended.no_retry(unknown) or ""
+    )
+    assert isinstance(
+        ended.error(unknown, Placement("us-central1"), timedelta(hours=1)), CapacityRevokedError
+    )
+
+    running = _adapter_on_block(timedelta(days=1))  # a block still running: the retry policy decides
+    assert running.no_retry(unknown) is None
+    assert not isinstance(
+        running.error(unknown, Placement("us-central1"), timedelta(hours=1)), CapacityRevokedError
+    )
+    revoked = _status(Outcome(Phase.FAILED, FailureKind.PREEMPTED, ENDED))
+    assert running.no_retry(revoked) is not None  # the words say it ended: never retried
+
+
+def test_an_operator_without_a_block_leaves_retries_to_the_policy() -> None:
+    adapter = tpu(block_task_id=None, zone="us-west4-a").adapter()
+    status = _status(Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, "no capacity"))
+    assert adapter.no_retry(status) is None
+
+
 ENDED = (
     f"The reservation {RES} ended at 2026-12-08T10:00:00Z (its block ended at 2026-12-08T10:00:00Z); it "
     "was deleted, and every VM, job and TPU slice consuming it was stopped."
@@ -376,7 +410,9 @@ def test_every_api_classifies_a_reservation_end_as_revoked() -> None:
     ]
     assert BATCH_JOB_STATES.classify("FAILED", started=True, events=events).failure is FailureKind.PREEMPTED
     assert (
-        COMPUTE_RESIZE_REQUEST_STATES.classify("FAILED", reasons=["RESERVATION_ENDED"], message=ENDED).failure
+        COMPUTE_RESIZE_REQUEST_STATES.classify(
+            "FAILED", reasons=["RESOURCE_NOT_FOUND"], message=ENDED
+        ).failure
         is FailureKind.PREEMPTED
     )
 

@@ -570,3 +570,25 @@ def test_the_link_of_a_made_request_fills_its_location_id_and_parent() -> None:
     kube = {"link": "https://c/kubernetes/{location}/{id}", "location": "us-central1"}
     assert submit.link_of("dws-t-0a-t1-a1", kube) == "https://c/kubernetes/us-central1/dws-t-0a-t1-a1"
     assert submit.link_of(pending_name(IDENTITY), mig) is None
+
+
+@pytest.mark.parametrize("stopped", [None, "its block has ended"])
+def test_an_adapter_may_forbid_a_capacity_retry(monkeypatch: pytest.MonkeyPatch, stopped: str | None) -> None:
+    """``capacity_retry`` retries an attempt that got no capacity unless the adapter says why not
+    (a consumer whose calendar block ended: ``ReservedSteps.no_retry``)."""
+    from airflow_provider_dws.exceptions import CapacityNotObtainedError
+
+    monkeypatch.setattr(VertexFlexStartAdapter, "no_retry", lambda self, status: stopped)
+    monkeypatch.setattr(VertexFlexStartAdapter, "release_failed", lambda self, status, placement: None)
+    missed = replace(
+        status(7, Phase.NOT_OBTAINED),
+        outcome=Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, "no capacity"),
+    )
+    event = missed.to_event() | {"resume": {"attempt": 1, "pending": pending_name(IDENTITY)}}
+    task = op(capacity_retry=1)
+    if stopped is None:
+        with pytest.raises(TaskDeferred):  # the second attempt is on its way
+            task.attempt_loop().complete({"ti": TI()}, event, {})
+    else:
+        with pytest.raises(CapacityNotObtainedError):
+            task.attempt_loop().complete({"ti": TI()}, event, {})

@@ -48,8 +48,9 @@ reservation ``projects/P/zones/Z/reservations/R`` ended, or will not be delivere
 job FAILED (``error.code`` 14 UNAVAILABLE after it started, 8 RESOURCE_EXHAUSTED before); a TPU
 queued resource SUSPENDING -> SUSPENDED with its nodes PREEMPTED (the message in each node's
 ``healthDescription``) once ACTIVE, FAILED (``failedData.error``) before; a Batch job FAILED (a
-status event); a MIG's VMs deleted, its resize request SUCCEEDED with the message in
-``status.lastAttempt.error`` (code ``RESERVATION_ENDED``), or FAILED while it still waited.
+status event); a MIG's VMs deleted, its resize request left SUCCEEDED and silent (a final state
+has no ``lastAttempt``), or FAILED while it still waited (``status.error``, code
+``RESOURCE_NOT_FOUND``: Google documents no code for this, see ``compute/reserved.py``).
 
 This module stays light (names only): the fault rules and counters use :data:`CALENDAR_METHODS`.
 """

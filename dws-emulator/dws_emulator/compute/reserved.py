@@ -15,8 +15,11 @@ from ..core.reservations import Reservation, Reservations
 from .records import Mig
 from .validation import VmPlan
 
-#: The error code of a resize request whose reservation ended (the emulator's own).
-RESERVATION_ENDED = "RESERVATION_ENDED"
+#: The error code of a resize request still waiting when its reservation ends. Google documents
+#: none for this (compute v1 and beta, revision 20261106, list no such code, and the error codes
+#: are free strings): the emulator answers as for a reservation that is gone, with a message that
+#: names its end. Its own choice, so that a client keyed on an invented code would be caught.
+RESERVATION_ENDED = "RESOURCE_NOT_FOUND"
 
 
 def bound_reservation(reservations: Reservations, mig: Mig, plan: VmPlan) -> Reservation | tuple[str, str]:

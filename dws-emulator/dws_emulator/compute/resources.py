@@ -47,6 +47,7 @@ __all__ = [
     "page",
     "parse_body",
     "region_of",
+    "stamp_parts",
     "strip_link",
     "to_json",
 ]
@@ -58,3 +59,14 @@ InstancePb = gce.Instance.pb()
 OperationPb = gce.Operation.pb()
 ManagedInstancePb = gce.ManagedInstance.pb()
 DeleteInstancesPb = gce.InstanceGroupManagersDeleteInstancesRequest.pb()
+
+
+def stamp_parts(properties: object) -> None:
+    """Set the ``kind`` Compute Engine answers on the disks, network interfaces and access configs
+    of instance ``properties`` (or an instance): the discovery document gives each its value."""
+    for disk in getattr(properties, "disks", ()):
+        disk.kind = "compute#attachedDisk"
+    for nic in getattr(properties, "network_interfaces", ()):
+        nic.kind = "compute#networkInterface"
+        for config in nic.access_configs:
+            config.kind = "compute#accessConfig"

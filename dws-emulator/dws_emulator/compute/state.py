@@ -27,6 +27,7 @@ from .resources import (
     page,
     parse_body,
     region_of,
+    stamp_parts,
     strip_link,
     to_json,
 )
@@ -131,9 +132,12 @@ class ComputeState(Api, ComputeVms):
         log.info("Compute resize request %s: %s -> %s", rec.path, old or "new", state)
 
     def _fail(self, rec: ResizeRecord, code: str, message: str, now: float) -> None:
+        # "The value [lastAttempt] is cleared when ResizeRequest transitions to the final state ...
+        # If the final state is FAILED the error describing it will be stored in the "error" field
+        # only" (compute v1 discovery, InstanceGroupManagerResizeRequestStatus.lastAttempt).
         rec.error = {"code": code, "message": message}
-        for target in (rec.pb.status.error, rec.pb.status.last_attempt.error):
-            target.errors.add(code=code, message=message)
+        rec.pb.status.error.errors.add(code=code, message=message)
+        rec.pb.status.ClearField("last_attempt")
         rec.ended_at = now
         self._set_state(rec, "FAILED", now)
 
@@ -191,8 +195,8 @@ class ComputeState(Api, ComputeVms):
         self._set_state(rec, "SUCCEEDED", now)
 
     def reservation_ended(self, holder: str, reservation: Reservation, message: str, now: float) -> None:
-        """A reservation-bound request's VMs are deleted (it stays SUCCEEDED, the message in
-        ``status.lastAttempt.error``); one still waiting for it FAILS."""
+        """A reservation-bound request's VMs are deleted (it stays SUCCEEDED and says nothing: its
+        status is final); one still waiting for it FAILS with :data:`RESERVATION_ENDED`."""
         rec = self._by_holder.get(holder)
         if rec is None:
             return
@@ -201,12 +205,12 @@ class ComputeState(Api, ComputeVms):
             self._fail(rec, RESERVATION_ENDED, message, now)
         elif rec.state == "SUCCEEDED":
             rec.run_until = None
-            rec.pb.status.last_attempt.error.errors.add(code=RESERVATION_ENDED, message=message)
             rec.history.append(("RESERVATION_ENDED", now))
             self.delete_vms([vm for vm in rec.vms if vm.deleted_at is None], now)
 
     def _cancel(self, rec: ResizeRecord, now: float) -> None:
         self.core.capacity.release(rec.holder)
+        rec.pb.status.ClearField("last_attempt")  # cleared at a final state, as for FAILED
         rec.ended_at = now
         self._set_state(rec, "CANCELLED", now)
 
@@ -225,6 +229,7 @@ class ComputeState(Api, ComputeVms):
                 raise RestError(409, "alreadyExists", f"The resource '{path}' already exists")
             now = self.core.clock()
             self._stamp(template, "compute#instanceTemplate", path, now)
+            stamp_parts(template.properties)
             if region:
                 template.region = link(f"projects/{project}/regions/{region}")
             self.templates[path] = Template(path, template)
@@ -274,6 +279,8 @@ class ComputeState(Api, ComputeVms):
             template_path = self._template_path(project, mig.instance_template)
             if template_path not in self.templates:
                 raise not_found(template_path)
+            if not mig.HasField("target_size"):  # required by insert (discovery: annotations)
+                raise RestError(400, "required", "Required field 'resource.targetSize' not specified")
             if mig.target_size:
                 raise invalid(
                     "resource.targetSize",
@@ -415,7 +422,9 @@ class ComputeState(Api, ComputeVms):
             recs.sort(key=lambda r: r.pb.name)
             chunk, token = page(recs, query)
             return list_json(
-                "compute#instanceGroupManagerResizeRequestList",
+                "compute#regionInstanceGroupManagerResizeRequestList"
+                if "/regions/" in mig.path
+                else "compute#instanceGroupManagerResizeRequestList",
                 f"{mig.path}/resizeRequests",
                 [to_json(r.pb) for r in chunk],
                 token,

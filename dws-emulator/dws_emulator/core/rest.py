@@ -181,6 +181,48 @@ class RestRoute:
     json_body: bool = True
 
 
+@dataclass(frozen=True)
+class Exchange:
+    """One answered call, as :data:`OBSERVERS` see it: the route's method name, the JSON request
+    body, the HTTP status and the JSON answer (``None`` for a stream or a body that is not JSON)."""
+
+    service: str
+    method: str
+    http_method: str
+    path: str
+    request: Any
+    status: int
+    response: Any
+
+
+#: Called with every answered call (in the worker thread that served it) while not empty. For
+#: checks from outside, such as the conformance tests that hold each body against Google's
+#: discovery documents; the emulator itself adds none. Use :func:`observe`.
+OBSERVERS: list[Callable[[Exchange], None]] = []
+
+
+@contextlib.contextmanager
+def observe(observer: Callable[[Exchange], None]) -> Iterator[None]:
+    """Call ``observer`` with every :class:`Exchange` of every REST front in this process, inside
+    the ``with`` block."""
+    OBSERVERS.append(observer)
+    try:
+        yield
+    finally:
+        OBSERVERS.remove(observer)
+
+
+def _tell_observers(service: str, route: RestRoute, path: str, call: RestCall, response: Any) -> None:
+    body = getattr(response, "body", None)  # a StreamingResponse has none
+    answer = None
+    if body and getattr(response, "media_type", None) == "application/json":
+        with contextlib.suppress(ValueError):
+            answer = json.loads(body)
+    exchange = Exchange(service, route.name, route.method, path, call.body, response.status_code, answer)
+    for observer in list(OBSERVERS):
+        observer(exchange)
+
+
 def _json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Any:
     from starlette.responses import Response
 
@@ -298,7 +340,10 @@ def build_app(
                 raw,
                 multi,
             )
-            return await run_in_threadpool(_dispatch, route, full, call, faults)
+            response = await run_in_threadpool(_dispatch, route, full, call, faults)
+            if OBSERVERS:
+                _tell_observers(service, route, request.url.path, call, response)
+            return response
 
         serve.__name__ = route.name
         return serve

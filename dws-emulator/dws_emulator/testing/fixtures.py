@@ -9,6 +9,9 @@ Two ways to get one:
   users and the CLI run it, handed back as an :class:`~dws_emulator.process.EmulatorProcess`.
 
 Both kinds offer ``.address``, ``.port`` and ``.control``.
+
+``dws_discovery_conformance`` fails a test whose in-process emulators answered, or were sent, a
+body Google's discovery documents do not allow (:mod:`.discovery`); a conftest makes it autouse.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,3 +92,18 @@ def dws_emulator_factory(tmp_path: Path) -> Iterator[EmulatorFactory]:
     yield start
     for emulator in started:
         emulator.stop()
+
+
+@pytest.fixture
+def dws_discovery_conformance() -> Iterator[Any]:
+    """Check every REST call to an in-process emulator during the test against Google's discovery
+    documents (:func:`.discovery.checking`), and fail the test on a problem. Checks nothing when
+    google-api-python-client is not installed; calls to ``dws-emulator serve`` subprocesses are
+    not seen."""
+    from .discovery import checking
+
+    with checking() as conformance:
+        yield conformance
+    if conformance.problems:
+        shown = "\n".join(sorted(set(conformance.problems))[:30])
+        pytest.fail(f"{len(conformance.problems)} call(s) the discovery documents do not allow:\n{shown}")

@@ -486,6 +486,24 @@ def test_regional_mig_resize_request_spreads_vms_over_its_zones(gce, emulator, c
     )
     with pytest.raises(exceptions.NotFound):
         gce.region_resize.get(project=P, region=REGION, instance_group_manager="rmig", resize_request="rrr")
+    too_many = compute_v1.InstanceGroupManagerResizeRequest(
+        name="wait", resize_by=5, requested_run_duration=compute_v1.Duration(seconds=HOUR)
+    )  # 5 L4 of a pool of 4: it waits, and is cancelled
+    gce.region_resize.insert_unary(
+        project=P,
+        region=REGION,
+        instance_group_manager="rmig",
+        instance_group_manager_resize_request_resource=too_many,
+    )
+    clock.advance(0.1)
+    op = gce.region_resize.cancel_unary(
+        project=P, region=REGION, instance_group_manager="rmig", resize_request="wait"
+    )
+    assert gce.region_ops.get(project=P, region=REGION, operation=op.name).operation_type == "cancel"
+    waited = gce.region_resize.get(
+        project=P, region=REGION, instance_group_manager="rmig", resize_request="wait"
+    )
+    assert waited.state == "CANCELLED" and "last_attempt" not in waited.status
     gce.region_migs.delete_unary(project=P, region=REGION, instance_group_manager="rmig")
     with pytest.raises(exceptions.NotFound):
         gce.region_migs.get(project=P, region=REGION, instance_group_manager="rmig")

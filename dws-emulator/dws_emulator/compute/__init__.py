@@ -14,7 +14,9 @@ strings, ``kind``, ``id``, ``selfLink``, ``creationTimestamp``, ``Operation`` re
   cancel, delete;
 * zone, region and global operations: get, wait (blocks until DONE, at most
   :data:`~.resources.MAX_WAIT_SECONDS`);
-* the VMs: ``GET .../zones/{zone}/instances/{name}``.
+* the VMs: ``instances.get`` (a MIG's or a standalone one), and standalone VMs (flex-start VMs
+  without a MIG, :mod:`.instances`): ``instances.insert`` (``requestId`` replay), ``list`` (pages,
+  ``name``/``status``/``labels.KEY`` filters; a MIG's VMs too), ``delete``.
 
 Life cycle of a resize request (:mod:`.state`): CREATING, then on the next tick ACCEPTED, when it
 joins its pool's FIFO queue for all ``resizeBy`` VMs' GPUs at once; when they are free it is
@@ -76,4 +78,7 @@ METHODS = (
     "compute.globalOperations.get",
     "compute.globalOperations.wait",
     "compute.instances.get",
+    "compute.instances.insert",
+    "compute.instances.list",
+    "compute.instances.delete",
 )

@@ -157,4 +157,26 @@ def compute_routes(state: Any) -> list[RestRoute]:
             "compute.instances.get",
             lambda c: state.get_instance(c.params["project"], c.params["zone"], c.params["name"]),
         ),
+        RestRoute(
+            "POST",
+            f"{ROOT}/zones/{{zone}}/instances",
+            "compute.instances.insert",
+            lambda c: state.insert_instance(
+                c.params["project"], c.params["zone"], c.body, c.query.get("requestId", "")
+            ),
+        ),
+        RestRoute(
+            "GET",
+            f"{ROOT}/zones/{{zone}}/instances",
+            "compute.instances.list",
+            lambda c: state.list_instances(c.params["project"], c.params["zone"], c.query),
+        ),
+        RestRoute(
+            "DELETE",
+            f"{ROOT}/zones/{{zone}}/instances/{{name}}",
+            "compute.instances.delete",
+            lambda c: state.delete_instance(
+                c.params["project"], c.params["zone"], c.params["name"], c.query.get("requestId", "")
+            ),
+        ),
     ]

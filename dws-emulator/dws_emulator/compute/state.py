@@ -12,6 +12,7 @@ from ..core.clock import Schedule, iso
 from ..core.reservations import Reservation
 from ..core.rest import RestError, RestRoute, not_found
 from . import COMPUTE_SERVICE, METHODS
+from .instances import ComputeInstances
 from .records import Mig, ResizeRecord, Template
 from .reserved import RESERVATION_ENDED, bound_reservation
 from .resources import (
@@ -41,7 +42,7 @@ CANCELLABLE = frozenset({"CREATING", "ACCEPTED"})
 DELETABLE = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 
 
-class ComputeState(Api, ComputeVms):
+class ComputeState(Api, ComputeVms, ComputeInstances):
     """The Compute Engine REST API on the shared core; every method runs under ``core.lock``."""
 
     name = "compute"
@@ -51,6 +52,7 @@ class ComputeState(Api, ComputeVms):
     def __init__(self, core: Core) -> None:
         super().__init__(core)
         ComputeVms.__init__(self)
+        ComputeInstances.__init__(self)
         self.templates: dict[str, Template] = {}
         self.migs: dict[str, Mig] = {}
         self.resize_requests: dict[str, ResizeRecord] = {}  # by path: the live one with that name
@@ -61,13 +63,15 @@ class ComputeState(Api, ComputeVms):
 
     # -- registration ----------------------------------------------------------------------
     def owns(self, holder: str) -> bool:
-        return holder in self._by_holder
+        return holder in self._by_holder or self.standalone_owns(holder)
 
     def rest_routes(self) -> list[RestRoute]:
         return compute_routes(self)
 
     def requests(self) -> list[tuple[float, dict[str, Any]]]:
-        return [(rec.created_at, self.record(rec)) for rec in self.all_requests]
+        return [(rec.created_at, self.record(rec)) for rec in self.all_requests] + [
+            (vm.created_at, self.standalone_record(vm)) for vm in self.standalone_all
+        ]
 
     # -- ids and operations (the store is the core's, shared with the other compute.v1 APIs) ------
     def new_id(self) -> int:
@@ -91,6 +95,7 @@ class ComputeState(Api, ComputeVms):
 
     # -- tick hooks ------------------------------------------------------------------------
     def before_advance(self, now: float) -> None:
+        self.standalone_due(now)
         for path in self._due.due(now):
             rec = self._by_holder.get(path)
             if rec is None:
@@ -107,7 +112,13 @@ class ComputeState(Api, ComputeVms):
                 self._due.at(path, rec.run_until)
 
     def started(self, holder: str, now: float) -> None:
-        self._succeed(self._by_holder[holder], now)
+        if self.standalone_owns(holder):
+            self.standalone_started(holder, now)
+        else:
+            self._succeed(self._by_holder[holder], now)
+
+    def expired(self, holder: str, now: float) -> None:
+        self.standalone_expired(holder, now)  # only standalone VMs wait with a deadline
 
     def after_advance(self, now: float) -> None:
         accepted, self._accepted = self._accepted, []

@@ -133,7 +133,10 @@ class ComputeVms:
             path = f"projects/{project}/zones/{zone}/instances/{name}"
             vm = self.instances.get(path)
             if vm is None:
-                raise not_found(path)
+                standalone = self.standalone_json(path)  # type: ignore[attr-defined]
+                if standalone is None:
+                    raise not_found(path)
+                return standalone
             return to_json(vm.pb)
 
     def list_managed(self, scope_path: str, mig_name: str, query: dict[str, str]) -> dict[str, Any]:

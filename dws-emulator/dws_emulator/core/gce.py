@@ -122,7 +122,7 @@ def page(items: Sequence[_T], query: dict[str, str]) -> tuple[list[_T], str]:
 
 
 _TERM_RE = re.compile(
-    r"\s*\(?\s*(?P<field>[A-Za-z][A-Za-z.]*)\s*(?P<op>!=|=|\beq\b|\bne\b)\s*"
+    r"\s*\(?\s*(?P<field>[A-Za-z][A-Za-z0-9_.-]*)\s*(?P<op>!=|=|\beq\b|\bne\b)\s*"
     r"(?:\"(?P<quoted>[^\"]*)\"|'(?P<single>[^']*)'|(?P<bare>[^\s()]+))\s*\)?\s*(?:AND\s+)?"
 )
 
@@ -130,7 +130,8 @@ _TERM_RE = re.compile(
 def compile_filter(text: str, fields: Sequence[str]) -> Callable[[dict[str, str]], bool]:
     """A list ``filter`` over ``fields``: ``name = "x"``, ``state != ACCEPTED``, ``name eq 'rr-.*'``
     (``eq``/``ne`` match a whole regular expression), several terms ANDed (juxtaposed, parenthesized
-    or joined by ``AND``). Anything else is a 400."""
+    or joined by ``AND``). ``labels.*`` in ``fields`` allows ``labels.KEY`` for any key (the record
+    then holds ``labels.KEY`` entries). Anything else is a 400."""
     terms: list[tuple[str, str, str]] = []
     pos = 0
     text = text.strip()
@@ -143,7 +144,7 @@ def compile_filter(text: str, fields: Sequence[str]) -> Callable[[dict[str, str]
                 f"Supported: FIELD = VALUE, FIELD != VALUE, FIELD eq REGEX on {', '.join(fields)}.",
             )
         field = match["field"]
-        if field not in fields:
+        if field not in fields and not (field.startswith("labels.") and "labels.*" in fields):
             raise invalid(
                 "filter", text, f"Filtering on {field!r} is not supported; use {', '.join(fields)}."
             )

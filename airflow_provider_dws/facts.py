@@ -252,6 +252,15 @@ COMPUTE_MIN_RUN = timedelta(minutes=10)
 COMPUTE_MAX_RUN = timedelta(days=7)
 #: VMs one resize request may add (a zonal MIG holds at most 1,000 VMs).
 COMPUTE_MAX_RESIZE_BY = 1000
+#: A standalone flex-start VM's wait (``params.requestValidForDuration``): 90 s to 2 hours (0, "only
+#: if free now", is not a wait); its ``maxRunDuration`` is :data:`COMPUTE_MIN_RUN` to
+#: :data:`COMPUTE_MAX_RUN`. Compute Engine documents (flex-start VMs, GA 2025-09-25).
+COMPUTE_VM_MIN_WAIT = timedelta(seconds=90)
+COMPUTE_VM_MAX_WAIT = timedelta(hours=2)
+#: What a standalone VM does at the end of its run (``scheduling.instanceTerminationAction``).
+COMPUTE_TERMINATION_ACTIONS = ("DELETE", "STOP")
+#: Standalone VMs the operator makes as one set (its own bound: one insert each).
+COMPUTE_MAX_SET_SIZE = 100
 #: A Compute Engine resource name (instance template, MIG, resize request): RFC 1035, at most 63.
 COMPUTE_NAME_PATTERN = QUEUED_RESOURCE_ID_PATTERN
 

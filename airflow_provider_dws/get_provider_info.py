@@ -15,7 +15,7 @@ def get_provider_info() -> dict[str, Any]:
         "description": (
             "Run AI training and batch work on scarce GPUs and TPUs through Google Cloud's Dynamic "
             "Workload Scheduler: Vertex AI Flex Start custom jobs, Cloud TPU queued resources, Cloud "
-            "Batch Flex Start jobs, Compute Engine flex-start VMs, GKE ProvisioningRequests (queued "
+            "Batch Flex Start jobs, Compute Engine flex-start VMs (through MIG resize requests, or standalone), GKE ProvisioningRequests (queued "
             "provisioning) and GKE Jobs queued through Kueue, waited on in the triggerer; calendar-mode "
             "blocks (Compute Engine future reservations) found, reserved, waited for, consumed by "
             "Vertex AI, Cloud Batch, Compute Engine and Cloud TPU workloads, and released."
@@ -40,6 +40,8 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_dws.operators.batch",
                     "airflow_provider_dws.operators.compute",
                     "airflow_provider_dws.operators.compute_release",
+                    "airflow_provider_dws.operators.compute_instances",
+                    "airflow_provider_dws.operators.compute_instances_release",
                     "airflow_provider_dws.operators.calendar",
                     "airflow_provider_dws.operators.gke",
                     "airflow_provider_dws.operators.gke_release",
@@ -75,6 +77,7 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_provider_dws.links.BatchFlexStartJobLink",
             "airflow_provider_dws.links.BatchJobLogsLink",
             "airflow_provider_dws.links.ComputeFlexStartMIGLink",
+            "airflow_provider_dws.links.ComputeFlexStartInstancesLink",
             "airflow_provider_dws.links.CalendarBlockLink",
             "airflow_provider_dws.links.GKEProvisioningRequestLink",
             "airflow_provider_dws.links.GKEQueuedJobLink",

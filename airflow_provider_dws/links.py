@@ -81,6 +81,14 @@ class ComputeFlexStartMIGLink(StoredUrlLink):
     key = "dws_compute_mig_link"
 
 
+class ComputeFlexStartInstancesLink(StoredUrlLink):
+    """ "Flex-start VMs": the first VM of a set of standalone flex-start VMs in the console (XCom key
+    ``dws_compute_instances_link``)."""
+
+    name = "Flex-start VMs"
+    key = "dws_compute_instances_link"
+
+
 class CalendarBlockLink(StoredUrlLink):
     """ "Calendar block": the future reservation's page in the console (XCom key ``dws_calendar_block_link``)."""
 

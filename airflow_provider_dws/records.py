@@ -43,6 +43,7 @@ API_NAMES = {
     "tpu_queued_resource": "Cloud TPU queued resource",
     "batch_job": "Cloud Batch job",
     "compute_resize_request": "Compute Engine flex-start VMs",
+    "compute_instance_set": "Compute Engine flex-start VMs (no MIG)",
     "compute_future_reservation": "Compute Engine calendar block",
     "gke_provisioning_request": "GKE ProvisioningRequest",
     "gke_kueue_job": "GKE Kueue Job",

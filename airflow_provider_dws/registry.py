@@ -27,6 +27,7 @@ BATCH_FLEX_START_ADAPTER = "airflow_provider_dws.runtime.batch:BatchFlexStartAda
 BATCH_RESERVED_ADAPTER = "airflow_provider_dws.runtime.batch_reserved:BatchReservedAdapter"
 COMPUTE_FLEX_START_ADAPTER = "airflow_provider_dws.runtime.compute:ComputeFlexStartAdapter"
 COMPUTE_RESERVED_ADAPTER = "airflow_provider_dws.runtime.compute_reserved:ComputeReservedAdapter"
+COMPUTE_INSTANCES_ADAPTER = "airflow_provider_dws.runtime.compute_instances:ComputeInstancesAdapter"
 CALENDAR_RESERVE_ADAPTER = "airflow_provider_dws.runtime.calendar:CalendarReserveAdapter"
 CALENDAR_WAIT_ADAPTER = "airflow_provider_dws.runtime.calendar:CalendarWaitAdapter"
 GKE_PROVISIONING_REQUEST_ADAPTER = "airflow_provider_dws.runtime.gke:GKEProvisioningRequestAdapter"
@@ -51,6 +52,7 @@ BACKENDS: dict[str, str] = {
     "tpu_queued_resource": "airflow_provider_dws.backends.tpu:TpuQueuedResourceBackend",
     "batch_job": "airflow_provider_dws.backends.batch:BatchJobBackend",
     "compute_resize_request": "airflow_provider_dws.backends.compute:ComputeResizeRequestBackend",
+    "compute_instance_set": "airflow_provider_dws.backends.compute_instances:ComputeInstanceSetBackend",
     "compute_future_reservation": "airflow_provider_dws.backends.calendar:FutureReservationBackend",
     "gke_provisioning_request": "airflow_provider_dws.backends.kubernetes:ProvisioningRequestBackend",
     "gke_kueue_job": "airflow_provider_dws.backends.kueue:KueueJobBackend",

@@ -32,6 +32,7 @@ DAG_IDS = (
     "dws_tpu_queued_resource",
     "dws_batch_flex_start",
     "dws_compute_flex_start_vms",
+    "dws_compute_flex_start_instances",
     "dws_calendar_reservation",
     "dws_gke_provisioning_request",
     "dws_gke_kueue_job",
@@ -167,6 +168,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{waited or 0:.1f}s for capacity, VMs deleted: {req['vms_deleted']}, request deleted: "
                 f"{req['deleted']}"
             )
+        elif req["kind"] == "Instance":
+            waited = _seconds(req["create_time"], req["start_time"] or req["end_time"])
+            print(
+                f"    {req['machine_type']} ({req['accelerator_count']} GPUs), standalone flex-start VM: "
+                f"waited {waited or 0:.1f}s for capacity, final state {req['state']}"
+                + (f" ({req['why_deleted']})" if req["why_deleted"] else "")
+            )
         elif req["kind"] == "FutureReservation":
             print(
                 f"    a block of {req['accelerator_count']} x {req['accelerator_type']} in "
@@ -197,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     slices = [r for r in requests if r["kind"] == "QueuedResource"]
     batch_jobs = [r for r in requests if r["kind"] == "BatchJob"]
     resizes = [r for r in requests if r["kind"] == "ResizeRequest"]
+    standalone = [r for r in requests if r["kind"] == "Instance"]
     blocks = [r for r in requests if r["kind"] == "FutureReservation"]
     # The ProvisioningRequest example's and the one Kueue made for the Kueue example's Job.
     provisioning = [r for r in requests if r["kind"] == "ProvisioningRequest"]
@@ -210,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         and all(s["deleted"] for s in slices)
         and [r["state"] for r in resizes] == ["SUCCEEDED"]
         and all(r["deleted"] and r["vms_deleted"] for r in resizes)
+        # The standalone example's two VMs: both ran, and the teardown deleted them.
+        and len(standalone) == 2
+        and all(r["start_time"] and r["why_deleted"] == "deleted" for r in standalone)
         and len(blocks) == 2
         # Delivered, and kept until their end (billed whatever the release does), nothing left on them.
         and all(b["start_time"] and b["reservation_live"] and not b["reservation_in_use"] for b in blocks)

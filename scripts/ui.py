@@ -29,6 +29,7 @@ EXAMPLE_DAGS = (
     "dws_tpu_queued_resource",
     "dws_batch_flex_start",
     "dws_compute_flex_start_vms",
+    "dws_compute_flex_start_instances",
     "dws_calendar_reservation",
     "dws_gke_provisioning_request",
     "dws_gke_kueue_job",

@@ -93,16 +93,29 @@ def reservation_bound_template(name: str, spec: VmSpec, reservation: str) -> Ins
 def _template(name: str, spec: VmSpec, scheduling: Any, description: str) -> InstanceTemplate:
     from google.cloud import compute_v1
 
+    properties = vm_properties(spec, scheduling)
+    return compute_v1.InstanceTemplate(name=name, description=description, properties=properties)
+
+
+def vm_properties(spec: VmSpec, scheduling: Any, zone: str | None = None) -> Any:
+    """The ``InstanceProperties`` of ``spec``'s VMs: boot disk, network, GPUs when the machine type
+    does not come with them, service account, metadata, labels. With ``zone`` the machine, disk and
+    GPU types are zonal URLs, as a VM (not a template) names them."""
+    from google.cloud import compute_v1
+
+    def zonal(kind: str, value: str) -> str:
+        return value if zone is None or "/" in value else f"zones/{zone}/{kind}/{value}"
+
     boot = compute_v1.AttachedDiskInitializeParams(source_image=spec.image)
     if spec.boot_disk_size_gb:
         boot.disk_size_gb = spec.boot_disk_size_gb
     if spec.boot_disk_type:
-        boot.disk_type = spec.boot_disk_type
+        boot.disk_type = zonal("diskTypes", spec.boot_disk_type)
     interface = compute_v1.NetworkInterface(network=spec.network or DEFAULT_NETWORK)
     if spec.subnetwork:
         interface.subnetwork = spec.subnetwork
     properties = compute_v1.InstanceProperties(
-        machine_type=spec.machine_type,
+        machine_type=zonal("machineTypes", spec.machine_type),
         disks=[compute_v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=boot)],
         network_interfaces=[interface],
         scheduling=scheduling,
@@ -111,7 +124,9 @@ def _template(name: str, spec: VmSpec, scheduling: Any, description: str) -> Ins
     gpus = spec.gpus()
     if gpus and catalog.batch_machine_gpus(spec.machine_type) is None:
         properties.guest_accelerators = [
-            compute_v1.AcceleratorConfig(accelerator_type=gpus[0], accelerator_count=gpus[1])
+            compute_v1.AcceleratorConfig(
+                accelerator_type=zonal("acceleratorTypes", gpus[0]), accelerator_count=gpus[1]
+            )
         ]
     if spec.service_account:
         properties.service_accounts = [
@@ -123,7 +138,7 @@ def _template(name: str, spec: VmSpec, scheduling: Any, description: str) -> Ins
         properties.metadata = compute_v1.Metadata(
             items=[compute_v1.Items(key=k, value=v) for k, v in spec.metadata.items()]
         )
-    return compute_v1.InstanceTemplate(name=name, description=description, properties=properties)
+    return properties
 
 
 def _adopt(backend: ComputeResizeRequestBackend, what: str, get: Any, insert: Any) -> Any:

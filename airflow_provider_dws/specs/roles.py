@@ -21,6 +21,10 @@ QUEUED_RESOURCE_NAME_KEY = "queued_resource_name"
 COMPUTE_FLEX_START_VMS = "compute_flex_start_vms"
 #: The XCom key under which it pushes the name of the resize request it waits on.
 RESIZE_REQUEST_NAME_KEY = "resize_request_name"
+#: ``CreateComputeFlexStartInstancesOperator``: a set of standalone flex-start VMs (no MIG).
+COMPUTE_INSTANCE_SET = "compute_instance_set"
+#: The XCom key under which it pushes the name of the set of VMs it waits on.
+INSTANCE_SET_NAME_KEY = "instance_set_name"
 #: ``CreateGKEProvisioningRequestOperator``: GKE nodes through a ProvisioningRequest.
 GKE_PROVISIONING_REQUEST = "gke_provisioning_request"
 #: ``FindCalendarBlockOperator``: the advice's choice of a calendar block.

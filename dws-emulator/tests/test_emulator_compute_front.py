@@ -115,7 +115,7 @@ def test_error_bodies_unknown_paths_and_bad_json(emulator) -> None:
     ]
     status, body = raw(f"{url}/compute/v1/nothing/here")
     assert status == 404 and body["error"]["errors"][0]["reason"] == "notFound"
-    status, body = raw(f"{url}/compute/v1/projects/{P}/zones/{ZONE}/instances/x", method="DELETE")
+    status, body = raw(f"{url}/compute/v1/projects/{P}/zones/{ZONE}/instances/x", method="PUT")
     assert status == 405 and body["error"]["code"] == 405
     templates = f"{url}/compute/v1/projects/{P}/global/instanceTemplates"
     status, body = raw(templates, "POST", b"{not json")

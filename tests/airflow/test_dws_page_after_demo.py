@@ -27,6 +27,7 @@ import pytest
 from tests.airflow import (
     test_batch_flex_start_dag,
     test_calendar_reservation_dag,
+    test_compute_flex_start_instances_dag,
     test_compute_flex_start_vms_dag,
     test_gke_kueue_job_dag,
     test_gke_provisioning_request_dag,
@@ -47,6 +48,7 @@ DEMO = {
     "dws_tpu_queued_resource": ("request_tpu_slice", "tpu_queued_resource", "succeeded"),
     "dws_batch_flex_start": ("infer", "batch_job", "succeeded"),
     "dws_compute_flex_start_vms": ("ask_for_vms", "compute_resize_request", "succeeded"),
+    "dws_compute_flex_start_instances": ("ask_for_vms", "compute_instance_set", "succeeded"),
     # Delivered and held until its end: calendar mode gives no block back early.
     "dws_calendar_reservation": ("reserve_block", "compute_future_reservation", "running"),
     # Provisioned, used by the Job's pods, then deleted by the teardown.
@@ -61,6 +63,7 @@ CHECKS = {
     "dws_tpu_queued_resource": test_tpu_queued_resource_dag.check_example,
     "dws_batch_flex_start": test_batch_flex_start_dag.check_example,
     "dws_compute_flex_start_vms": test_compute_flex_start_vms_dag.check_example,
+    "dws_compute_flex_start_instances": test_compute_flex_start_instances_dag.check_example,
     "dws_calendar_reservation": test_calendar_reservation_dag.check_example,
     "dws_gke_provisioning_request": test_gke_provisioning_request_dag.check_example,
     "dws_gke_kueue_job": test_gke_kueue_job_dag.check_example,

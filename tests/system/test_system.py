@@ -1,6 +1,6 @@
 """The system-test DAGs of ``tests/system/dags``, each run to its end.
 
-Two targets. ``emulator``: all seven against one ``dws-emulator``, in every ``make test`` (so the
+Two targets. ``emulator``: all eight against one ``dws-emulator``, in every ``make test`` (so the
 files cannot rot), one after another in one process (``scripts/run_dags.py``: ``dag.test()``, what
 ``airflow dags test`` runs, without a process start per DAG, which was most of their CPU): each run
 succeeds, its workload check ran, the sweep found nothing left to release (the DAG's own teardowns
@@ -30,6 +30,7 @@ SYSTEM_DAGS: dict[str, tuple[str, ...]] = {
     "dws_system_vertex_ai": (),
     "dws_system_batch": (),
     "dws_system_compute": (),
+    "dws_system_compute_instances": (),
     "dws_system_tpu": (),
     "dws_system_calendar": (),
     "dws_system_gke": ("SYSTEM_TESTS_GKE_LOCATION", "SYSTEM_TESTS_GKE_CLUSTER"),
@@ -44,7 +45,7 @@ HOW = (
     "and SYSTEM_TESTS_ENV_ID set (docs/system-tests.md)"
 )
 #: Kinds of emulator records that must be deleted at the end (the others must have ended).
-DELETED_KINDS = ("QueuedResource", "ResizeRequest", "ProvisioningRequest")
+DELETED_KINDS = ("QueuedResource", "ResizeRequest", "ProvisioningRequest", "Instance")
 ENDED_STATES = ("JOB_STATE_SUCCEEDED", "SUCCEEDED", "CANCELLED", "JOB_STATE_CANCELLED")
 
 pytestmark = [pytest.mark.airflow]
@@ -82,7 +83,7 @@ def left_on_emulator(emulator: Any, dag_id: str) -> list[tuple[str, str, str]]:
 @pytest.mark.emulator
 @pytest.mark.timeout(900)
 def test_on_emulator(dws_emulator: Any, tmp_path: Path) -> None:
-    """All seven in one process, each checked on its own; every failure is reported."""
+    """All of them in one process, each checked on its own; every failure is reported."""
     (tmp_path / "home").mkdir()
     home = AirflowHome(tmp_path / "home", DAGS)
     # The DAGs decide where they run from SYSTEM_TESTS_*: a shell's own must not leak in.

@@ -19,6 +19,7 @@ import pytest
 from airflow_provider_dws import catalog, facts
 from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator, check_accelerator
 from dws_emulator import facts as emulator_facts
+from dws_emulator.compute import instances as compute_instances
 from dws_emulator.compute import validation as compute_checks
 from dws_emulator.core import errors as emulator_errors
 from dws_emulator.kube import provisioning as kube_provisioning
@@ -203,6 +204,14 @@ LIMITS: dict[str, Callable[[], tuple[Any, Any]]] = {
     "resize request run duration (s)": lambda: (
         (facts.COMPUTE_MIN_RUN.total_seconds(), facts.COMPUTE_MAX_RUN.total_seconds()),
         (compute_checks.MIN_RUN_SECONDS, compute_checks.MAX_RUN_SECONDS),
+    ),
+    "standalone flex-start VM wait, requestValidForDuration (s)": lambda: (
+        (facts.COMPUTE_VM_MIN_WAIT.total_seconds(), facts.COMPUTE_VM_MAX_WAIT.total_seconds()),
+        (compute_instances.MIN_WAIT_SECONDS, compute_instances.MAX_WAIT_SECONDS),
+    ),
+    "standalone flex-start VM termination actions": lambda: (
+        set(facts.COMPUTE_TERMINATION_ACTIONS),
+        set(compute_instances.TERMINATION_ACTIONS),
     ),
     "calendar block length (s)": lambda: (
         (facts.CALENDAR_MIN_BLOCK.total_seconds(), facts.CALENDAR_MAX_BLOCK.total_seconds()),

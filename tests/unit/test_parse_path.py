@@ -37,6 +37,8 @@ PARSE_PATH = {
     "airflow_provider_dws.operators.release",
     "airflow_provider_dws.operators.compute",
     "airflow_provider_dws.operators.compute_release",
+    "airflow_provider_dws.operators.compute_instances",
+    "airflow_provider_dws.operators.compute_instances_release",
     "airflow_provider_dws.operators.reserved",
     "airflow_provider_dws.operators.tpu",
     "airflow_provider_dws.operators.tpu_release",
@@ -60,6 +62,8 @@ from airflow_provider_dws.operators.vertex_ai import CreateVertexAIFlexStartJobO
 from airflow_provider_dws.operators.batch import CreateBatchFlexStartJobOperator
 from airflow_provider_dws.operators.compute import CreateComputeFlexStartVMsOperator
 from airflow_provider_dws.operators.compute_release import DeleteComputeFlexStartVMsOperator
+from airflow_provider_dws.operators.compute_instances import CreateComputeFlexStartInstancesOperator
+from airflow_provider_dws.operators.compute_instances_release import DeleteComputeFlexStartInstancesOperator
 
 POOL = {"machine_spec": {"machine_type": "a3-highgpu-8g", "accelerator_type": "NVIDIA_H100_80GB",
         "accelerator_count": 8}, "replica_count": 1, "container_spec": {"image_uri": "img:1"}}
@@ -77,6 +81,9 @@ with DAG(dag_id="p", schedule=None, start_date=datetime(2026, 1, 1)):
     CreateComputeFlexStartVMsOperator(task_id="c", project_id="my-project", zone="us-central1-a",
         machine_type="a3-highgpu-8g", resize_by=4, max_run=timedelta(hours=6), labels={"team": "ml"})
     DeleteComputeFlexStartVMsOperator(task_id="cd", setup_task_id="c")
+    CreateComputeFlexStartInstancesOperator(task_id="ci", project_id="my-project", zone="us-central1-a",
+        machine_type="a3-highgpu-8g", count=2, max_run=timedelta(hours=4), labels={"team": "ml"})
+    DeleteComputeFlexStartInstancesOperator(task_id="cid", setup_task_id="ci")
 print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith("airflow_provider_dws"))))
 """
 
@@ -107,6 +114,9 @@ with DAG(dag_id="every", schedule=OffPeakTimetable("Mon-Fri 22:00-06:00 America/
     CreateComputeFlexStartVMsOperator(task_id="c", project_id="my-project", zone="us-central1-a",
         machine_type="a3-highgpu-8g", resize_by=4, max_run=timedelta(hours=6))
     DeleteComputeFlexStartVMsOperator(task_id="cd", setup_task_id="c")
+    CreateComputeFlexStartInstancesOperator(task_id="ci", project_id="my-project", zone="us-central1-a",
+        machine_type="a3-highgpu-8g", count=2, max_run=timedelta(hours=4))
+    DeleteComputeFlexStartInstancesOperator(task_id="cid", setup_task_id="ci")
     FindCalendarBlockOperator(task_id="f", project_id="my-project", zones=["us-central1-a", "us-east4-b"],
         machine_type="a3-highgpu-8g", vm_count=8, duration=timedelta(days=7), latest_start=timedelta(weeks=4))
     ReserveCalendarBlockOperator(task_id="r", project_id="my-project", find_task_id="f")

@@ -32,7 +32,7 @@ from typing import Any
 
 from ..core.clock import Schedule, iso
 from ..core.rest import RestError, not_found
-from ..facts import COMPUTE_NAME, MACHINE_GPUS
+from ..facts import COMPUTE_NAME, MACHINE_GPUS, VERTEX_NAME
 from .resources import (
     InstancePb,
     check_name,
@@ -146,6 +146,23 @@ def check_instance(inst: Any) -> tuple[str, float, float | None, str]:
     return machine, wait, run, action
 
 
+def _gpus(machine: str, inst: Any) -> tuple[str | None, int]:
+    """The GPUs of a VM: an accelerator-optimized machine's own, else its ``guestAccelerators``."""
+    row = MACHINE_GPUS.get(machine)
+    if row is not None:
+        return row
+    if not inst.guest_accelerators:
+        return None, 0
+    name = inst.guest_accelerators[0].accelerator_type.rsplit("/", 1)[-1]
+    if name not in VERTEX_NAME:
+        raise invalid(
+            "resource.guestAccelerators[0].acceleratorType",
+            name,
+            f"Unknown accelerator type; expected one of: {', '.join(VERTEX_NAME)}.",
+        )
+    return VERTEX_NAME[name], sum(a.accelerator_count for a in inst.guest_accelerators)
+
+
 class ComputeInstances:
     """Mixed into :class:`~.state.ComputeState`, beside the MIGs' VMs (:class:`~.vms.ComputeVms`)."""
 
@@ -219,8 +236,7 @@ class ComputeInstances:
             path = f"projects/{project}/zones/{zone}/instances/{inst.name}"
             if path in self.standalone or path in self.instances:
                 raise RestError(409, "alreadyExists", f"The resource '{path}' already exists")
-            row = MACHINE_GPUS.get(machine)
-            accelerator, gpus = row if row is not None else (None, 0)
+            accelerator, gpus = _gpus(machine, inst)
             now = self.core.clock()
             self._stamp(inst, "compute#instance", path, now)  # type: ignore[attr-defined]
             inst.zone = link(f"projects/{project}/zones/{zone}")

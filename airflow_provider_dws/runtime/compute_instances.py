@@ -224,6 +224,20 @@ class ComputeInstancesAdapter(
 # -- the release (DeleteComputeFlexStartInstancesOperator) -------------------------------------------
 
 
+def _rendered(
+    setup: CreateComputeFlexStartInstancesOperator, context: Context
+) -> CreateComputeFlexStartInstancesOperator:
+    """A copy of the setup with its zone rendered (it may be a template, as in ``{{ params.zone }}``)."""
+    import copy
+
+    from airflow_provider_dws.specs.templates import has_template
+
+    rendered = copy.copy(setup)
+    if has_template(setup.zone):
+        rendered.zone = setup.render_template(setup.zone, context)
+    return rendered
+
+
 def release_instances(op: DeleteComputeFlexStartInstancesOperator, context: Context) -> dict[str, Any]:
     """Delete every VM of every set the setup's task instance made (its pushed set, and those found by
     its labels in every zone it may have used), waiting or running. Already gone is success."""
@@ -239,10 +253,7 @@ def release_instances(op: DeleteComputeFlexStartInstancesOperator, context: Cont
         names.append(pushed)
     zones = {parse_set_name(n)[1] for n in names}
     if setup is not None:
-        zone = setup.zone
-        if "{{" in str(zone):
-            zone = setup.render_template(zone, context)
-        zones |= {str(zone), *(p.location for p in setup.placements()[1:])}
+        zones |= {p.location for p in _rendered(setup, context).placements()}
     for zone in sorted(zones):
         backend = backends.get(
             ComputeInstanceSetBackend, project, zone, op.gcp_conn_id, op.impersonation_chain

@@ -169,3 +169,22 @@ def test_a_worker_side_task_makes_waits_and_returns_the_vms(emulator: Any) -> No
     result = ask("in_worker", deferrable=False, count=1).execute({"ti": ti})
     assert result["count"] == 1 and len(result["instances"]) == 1
     assert [r["state"] for r in vms(emu)] == ["RUNNING"]
+
+
+def test_the_release_finds_the_sets_of_a_setup_whose_zone_is_templated(emulator: Any) -> None:
+    """The teardown renders the setup's zone (``{{ params.zone }}``) before it looks the sets up
+    there (the fault matrix found a release that failed on the raw template)."""
+    from airflow.sdk import DAG as Dag
+
+    emu = emulator({H100: 16})
+    store: dict[tuple[str, str], Any] = {}
+    ask("vms", deferrable=False, count=1).execute({"ti": TI("vms", store)})
+    store.pop(("vms", "instance_set_name"))  # as if the setup's XCom were lost: found by labels
+    with Dag(DAG, schedule=None, params={"zone": ZONE}):
+        ask("vms", zone="{{ params.zone }}", count=1)
+        release = DeleteComputeFlexStartInstancesOperator(
+            task_id="release", setup_task_id="vms", project_id=PROJECT
+        )
+    released = release.execute({"ti": TI("release", store), "params": {"zone": ZONE}})
+    assert len(released["released"]) == 1 and len(released["deleted_instances"]) == 1
+    assert all(r["deleted"] for r in vms(emu))

@@ -53,6 +53,8 @@ LIVE_STATES = {
     "FutureReservation": {"DRAFTING", "PENDING_APPROVAL", "APPROVED", "PROCURING", "PROVISIONING"},
     # A GKE ProvisioningRequest: queued, then holding its nodes (consumed or not) until deleted.
     "ProvisioningRequest": {"ACCEPTED", "PROVISIONED", "CONSUMED"},
+    # Standalone flex-start VMs, one record per set (see instance_sets).
+    "InstanceSet": {"PENDING", "RUNNING"},
 }
 #: For duplicates, a request stops counting once it was given up: CANCELLING holds no new capacity.
 GIVEN_UP_STATES = {"JOB_STATE_CANCELLING", "SUSPENDING", "CANCELLATION_IN_PROGRESS", "DELETION_IN_PROGRESS"}
@@ -66,6 +68,7 @@ SUCCESS_STATES = {
     # Booked: a block made after an approved one of the same attempt is a second booking.
     "FutureReservation": "APPROVED",
     "ProvisioningRequest": "PROVISIONED",
+    "InstanceSet": "RUNNING",
 }
 #: Waiting for capacity (a Flex Start Batch job stays QUEUED until its VMs can be created).
 WAITING_STATES = {
@@ -75,6 +78,8 @@ WAITING_STATES = {
     "ACCEPTED",
     "WAITING_FOR_RESOURCES",
     "QUEUED",
+    # A set of standalone flex-start VMs some of which wait PENDING.
+    "PENDING",
     # A calendar block waits for its approval, then for its start and delivery.
     "PENDING_APPROVAL",
     "APPROVED",
@@ -242,15 +247,56 @@ def _resize_identity(record: dict[str, Any]) -> tuple[str, int] | None:
     return None if parsed is None else (parsed[0], parsed[2])
 
 
+def instance_sets(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records with each set of standalone flex-start VMs (the emulator's ``Instance`` records
+    of one ``dws_vms`` label) made one request, as the provider sees it: ``PENDING`` while any VM
+    waits, ``RUNNING`` once all ran, then ``RELEASED`` (deleted after all ran) or ``DELETED``
+    (deleted before: given up, marked failed, incomplete)."""
+    out: list[dict[str, Any]] = []
+    sets: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        name = r["labels"].get("dws_vms") if r["kind"] == "Instance" else None
+        if name:
+            sets.setdefault((r["project"], r["location"], name), []).append(r)
+        else:
+            out.append(r)
+    for (project, zone, name), vms in sets.items():
+        size = int(vms[0]["labels"].get("dws_vms_size") or len(vms))
+        starts = [v["start_time"] for v in vms if v["start_time"]]
+        ran = len(starts) == size
+        deleted = all(v["deleted"] for v in vms)
+        state = ("RELEASED" if ran else "DELETED") if deleted else "RUNNING" if ran else "PENDING"
+        created = min(v["create_time"] for v in vms)
+        history = [{"state": "PENDING", "time": created}]
+        if ran:
+            history.append({"state": "RUNNING", "time": max(starts)})
+        if deleted:
+            history.append({"state": "DELETED", "time": max(v["end_time"] for v in vms)})
+        out.append(
+            {
+                "kind": "InstanceSet",
+                "name": f"projects/{project}/zones/{zone}/instances/{name}",
+                "display_name": name,
+                "labels": vms[0]["labels"],
+                "state": state,
+                "deleted": deleted,
+                "create_time": created,
+                "history": history,
+            }
+        )
+    return out
+
+
 def own_requests(records: Iterable[dict[str, Any]], ref: RunRef) -> list[dict[str, Any]]:
     """The requests one run's request task created (identity labels; TPU: on the slice's nodes;
-    a resize request or a future reservation: its name, derived from the task instance)."""
+    a resize request or a future reservation: its name, derived from the task instance; a set of
+    standalone VMs as one request, :func:`instance_sets`)."""
     from airflow_provider_dws.scheduling.identity import RequestIdentity
 
     task_identity = RequestIdentity(ref.dag_id, ref.request_task, ref.run_id)
     base = task_identity.queued_resource_base()
     out = []
-    for r in records:
+    for r in instance_sets(records):
         kueue = _kueue_identity(r)
         if kueue is not None:
             if kueue[0] == base:
@@ -519,7 +565,11 @@ class ScenarioContext:
 def cancel_time(record: dict[str, Any]) -> datetime | None:
     """When a request's cancellation shows first in its history (None: never); a ProvisioningRequest
     and a queued resource have no cancel: they are deleted."""
-    extra = {"ProvisioningRequest": {"DELETED"}, "QueuedResource": {"DELETING", "DELETED"}}
+    extra = {
+        "ProvisioningRequest": {"DELETED"},
+        "QueuedResource": {"DELETING", "DELETED"},
+        "InstanceSet": {"DELETED"},
+    }
     cancelled = CANCEL_STATES | extra.get(record["kind"], set())
     for step in record["history"]:
         if step["state"] in cancelled:

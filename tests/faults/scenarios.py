@@ -40,6 +40,7 @@ from tests.faults.context import (
 )
 from tests.faults.gke_scenarios import GKE_DAG_IDS, GKE_SCENARIOS
 from tests.faults.harness import TASK_HEARTBEAT_TIMEOUT, TRIGGERER_HEALTH_THRESHOLD, HarnessError, wait_for
+from tests.faults.instance_scenarios import INSTANCE_SCENARIOS, INSTANCES_DAG_IDS
 from tests.faults.page_view import check_page_shows_ended
 from tests.faults.success_scenarios import SUCCESS_SCENARIOS
 from tests.faults.tpu_scenarios import TPU_DAG_IDS, TPU_SCENARIOS, tpu_pool
@@ -737,6 +738,7 @@ SCENARIOS: list[Scenario] = [
     ),
     *GKE_SCENARIOS,
     *TPU_SCENARIOS,
+    *INSTANCE_SCENARIOS,
     *SUCCESS_SCENARIOS,
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
@@ -766,6 +768,8 @@ REGIONS = {
                 "southamerica-east1",
                 "europe-west3",
                 "me-west1",
+                "europe-north1",
+                "asia-southeast1",
             ],
             strict=False,
         )
@@ -789,6 +793,7 @@ DAG_IDS = [
     "dws_fault_calendar_kill_after_submit",
     *GKE_DAG_IDS,
     *TPU_DAG_IDS,
+    *INSTANCES_DAG_IDS,
 ]
 
 

@@ -83,6 +83,7 @@ FAMILIES = {
         Family("batch", "CreateBatchFlexStartJobOperator", "us-east1/NVIDIA_L4", 1),
         Family("tpu", "CreateTPUQueuedResourceOperator", "us-west4-a/v5litepod", 16),
         Family("compute", "CreateComputeFlexStartVMsOperator", f"us-west1/{H100}", 8),
+        Family("instances", "CreateComputeFlexStartInstancesOperator", f"us-west3/{H100}", 8),
         Family("gke", "CreateGKEProvisioningRequestOperator", f"us-west2/{H100}", 8, "bench-gke"),
         Family("kueue", "CreateGKEQueuedJobOperator", f"us-east5/{H100}", 8, "bench-kueue"),
         Family("calendar", "ReserveCalendarBlockOperator", f"us-central1-b/{H100}", 8, at_moment=True),

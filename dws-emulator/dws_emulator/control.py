@@ -40,6 +40,10 @@ class EmulatorControl:
         """Create or resize pools (others unchanged); returns the resulting inventory."""
         return dict(self.call("SetCapacity", {"pools": dict(pools)})["pools"])
 
+    def set_capacity_advice(self, zones: Mapping[str, float]) -> dict[str, float]:
+        """Set the capacity advice's factor (0 to 1) of zones; returns every factor set so far."""
+        return dict(self.call("SetCapacityAdvice", {"zones": dict(zones)})["zones"])
+
     def preempt(self, name: str) -> dict[str, Any]:
         """Preempt an ACTIVE Spot TPU queued resource (SUSPENDING, then SUSPENDED; nodes PREEMPTED).
 

@@ -16,7 +16,9 @@ strings, ``kind``, ``id``, ``selfLink``, ``creationTimestamp``, ``Operation`` re
   :data:`~.resources.MAX_WAIT_SECONDS`);
 * the VMs: ``instances.get`` (a MIG's or a standalone one), and standalone VMs (flex-start VMs
   without a MIG, :mod:`.instances`): ``instances.insert`` (``requestId`` replay), ``list`` (pages,
-  ``name``/``status``/``labels.KEY`` filters; a MIG's VMs too), ``delete``.
+  ``name``/``status``/``labels.KEY`` filters; a MIG's VMs too), ``delete``;
+* capacity advice, ``regions.advice.capacity`` (:mod:`.advice`): obtainability per zone and
+  machine type from the pools, zone factors settable by the control API (``SetCapacityAdvice``).
 
 Life cycle of a resize request (:mod:`.state`): CREATING, then on the next tick ACCEPTED, when it
 joins its pool's FIFO queue for all ``resizeBy`` VMs' GPUs at once; when they are free it is
@@ -81,4 +83,5 @@ METHODS = (
     "compute.instances.insert",
     "compute.instances.list",
     "compute.instances.delete",
+    "compute.advice.capacity",
 )

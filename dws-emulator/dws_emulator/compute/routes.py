@@ -159,6 +159,12 @@ def compute_routes(state: Any) -> list[RestRoute]:
         ),
         RestRoute(
             "POST",
+            f"{ROOT}/regions/{{region}}/advice/capacity",
+            "compute.advice.capacity",
+            lambda c: state.capacity_advice(c.params["project"], c.params["region"], c.body),
+        ),
+        RestRoute(
+            "POST",
             f"{ROOT}/zones/{{zone}}/instances",
             "compute.instances.insert",
             lambda c: state.insert_instance(

@@ -60,6 +60,7 @@ class ComputeState(Api, ComputeVms, ComputeInstances):
         self._by_holder: dict[str, ResizeRecord] = {}
         self._due = Schedule()
         self._accepted: list[ResizeRecord] = []  # accepted in this tick: did they start at once?
+        self.advice_factors: dict[str, float] = {}  # capacity advice: zone -> factor (control API)
 
     # -- registration ----------------------------------------------------------------------
     def owns(self, holder: str) -> bool:
@@ -67,6 +68,29 @@ class ComputeState(Api, ComputeVms, ComputeInstances):
 
     def rest_routes(self) -> list[RestRoute]:
         return compute_routes(self)
+
+    def control_methods(self) -> dict[str, Any]:
+        return {"SetCapacityAdvice": self._control_advice}
+
+    def _control_advice(self, body: dict[str, Any]) -> Any:
+        zones = body.get("zones")
+        if not isinstance(zones, dict) or not all(
+            isinstance(v, (int, float)) and 0 <= v <= 1 for v in zones.values()
+        ):
+            raise invalid(
+                "zones", str(zones), 'expected {"zones": {"us-east4-b": 0.8, ...}} with factors 0 to 1'
+            )
+        with self.core.lock:
+            self.advice_factors.update({str(k): float(v) for k, v in zones.items()})
+            return {"zones": dict(self.advice_factors)}
+
+    def capacity_advice(self, project: str, region: str, body: Any) -> dict[str, Any]:
+        """``regions.advice.capacity`` (:mod:`.advice`)."""
+        from .advice import capacity_advice
+
+        with self.core.lock:
+            self.core.tick()
+            return capacity_advice(self.core, region, body, self.advice_factors)
 
     def requests(self) -> list[tuple[float, dict[str, Any]]]:
         return [(rec.created_at, self.record(rec)) for rec in self.all_requests] + [

@@ -100,6 +100,8 @@ class CreateComputeFlexStartVMsOperator(DwsQueuedRequestOperator):
     )
     template_fields_renderers = {"metadata": "json", "labels": "json"}
     ADAPTER = registry.COMPUTE_FLEX_START_ADAPTER
+    #: ``failover=Advised(...)`` orders the placements by Compute Engine's capacity advice.
+    ADVISED = True
     operator_extra_links = (ComputeFlexStartMIGLink(),)
     ui_color = "#d2e3fc"
     CHECKS: tuple[Check, ...] = (

@@ -92,6 +92,8 @@ class CreateComputeFlexStartInstancesOperator(DwsQueuedRequestOperator):
     )
     template_fields_renderers = {"metadata": "json", "labels": "json"}
     ADAPTER = registry.COMPUTE_INSTANCES_ADAPTER
+    #: ``failover=Advised(...)`` orders the placements by Compute Engine's capacity advice.
+    ADVISED = True
     operator_extra_links = (ComputeFlexStartInstancesLink(),)
     ui_color = "#d2e3fc"
     #: No MIG: the failover checks shared with the MIG operator read it (another machine type is

@@ -55,7 +55,12 @@ def set_policies(op: Any, window: Any, deadline: Any, capacity_retry: Any, failo
     if op.failover is not None:
         for placement in op.failover.placements:
             op.check_placement(placement)
-        if op.capacity_retry is None or op.capacity_retry.retries < 1:
+        if op.failover.advised and not getattr(op, "ADVISED", False):
+            raise op._param_error(
+                f"failover={op.failover}: capacity advice is Compute Engine's; {type(op).__name__} has none "
+                "(pass the placements as a list to try them in order)"
+            )
+        if not op.failover.advised and (op.capacity_retry is None or op.capacity_retry.retries < 1):
             # Failover happens on a retry: without one the placements would never be tried. Said in
             # retries, as the short form counts (capacity_retry=N is CapacityRetry(attempts=N + 1)).
             places = len(op.failover.placements)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
 
@@ -189,6 +190,11 @@ class RequestAdapter(Generic[_Op, _Backend]):
         already running (``target="end"``) goes on, billed as it would have been anyway."""
         if self.target == "end" and status.phase is Phase.RUNNING:
             return "its workload is running"
+        return None
+
+    def advise(self, placements: Sequence[Placement]) -> list[tuple[Placement, float]] | None:
+        """``placements`` with their capacity-advice scores, most obtainable first (``None``, the
+        default: this API gives no advice). Raises what the advice call raises."""
         return None
 
     def no_retry(self, status: RequestStatus) -> str | None:

@@ -3,7 +3,7 @@ VMs it created; and the release that deletes exactly those VMs, then the request
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -54,6 +54,33 @@ def mig_console_url(project_id: str, location: str, instance_group_manager: str)
     )
 
 
+def vm_spec(
+    op: Any, machine: str, placement: Placement | None, labels: Mapping[str, str] | None
+) -> groups.VmSpec:
+    """The VMs a Compute Engine operator (MIG or standalone) makes in a placement: its machine and
+    GPUs (a failover machine type brings its own GPUs, or keeps the operator's on an N1 machine),
+    boot disk, network, service account, ``labels`` and metadata."""
+    accelerator, count = op.accelerator_type, op.accelerator_count
+    if placement is not None and placement.machine_type and placement.machine_type != op.machine_type:
+        accelerator, count = (
+            placement.accelerator_type or (None if catalog.batch_machine_gpus(machine) else accelerator),
+            None,
+        )
+    return groups.VmSpec(
+        machine_type=machine,
+        accelerator_type=accelerator,
+        accelerator_count=count,
+        image=op.image or groups.DEFAULT_IMAGE,
+        boot_disk_size_gb=op.boot_disk_size_gb,
+        boot_disk_type=op.boot_disk_type,
+        network=op.network,
+        subnetwork=op.subnetwork,
+        service_account=op.service_account,
+        labels=labels,
+        metadata=op.metadata,
+    )
+
+
 class ComputeFlexStartAdapter(
     RequestAdapter["CreateComputeFlexStartVMsOperator", ComputeResizeRequestBackend]
 ):
@@ -100,27 +127,7 @@ class ComputeFlexStartAdapter(
 
     def spec_for(self, placement: Placement | None) -> groups.VmSpec:
         """The VMs of a placement (a failover machine type swaps the machine and its GPUs)."""
-        op = self.op
-        machine = self.machine_of(placement) or ""
-        accelerator, count = op.accelerator_type, op.accelerator_count
-        if placement is not None and placement.machine_type and placement.machine_type != op.machine_type:
-            accelerator, count = (
-                placement.accelerator_type or (None if catalog.batch_machine_gpus(machine) else accelerator),
-                None,
-            )
-        return groups.VmSpec(
-            machine_type=machine,
-            accelerator_type=accelerator,
-            accelerator_count=count,
-            image=op.image or groups.DEFAULT_IMAGE,
-            boot_disk_size_gb=op.boot_disk_size_gb,
-            boot_disk_type=op.boot_disk_type,
-            network=op.network,
-            subnetwork=op.subnetwork,
-            service_account=op.service_account,
-            labels=op.labels,
-            metadata=op.metadata,
-        )
+        return vm_spec(self.op, self.machine_of(placement) or "", placement, self.op.labels)
 
     def build(
         self, identity: RequestIdentity, max_wait: timedelta | None = None
@@ -144,6 +151,17 @@ class ComputeFlexStartAdapter(
                 f"attempt {identity.attempt}; max_wait={round(wait.total_seconds())}s"
             ),
         }
+
+    def advise(self, placements: Sequence[Placement]) -> list[tuple[Placement, float]] | None:
+        """Capacity advice for ``resize_by`` VMs of each placement's machine type (where the
+        operator makes the MIG: a given MIG's machine type is its template's, not read here)."""
+        from airflow_provider_dws.backends.compute_advice import rank_placements
+
+        if self.op.instance_group_manager:
+            return None
+        return rank_placements(
+            placements, self.backend, lambda p: self.machine_of(p) or "", self.op.resize_by
+        )
 
     def template_for(self, name: str, placement: Placement) -> Any:
         """The instance template the operator makes for a placement's MIG (flex-start VMs)."""

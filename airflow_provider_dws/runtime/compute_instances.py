@@ -3,11 +3,12 @@ release that deletes them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dws import catalog, facts
+from airflow_provider_dws import facts
 from airflow_provider_dws.backends import compute_groups as groups
 from airflow_provider_dws.backends.base import RESULT, BackendCache
 from airflow_provider_dws.backends.compute_instances import (
@@ -23,6 +24,7 @@ from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApi
 from airflow_provider_dws.exceptions import BadRequestError, CapacityNotObtainedError, RequestCancelledError
 from airflow_provider_dws.links import ComputeFlexStartInstancesLink
 from airflow_provider_dws.runtime.adapter import RequestAdapter
+from airflow_provider_dws.runtime.compute import vm_spec
 from airflow_provider_dws.runtime.task import pulled, resolve_project, task_identity
 from airflow_provider_dws.scheduling.phases import FailureKind
 from airflow_provider_dws.specs import roles
@@ -74,27 +76,17 @@ class ComputeInstancesAdapter(
         return parse_set_name(name)[1]
 
     def spec_for(self, placement: Placement | None) -> groups.VmSpec:
-        """The VMs of a placement (a failover machine type swaps the machine and its GPUs)."""
-        op = self.op
-        machine = (placement.machine_type if placement else None) or op.machine_type
-        accelerator, count = op.accelerator_type, op.accelerator_count
-        if machine != op.machine_type:
-            accelerator = (placement.accelerator_type if placement else None) or (
-                None if catalog.batch_machine_gpus(machine) else accelerator
-            )
-            count = None
-        return groups.VmSpec(
-            machine_type=machine,
-            accelerator_type=accelerator,
-            accelerator_count=count,
-            image=op.image or groups.DEFAULT_IMAGE,
-            boot_disk_size_gb=op.boot_disk_size_gb,
-            boot_disk_type=op.boot_disk_type,
-            network=op.network,
-            subnetwork=op.subnetwork,
-            service_account=op.service_account,
-            labels=None,
-            metadata=op.metadata,
+        """The VMs of a placement (a failover machine type swaps the machine and its GPUs); their
+        labels are the request's (:meth:`request_spec`)."""
+        machine = (placement.machine_type if placement else None) or self.op.machine_type
+        return vm_spec(self.op, machine, placement, None)
+
+    def advise(self, placements: Sequence[Placement]) -> list[tuple[Placement, float]] | None:
+        """Capacity advice for ``count`` VMs of each placement's machine type."""
+        from airflow_provider_dws.backends.compute_advice import rank_placements
+
+        return rank_placements(
+            placements, self.backend, lambda p: self.spec_for(p).machine_type, self.op.count
         )
 
     def request_spec(

@@ -300,6 +300,8 @@ class AttemptLoop:
             return self.plan(context, waiting)
         if decision.max_wait < op.max_wait:
             self.log.info("%s", decision.reason)
+        if op.failover is not None and op.failover.advised:
+            state = self.advised(state)
         identity = task_identity(context).with_attempt(state.attempt)
         if self.in_trigger():
             return self.defer_submission(context, identity, state, decision.max_wait)
@@ -308,6 +310,26 @@ class AttemptLoop:
         # (`on_kill`): no trigger exists yet to do so, and the request would wait for nobody.
         self.waiting_on = status.name
         return self.wait(context, status, state.submitted(state.placement, decision.max_wait))
+
+    def advised(self, state: AttemptState) -> AttemptState:
+        """The attempt in the placement the capacity advice ranks first among those not tried yet
+        (all, once each was); the written order when the advice fails or says nothing."""
+        from airflow_provider_dws.scheduling.policies import Placement
+
+        tried = {Placement.from_dict(dict(h["placement"])) for h in state.history if h.get("placement")}
+        candidates = self.op.placements()
+        untried = [p for p in candidates if p not in tried] or candidates
+        try:
+            ranked = self.adapter.advise(untried)
+        except Exception as err:
+            self.log.warning("Capacity advice failed (%s); trying the placements in the written order", err)
+            ranked = None
+        if not ranked:
+            return state if state.placement in untried else replace(state, placement=untried[0])
+        scores = ", ".join(f"{placement} {score:.2f}" for placement, score in ranked)
+        best = ranked[0][0]
+        self.log.info("Capacity advice: %s: trying %s", scores, best)
+        return replace(state, placement=best)
 
     def in_trigger(self) -> bool:
         """Whether this task's trigger makes its requests (a deferrable task whose adapter can)."""

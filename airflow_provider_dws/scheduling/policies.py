@@ -55,6 +55,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "MERGE_HORIZON",
+    "Advised",
     "CapacityRetry",
     "Deadline",
     "Failover",
@@ -385,6 +386,10 @@ class Failover:
             f"got {type(value).__name__}"
         )
 
+    #: Whether the placements (the operator's own among them) are ordered by capacity advice
+    #: before each attempt (:class:`Advised`) rather than tried in the written order.
+    advised = False
+
     def __str__(self) -> str:
         return "fail over to " + ", then ".join(str(p) for p in self.placements)
 
@@ -393,3 +398,21 @@ class Failover:
 
     def __iter__(self) -> Iterator[Placement]:
         return iter(self.placements)
+
+
+class Advised(Failover):
+    """Placements ordered before each attempt by Compute Engine's capacity advice, most obtainable
+    first: ``Advised("us-east4-b", "us-central1-a")``.
+
+    With the operator's own placement they are the candidates: before each attempt the provider asks
+    ``regions.advice.capacity`` for them (one call per region) and makes the request where the advice
+    scores highest among those not tried yet, and logs the scores. An advice that fails, or a
+    surface without advice, leaves the written order (the operator's own first). Needs no
+    ``capacity_retry`` (the first attempt is advised too); with one, each retry asks again. Offered
+    on the Compute Engine operators (standalone VMs and MIG resize requests).
+    """
+
+    advised = True
+
+    def __str__(self) -> str:
+        return "fail over by capacity advice among " + ", ".join(str(p) for p in self.placements)

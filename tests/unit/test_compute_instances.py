@@ -161,3 +161,35 @@ def test_the_request_carries_identity_labels_the_apis_wait_and_zonal_types() -> 
     assert first.params.request_valid_for_duration.seconds == 90
     long = task.adapter().request_spec(IDENTITY, Placement(ZONE), timedelta(hours=5))
     assert long["wait_seconds"] == 7200
+
+
+def test_a_retry_is_advised_among_the_placements_not_tried_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_dws.runtime.compute_instances import ComputeInstancesAdapter
+    from airflow_provider_dws.runtime.state import AttemptState
+    from airflow_provider_dws.scheduling.policies import Advised
+
+    a, b, c = (Placement(f"us-central1-{z}") for z in "abc")
+    task = op(failover=Advised("us-central1-b", "us-central1-c"), capacity_retry=2)
+    asked: list[list[Placement]] = []
+
+    def advise(self: Any, placements: list[Placement]) -> list[tuple[Placement, float]]:
+        asked.append(list(placements))
+        scores = {a: 0.2, b: 0.9, c: 0.5}
+        return sorted(((p, scores[p]) for p in placements), key=lambda x: -x[1])
+
+    monkeypatch.setattr(ComputeInstancesAdapter, "advise", advise)
+    loop = task.attempt_loop()
+    assert loop.advised(AttemptState(placement=a)).placement == b
+    tried_b = {"placement": b.to_dict()}
+    assert loop.advised(AttemptState(placement=a, attempt=2, history=(tried_b,))).placement == c
+    assert asked[-1] == [a, c]
+    all_tried = tuple({"placement": p.to_dict()} for p in (a, b, c))
+    assert loop.advised(AttemptState(placement=a, attempt=4, history=all_tried)).placement == b
+
+    def failing(self: Any, placements: list[Placement]) -> None:
+        raise RuntimeError("advice unavailable")
+
+    monkeypatch.setattr(ComputeInstancesAdapter, "advise", failing)
+    assert (
+        loop.advised(AttemptState(placement=c, attempt=2, history=(tried_b,))).placement == c
+    )  # written order

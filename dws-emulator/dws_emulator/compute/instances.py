@@ -42,6 +42,7 @@ from .resources import (
     list_json,
     page,
     parse_body,
+    stamp_parts,
     to_json,
 )
 from .validation import MAX_RUN_SECONDS, MIN_RUN_SECONDS
@@ -285,12 +286,7 @@ class ComputeInstances:
         nic = inst.network_interfaces[0]
         nic.name = nic.name or "nic0"
         nic.network_i_p = f"10.128.{self._ips // 250}.{self._ips % 250 + 2}"
-        for disk in inst.disks:
-            disk.kind = "compute#attachedDisk"
-        for each in inst.network_interfaces:
-            each.kind = "compute#networkInterface"
-            for config in each.access_configs:
-                config.kind = "compute#accessConfig"
+        stamp_parts(inst)
 
     def standalone_json(self, path: str) -> dict[str, Any] | None:
         vm = self.standalone.get(path)

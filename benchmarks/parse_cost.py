@@ -28,8 +28,8 @@ from elsewhere spreads over all rows) and reads the child's CPU time (user + sys
 is every row of this provider at most ``--target`` (1.2) times its reference in both ``parse``
 columns, exit 1 if one misses it (the ``import`` columns are reported, not gated). The reference is
 the one-task ``BashOperator`` DAG for each operator alone and for the off-peak timetable; for every
-family in one file (13 tasks on the timetable) it is that row's floor, 13 ``BashOperator`` tasks on
-the same timetable: serializing 13 tasks and the timetable alone costs about 1.35x the one-task
+family in one file (15 tasks on the timetable) it is that row's floor, 15 ``BashOperator`` tasks on
+the same timetable: serializing 15 tasks and the timetable alone costs about 1.35x the one-task
 DAG, so no operator, however cheap, could bring that row to 1.2x of the one-task DAG.
 
 Every column runs with ``AIRFLOW__CORE__LOAD_EXAMPLES=False`` (baseline included). Serializing a
@@ -100,6 +100,8 @@ CLASSES = {
     "Batch": ("operators", r"\w*Batch\w*Operator"),
     "Compute": ("operators", r"Create\w*FlexStartVMs\w*Operator"),
     "ComputeDelete": ("operators", r"Delete\w*FlexStartVMs\w*Operator"),
+    "Instances": ("operators", r"Create\w*FlexStartInstances\w*Operator"),
+    "InstancesDelete": ("operators", r"Delete\w*FlexStartInstances\w*Operator"),
     "TPU": ("operators", r"(?!Delete)\w*QueuedResource\w*Operator"),
     "TPUDelete": ("operators", r"Delete\w*QueuedResource\w*Operator"),
     "Find": ("operators", r"Find\w*Calendar\w*Operator"),
@@ -147,6 +149,10 @@ TASKS = {
     "Compute": '{Compute}(task_id="ask_for_vms", project_id="my-project", zone="us-central1-a", '
     'machine_type="a3-highgpu-8g", resize_by=4, max_run=timedelta(hours=6), max_wait=timedelta(hours=2))',
     "ComputeDelete": '{ComputeDelete}(task_id="release_vms", project_id="my-project", setup_task_id="ask_for_vms")',
+    "Instances": '{Instances}(task_id="ask_for_vm_set", project_id="my-project", zone="us-central1-a", '
+    'machine_type="a3-highgpu-8g", count=2, max_run=timedelta(hours=4), max_wait=timedelta(hours=2))',
+    "InstancesDelete": '{InstancesDelete}(task_id="release_vm_set", project_id="my-project", '
+    'setup_task_id="ask_for_vm_set")',
     "TPU": '{TPU}(task_id="request_slice", project_id="my-project", zone="us-west4-a", '
     'accelerator_type="v5litepod-16", runtime_version="v2-alpha-tpuv5-lite", max_wait=timedelta(hours=1))',
     "TPUDelete": '{TPUDelete}(task_id="release_slice", project_id="my-project", zone="us-west4-a", '
@@ -182,6 +188,8 @@ ROWS = [
     Row("dws Batch Flex Start", True, TASKS["Batch"]),
     Row("dws Compute flex-start VMs", True, TASKS["Compute"]),
     Row("dws Compute delete", True, TASKS["ComputeDelete"]),
+    Row("dws Compute flex-start VMs, no MIG", True, TASKS["Instances"]),
+    Row("dws Compute VMs, no MIG, delete", True, TASKS["InstancesDelete"]),
     Row("dws TPU queued resource", True, TASKS["TPU"]),
     Row("dws TPU delete", True, TASKS["TPUDelete"]),
     Row("dws GKE ProvisioningRequest", True, TASKS["GKE"]),
@@ -199,7 +207,7 @@ ROWS = [
     # Gated against its floor, the next row.
     Row("dws every family, off-peak", True, "\n".join(TASKS.values()), schedule=OFF_PEAK, reference=FLOOR),
     # Its floor (reference, not gated): as many tasks and the same schedule, with operators that
-    # cost nothing to import (BashOperator, pre-imported): what serializing 13 tasks and loading
+    # cost nothing to import (BashOperator, pre-imported): what serializing 15 tasks and loading
     # the plugins that register the timetable cost whoever's operators they are.
     Row(
         FLOOR,

@@ -345,6 +345,10 @@ def test_waiting_capacity_and_queueing_policy(dws_emulator_factory) -> None:
         "after",
         make_qr(v6e, "a", accelerator="v6e-8", policy=Policy(valid_after_duration=timedelta(seconds=1.5))),
     )
+    # valid_after: the free v6e chips are not used before the time has come. The create's result is
+    # the resource as its create completed (the next tick, ~0.1 s in): held, where a request without
+    # valid_after is already PROVISIONING; a later read could come after the 1.5 s on a slow machine.
+    assert after.state.state in (QrState.ACCEPTED, QrState.WAITING_FOR_RESOURCES)
 
     wait_state(client, waiting.name, [QrState.WAITING_FOR_RESOURCES])
     assert history(emulator, waiting.name) == ["CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES"]
@@ -356,9 +360,7 @@ def test_waiting_capacity_and_queueing_policy(dws_emulator_factory) -> None:
         )
     assert emulator.control.capacity()["us-east5-a/v5p"]["queued"] == 1
 
-    # valid_after: the free v6e chips are not used before the time has come.
-    held = client.get_queued_resource(name=after.name)
-    assert held.state.state in (QrState.ACCEPTED, QrState.WAITING_FOR_RESOURCES)
+    # ... and they are once it has.
     active = wait_state(client, after.name, [QrState.ACTIVE])
     assert time.monotonic() - start >= 1.5
     assert active.state.state == QrState.ACTIVE

@@ -50,9 +50,13 @@ def pool(run_seconds: float) -> dict[str, Any]:
     }
 
 
-def block_dag(start_in: float = 4.0, run_seconds: float = 0.5, **consumer: Any) -> dict[str, Any]:
+def block_dag(start_in: float = 10.0, run_seconds: float = 0.5, **consumer: Any) -> dict[str, Any]:
     """A 1-day block of 2 x a3-highgpu-8g (and one of 8 TPU v6e chips) starting in ``start_in`` s,
-    its wait, its consumers and its release."""
+    its wait, its consumers and its release.
+
+    Both blocks must be booked and approved before their start, or the emulator declines them as
+    Compute Engine does: a few seconds is too short for a niced process on a busy machine.
+    """
     start = datetime.now(timezone.utc) + timedelta(seconds=start_in)
     common: dict[str, Any] = {"project_id": PROJECT, "poll_interval": 0.2, "deferrable": False}
     with DAG("calendar_dag", schedule=None):
@@ -166,7 +170,8 @@ def test_a_consumer_started_before_the_delivery_waits_for_it_then_runs(
 ) -> None:
     emu = emulator()
     emu.control.set_capacity({"us-central1/NVIDIA_H100_80GB": 0})
-    tasks, run = block_dag(start_in=6.0, train_block="reserve"), Run()
+    # Later than the default: the consumer, too, starts before the delivery.
+    tasks, run = block_dag(start_in=12.0, train_block="reserve"), Run()
     booked = run.execute(tasks["reserve"])
     assert booked["procurement_status"] != "FULFILLED"
     # Nothing is submitted before the delivery: the task waits on the block in this worker.
@@ -180,7 +185,8 @@ def test_a_deferred_consumer_waits_on_the_block_through_the_shared_trigger(
     emulator: Callable[..., Any],  # noqa: F811
 ) -> None:
     emu = emulator()
-    tasks, run = block_dag(start_in=6.0, train_block="reserve"), Run()
+    # Later than the default: the consumer, too, defers before the delivery.
+    tasks, run = block_dag(start_in=12.0, train_block="reserve"), Run()
     run.execute(tasks["reserve"])
     train = tasks["train"]
     train.deferrable = True

@@ -102,7 +102,9 @@ def emulator(monkeypatch: pytest.MonkeyPatch, dws_emulator_server_factory: Any) 
     return start
 
 
-def dag_tasks(**reserve: Any) -> dict[str, Any]:
+def dag_tasks(find: dict[str, Any] | None = None, **reserve: Any) -> dict[str, Any]:
+    """The calendar DAG's tasks; ``find``: more arguments of its Find task (e.g. an
+    ``earliest_start`` far enough ahead that a starved machine still books before it)."""
     with DAG("calendar_dag", schedule=None):
         tasks = {
             "find": FindCalendarBlockOperator(
@@ -113,6 +115,7 @@ def dag_tasks(**reserve: Any) -> dict[str, Any]:
                 vm_count=8,
                 duration=timedelta(days=1),
                 latest_start=timedelta(days=2),
+                **(find or {}),
             ),
             "reserve": ReserveCalendarBlockOperator(
                 task_id="reserve",

@@ -48,10 +48,16 @@ def emulator(monkeypatch: pytest.MonkeyPatch, dws_emulator_server_factory: Any) 
     return emu
 
 
-def tasks(**reserve: Any) -> dict[str, Any]:
+#: A Find task whose block starts 10 minutes ahead, for the tests that never wait for the delivery:
+#: with the emulator's earliest start (5 s ahead) a starved machine took 16 s from the Find to the
+#: booking, and the emulator declined a block whose start had passed.
+LATER = {"earliest_start": timedelta(minutes=10)}
+
+
+def tasks(find: dict[str, Any] | None = None, **reserve: Any) -> dict[str, Any]:
     """The calendar DAG's tasks with a deferrable Reserve task (its Find task chooses ``ZONE``: its
     other zone has no H100 in calendar mode)."""
-    return dag_tasks(deferrable=True, **reserve)
+    return dag_tasks(find, deferrable=True, **reserve)
 
 
 def deferred(run: Run, task: Any, try_number: int = 1) -> tuple[CapacityRequestTrigger, str]:
@@ -68,7 +74,7 @@ def calls(emu: Any) -> list[int]:
 
 
 def test_the_trigger_books_the_block_once_and_the_task_resumes_on_it(emulator: Any) -> None:
-    run, dag = Run(), tasks()
+    run, dag = Run(), tasks(LATER)
     choice = run.execute(dag["find"])
     before = calls(emulator)
     trigger, method = deferred(run, dag["reserve"])
@@ -89,12 +95,12 @@ def test_the_trigger_books_the_block_once_and_the_task_resumes_on_it(emulator: A
     assert event["result"]["start_time"] == choice["start_time"]
 
     # A second trigger of the same try (a triggerer restarted before it reported) adopts it.
-    again, _ = deferred(run, tasks()["reserve"])
+    again, _ = deferred(run, tasks(LATER)["reserve"])
     assert asyncio.run(asyncio.wait_for(first_event(again), 60))["name"] == event["name"]
     assert len(blocks(emulator)) == 1  # found, not booked twice
 
     before = calls(emulator)
-    result = getattr(tasks()["reserve"], method)(run.context("reserve"), event)
+    result = getattr(tasks(LATER)["reserve"], method)(run.context("reserve"), event)
     assert calls(emulator) == before  # the resumed task reads nothing
     assert result["future_reservation"] == event["name"] and result["zone"] == ZONE
     assert result["vm_count"] == 8 and result["accelerator_count"] == 64
@@ -138,7 +144,7 @@ def test_an_earlier_tries_block_is_adopted_as_booked_with_a_warning(emulator: An
 
 
 def test_an_ended_block_is_deleted_before_the_trigger_books_another(emulator: Any) -> None:
-    run, dag = Run(), tasks()
+    run, dag = Run(), tasks(LATER)
     choice = run.execute(dag["find"])
     # Try 1's block was declined: it holds nothing, but stays listed until deleted.
     emulator.control.set_calendar(approval_seconds=3600)
@@ -157,7 +163,7 @@ def test_an_ended_block_is_deleted_before_the_trigger_books_another(emulator: An
     wait_until(lambda: (s := backend.get_status(declined.name)) is not None and s.phase.terminal)
     emulator.control.set_calendar(approval_seconds=0.3)
 
-    retry, _ = deferred(run, tasks()["reserve"], try_number=2)
+    retry, _ = deferred(run, tasks(LATER)["reserve"], try_number=2)
     event = asyncio.run(asyncio.wait_for(first_event(retry), 60))
     assert event["phase"] == "provisioning" and event["name"] != declined.name
     assert event["name"].endswith("-t2-a1")
@@ -166,7 +172,9 @@ def test_an_ended_block_is_deleted_before_the_trigger_books_another(emulator: An
 
 def test_a_start_that_passes_before_the_trigger_books_it_books_nothing(emulator: Any) -> None:
     run = Run()
-    start = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=3)
+    # Ahead when the worker defers (truncated to the second, on a loaded machine), passed when the
+    # trigger runs: the test sleeps until then.
+    start = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=10)
     with DAG("calendar_trigger_dag", schedule=None):
         task = ReserveCalendarBlockOperator(
             task_id="given",

@@ -89,13 +89,15 @@ def job(index: int, exit_code: int = 0) -> tuple[CustomJob, RequestIdentity]:
 
 class Spy:
     """Counts the shared backend's calls: lists started and finished (each reads every page), reads,
-    and the requests each list of ended requests found."""
+    and the requests each list of ended requests found; and how often each request was learned of
+    (read or found ended) in each round (by the number of lists started)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, module: Any, cls: Any) -> None:
         self.lists = 0
         self.lists_done = 0
         self.reads: Counter[str] = Counter()
         self.ended: Counter[str] = Counter()
+        self.per_round: Counter[tuple[int, str]] = Counter()
         spy = self
         if hasattr(cls, "alist_ended"):
             original_ended = cls.alist_ended
@@ -103,6 +105,7 @@ class Spy:
             async def alist_ended(backend: Any, *args: Any) -> dict[str, RequestStatus]:
                 found: dict[str, RequestStatus] = await original_ended(backend, *args)
                 spy.ended.update(found.keys())
+                spy.per_round.update((spy.lists, name) for name in found)
                 return found
 
             monkeypatch.setattr(cls, "alist_ended", alist_ended)
@@ -117,6 +120,7 @@ class Spy:
 
         async def aget_status(backend: Any, name: str) -> RequestStatus:
             spy.reads[name] += 1
+            spy.per_round[spy.lists, name] += 1
             return await original_get(backend, name)
 
         monkeypatch.setattr(cls, "alist_live", alist_live)
@@ -175,10 +179,12 @@ def test_many_vertex_waits_one_paged_list_mixed_outcomes(
         if expected != "cancelled":
             assert event["timings"]["run_seconds"] is not None
     # A request that ended left the live list and was learned of once: most from one list of the
-    # ended ones (they ended together), a few stragglers read directly; none twice.
+    # ended ones (they ended together), a few stragglers read directly; never twice in one round.
+    # Once more in the next round at most: its trigger may not have left yet on a loaded machine.
     learned = spy.reads + spy.ended
     assert set(learned) == set(names) - {names[3]}
-    assert all(count == 1 for count in learned.values()), learned
+    assert all(count == 1 for count in spy.per_round.values()), spy.per_round
+    assert max(learned.values()) <= 2, learned
     assert sum(spy.ended.values()) >= poller.ENDED_LIST_MIN
 
 

@@ -145,8 +145,9 @@ def test_many_waits_share_one_list_per_interval(world: World) -> None:
             )
             world.set(name(i), *outcome)
         events = await asyncio.gather(*tasks)
-        # One list per cycle for all 300 waits (not one per wait, not one per wait per cycle).
-        assert lists_while_waiting == cycles_while_waiting >= 10
+        # One list per cycle for all 300 waits (not one per wait, not one per wait per cycle); the
+        # next cycle's list may have started before this look (a stall on a loaded machine).
+        assert 10 <= cycles_while_waiting <= lists_while_waiting <= cycles_while_waiting + 1
         return events
 
     events = run(scenario())
@@ -284,10 +285,11 @@ def test_quota_errors_back_off_the_whole_poller(world: World, monkeypatch: pytes
         p = await cycles(1)
         assert p.stats["backoffs"] == 1
         # One call was made for all 50 waits: the poller backs off as a whole, where 50 triggers
-        # would each have retried on their own.
-        assert world.lists == 1 and world.reads == []
+        # would each have retried on their own. (A stall here may let the next cycle's list start.)
+        assert world.lists <= p.stats["cycles"] + 1 and world.reads == []
         await cycles(2)
-        assert world.lists == 2 and p.stats["backoffs"] == 1
+        assert p.stats["backoffs"] == 1 and world.reads == []
+        assert 2 <= world.lists <= p.stats["cycles"] + 1
         for i in range(50):
             world.set(name(i), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)
         await asyncio.gather(*tasks)

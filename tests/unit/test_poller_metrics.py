@@ -57,7 +57,9 @@ def test_each_interval_reports_the_waiting_requests_and_the_calls(world: World, 
         assert len(gauges) == p.stats["cycles"]  # once per interval, not once per request
         assert gauges[-1] == ("gauge", metrics.REQUESTS_WAITING, 30, TAGS)
         calls = sum(s[2] for s in sent if s[1] == metrics.POLLER_CALLS)
-        assert calls == p.stats["list_pages"] + p.stats["reads"]
+        total = p.stats["list_pages"] + p.stats["reads"]
+        # Reported once per interval: the round in progress (one list) may not be in it yet.
+        assert calls in {total, total - 1} and calls >= 3
         assert all(s[3] == TAGS for s in sent)
         for i in range(30):
             world.set(name(i), "JOB_STATE_SUCCEEDED", Phase.SUCCEEDED)

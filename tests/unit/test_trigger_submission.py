@@ -265,12 +265,17 @@ def test_submissions_are_paced_per_api_and_location(
     monkeypatch.setattr(submit, "SUBMIT_CONCURRENCY", 2)
     in_flight, most = [0], [0]
     lock = threading.Lock()
+    # Lookups meet in pairs: 2 at once is reached however slow the threads start, and a pacer
+    # letting one at a time breaks the barrier (the lookup fails). The hold after it lets a third
+    # one in, should the pacer let more than 2 through.
+    pair = threading.Barrier(2, timeout=10)
     backend = backends["us-central1"] = FakeBackend(SPEC, [], status(7, Phase.SUCCEEDED))
 
     def find(identity: RequestIdentity) -> list[RequestStatus]:
         with lock:
             in_flight[0] += 1
             most[0] = max(most[0], in_flight[0])
+        pair.wait()
         threading.Event().wait(0.05)
         with lock:
             in_flight[0] -= 1

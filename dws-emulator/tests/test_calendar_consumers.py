@@ -217,9 +217,14 @@ def test_tpu_queued_resources_wait_go_active_and_are_suspended_when_the_block_en
     assert res.aggregate_reservation.in_use_resources[0].accelerator.accelerator_count == 16
 
     end(clock, start, days=2)
-    assert state(0) == State.SUSPENDING
+    # SUSPENDING, then SUSPENDED on the next tick: the emulator's own ticker may make that tick
+    # before this read (a fresh-clone make test saw SUSPENDED here), so the history tells the order.
+    assert state(0) in (State.SUSPENDING, State.SUSPENDED)
     clock.advance(0.1)
     assert state(0) == State.SUSPENDED
+    [qr0] = [r for r in emulator.control.requests() if r["name"].endswith("/queuedResources/qr-0")]
+    steps = [h["state"] for h in qr0["history"]]
+    assert steps[steps.index("ACTIVE") :][:3] == ["ACTIVE", "SUSPENDING", "SUSPENDED"], steps
     node = client.get_node(name=f"{parent}/nodes/n-0")
     assert node.state == tpu.Node.State.PREEMPTED and "tpu-block-res ended at" in node.health_description
     waited = client.get_queued_resource(name=f"{parent}/queuedResources/qr-2").state

@@ -290,12 +290,9 @@ class ComputeInstanceSetBackend(ComputeBackend):
         answered once, and one that exists is adopted); on a refusal the VMs made are deleted and
         the error raised. Returns the set and whether this call created any of it."""
         name = self.name_of(str(spec["name"]))
-        existing = self.get_status(name)
-        present = (
-            {vm["name"] for vm in (existing.details.get(RESULT) or {}).get("instances", ())}
-            if existing
-            else set()
-        )
+        # Every VM of the set that exists, whatever its status (a set's result lists its VMs only
+        # once all run, so it cannot say which of a waiting set's VMs are there).
+        present = {vm.name for vm in self._members(f'labels.{LABEL_SET} = "{spec["name"]}"')}
         created = False
         made: list[str] = []
         try:

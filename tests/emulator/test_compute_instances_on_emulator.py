@@ -188,3 +188,20 @@ def test_the_release_finds_the_sets_of_a_setup_whose_zone_is_templated(emulator:
     released = release.execute({"ti": TI("release", store), "params": {"zone": ZONE}})
     assert len(released["released"]) == 1 and len(released["deleted_instances"]) == 1
     assert all(r["deleted"] for r in vms(emu))
+
+
+def test_a_second_submit_of_a_waiting_set_inserts_nothing(emulator: Any) -> None:
+    """The VMs already there are skipped whatever their status (a waiting set has no result to
+    list them), so a repeated submit of the same set makes no insert call."""
+    emu = emulator({H100: 0})
+    task = ask("waiting", count=2)
+    identity = RequestIdentity(DAG, "waiting", "manual__1")
+    spec = task.adapter().request_spec(identity)
+    backend = ComputeInstanceSetBackend(PROJECT, ZONE)
+    first, created = backend.submit_spec(spec, identity)
+    assert created and first.state == "PENDING"
+    inserts = emu.calls("compute.instances.insert")
+    again, created = backend.submit_spec(spec, identity)
+    assert (again.name, again.state, created) == (first.name, "PENDING", False)
+    assert emu.calls("compute.instances.insert") == inserts
+    backend.release(first.name)

@@ -330,3 +330,53 @@ def test_outage_refuses_connections_then_serves_same_state(dws_emulator_server_f
     assert again.name == job.name and again.create_time == job.create_time
     assert [j.name for j in client.list_custom_jobs(parent=parent)] == [job.name]
     assert client.create_custom_job(parent=parent, custom_job=make_job()).name != job.name
+
+
+def test_a_second_emulator_cannot_bind_a_port_one_holds(dws_emulator_server_factory: Any) -> None:
+    """gRPC's default SO_REUSEPORT would let two emulators share a port, the kernel dealing the
+    connections between them: a test would then read another test's requests."""
+    from dws_emulator.server import EmulatorServer
+
+    emulator = dws_emulator_server_factory()
+    second = EmulatorServer(port=emulator.server.port)
+    with pytest.raises(OSError):
+        second.start()
+    second.stop()
+
+
+def test_an_outage_keeps_its_ports_from_other_servers(dws_emulator_server_factory: Any) -> None:
+    """During an outage nothing listens, yet the ports stay bound: a server asking for any free
+    port cannot be given them, and the restart finds them free."""
+    import socket
+
+    emulator = dws_emulator_server_factory()
+    ports = (emulator.server.port, emulator.server.rest_port)
+    emulator.control.outage(3)
+
+    def held() -> bool:
+        for port in ports:
+            with socket.socket() as other:
+                try:
+                    other.bind(("127.0.0.1", port))
+                    return False  # free for anyone: not held (or the outage has not begun)
+                except OSError:
+                    pass
+            with socket.socket() as probe:
+                try:
+                    probe.connect(("127.0.0.1", port))
+                    return False  # still listening: the outage has not begun
+                except ConnectionRefusedError:
+                    pass
+        return True
+
+    wait_until(held, timeout=3, what="the outage to close both listeners and hold both ports")
+    client = job_client(emulator.address)
+    wait_until(lambda: _lists(client), timeout=20, what="the emulator to serve again on the same port")
+
+
+def _lists(client: JobServiceClient) -> bool:
+    try:
+        client.list_custom_jobs(parent=fresh_parent())
+    except exceptions.ServiceUnavailable:
+        return False
+    return True

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -34,8 +35,13 @@ log = logging.getLogger("dws_emulator")
 
 TICK_SECONDS = 0.1
 OUTAGE_GRACE_SECONDS = 0.2  # calls in flight when an outage starts (its own reply) may finish
+HOLD_SECONDS = 2.0  # how long an outage tries to hold a port its stopped listener still closes
 REBIND_SECONDS = 10.0  # how long a restart after an outage keeps trying to bind the port again
 PAIR_ATTEMPTS = 50  # port=0: how many free gRPC ports to try before giving up on a free port + 1
+# gRPC sets SO_REUSEPORT by default on Linux: a second emulator (another test worker's, restarting
+# after an outage) could then bind a port this one holds, and the kernel would share the
+# connections between the two. Off: a taken port fails to bind, loudly.
+GRPC_OPTIONS = (("grpc.so_reuseport", 0),)
 
 _S = TypeVar("_S", bound="ServerCore")
 
@@ -153,7 +159,7 @@ class ServerCore:
     def _serve_grpc(self, port: int) -> tuple[grpc.Server, int]:
         """A started gRPC server with every service, bound to ``port`` (0: any free port)."""
         executor = futures.ThreadPoolExecutor(max_workers=self._max_workers)
-        server = grpc.server(executor)
+        server = grpc.server(executor, options=GRPC_OPTIONS)
         # Built from ``self.state`` at every (re)start: a test may swap the state before ``start``.
         emulated = [
             *(item for api in self.state.apis.values() for item in api.handlers()),
@@ -233,6 +239,39 @@ class ServerCore:
             server.stop(OUTAGE_GRACE_SECONDS).wait()
         if rest is not None:
             rest.halt()
+        held = self._hold_ports()
+        try:
+            self._sit_out_outage()
+        finally:
+            for sock in held:
+                sock.close()
+        self._rebind_after_outage()
+
+    def _hold_ports(self) -> list[socket.socket]:
+        """Bind, without listening, the two ports the outage closed: connections are refused, as
+        in an outage, and no other server (another test's emulator asking for any free port) can
+        take them before the restart."""
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        held = []
+        for port in (self.port, self.rest_port):
+            deadline = time.monotonic() + HOLD_SECONDS
+            while True:
+                sock = socket.socket(family, socket.SOCK_STREAM)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    sock.bind((self.host.strip("[]"), port or 0))
+                except OSError:
+                    sock.close()
+                    if time.monotonic() < deadline:  # the stopped listener may still be closing
+                        time.sleep(0.02)
+                        continue
+                    log.warning("outage: port %s could not be held; another server may take it", port)
+                    break
+                held.append(sock)
+                break
+        return held
+
+    def _sit_out_outage(self) -> None:
         while True:
             with self._lifecycle:
                 assert self._outage_until is not None
@@ -240,6 +279,8 @@ class ServerCore:
                 if remaining <= 0 or not self._running:
                     break
             self._stop.wait(remaining)
+
+    def _rebind_after_outage(self) -> None:
         deadline = time.monotonic() + REBIND_SECONDS
         while True:
             with self._lifecycle:

@@ -2,7 +2,8 @@
 nothing, use them, give them back: no instance template, no managed instance group.
 
 ``ask_for_vms`` inserts two VMs with the FLEX_START provisioning model, each allowed to wait up to
-2 hours for capacity (``requestValidForDuration``, the API's own bound) and to run 4 hours
+2 hours for capacity (``requestValidForDuration``, the most one VM may wait; a longer ``max_wait``
+is kept by asking again) and to run 4 hours
 (``maxRunDuration``, then Compute Engine deletes it), and defers until both are RUNNING. If one
 runs and the other's wait ends without capacity, the task deletes the one it got and fails: no GPU
 is paid for a two-host job that cannot start. ``work_on_hosts`` reads the VMs' names and internal

@@ -107,7 +107,7 @@ def set_status(
     running = statuses.count("RUNNING")
     if members and len(members) == size and running == size:
         state, message = "RUNNING", ""
-    elif len(members) < size or any(s in _STOPPED for s in statuses):
+    elif not members or len(members) < size or any(s in _STOPPED for s in statuses):
         state = "INCOMPLETE"
         message = (
             f"{running} of {size} VMs were running when the others were gone or stopped (Compute Engine "

@@ -38,8 +38,8 @@ class CreateComputeFlexStartInstancesOperator(DwsQueuedRequestOperator):
     without holding a worker slot while they wait.
 
     Each VM is an ``instances.insert`` with the FLEX_START provisioning model: it waits ``PENDING``
-    for capacity up to ``max_wait`` (``params.requestValidForDuration``, 90 seconds to 2 hours) and
-    runs for ``max_run`` (``scheduling.maxRunDuration``), after which Compute Engine deletes it (or
+    for capacity up to ``max_wait`` (``params.requestValidForDuration``: 90 seconds to 2 hours; a
+    longer ``max_wait`` is kept by asking again, see below) and runs for ``max_run`` (``scheduling.maxRunDuration``), after which Compute Engine deletes it (or
     stops it: ``termination_action="STOP"``). The VMs are named from the task instance
     (``dws-<task>-<hash>-t<try>-a<attempt>-<i>``) and labelled with it, so a retried task or a
     re-run worker adopts its own VMs instead of making more.
@@ -51,6 +51,13 @@ class CreateComputeFlexStartInstancesOperator(DwsQueuedRequestOperator):
     :class:`~airflow_provider_dws.exceptions.CapacityNotObtainedError`, saying how many it had.
     ``capacity_retry`` and ``failover`` then make a new set.
 
+    **A max wait beyond 2 hours.** One VM may wait at most 2 hours. With a longer ``max_wait`` the
+    task asks for up to 2 hours at a time: when a set's wait ends without capacity (Compute Engine
+    deletes its VMs), it makes a new set (the next attempt number, logged as asking again), until
+    ``max_wait`` has passed. These sets are one wait, not retries: they spend none of
+    ``capacity_retry``'s attempts. Each new set queues afresh (flex-start VMs keep no place in a
+    queue across requests).
+
     Give the VMs back with
     :class:`~airflow_provider_dws.operators.compute_instances_release.DeleteComputeFlexStartInstancesOperator`
     as an Airflow teardown (``ask >> work >> release.as_teardown(setups=ask)``).
@@ -58,8 +65,8 @@ class CreateComputeFlexStartInstancesOperator(DwsQueuedRequestOperator):
     :param zone: the VMs' zone, e.g. ``us-central1-a`` (templated).
     :param count: VMs to get at once (1 to 100).
     :param max_run: how long the VMs run (10 minutes to 7 days).
-    :param max_wait: how long they may wait for capacity: 90 seconds to 2 hours (the API's own
-        bound; default 2 hours).
+    :param max_wait: how long they may wait for capacity: at least 90 seconds (default 2 hours,
+        the most one request may wait; longer is kept by asking again).
     :param termination_action: ``DELETE`` (default) or ``STOP`` the VMs at the end of ``max_run``.
     :param machine_type: e.g. ``a3-highgpu-8g`` (a GPU machine type comes with its GPUs) or
         ``n1-standard-8`` with ``accelerator_type="nvidia-tesla-t4"``; :param accelerator_count:
@@ -162,11 +169,10 @@ class CreateComputeFlexStartInstancesOperator(DwsQueuedRequestOperator):
                 f"max_run must be at least {facts.COMPUTE_MIN_RUN} (a flex-start VM's maxRunDuration is "
                 f"10 minutes to 7 days), got {self.max_run}"
             )
-        if not facts.COMPUTE_VM_MIN_WAIT <= self.max_wait <= facts.COMPUTE_VM_MAX_WAIT:
+        if self.max_wait < facts.COMPUTE_VM_MIN_WAIT:
             raise self._param_error(
-                f"max_wait must be from {facts.COMPUTE_VM_MIN_WAIT} to {facts.COMPUTE_VM_MAX_WAIT} (a flex-start "
-                f"VM's requestValidForDuration), got {self.max_wait}; for a longer wait use "
-                "CreateComputeFlexStartVMsOperator (a MIG resize request waits until cancelled)"
+                f"max_wait must be at least {facts.COMPUTE_VM_MIN_WAIT} (a flex-start VM's "
+                f"requestValidForDuration is 90 seconds to 2 hours), got {self.max_wait}"
             )
         self.check_parameters(rendered=False)
         if not facts.batch_gpu_matches(machine_type, accelerator_type, accelerator_count):

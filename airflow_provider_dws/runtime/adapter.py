@@ -58,6 +58,11 @@ class RequestAdapter(Generic[_Op, _Backend]):
     #: Whether a deferrable task hands its request to the trigger to make (:meth:`request_spec`,
     #: the backend's ``submit_spec``): the worker then imports no client library.
     submits_in_trigger: ClassVar[bool] = False
+    #: The longest one request may wait in its API (``None``: as long as the user asks). A longer
+    #: max wait is kept by the loop: it asks again, within that max wait, when the API gives up.
+    api_max_wait: ClassVar[timedelta | None] = None
+    #: The shortest wait worth a request (asking again with less left is not done).
+    min_wait: ClassVar[timedelta] = timedelta(seconds=1)
     #: Keys of the return value also pushed as XComs of their own (a workload task templates
     #: ``task.output["key"]``); a trigger that ends the task pushes them too.
     result_keys: ClassVar[tuple[str, ...]] = ()

@@ -65,6 +65,9 @@ class ComputeInstancesAdapter(
     target = "running"
     #: What the request is, in the task log.
     label = "flex-start"
+    #: ``requestValidForDuration`` is 90 s to 2 h: a longer max wait asks again (the loop).
+    api_max_wait = facts.COMPUTE_VM_MAX_WAIT
+    min_wait = facts.COMPUTE_VM_MIN_WAIT
     op: CreateComputeFlexStartInstancesOperator
 
     def backend(self, location: str | None = None) -> ComputeInstanceSetBackend:

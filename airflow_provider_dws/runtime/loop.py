@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_provider_dws import registry
 from airflow_provider_dws.backends.base import WAIT_ERROR, RequestStatus
-from airflow_provider_dws.runtime.state import RESUME, AttemptState
+from airflow_provider_dws.runtime.state import RESUME, AttemptState, asks_again, split_wait
 from airflow_provider_dws.runtime.task import task_identity, wait_for_event
 from airflow_provider_dws.scheduling.phases import Phase, reached, succeeded_for
 from airflow_provider_dws.triggers.submit import ANNOUNCED, is_pending
@@ -277,7 +277,9 @@ class AttemptLoop:
 
         op = self.op
         now = datetime.now(timezone.utc)
-        decision = next_submit(now, op.max_wait, op.window, self.deadline_at(context), state.earliest())
+        ends = state.ends_wait_at()
+        wanted = op.max_wait if ends is None else max(ends - now, _NOW_SLACK)
+        decision = next_submit(now, wanted, op.window, self.deadline_at(context), state.earliest())
         if decision.at is None or decision.max_wait is None:
             raise self.gave_up_error(state.history, decision.reason)
         if decision.at > now + _NOW_SLACK:
@@ -298,18 +300,19 @@ class AttemptLoop:
                 )
             time.sleep(max(0.0, (decision.at - datetime.now(timezone.utc)).total_seconds()))
             return self.plan(context, waiting)
-        if decision.max_wait < op.max_wait:
+        if decision.max_wait < wanted:
             self.log.info("%s", decision.reason)
-        if op.failover is not None and op.failover.advised:
+        if op.failover is not None and op.failover.advised and ends is None:
             state = self.advised(state)
+        state, max_wait = split_wait(self.adapter, state, now, decision.max_wait, self.log)
         identity = task_identity(context).with_attempt(state.attempt)
         if self.in_trigger():
-            return self.defer_submission(context, identity, state, decision.max_wait)
-        status = self.adapter.submit(context, identity, state.placement, decision.max_wait)
+            return self.defer_submission(context, identity, state, max_wait)
+        status = self.adapter.submit(context, identity, state.placement, max_wait)
         # From here until the deferral a kill or an execution_timeout in this worker cancels it
         # (`on_kill`): no trigger exists yet to do so, and the request would wait for nobody.
         self.waiting_on = status.name
-        return self.wait(context, status, state.submitted(state.placement, decision.max_wait))
+        return self.wait(context, status, state.submitted(state.placement, max_wait))
 
     def advised(self, state: AttemptState) -> AttemptState:
         """The attempt in the placement the capacity advice ranks first among those not tried yet
@@ -466,6 +469,7 @@ class AttemptLoop:
         adapter.ended(context, status)
         max_wait = state.max_wait(op.max_wait)
         now = datetime.now(timezone.utc)
+        again = asks_again(self.adapter, status, state, now)
         record = Attempt(
             number=state.attempt,
             placement=state.placement,
@@ -475,6 +479,7 @@ class AttemptLoop:
             outcome=status.phase,
             failure=status.outcome.failure,
             request_name=status.name,
+            continued=again,
         )
         state = state.ended(record.to_dict())
         history = [dict(h) for h in state.history]
@@ -494,6 +499,15 @@ class AttemptLoop:
             raise AirflowTaskTimeout(
                 f"execution_timeout {op.execution_timeout} passed: {status.outcome.message}"
             )
+        if again:
+            ends = state.wait_ends
+            self.log.info(
+                "%s was not obtained in its %s; asking again, the max wait lasts until %s",
+                status.name,
+                max_wait,
+                ends,
+            )
+            return self.plan(context, state.asked_again(max(len(history), state.attempt) + 1))
         stop = adapter.no_retry(status) if op.capacity_retry is not None else None
         if stop is not None:
             self.log.info("Not retrying: %s", stop)

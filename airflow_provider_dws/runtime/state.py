@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws.backends.base import RESUME
 from airflow_provider_dws.scheduling.policies import Placement
+
+if TYPE_CHECKING:
+    from airflow_provider_dws.backends.base import RequestStatus
+    from airflow_provider_dws.runtime.adapter import RequestAdapter
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,9 @@ class AttemptState:
     not_before: str | None = None
     #: The provisional name the request is recorded under while its trigger makes it.
     pending: str | None = None
+    #: When this attempt's max wait ends, where it is longer than its API lets one request wait
+    #: (:attr:`~.adapter.RequestAdapter.api_max_wait`): the loop asks again until then.
+    wait_ends: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The state as the trigger's ``resume``."""
@@ -39,6 +46,7 @@ class AttemptState:
             "max_wait_seconds": self.max_wait_seconds,
             "not_before": self.not_before,
             "pending": self.pending,
+            "wait_ends": self.wait_ends,
         }
 
     @classmethod
@@ -53,6 +61,7 @@ class AttemptState:
             max_wait_seconds=data.get("max_wait_seconds") or None,
             not_before=data.get("not_before") or None,
             pending=data.get("pending") or None,
+            wait_ends=data.get("wait_ends") or None,
         )
 
     @classmethod
@@ -84,6 +93,20 @@ class AttemptState:
             pending=None,
         )
 
+    def ends_wait_at(self) -> datetime | None:
+        """When this attempt's max wait ends, if it is kept over several requests."""
+        return datetime.fromisoformat(self.wait_ends) if self.wait_ends else None
+
+    def kept_until(self, ends: datetime) -> AttemptState:
+        """The same attempt, its max wait kept over several requests until ``ends``."""
+        return replace(self, wait_ends=ends.isoformat())
+
+    def asked_again(self, attempt: int) -> AttemptState:
+        """The next request of the same wait (``attempt`` numbers it), in the same placement."""
+        return AttemptState(
+            placement=self.placement, attempt=attempt, history=self.history, wait_ends=self.wait_ends
+        )
+
     def ended(self, record: Mapping[str, Any]) -> AttemptState:
         """The state after this attempt ended, its ``record`` added to the history."""
         return replace(self, history=(*self.history, record))
@@ -96,3 +119,40 @@ class AttemptState:
             history=self.history,
             not_before=not_before.isoformat() if not_before else None,
         )
+
+
+# -- a max wait longer than one request may wait -----------------------------------------------------
+
+
+def split_wait(
+    adapter: RequestAdapter[Any, Any], state: AttemptState, now: datetime, max_wait: timedelta, log: Any
+) -> tuple[AttemptState, timedelta]:
+    """The wait of the request to make now: ``max_wait``, or the longest its API allows when that
+    is shorter (:attr:`~.adapter.RequestAdapter.api_max_wait`), the attempt then keeping its max
+    wait by asking again until it ends (said once)."""
+    cap = adapter.api_max_wait
+    if cap is None or max_wait <= cap:
+        return state, max_wait
+    if state.wait_ends is None:
+        state = state.kept_until(now + max_wait)
+        log.info(
+            "The API lets one request wait at most %s; the max wait of %s is kept by asking again "
+            "when it gives up, until %s",
+            cap,
+            max_wait,
+            state.wait_ends,
+        )
+    return state, cap
+
+
+def asks_again(
+    adapter: RequestAdapter[Any, Any], status: RequestStatus, state: AttemptState, now: datetime
+) -> bool:
+    """Whether a request its API gave up is followed by another of the same wait: the attempt's
+    max wait is longer than one request may wait, and enough of it is left."""
+    from airflow_provider_dws.scheduling.phases import FailureKind
+
+    ends = state.ends_wait_at()
+    if ends is None or status.outcome.failure is not FailureKind.CAPACITY_NOT_OBTAINED:
+        return False
+    return ends - now >= adapter.min_wait

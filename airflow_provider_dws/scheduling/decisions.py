@@ -96,6 +96,9 @@ class Attempt:
     outcome: Phase
     failure: FailureKind | None
     request_name: str = ""
+    #: The API gave this request up before the attempt's max wait, and the loop asked again: one
+    #: wait over several requests, not a retry (it spends none of ``capacity_retry``).
+    continued: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.number, bool) or not isinstance(self.number, int) or self.number < 1:
@@ -140,6 +143,8 @@ class Attempt:
     def describe(self) -> str:
         """One line for the log and the final summary: ``attempt 1 in us-central1: no capacity within 0:45:00``."""
         text = f"attempt {self.number} in {self.placement}: {self.what()}"
+        if self.continued:
+            text += ", asked again within the max wait"
         return f"{text} (request {self.request_name})" if self.request_name else text
 
     def to_dict(self) -> dict[str, Any]:
@@ -153,6 +158,7 @@ class Attempt:
             "outcome": self.outcome.value,
             "failure": self.failure.value if self.failure is not None else None,
             "request_name": self.request_name,
+            **({"continued": True} if self.continued else {}),
         }
 
     @classmethod
@@ -168,6 +174,7 @@ class Attempt:
             outcome=Phase(data["outcome"]),
             failure=FailureKind(failure) if failure else None,
             request_name=str(data.get("request_name") or ""),
+            continued=bool(data.get("continued")),
         )
 
 
@@ -392,13 +399,15 @@ def next_step(
             f"{last.what(where=True)}; capacity_retry does not retry {name} "
             f"(it retries on {', '.join(k.value for k in FailureKind if k in retry.on)})"
         )
-    used = max(len(history), last.number)
+    # A request the loop asked again for (``continued``) is part of its attempt's wait, not one of
+    # capacity_retry's attempts; it still takes a number (each request has its own name).
+    number = max(len(history), last.number) + 1
+    used = number - 1 - sum(1 for a in history if a.continued)
     if used >= retry.attempts:
         return give_up(f"{last.what(where=True)}; all {retry.attempts} attempts of capacity_retry are used")
 
-    number = used + 1
     order = placement_order(home, failover)
-    placement = order[(number - 1) % len(order)]
+    placement = order[used % len(order)]
     same_place = placement == last.placement
     if same_place:
         chooser = (
@@ -406,7 +415,7 @@ def next_step(
             if rng is not None
             else random.Random(f"{last.request_name}|{last.number}|{last.ended.isoformat()}")
         )
-        delay = retry.delay(number - 1, chooser)
+        delay = retry.delay(used, chooser)
     else:
         delay = timedelta(0)
     earliest = max(current, aware_utc(last.ended, "ended") + delay)

@@ -8,7 +8,7 @@ nothing); the release deletes them; a worker-side (``deferrable=False``) task do
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -22,6 +22,7 @@ from airflow_provider_dws.records import XCOM_KEY, read_records
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger, first_event
 from airflow_provider_dws.triggers.submit import is_pending
+from dws_emulator.testing import FakeClock
 
 pytestmark = pytest.mark.emulator
 
@@ -205,3 +206,92 @@ def test_a_second_submit_of_a_waiting_set_inserts_nothing(emulator: Any) -> None
     assert (again.name, again.state, created) == (first.name, "PENDING", False)
     assert emu.calls("compute.instances.insert") == inserts
     backend.release(first.name)
+
+
+@pytest.fixture
+def timed(monkeypatch: pytest.MonkeyPatch, dws_emulator_server_factory: Any) -> Any:
+    """An emulator with no H100 free on a clock the test moves."""
+    clock = FakeClock()
+    emu = dws_emulator_server_factory({H100: 0}, clock=clock)
+    monkeypatch.setenv("DWS_EMULATOR_HOST", emu.address)
+    return emu, clock
+
+
+def run_until_the_wait_ends(emu: Any, clock: FakeClock, trigger: CapacityRequestTrigger, wait: float) -> Any:
+    """Run the trigger until it waits on its two PENDING VMs, move the clock past their wait."""
+
+    async def scenario() -> dict[str, Any]:
+        task = asyncio.ensure_future(first_event(trigger))
+        for _ in range(1200):
+            if len(vms(emu)) == 2 and trigger.request_name.startswith("projects/"):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail(f"the trigger never made its set: {vms(emu)}")
+        listed = emu.calls("compute.instances.list")
+        for _ in range(1200):  # one poll of the set made, so the next one sees the wait's end
+            if emu.calls("compute.instances.list") > listed:
+                break
+            await asyncio.sleep(0.05)
+        assert not task.done()
+        clock.advance(wait + 1)
+        return await asyncio.wait_for(task, 60)
+
+    return asyncio.run(scenario())
+
+
+def test_a_set_whose_wait_ends_is_capacity_not_obtained(timed: Any) -> None:
+    """Compute Engine deletes every VM still PENDING when its wait ends: the set vanishes, which is
+    capacity not obtained (not "deleted outside the task"), and a 2-minute wait is not asked again."""
+    emu, clock = timed
+    ti = TI("expiring")
+    trigger, method = deferred_trigger(ti, max_wait=120)
+    event = run_until_the_wait_ends(emu, clock, trigger, 120)
+    assert (event["phase"], event["state"], event["failure"]) == (
+        "not_obtained",
+        "INCOMPLETE",
+        "capacity_not_obtained",
+    )
+    with pytest.raises(CapacityNotObtainedError):
+        getattr(ask("expiring", max_wait=120), method)({"ti": ti}, event)
+    assert len(vms(emu)) == 2 and all(r["deleted"] for r in vms(emu))  # nothing made again
+
+
+def test_a_max_wait_beyond_two_hours_is_kept_by_asking_again(timed: Any) -> None:
+    """A 3-hour max wait: each set may wait 2 hours (``requestValidForDuration``); when the first
+    is not obtained the task asks again, as attempt 2 and not as a capacity retry, with what is
+    left of the 3 hours, and stops asking when too little is left."""
+    emu, clock = timed
+    ti = TI("patient")
+    task = ask("patient", max_wait=timedelta(hours=3))
+    with pytest.raises(TaskDeferred) as deferred:
+        task.execute({"ti": ti})
+    first = deferred.value.trigger
+    assert first.submit["request"]["wait_seconds"] == 7200
+    ends = datetime.fromisoformat(first.resume["wait_ends"])
+    assert timedelta(hours=2, minutes=59) < ends - datetime.now(timezone.utc) <= timedelta(hours=3)
+    event = run_until_the_wait_ends(emu, clock, CapacityRequestTrigger(**first.serialize()[1]), 7200)
+    assert event["phase"] == "not_obtained"
+
+    with pytest.raises(TaskDeferred) as again:
+        getattr(task, deferred.value.method_name)({"ti": ti}, event)
+    second = again.value.trigger
+    assert second.submit["request"]["name"].endswith("-t1-a2")
+    assert second.submit["request"]["wait_seconds"] == 7200  # this test's real clock barely moved
+    assert second.resume["wait_ends"] == first.resume["wait_ends"]
+    [record] = second.resume["history"]
+    assert record["continued"] is True and record["number"] == 1
+
+    # With 10 minutes of the max wait left, the next set waits those 10 minutes.
+    soon = dict(event, resume={**event["resume"], "wait_ends": _in(timedelta(minutes=10))})
+    with pytest.raises(TaskDeferred) as last:
+        getattr(task, deferred.value.method_name)({"ti": ti}, soon)
+    assert 590 <= last.value.trigger.submit["request"]["wait_seconds"] <= 600
+    # With less than the API's 90 s left, the wait is over: capacity not obtained.
+    over = dict(event, resume={**event["resume"], "wait_ends": _in(timedelta(seconds=30))})
+    with pytest.raises(CapacityNotObtainedError):
+        getattr(task, deferred.value.method_name)({"ti": ti}, over)
+
+
+def _in(delta: timedelta) -> str:
+    return (datetime.now(timezone.utc) + delta).isoformat()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
@@ -362,3 +363,19 @@ def test_empty_history_plans_the_first_attempt() -> None:
         seoul(2026, 12, 1, 22, 0),
     )
     assert step.summary == ""
+
+
+def test_requests_asked_again_within_one_wait_spend_no_retry() -> None:
+    """Two requests of one attempt's wait (the API's own max wait was shorter, the loop asked
+    again: ``continued``) count once: the retry is attempt 3 by name, the second of capacity_retry's
+    two, in the failover's next placement; then the attempts are used."""
+    t = utc(2026, 12, 1, 10, 0)
+    first = replace(attempt(1, HOME, t), continued=True)
+    assert Attempt.from_dict(first.to_dict()) == first
+    assert "no capacity within 0:45:00, asked again within the max wait (request req-1)" in first.describe()
+    history = [first, attempt(2, HOME, t)]
+    retry = CapacityRetry(attempts=2, backoff=timedelta(0), jitter=False)
+    step = next_step(history, t, home=HOME, max_wait=MAX_WAIT, retry=retry, failover=Failover(EAST))
+    assert (step.action, step.attempt, step.placement) == ("submit", 3, EAST)
+    step = next_step([*history, attempt(3, EAST, t)], t, home=HOME, max_wait=MAX_WAIT, retry=retry)
+    assert step.action == "give_up" and "all 2 attempts of capacity_retry are used" in step.reason

@@ -59,7 +59,7 @@ def documents_dir() -> Path | None:
 #: The revision of each document the emulator was written against: an older one (an older
 #: google-api-python-client, as the oldest supported dependencies have) lacks what came since
 #: (compute v1 had no regional resize requests in 20260213), so calls are not checked against it.
-WRITTEN_AGAINST = {"compute.v1": "20261106"}
+WRITTEN_AGAINST = {"compute.v1": "20261106", "tpu.v2alpha1": "20261001"}
 
 
 def available(service: str = "compute.v1") -> bool:

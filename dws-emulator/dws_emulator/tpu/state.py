@@ -54,6 +54,7 @@ from ..core.operations import finish_operation, start_operation
 from ..core.reservations import Reservation
 from . import METHODS as TPU_METHODS
 from . import TPU_SERVICE
+from .flex import REST_SERVICE, FlexRun, check_family, flex_routes
 from .reserved import calendar_reservation
 from .service import TpuServicer
 from .validation import TPU_PORT, QueuedResourcePlan, parse_parent, validate_queued_resource
@@ -103,10 +104,20 @@ class QueuedResourceRecord:
     nodes: list[str] = field(default_factory=list)  # node names, once ACTIVE
     deleted: bool = False
     deleting_until: float | None = None  # when DELETING ends
+    flex: FlexRun | None = None  # made through v2alpha1: its provisioning model and run (:mod:`.flex`)
+    run_until: float | None = None  # a flex-start run's end, once ACTIVE
 
     @property
     def state(self) -> int:
         return int(self.qr.state.state)
+
+    @property
+    def valid_until(self) -> float | None:
+        """When a request not yet ACTIVE fails: its valid-until time, or a flex-start termination
+        time that comes first (nothing would run)."""
+        terminate_at = self.flex.terminate_at if self.flex is not None else None
+        ends = [t for t in (self.plan.valid_until, terminate_at) if t is not None]
+        return min(ends) if ends else None
 
 
 @dataclass
@@ -121,6 +132,7 @@ class TpuState(Api):
 
     name = "tpu"
     services = {TPU_SERVICE: TPU_METHODS}
+    rest_service = REST_SERVICE
 
     def __init__(self, core: Core) -> None:
         super().__init__(core)
@@ -164,8 +176,10 @@ class TpuState(Api):
         if rec.deleted:
             return
         state, name, due = rec.state, rec.name, self._due
-        until = rec.plan.valid_until
-        if state in (QrState.CREATING, QrState.SUSPENDING):
+        until = rec.valid_until
+        if state == QrState.ACTIVE and rec.run_until is not None:
+            due.at(name, rec.run_until)
+        elif state in (QrState.CREATING, QrState.SUSPENDING):
             due.next_tick(name)
         elif state == QrState.DELETING:
             if rec.deleting_until is None:
@@ -198,6 +212,11 @@ class TpuState(Api):
     def _expiry_message(self, rec: QueuedResourceRecord) -> str:
         plan = rec.plan
         where = f"reservation {plan.reservation}" if plan.reservation else plan.zone
+        if rec.flex is not None and rec.valid_until == rec.flex.terminate_at:
+            return (
+                f"The flex-start queued resource's termination time ({iso(rec.flex.terminate_at)}) "
+                f"passed before {plan.chips} {plan.shape.family} chips were available in {where}."
+            )
         return (
             f"The queued resource could not be provisioned before its valid-until time "
             f"({iso(plan.valid_until)}): {plan.chips} {plan.shape.family} chips "
@@ -205,7 +224,7 @@ class TpuState(Api):
         )
 
     def _enqueue(self, rec: QueuedResourceRecord, now: float) -> None:
-        until = rec.plan.valid_until
+        until = rec.valid_until
         max_wait = None if until is None else max(0.0, until - now)
         self.core.capacity.enqueue(rec.name, rec.plan.pool, rec.plan.chips, max_wait)
         rec.enqueued = True
@@ -229,7 +248,9 @@ class TpuState(Api):
             node.name = name
             node.state = NodeState.CREATING
             node.health = cloud_tpu.Node.Health.HEALTHY
-            node.api_version = cloud_tpu.Node.ApiVersion.V2
+            # The API version the node was made through (a flex-start request: v2alpha1).
+            alpha = rec.flex is not None
+            node.api_version = cloud_tpu.Node.ApiVersion.V2_ALPHA1 if alpha else cloud_tpu.Node.ApiVersion.V2
             node.create_time.CopyFrom(_timestamp(now))
             node.id = self._next_node_id
             self._next_node_id += 1
@@ -280,6 +301,9 @@ class TpuState(Api):
     def handlers(self) -> list[tuple[str, Any]]:
         return [(TPU_SERVICE, TpuServicer(self).handler())]
 
+    def rest_routes(self) -> list[Any]:
+        return flex_routes(self)
+
     def control_methods(self) -> dict[str, Any]:
         return {"Preempt": self._control_preempt}
 
@@ -307,12 +331,17 @@ class TpuState(Api):
 
     def _visit(self, rec: QueuedResourceRecord, now: float) -> None:
         state = rec.state
-        until = rec.plan.valid_until
-        if state == QrState.PROVISIONING and rec.provisioned_at is not None:
+        until = rec.valid_until
+        if state == QrState.ACTIVE and rec.run_until is not None:
+            if now >= rec.run_until:
+                self._end_run(rec, now)
+        elif state == QrState.PROVISIONING and rec.provisioned_at is not None:
             if now >= rec.provisioned_at and (until is None or rec.provisioned_at <= until):
                 rec.provisioned_at = None
                 self._set_node_states(rec, NodeState.READY)
                 log.info("QueuedResource %s: node(s) READY", rec.name)
+                if rec.flex is not None and rec.flex.model == "FLEX_START":
+                    rec.run_until = rec.flex.ends_at(now)
                 self._set_state(rec, QrState.ACTIVE, now)
             elif until is not None and now >= until:
                 self._fail(rec, now, self._expiry_message(rec))
@@ -394,13 +423,19 @@ class TpuState(Api):
         return rec
 
     def create(
-        self, parent: str, queued_resource_id: str, qr: Any, both_tiers: bool = False
+        self,
+        parent: str,
+        queued_resource_id: str,
+        qr: Any,
+        both_tiers: bool = False,
+        flex: FlexRun | None = None,
     ) -> operations_pb2.Operation:
         core = self.core
         with core.lock:
             core.tick()
             now = core.clock()
             plan = validate_queued_resource(parent, queued_resource_id, qr, now, both_tiers)
+            check_family(flex, plan.shape.family)
             capacity = core.capacity
             reservation = calendar_reservation(core.reservations, plan)
             if not capacity.has_pool(plan.pool):
@@ -441,7 +476,7 @@ class TpuState(Api):
             stored.name = name
             stored.ClearField("state")
             stored.create_time.CopyFrom(_timestamp(now))
-            rec = QueuedResourceRecord(name, self._next_seq, stored, plan, now)
+            rec = QueuedResourceRecord(name, self._next_seq, stored, plan, now, flex=flex)
             self._next_seq += 1
             self.resources.pop(name, None)  # a deleted one with the same id makes way (kept in all_records)
             self.resources[name] = rec
@@ -479,6 +514,14 @@ class TpuState(Api):
         self._set_node_states(rec, NodeState.PREEMPTED)
         for node in filter(None, (self.nodes.get(n) for n in rec.nodes)):
             node.health_description = why or node.health_description
+        self._set_state(rec, QrState.SUSPENDING, now)
+
+    def _end_run(self, rec: QueuedResourceRecord, now: float) -> None:
+        """A flex-start run's end: the chips go back, the TPU VMs are deleted, SUSPENDING."""
+        self.core.capacity.release(rec.name)
+        rec.run_until = None
+        log.info("QueuedResource %s: its flex-start run ended; node(s) deleted", rec.name)
+        self._drop_nodes(rec)
         self._set_state(rec, QrState.SUSPENDING, now)
 
     def get(self, name: str) -> Any:
@@ -521,7 +564,7 @@ class TpuState(Api):
                 raise EmulatorError(
                     grpc.StatusCode.FAILED_PRECONDITION, f"QueuedResource {name} is already being deleted."
                 )
-            if state in STATES_WITH_NODES and not force:
+            if state in STATES_WITH_NODES and rec.nodes and not force:
                 raise EmulatorError(
                     grpc.StatusCode.FAILED_PRECONDITION,
                     f"Cannot delete QueuedResource {name} in state {state.name}: it still has node(s) "
@@ -612,4 +655,7 @@ class TpuState(Api):
             "history": [{"state": s, "time": iso(t), "initiator": i} for s, t, i in rec.history],
             "error": {"code": error.code, "message": error.message} if error is not None else None,
             "nodes": list(rec.nodes),
+            "provisioning_model": rec.flex.model if rec.flex else None,
+            "max_run_seconds": rec.flex.max_run if rec.flex else None,
+            "termination_time": iso(rec.flex.terminate_at) if rec.flex and rec.flex.terminate_at else None,
         }

@@ -214,6 +214,12 @@ MAX_LABELS = 64
 IDENTITY_LABELS = 8
 
 
+#: Cloud TPU flex-start (Preview, ``v2alpha1``): the families it is offered on (TPU v5e, v6e)
+#: and the longest run (cloud.google.com/tpu/docs/request-using-flex-start, read 2026-12-07).
+TPU_FLEX_START_FAMILIES = ("v5litepod", "v6e")
+TPU_FLEX_START_MAX_RUN = timedelta(days=7)
+
+
 def tpu_size_offered(sizes: Container[int], cube_cores: int, max_size: int, size: int) -> bool:
     """True if a family with these listed ``sizes`` and whole cubes offers a slice of ``size``."""
     return size in sizes or (cube_cores > 0 and size % cube_cores == 0 and 0 < size <= max_size)

@@ -65,6 +65,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_dws.hooks.base",
                     "airflow_provider_dws.hooks.vertex_ai",
                     "airflow_provider_dws.hooks.tpu",
+                    "airflow_provider_dws.hooks.tpu_flex",
                     "airflow_provider_dws.hooks.batch",
                     "airflow_provider_dws.hooks.compute",
                     "airflow_provider_dws.hooks.kubernetes",

@@ -41,6 +41,9 @@ LIVE_PHASES = ("waiting", "running")
 API_NAMES = {
     "vertex_custom_job": "Vertex AI custom job",
     "tpu_queued_resource": "Cloud TPU queued resource",
+    # A flex-start slice is a queued resource too: its records say tpu_queued_resource (so the
+    # release's record joins them); the name is here for the trigger's kind.
+    "tpu_flex_start": "Cloud TPU flex-start queued resource",
     "batch_job": "Cloud Batch job",
     "compute_resize_request": "Compute Engine flex-start VMs",
     "compute_instance_set": "Compute Engine flex-start VMs (no MIG)",

@@ -50,6 +50,7 @@ CHECK_KUEUE_ENV_VARS = "airflow_provider_dws.specs.kueue_job:check_env_vars"
 BACKENDS: dict[str, str] = {
     "vertex_custom_job": "airflow_provider_dws.backends.vertex_ai:VertexCustomJobBackend",
     "tpu_queued_resource": "airflow_provider_dws.backends.tpu:TpuQueuedResourceBackend",
+    "tpu_flex_start": "airflow_provider_dws.backends.tpu_flex:TpuFlexStartBackend",
     "batch_job": "airflow_provider_dws.backends.batch:BatchJobBackend",
     "compute_resize_request": "airflow_provider_dws.backends.compute:ComputeResizeRequestBackend",
     "compute_instance_set": "airflow_provider_dws.backends.compute_instances:ComputeInstanceSetBackend",

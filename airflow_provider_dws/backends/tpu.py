@@ -342,9 +342,16 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
         return self._list(lambda qr: qr.name.rsplit("/", 1)[-1].startswith(prefix))
 
     def submit(
-        self, request: QueuedResource, identity: RequestIdentity, request_id: str | None = None
+        self,
+        request: QueuedResource,
+        identity: RequestIdentity,
+        request_id: str | None = None,
+        *,
+        run: dict[str, str] | None = None,
     ) -> tuple[RequestStatus, bool]:
-        """Create the queued resource ``request_id``, or adopt the existing one of that id.
+        """Create the queued resource ``request_id``, or adopt the existing one of that id
+        (``run``: a flex-start run duration, ``{"maxRunDuration": "3600s"}``, which only
+        :class:`~.tpu_flex.TpuFlexStartBackend` takes).
 
         Returns its status and whether this call created it.
         """
@@ -353,15 +360,20 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
         name = self.name_of(request_id)
 
         def create() -> RequestStatus:
-            operation = self._client().create_queued_resource(
-                parent=self.parent,
-                queued_resource_id=request_id,
-                queued_resource=request,
-                timeout=self.rpc_timeout,
-            )
-            return self._created(operation, name)
+            return self._created(self._create_operation(request_id, request, run), name)
 
         return self._create_named(name, create)
+
+    def _create_operation(self, request_id: str, request: QueuedResource, run: dict[str, str] | None) -> Any:
+        """The create call: ``v2`` has no flex-start (see :mod:`.tpu_flex`)."""
+        if run is not None:
+            raise ValueError("a flex-start run duration needs the v2alpha1 backend (tpu_flex_start)")
+        return self._client().create_queued_resource(
+            parent=self.parent,
+            queued_resource_id=request_id,
+            queued_resource=request,
+            timeout=self.rpc_timeout,
+        )
 
     def submit_spec(self, spec: dict[str, Any], identity: RequestIdentity) -> tuple[RequestStatus, bool]:
         """:meth:`submit` for a JSON request spec (what a trigger is handed:
@@ -375,7 +387,7 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
         if existing is not None and existing.phase.terminal:
             log.warning("An earlier request %s ended; deleting it before asking again", name)
             self.release(name, wait=True)
-        return self.submit(request, identity, qr_id)
+        return self.submit(request, identity, qr_id, run=spec.get("run_duration"))
 
     def delete_ended(self, found: Sequence[RequestStatus]) -> None:
         """Delete the queued resources of ``found`` (a lookup's) that ended without success (FAILED,

@@ -82,6 +82,12 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsQueuedRequestOperator):
         the block's end fails with :class:`~airflow_provider_dws.exceptions.CapacityRevokedError`
         (see :mod:`airflow_provider_dws.operators.reserved`).
     :param valid_after: do not provision before this long after creation (e.g. an off-peak start).
+    :param provisioning_model: ``"flex_start"`` for Cloud TPU flex-start (Preview, TPU v5e and v6e):
+        the slice runs for ``max_run`` (at most 7 days), then Cloud TPU deletes its VMs and the
+        queued resource is ``SUSPENDED``; on preemptible quota, with no tier and no reservation.
+        Made through the ``v2alpha1`` API (google-api-python-client's client: google-cloud-tpu's
+        lacks the fields). ``None`` (default): the ``v2`` queued resource above.
+    :param max_run: how long a flex-start slice runs (required with ``provisioning_model``).
     :param network: VPC network; :param subnetwork: subnetwork; :param enable_external_ips:
         give the nodes external IP addresses.
     :param service_account: service account email for the nodes.
@@ -139,6 +145,12 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsQueuedRequestOperator):
         flag("spot"),
         flag("guaranteed"),
         flag("enable_external_ips"),
+        Check(
+            "provisioning_model",
+            lambda v: v in ("flex_start",),
+            "must be 'flex_start' (Cloud TPU flex-start) or None",
+            optional=True,
+        ),
     )
 
     def __init__(
@@ -159,6 +171,8 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsQueuedRequestOperator):
         subnetwork: str | None = None,
         enable_external_ips: bool = False,
         service_account: str | None = None,
+        provisioning_model: str | None = None,
+        max_run: timedelta | int | float | None = None,
         **kwargs: Any,
     ) -> None:
         failover = kwargs.get("failover")  # none on a calendar block (init_block)
@@ -175,6 +189,10 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsQueuedRequestOperator):
         self.subnetwork = subnetwork
         self.enable_external_ips = enable_external_ips
         self.service_account = service_account
+        self.provisioning_model = provisioning_model
+        self.max_run = (
+            None if max_run is None else duration(self, "max_run", max_run, facts.TPU_FLEX_START_MAX_RUN)
+        )
         self.valid_after = (
             None if valid_after is None else duration(self, "valid_after", valid_after, MAX_WAIT_LIMIT)
         )
@@ -186,6 +204,7 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsQueuedRequestOperator):
                 "zone it takes)"
             )
         self._check_tier()
+        self._check_flex_start()
         self.check_policies()
         if self.valid_after and (self.window is not None or self.deadline is not None):
             # The max wait is cut from the submit time; a delayed start would let capacity arrive
@@ -212,6 +231,42 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsQueuedRequestOperator):
                 "pass reservation_name (a reservation) or a calendar block (block_task_id, reservation), not both"
             )
 
+    @property
+    def flex_start(self) -> bool:
+        """Whether this is a flex-start slice (``v2alpha1``)."""
+        return self.provisioning_model == "flex_start"
+
+    def _check_flex_start(self) -> None:
+        if not self.flex_start:
+            if self.max_run is not None:
+                raise self._param_error(
+                    "max_run is a flex-start slice's run: pass provisioning_model='flex_start'"
+                )
+            return
+        if self.max_run is None:
+            raise self._param_error(
+                f"provisioning_model='flex_start' needs max_run (how long the slice runs, at most "
+                f"{facts.TPU_FLEX_START_MAX_RUN})"
+            )
+        if self.spot or self.guaranteed or self.reservation_name or self.on_block:
+            raise self._param_error(
+                "a flex-start slice takes no tier and no reservation (spot, guaranteed, reservation_name, "
+                "a calendar block): it is its own provisioning model"
+            )
+        self._check_flex_family(self.accelerator_type)
+
+    def _check_flex_family(self, accelerator_type: str) -> None:
+        from airflow_provider_dws.specs.templates import has_template
+
+        if has_template(accelerator_type):
+            return
+        family = str(accelerator_type).rsplit("-", 1)[0]
+        if family not in facts.TPU_FLEX_START_FAMILIES:
+            raise self._param_error(
+                f"flex-start is offered on TPU {', '.join(facts.TPU_FLEX_START_FAMILIES)} only, not "
+                f"{accelerator_type!r}"
+            )
+
     def use_block(self, block: Block) -> None:
         """Run on ``block``: its zone, and its reservation as Cloud TPU names it."""
         super().use_block(block)
@@ -233,6 +288,11 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsQueuedRequestOperator):
             )
         if placement.machine_type:
             raise self._param_error(f"failover placement {placement}: TPU slices have no machine_type")
+        if self.flex_start:
+            if placement.tier is not None:
+                raise self._param_error(f"failover placement {placement}: a flex-start slice has no tier")
+            if placement.accelerator_type:
+                self._check_flex_family(placement.accelerator_type)
 
     def home_placement(self) -> Placement:
         """The operator's own zone."""

@@ -92,8 +92,14 @@ class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator",
         self._ended: list[tuple[TpuQueuedResourceBackend, RequestStatus]] = []
 
     def backend(self, location: str | None = None) -> TpuQueuedResourceBackend:
-        """The Cloud TPU backend of ``location`` (default: the operator's zone)."""
-        return self.cached_backend(TpuQueuedResourceBackend, location or str(self.op.zone))
+        """The Cloud TPU backend of ``location`` (default: the operator's zone); ``v2alpha1`` for a
+        flex-start slice."""
+        return self.cached_backend(backend_class(self.op), location or str(self.op.zone))
+
+    def run_duration(self) -> dict[str, str] | None:
+        """A flex-start slice's ``runDuration``; ``None`` for any other."""
+        max_run = self.op.max_run
+        return {"maxRunDuration": duration(max_run)} if self.op.flex_start and max_run else None
 
     def location_of(self, name: str) -> str:
         """The zone of a queued resource."""
@@ -126,12 +132,14 @@ class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator",
         zone = placement.location if placement is not None else str(self.op.zone)
         parent = f"projects/{resolve_project(self.op)}/locations/{zone}"
         qr_id = self.id_for(identity)
-        return {
+        spec = {
             "queued_resource_id": qr_id,
             "queued_resource": self.queued_resource_json(
                 identity.labels(), parent, qr_id, placement, max_wait
             ),
         }
+        run = self.run_duration()
+        return spec if run is None else {**spec, "run_duration": run}
 
     def queued_resource_json(
         self,
@@ -262,12 +270,13 @@ class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator",
             backend.release(name, wait=True)
         request = self.build(identity.labels(), backend.parent, qr_id, placement, max_wait)
         try:
-            status, created = backend.submit(request, identity, qr_id)
+            status, created = backend.submit(request, identity, qr_id, run=self.run_duration())
         except _REFUSED as err:
             raise BadRequestError(f"Cloud TPU refused the queued resource {name}: {err.message}") from None
         tier = placement.tier or ("spot" if op.spot else "guaranteed" if op.guaranteed else "on-demand")
+        tier = f"flex-start, runs {op.max_run}" if op.flex_start else f"{tier} tier"
         self.log.info(
-            "%s queued resource %s (attempt %d): %s, %s tier, may wait up to %s for capacity%s",
+            "%s queued resource %s (attempt %d): %s, %s, may wait up to %s for capacity%s",
             "Created" if created else "Adopted",
             name,
             identity.attempt,
@@ -324,7 +333,7 @@ class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator",
             pricing = "flex_start"
         return {
             "api": TpuQueuedResourceBackend.kind,
-            "kind": "TPU queued resource",
+            "kind": "TPU flex-start queued resource" if self.op.flex_start else "TPU queued resource",
             "accelerator_type": accelerator_type,
             "accelerator_count": chips,
             "machine_type": None,
@@ -361,6 +370,15 @@ class TPUQueuedResourceBlockAdapter(ReservedSteps, TPUQueuedResourceAdapter):
 
 
 # -- the release (DeleteTPUQueuedResourceOperator) -------------------------------------------------
+
+
+def backend_class(op: Any) -> type[TpuQueuedResourceBackend]:
+    """The backend of a setup's slices: ``v2alpha1`` (:mod:`~.backends.tpu_flex`) for flex-start."""
+    if getattr(op, "flex_start", False):
+        from airflow_provider_dws.backends.tpu_flex import TpuFlexStartBackend
+
+        return TpuFlexStartBackend
+    return TpuQueuedResourceBackend
 
 
 def _targets(
@@ -402,8 +420,12 @@ def release_all(op: DeleteTPUQueuedResourceOperator, context: Context) -> dict[s
     project = resolve_project(op)
     released: list[str] = []
     states: list[str] = []
+    setup = (
+        task_in_role(op, op.setup_task_id, roles.TPU_QUEUED_RESOURCE) if not op.queued_resource_id else None
+    )
+    backend_type = backend_class(setup)
     for zone in dict.fromkeys(zones):
-        backend = TpuQueuedResourceBackend(project, zone, op.gcp_conn_id, op.impersonation_chain)
+        backend = backend_type(project, zone, op.gcp_conn_id, op.impersonation_chain)
         if identity is not None:
             # Every submission of the setup's task instance carries its identity label.
             found = backend.find(identity)

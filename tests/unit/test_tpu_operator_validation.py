@@ -17,6 +17,7 @@ from airflow_provider_dws.operators.tpu import (
     DeleteTPUQueuedResourceOperator,
 )
 from airflow_provider_dws.scheduling.identity import RequestIdentity
+from airflow_provider_dws.scheduling.policies import Placement
 
 IDENTITY = RequestIdentity("train_dag", "ask_for_tpu", "manual__2026-01-01", 2)
 PARENT = "projects/my-project/locations/us-west4-a"
@@ -504,3 +505,53 @@ def test_delete_templated_values_are_not_rejected() -> None:
     op.zone = "Nowhere"
     with pytest.raises(ValueError, match="zone must be a Cloud TPU zone"):
         op.check_parameters(rendered=True)
+
+
+FLEX = {"provisioning_model": "flex_start", "max_run": timedelta(hours=4)}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        pytest.param({"provisioning_model": "flex"}, "provisioning_model must be 'flex_start'", id="model"),
+        pytest.param(
+            {"provisioning_model": "flex_start"}, "provisioning_model='flex_start' needs max_run", id="no-run"
+        ),
+        pytest.param({"max_run": 3600}, "max_run is a flex-start slice's run", id="run-alone"),
+        pytest.param({**FLEX, "max_run": timedelta(days=8)}, "max_run", id="too-long"),
+        pytest.param(
+            {**FLEX, "spot": True}, "a flex-start slice takes no tier and no reservation", id="spot"
+        ),
+        pytest.param(
+            {**FLEX, "reservation_name": "projects/p/locations/us-west4-a/reservations/r"},
+            "takes no tier and no reservation",
+            id="reservation",
+        ),
+        pytest.param(
+            {**FLEX, "accelerator_type": "v5p-8"},
+            "flex-start is offered on TPU v5litepod, v6e only",
+            id="family",
+        ),
+        pytest.param(
+            {**FLEX, "failover": [Placement("us-east5-a", tier="spot")], "capacity_retry": 1},
+            "a flex-start slice has no tier",
+            id="failover-tier",
+        ),
+    ],
+)
+def test_flex_start_parameters_are_checked_at_parse_time(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make(**kwargs)
+
+
+def test_a_flex_start_slice_asks_v2alpha1_for_its_run() -> None:
+    from airflow_provider_dws.backends.tpu_flex import TpuFlexStartBackend
+    from airflow_provider_dws.scheduling.identity import RequestIdentity
+
+    task = make(**FLEX, accelerator_type="v6e-8", project_id="my-project")
+    adapter = task.adapter()
+    assert isinstance(adapter.backend(), TpuFlexStartBackend) and adapter.backend().kind == "tpu_flex_start"
+    spec = adapter.request_spec(RequestIdentity("d", "t", "r"))
+    assert spec["run_duration"] == {"maxRunDuration": "14400s"}
+    assert "spot" not in spec["queued_resource"] and "guaranteed" not in spec["queued_resource"]
+    assert "run_duration" not in make(project_id="my-project").adapter().request_spec(RequestIdentity("d", "t", "r"))

@@ -30,6 +30,7 @@ BIN = Path(sys.executable).parent
 DAG_IDS = (
     "dws_vertex_flex_start",
     "dws_tpu_queued_resource",
+    "dws_tpu_flex_start",
     "dws_batch_flex_start",
     "dws_compute_flex_start_vms",
     "dws_compute_flex_start_instances",
@@ -209,14 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     blocks = [r for r in requests if r["kind"] == "FutureReservation"]
     # The ProvisioningRequest example's and the one Kueue made for the Kueue example's Job.
     provisioning = [r for r in requests if r["kind"] == "ProvisioningRequest"]
-    # The Vertex AI example's job and the calendar example's training job; its TPU slice and the
-    # TPU example's; the calendar example's GPU and TPU blocks.
+    # The Vertex AI example's job and the calendar example's training job; its TPU slice, the
+    # TPU example's and the flex-start example's; the calendar example's GPU and TPU blocks.
     ok = (
         all(states.get(dag_id) == "success" for dag_id in DAG_IDS)
         and [j["state"] for j in jobs] == ["JOB_STATE_SUCCEEDED"] * 2
         and [j["state"] for j in batch_jobs] == ["SUCCEEDED"]
-        and len(slices) == 2
+        and len(slices) == 3
         and all(s["deleted"] for s in slices)
+        and [s["provisioning_model"] for s in slices].count("FLEX_START") == 1
         and [r["state"] for r in resizes] == ["SUCCEEDED"]
         and all(r["deleted"] and r["vms_deleted"] for r in resizes)
         # The standalone example's two VMs: both ran, and the teardown deleted them.

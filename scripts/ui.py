@@ -27,6 +27,7 @@ from tests.faults.harness import Deployment, HarnessError, probe_postgres  # noq
 EXAMPLE_DAGS = (
     "dws_vertex_flex_start",
     "dws_tpu_queued_resource",
+    "dws_tpu_flex_start",
     "dws_batch_flex_start",
     "dws_compute_flex_start_vms",
     "dws_compute_flex_start_instances",

@@ -71,6 +71,11 @@ class RequestAdapter(Generic[_Op, _Backend]):
         self.op = operator
         self._backends = BackendCache()
 
+    def deferral_note(self) -> str:
+        """What the deferral's log line adds of the request (``"; ..."``), where its trigger makes
+        it and the line is all the task log says of it before it ends."""
+        return ""
+
     @property
     def log(self) -> Any:
         """The task's logger (lines land in the task log)."""

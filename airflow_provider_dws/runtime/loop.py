@@ -372,10 +372,11 @@ class AttemptLoop:
         self.log.info(
             "Deferring: the request waits in the DWS queue without holding a worker slot; the "
             "triggerer makes it (attempt %d in %s) unless it finds this task instance's own, and it "
-            "may wait up to %s for capacity",
+            "may wait up to %s for capacity%s",
             state.attempt,
             state.placement,
             max_wait,
+            adapter.deferral_note(),
         )
         event = wait_for_event(self.op, trigger, "complete_attempt")
         return self.complete(context, event, {})

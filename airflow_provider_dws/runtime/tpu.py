@@ -96,6 +96,12 @@ class TPUQueuedResourceAdapter(RequestAdapter["CreateTPUQueuedResourceOperator",
         flex-start slice."""
         return self.cached_backend(backend_class(self.op), location or str(self.op.zone))
 
+    def deferral_note(self) -> str:
+        """A flex-start slice's run."""
+        if not self.op.flex_start:
+            return ""
+        return f"; a flex-start slice: once ACTIVE it runs {self.op.max_run}, then Cloud TPU deletes its VMs"
+
     def run_duration(self) -> dict[str, str] | None:
         """A flex-start slice's ``runDuration``; ``None`` for any other."""
         max_run = self.op.max_run

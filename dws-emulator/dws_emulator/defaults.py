@@ -30,6 +30,8 @@ DEFAULT_CAPACITY: dict[str, int] = {
     "us-central1-a/v5litepod": 32,
     "us-east5-a/v5p": 64,
     "us-east1-d/v6e": 64,
+    # Where Cloud TPU offers v6e flex-start (its docs: us-east5-a, asia-northeast1-b).
+    "us-east5-a/v6e": 32,
 }
 
 #: The calendar of free capacity for calendar mode (future reservations) when ``serve`` gets no

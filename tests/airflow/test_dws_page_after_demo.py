@@ -31,6 +31,7 @@ from tests.airflow import (
     test_compute_flex_start_vms_dag,
     test_gke_kueue_job_dag,
     test_gke_provisioning_request_dag,
+    test_tpu_flex_start_dag,
     test_tpu_queued_resource_dag,
     test_vertex_flex_start_dag,
 )
@@ -46,6 +47,7 @@ pytestmark = [pytest.mark.airflow, pytest.mark.emulator, pytest.mark.timeout(150
 DEMO = {
     "dws_vertex_flex_start": ("fine_tune", "vertex_custom_job", "succeeded"),
     "dws_tpu_queued_resource": ("request_tpu_slice", "tpu_queued_resource", "succeeded"),
+    "dws_tpu_flex_start": ("request_flex_slice", "tpu_queued_resource", "succeeded"),
     "dws_batch_flex_start": ("infer", "batch_job", "succeeded"),
     "dws_compute_flex_start_vms": ("ask_for_vms", "compute_resize_request", "succeeded"),
     "dws_compute_flex_start_instances": ("ask_for_vms", "compute_instance_set", "succeeded"),
@@ -61,6 +63,7 @@ HELD = {"running"}
 CHECKS = {
     "dws_vertex_flex_start": test_vertex_flex_start_dag.check_example,
     "dws_tpu_queued_resource": test_tpu_queued_resource_dag.check_example,
+    "dws_tpu_flex_start": test_tpu_flex_start_dag.check_example,
     "dws_batch_flex_start": test_batch_flex_start_dag.check_example,
     "dws_compute_flex_start_vms": test_compute_flex_start_vms_dag.check_example,
     "dws_compute_flex_start_instances": test_compute_flex_start_instances_dag.check_example,

@@ -43,7 +43,7 @@ from tests.faults.harness import TASK_HEARTBEAT_TIMEOUT, TRIGGERER_HEALTH_THRESH
 from tests.faults.instance_scenarios import INSTANCE_SCENARIOS, INSTANCES_DAG_IDS
 from tests.faults.page_view import check_page_shows_ended
 from tests.faults.success_scenarios import SUCCESS_SCENARIOS
-from tests.faults.tpu_scenarios import TPU_DAG_IDS, TPU_SCENARIOS, tpu_pool
+from tests.faults.tpu_scenarios import FLEX_SHARED_POOL, TPU_DAG_IDS, TPU_SCENARIOS, flex_pool, tpu_pool
 
 # -- scenarios --------------------------------------------------------------------------------------
 
@@ -770,6 +770,9 @@ REGIONS = {
                 "me-west1",
                 "europe-north1",
                 "asia-southeast1",
+                "us-central2",
+                "europe-west6",
+                "asia-northeast3",
             ],
             strict=False,
         )
@@ -806,6 +809,8 @@ def emulator_pools() -> dict[str, int]:
         **{f"{region}/{H100}": 0 for region in REGIONS.values()},
         **{f"{region}/{L4}": 0 for region in REGIONS.values()},
         **{tpu_pool(region): 0 for region in REGIONS.values()},
+        **{flex_pool(region): 0 for region in REGIONS.values()},
+        FLEX_SHARED_POOL: 0,
     }
 
 

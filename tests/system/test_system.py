@@ -1,6 +1,6 @@
 """The system-test DAGs of ``tests/system/dags``, each run to its end.
 
-Two targets. ``emulator``: all eight against one ``dws-emulator``, in every ``make test`` (so the
+Two targets. ``emulator``: all nine against one ``dws-emulator``, in every ``make test`` (so the
 files cannot rot), one after another in one process (``scripts/run_dags.py``: ``dag.test()``, what
 ``airflow dags test`` runs, without a process start per DAG, which was most of their CPU): each run
 succeeds, its workload check ran, the sweep found nothing left to release (the DAG's own teardowns
@@ -32,6 +32,7 @@ SYSTEM_DAGS: dict[str, tuple[str, ...]] = {
     "dws_system_compute": (),
     "dws_system_compute_instances": (),
     "dws_system_tpu": (),
+    "dws_system_tpu_flex": (),
     "dws_system_calendar": (),
     "dws_system_gke": ("SYSTEM_TESTS_GKE_LOCATION", "SYSTEM_TESTS_GKE_CLUSTER"),
     "dws_system_kueue": (

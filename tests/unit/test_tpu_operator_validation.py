@@ -554,4 +554,13 @@ def test_a_flex_start_slice_asks_v2alpha1_for_its_run() -> None:
     spec = adapter.request_spec(RequestIdentity("d", "t", "r"))
     assert spec["run_duration"] == {"maxRunDuration": "14400s"}
     assert "spot" not in spec["queued_resource"] and "guaranteed" not in spec["queued_resource"]
-    assert "run_duration" not in make(project_id="my-project").adapter().request_spec(RequestIdentity("d", "t", "r"))
+    assert "run_duration" not in make(project_id="my-project").adapter().request_spec(
+        RequestIdentity("d", "t", "r")
+    )
+
+
+def test_the_deferral_line_says_a_flex_start_slice_runs_max_run() -> None:
+    assert make(**FLEX, accelerator_type="v6e-8").adapter().deferral_note() == (
+        "; a flex-start slice: once ACTIVE it runs 4:00:00, then Cloud TPU deletes its VMs"
+    )
+    assert make().adapter().deferral_note() == ""

@@ -7,12 +7,15 @@ the others:
 
 * ``dws_fault_tpu_slice``: the plain flow, for the user-action row (its trigger makes the request);
 * ``dws_fault_tpu_kill_after_submit``: one retry, and on try 1 the task process SIGKILLs itself
-  right after its own create returned, before the task defers.
+  right after its own create returned, before the task defers;
+* ``dws_fault_tpu_flex_slice`` and ``dws_fault_tpu_flex_kill_after_submit``: the same two, for a
+  flex-start slice (``v2alpha1``: v6e-4, a 1-hour run) in zone ``<params.region>-a``.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from airflow.sdk import DAG, task
 from fault_twists import MAX_WAIT, POLL_INTERVAL, killed_after_submit
@@ -28,7 +31,18 @@ KillWorkerAfterSubmit = killed_after_submit(
 )
 
 
-def _flow(dag_id: str, operator: type[CreateTPUQueuedResourceOperator], doc: str, retries: int) -> DAG:
+#: What makes a slice flex-start (and the family flex-start is offered on).
+FLEX = {
+    "accelerator_type": "v6e-4",
+    "runtime_version": "v2-alpha-tpuv6e",
+    "provisioning_model": "flex_start",
+    "max_run": timedelta(hours=1),
+}
+
+
+def _flow(
+    dag_id: str, operator: type[CreateTPUQueuedResourceOperator], doc: str, retries: int, **slice_kwargs: Any
+) -> DAG:
     with DAG(
         dag_id=dag_id,
         doc_md=doc,
@@ -43,13 +57,12 @@ def _flow(dag_id: str, operator: type[CreateTPUQueuedResourceOperator], doc: str
             task_id="request_tpu_slice",
             project_id="my-gcp-project",
             zone="{{ params.region }}-a",
-            accelerator_type="v5litepod-4",
-            runtime_version="v2-alpha-tpuv5-lite",
             max_wait=MAX_WAIT,
             labels={"team": "research", "pipeline": "tpu-train"},
             poll_interval=POLL_INTERVAL,
             retries=retries,
             retry_delay=timedelta(seconds=2),
+            **({"accelerator_type": "v5litepod-4", "runtime_version": "v2-alpha-tpuv5-lite"} | slice_kwargs),
         )
 
         @task
@@ -75,4 +88,18 @@ kill_after_submit = _flow(
     KillWorkerAfterSubmit,
     "The worker dies right after the queued resource was created; the retry must adopt it.",
     1,
+)
+flex_slice = _flow(
+    "dws_fault_tpu_flex_slice",
+    CreateTPUQueuedResourceOperator,
+    "The TPU example's flow, flex-start.",
+    0,
+    **FLEX,
+)
+flex_kill_after_submit = _flow(
+    "dws_fault_tpu_flex_kill_after_submit",
+    KillWorkerAfterSubmit,
+    "A flex-start slice: the worker dies right after it was created; the retry must adopt it.",
+    1,
+    **FLEX,
 )

@@ -204,7 +204,11 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsQueuedRequestOperator):
                 "zone it takes)"
             )
         self._check_tier()
-        self._check_flex_start()
+        if provisioning_model is not None or max_run is not None:
+            # Loaded only by a DAG that asks for flex-start: the others parse none of it.
+            from airflow_provider_dws.operators.tpu_flex_checks import check_flex_start
+
+            check_flex_start(self)
         self.check_policies()
         if self.valid_after and (self.window is not None or self.deadline is not None):
             # The max wait is cut from the submit time; a delayed start would let capacity arrive
@@ -236,37 +240,6 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsQueuedRequestOperator):
         """Whether this is a flex-start slice (``v2alpha1``)."""
         return self.provisioning_model == "flex_start"
 
-    def _check_flex_start(self) -> None:
-        if not self.flex_start:
-            if self.max_run is not None:
-                raise self._param_error(
-                    "max_run is a flex-start slice's run: pass provisioning_model='flex_start'"
-                )
-            return
-        if self.max_run is None:
-            raise self._param_error(
-                f"provisioning_model='flex_start' needs max_run (how long the slice runs, at most "
-                f"{facts.TPU_FLEX_START_MAX_RUN})"
-            )
-        if self.spot or self.guaranteed or self.reservation_name or self.on_block:
-            raise self._param_error(
-                "a flex-start slice takes no tier and no reservation (spot, guaranteed, reservation_name, "
-                "a calendar block): it is its own provisioning model"
-            )
-        self._check_flex_family(self.accelerator_type)
-
-    def _check_flex_family(self, accelerator_type: str) -> None:
-        from airflow_provider_dws.specs.templates import has_template
-
-        if has_template(accelerator_type):
-            return
-        family = str(accelerator_type).rsplit("-", 1)[0]
-        if family not in facts.TPU_FLEX_START_FAMILIES:
-            raise self._param_error(
-                f"flex-start is offered on TPU {', '.join(facts.TPU_FLEX_START_FAMILIES)} only, not "
-                f"{accelerator_type!r}"
-            )
-
     def use_block(self, block: Block) -> None:
         """Run on ``block``: its zone, and its reservation as Cloud TPU names it."""
         super().use_block(block)
@@ -289,10 +262,9 @@ class CreateTPUQueuedResourceOperator(BlockConsumer, DwsQueuedRequestOperator):
         if placement.machine_type:
             raise self._param_error(f"failover placement {placement}: TPU slices have no machine_type")
         if self.flex_start:
-            if placement.tier is not None:
-                raise self._param_error(f"failover placement {placement}: a flex-start slice has no tier")
-            if placement.accelerator_type:
-                self._check_flex_family(placement.accelerator_type)
+            from airflow_provider_dws.operators.tpu_flex_checks import check_flex_placement
+
+            check_flex_placement(self, placement)
 
     def home_placement(self) -> Placement:
         """The operator's own zone."""

@@ -125,6 +125,8 @@ class CreateBatchFlexStartJobOperator(DwsQueuedRequestOperator):
     )
     template_fields_renderers = {"job": "json", "environment": "json", "labels": "json", "script": "bash"}
     ADAPTER = registry.BATCH_FLEX_START_ADAPTER
+    #: ``failover=Advised(...)``: the regions ordered by Compute Engine's capacity advice.
+    ADVISED = True
     operator_extra_links = (BatchFlexStartJobLink(), BatchJobLogsLink())
     ui_color = "#d7ecd9"
     CHECKS = (

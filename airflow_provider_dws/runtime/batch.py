@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -252,9 +253,9 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
             raise RequestCancelledError(f"{status.name} disappeared right after it succeeded")
         return job_result(job, job_status(job))
 
-    def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
-        """The job's GPUs over every VM it runs at once (its tasks, or its parallelism, over
-        the tasks a VM takes), its machine type and its console page."""
+    def shape(self, placement: Placement | None) -> tuple[str | None, tuple[str, int] | None, int]:
+        """The job's machine type, its GPUs per VM and how many VMs it runs at once (its tasks, or
+        its parallelism, over the tasks a VM takes) in ``placement``."""
         job = self.request_spec(_SHAPE_ONLY, placement)
         instances = (job.get("allocation_policy") or {}).get("instances") or []
         policy = instances[0].get("policy") or {} if instances else {}
@@ -273,6 +274,29 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
             at_once = min(tasks, parallelism) if parallelism else tasks
             per_vm = int(group.get("task_count_per_node") or 0) or 1
             vms += -(-at_once // per_vm)
+        return machine, gpus, vms
+
+    def advise(self, placements: Sequence[Placement]) -> list[tuple[Placement, float]] | None:
+        """Capacity advice for the VMs the job runs at once, per region (a Batch job chooses its
+        zone: a region scores its best zone); ``None`` for a job whose machine type is not known."""
+        from airflow_provider_dws.backends.compute_advice import rank_placements
+        from airflow_provider_dws.backends.compute_base import ComputeBackend
+
+        machines = {p: self.shape(p)[0] for p in placements}
+        if not all(machines.values()):
+            return None
+        vms = max(self.shape(placements[0])[2], 1)
+        op = self.op
+        project = resolve_project(op)
+
+        def advice_backend(where: str) -> ComputeBackend:
+            return self._backends.get(ComputeBackend, project, where, op.gcp_conn_id, op.impersonation_chain)
+
+        return rank_placements(placements, advice_backend, lambda p: str(machines[p]), vms)
+
+    def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
+        """The job's GPUs over every VM it runs at once, its machine type and its console page."""
+        machine, gpus, vms = self.shape(placement)
         try:
             _, region, job_id = parse_job_name(status.name)
         except ValueError:  # recorded before its trigger made it: no page yet

@@ -1,10 +1,11 @@
-"""Ring 2: ``failover=Advised(...)`` on the Compute Engine operators against a live dws-emulator:
+"""Ring 2: ``failover=Advised(...)`` on the Compute Engine and Cloud Batch operators against a live dws-emulator:
 the first attempt goes where the capacity advice ranks best (the emulator's zone factors set by the
 test); an advice that fails leaves the written order; the deferrable path hands the advised
 placement to its trigger. Parse-time rules too."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -108,3 +109,22 @@ def test_advice_is_compute_engines_and_needs_no_retry() -> None:
             failover=Advised("us-east4"),
             capacity_retry=1,
         )
+
+
+def test_a_batch_job_goes_to_the_region_the_advice_ranks_best(
+    monkeypatch: pytest.MonkeyPatch, dws_emulator_server_factory: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Cloud Batch picks its zone in a region: each region scores its best zone for the 4 VMs the
+    job runs at once. us-central1 has no L4 free, us-east4 has 8: the job goes to us-east4 first."""
+    from tests.emulator.test_batch_policies_on_emulator import operator as batch_operator
+
+    emu = dws_emulator_server_factory({"us-central1/NVIDIA_L4": 0, "us-east4/NVIDIA_L4": 8})
+    monkeypatch.setenv("DWS_EMULATOR_HOST", emu.address)
+    result = batch_operator("infer", failover=Advised("us-east4"), max_wait=timedelta(minutes=5)).execute(
+        {"ti": TI("infer")}
+    )
+    assert "/locations/us-east4/jobs/" in result["name"]
+    assert emu.calls("compute.advice.capacity") == 2  # one per region
+    assert re.search(
+        r"Capacity advice: us-east4 0\.[5-9]\d, us-central1 0\.00: trying us-east4", capsys.readouterr().out
+    )

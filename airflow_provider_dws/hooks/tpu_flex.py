@@ -84,6 +84,24 @@ class _Operation:
         return dict(self.reply.get("response") or {})
 
 
+def api_error(err: Any) -> Exception:
+    """A discovery client's ``HttpError`` as the ``google.api_core`` exception the gRPC client would
+    raise: by the error body's ``status`` (ALREADY_EXISTS and ABORTED are both HTTP 409, and
+    FAILED_PRECONDITION is a 400), else by the HTTP status."""
+    import grpc
+    from google.api_core import exceptions
+
+    try:
+        error = json.loads(err.content).get("error") or {}
+    except (ValueError, TypeError, AttributeError):
+        error = {}
+    message = str(error.get("message") or err.reason or err)
+    name = str(error.get("status") or "")
+    if name in grpc.StatusCode.__members__:
+        return exceptions.from_grpc_status(grpc.StatusCode[name], message)
+    return exceptions.from_http_status(err.status_code, message)
+
+
 def _grpc_code(code: int) -> Any:
     import grpc
 
@@ -98,14 +116,13 @@ class FlexTpuClient:
         self._lock = threading.Lock()
 
     def _execute(self, request: Any) -> Any:
-        from google.api_core import exceptions
         from googleapiclient.errors import HttpError
 
         with self._lock:
             try:
                 return request.execute(num_retries=0)
             except HttpError as err:
-                raise exceptions.from_http_status(err.status_code, err.reason or str(err)) from None
+                raise api_error(err) from None
 
     def get_queued_resource(self, name: str, timeout: float | None = None, **_: Any) -> QueuedResource:
         """One queued resource."""

@@ -194,3 +194,26 @@ def test_a_multi_node_request_speaks_v2alpha1s_field_names(dws_emulator_server_f
     qr = get(api, f"{where}/queuedResources/two")
     assert qr["tpu"]["nodeSpec"][0]["multiNodeParams"] == {"nodeCount": 2, "nodeIdPrefix": "slice"}
     assert emu.control.requests()[0]["node_count"] == 2
+
+
+def test_errors_carry_the_status_a_client_tells_them_apart_by(dws_emulator_server_factory: Any) -> None:
+    """ALREADY_EXISTS is a 409 and FAILED_PRECONDITION a 400, each named in the body's ``status``
+    (google.rpc's mapping for resource-oriented APIs, not Compute's 412)."""
+    import json
+
+    from googleapiclient.errors import HttpError
+
+    emu = dws_emulator_server_factory({V6E: 8})
+    api = client(emu)
+    where = parent()
+    create(api, where, "twice", body(where))
+    with pytest.raises(HttpError) as again:
+        create(api, where, "twice", body(where))
+    assert again.value.status_code == 409
+    assert json.loads(again.value.content)["error"]["status"] == "ALREADY_EXISTS"
+    name = f"{where}/queuedResources/twice"
+    api.projects().locations().queuedResources().delete(name=name, force=True).execute()
+    if emu.control.requests()[0]["state"] == "DELETING":  # gone on the next tick otherwise
+        with pytest.raises(HttpError) as refused:
+            api.projects().locations().queuedResources().delete(name=name, force=True).execute()
+        assert refused.value.status_code in (400, 404)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from airflow.exceptions import TaskDeferred
 
+from airflow_provider_dws.backends.tpu import queued_resource_from_spec
 from airflow_provider_dws.backends.tpu_flex import TpuFlexStartBackend
 from airflow_provider_dws.operators.tpu import CreateTPUQueuedResourceOperator
 from airflow_provider_dws.operators.tpu_release import DeleteTPUQueuedResourceOperator
@@ -129,3 +130,19 @@ class _Pulls(TI):
         if task_ids == self._setup_task_id:
             return self._setup.xcom.get(key) if key else None
         return super().xcom_pull(task_ids=task_ids, key=key, **kwargs)
+
+
+def test_a_create_that_finds_its_queued_resource_adopts_it(emulator: Any) -> None:
+    """A second create of the same id (a retry after a lost reply) is refused ALREADY_EXISTS by
+    the API, which the backend reads as "adopt", never as a failure or a second request."""
+    from airflow_provider_dws.scheduling.identity import RequestIdentity
+
+    emulator(clock=time.time)
+    task = flex("adopt")
+    who = RequestIdentity("d", "adopt", "r")
+    spec = task.adapter().request_spec(who)
+    backend = TpuFlexStartBackend(PROJECT, ZONE)
+    first, created = backend.submit_spec(spec, who)
+    request = queued_resource_from_spec(spec["queued_resource"])
+    again, created_again = backend.submit(request, who, spec["queued_resource_id"], run=spec["run_duration"])
+    assert created and not created_again and again.name == first.name

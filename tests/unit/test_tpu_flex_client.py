@@ -3,6 +3,7 @@ names and flex-start fields on the wire, Google API errors as ``google.api_core`
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -34,21 +35,24 @@ def test_a_multislice_request_travels_as_multi_node_params_with_its_run() -> Non
 
 
 class _Refusing:
-    """A discovery request whose ``execute`` answers with an HTTP error."""
+    """A discovery request whose ``execute`` answers with an HTTP error (``name``: its body's status)."""
 
-    def __init__(self, status: int) -> None:
-        self.status = status
+    def __init__(self, status: int, name: str = "") -> None:
+        self.status, self.name = status, name
 
     def execute(self, **_: Any) -> Any:
         from googleapiclient.errors import HttpError
         from httplib2 import Response
 
-        raise HttpError(Response({"status": self.status}), b'{"error": {"message": "no"}}')
+        body = {
+            "error": {"code": self.status, "message": "no", **({"status": self.name} if self.name else {})}
+        }
+        raise HttpError(Response({"status": self.status}), json.dumps(body).encode())
 
 
 class _Api:
-    def __init__(self, status: int) -> None:
-        self.status = status
+    def __init__(self, status: int, name: str = "") -> None:
+        self.status, self.name = status, name
 
     def projects(self) -> Any:
         return self
@@ -60,18 +64,25 @@ class _Api:
         return self
 
     def get(self, **_: Any) -> _Refusing:
-        return _Refusing(self.status)
+        return _Refusing(self.status, self.name)
 
 
 @pytest.mark.parametrize(
-    ("status", "error"),
+    ("status", "name", "error"),
     [
-        (404, exceptions.NotFound),
-        (409, exceptions.Conflict),
-        (429, exceptions.TooManyRequests),
-        (503, exceptions.ServiceUnavailable),
+        (404, "NOT_FOUND", exceptions.NotFound),
+        # Both 409: only the status says which, and the backend adopts on one, not the other.
+        (409, "ALREADY_EXISTS", exceptions.AlreadyExists),
+        (409, "ABORTED", exceptions.Aborted),
+        # A 400: only the status tells it from a bad request (a delete while DELETING).
+        (400, "FAILED_PRECONDITION", exceptions.FailedPrecondition),
+        (400, "INVALID_ARGUMENT", exceptions.InvalidArgument),
+        (429, "", exceptions.TooManyRequests),
+        (503, "", exceptions.ServiceUnavailable),
     ],
 )
-def test_http_errors_become_the_api_core_exceptions_the_backend_translates(status: int, error: type) -> None:
+def test_http_errors_become_the_api_core_exceptions_of_the_grpc_client(
+    status: int, name: str, error: type
+) -> None:
     with pytest.raises(error):
-        FlexTpuClient(_Api(status)).get_queued_resource(name="projects/p/locations/z/queuedResources/q")
+        FlexTpuClient(_Api(status, name)).get_queued_resource(name="projects/p/locations/z/queuedResources/q")

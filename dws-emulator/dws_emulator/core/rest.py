@@ -123,6 +123,24 @@ def google_errors(exc: EmulatorError) -> tuple[int, Any, dict[str, str]]:
     return status, body, {}
 
 
+#: The HTTP status of each gRPC code where the API is one of Google's resource-oriented ones (Cloud
+#: TPU's REST surface): google.rpc's mapping, where FAILED_PRECONDITION is 400, not Compute's 412.
+HTTP_OF_CODE = {
+    **{code: status for code, (status, _) in HTTP_OF_GRPC.items()},
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+}
+
+
+def status_errors(exc: EmulatorError) -> tuple[int, Any, dict[str, str]]:
+    """An :data:`ErrorRenderer` for resource-oriented APIs: ``{"error": {code, message, status}}``,
+    ``status`` the gRPC code's name (``ALREADY_EXISTS``, ``FAILED_PRECONDITION``), as their clients
+    read it."""
+    if isinstance(exc, RestError):
+        return google_errors(exc)
+    status = HTTP_OF_CODE.get(exc.code, 500)
+    return status, {"error": {"code": status, "message": exc.message, "status": exc.code.name}}, {}
+
+
 #: Renders an error raised by a handler, a fault or the front (unknown path, bad body) as
 #: ``(HTTP status, JSON body, extra response headers)``; each route has one.
 ErrorRenderer = Callable[[EmulatorError], tuple[int, Any, dict[str, str]]]

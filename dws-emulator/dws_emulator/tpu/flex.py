@@ -32,7 +32,7 @@ from google.protobuf import json_format
 
 from ..core.clock import iso
 from ..core.errors import EmulatorError
-from ..core.rest import RestCall, RestRoute
+from ..core.rest import RestCall, RestRoute, status_errors
 
 if TYPE_CHECKING:
     from .state import QueuedResourceRecord, TpuState
@@ -256,15 +256,19 @@ def flex_routes(state: TpuState) -> list[RestRoute]:
     """The ``v2alpha1`` routes: queued resources (create, get, list, delete), their nodes (get) and
     operations (get)."""
     resources = f"{_PREFIX}/queuedResources"
-    return [
-        RestRoute("POST", resources, _METHOD + "queuedResources.create", lambda c: _create(state, c)),
-        RestRoute("GET", resources, _METHOD + "queuedResources.list", lambda c: _list(state, c)),
-        RestRoute("GET", f"{resources}/{{qr}}", _METHOD + "queuedResources.get", lambda c: _get(state, c)),
-        RestRoute(
-            "DELETE", f"{resources}/{{qr}}", _METHOD + "queuedResources.delete", lambda c: _delete(state, c)
-        ),
-        RestRoute("GET", f"{_PREFIX}/nodes/{{node}}", _METHOD + "nodes.get", lambda c: _node(state, c)),
-        RestRoute(
-            "GET", f"{_PREFIX}/operations/{{op}}", _METHOD + "operations.get", lambda c: _operation(state, c)
-        ),
+    routes = [
+        ("POST", resources, "queuedResources.create", _create),
+        ("GET", resources, "queuedResources.list", _list),
+        ("GET", f"{resources}/{{qr}}", "queuedResources.get", _get),
+        ("DELETE", f"{resources}/{{qr}}", "queuedResources.delete", _delete),
+        ("GET", f"{_PREFIX}/nodes/{{node}}", "nodes.get", _node),
+        ("GET", f"{_PREFIX}/operations/{{op}}", "operations.get", _operation),
     ]
+    return [
+        RestRoute(verb, path, _METHOD + method, _bound(state, handler), errors=status_errors)
+        for verb, path, method, handler in routes
+    ]
+
+
+def _bound(state: TpuState, handler: Any) -> Any:
+    return lambda call: handler(state, call)

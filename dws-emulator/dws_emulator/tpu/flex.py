@@ -35,7 +35,25 @@ from ..core.errors import EmulatorError
 from ..core.rest import RestCall, RestRoute, status_errors
 
 if TYPE_CHECKING:
-    from .state import QueuedResourceRecord, TpuState
+    # The state module imports this one: what it hands over is named here by what it has.
+    from typing import Protocol
+
+    class QueuedResourceRecord(Protocol):
+        qr: Any
+        flex: FlexRun | None
+
+    class TpuState(Protocol):
+        core: Any
+        resources: dict[str, Any]
+
+        def create(self, parent: str, queued_resource_id: str, qr: Any, *, flex: FlexRun | None) -> Any: ...
+        def get(self, name: str) -> Any: ...
+        def list_resources(
+            self, parent: str, page_size: int = 0, page_token: str = ""
+        ) -> tuple[list[Any], str]: ...
+        def delete(self, name: str, force: bool = False) -> Any: ...
+        def get_node(self, name: str) -> Any: ...
+
 
 REST_SERVICE = "tpu.v2alpha1"
 PROVISIONING_MODELS = (
@@ -193,7 +211,7 @@ def operation_json(state: TpuState, op: Any) -> dict[str, Any]:
 
 
 def _create(state: TpuState, call: RestCall) -> dict[str, Any]:
-    from .state import QueuedResourcePb
+    from google.cloud.tpu_v2.types import cloud_tpu
 
     body = dict(call.body or {})
     parent = f"projects/{call.params['project']}/locations/{call.params['zone']}"
@@ -201,7 +219,7 @@ def _create(state: TpuState, call: RestCall) -> dict[str, Any]:
     v2 = copy.deepcopy({k: v for k, v in body.items() if k not in _ALPHA_ONLY})  # the call's own stays
     _node_specs(v2, "multiNodeParams", "multisliceParams")
     try:
-        qr = json_format.ParseDict(v2, QueuedResourcePb())
+        qr = json_format.ParseDict(v2, cloud_tpu.QueuedResource.pb()())
     except json_format.ParseError as err:
         raise EmulatorError(
             grpc.StatusCode.INVALID_ARGUMENT, f"Invalid JSON payload received. {err}"

@@ -298,6 +298,10 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
     def _client(self) -> Any:
         return self.hook.get_tpu_client()
 
+    def status_of(self, qr: QueuedResource) -> RequestStatus:
+        """A queued resource, classified (:func:`queued_resource_status`)."""
+        return queued_resource_status(qr)
+
     # -- sync (worker) -------------------------------------------------------------------------
 
     def get(self, name: str) -> QueuedResource | None:
@@ -324,7 +328,7 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
         return [self._timed(qr) for qr in self._call(f"list queued resources in {self.parent}", list_all)]
 
     def _timed(self, qr: QueuedResource) -> RequestStatus:
-        status = queued_resource_status(qr)
+        status = self.status_of(qr)
         if status.state != "ACTIVE":
             return status
         try:
@@ -433,7 +437,7 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
     def _being_deleted(self, name: str) -> bool:
         """Whether ``name`` is DELETING, or already gone (a refused delete that raced another)."""
         qr = self.get(name)
-        return qr is None or queued_resource_status(qr).state == "DELETING"
+        return qr is None or self.status_of(qr).state == "DELETING"
 
     def release(self, name: str, *, wait: bool = False) -> bool:
         """Give the slice back: delete the queued resource with its nodes; gone or DELETING is fine."""
@@ -449,7 +453,7 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
     async def aget_status(self, name: str) -> RequestStatus:
         """Read one queued resource, classified; one call, errors propagate (the poller retries)."""
         client = await self.async_hook.get_tpu_client()
-        return queued_resource_status(await self._arpc_once(client.get_queued_resource, name=name))
+        return self.status_of(await self._arpc_once(client.get_queued_resource, name=name))
 
     async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
         """Every queued resource of the zone (``only``: just these names), classified; paged.
@@ -464,7 +468,7 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
         pager = await self._arpc_once(client.list_queued_resources, request=request)
         with translated():  # later pages are fetched while iterating
             pages = (page.queued_resources async for page in pager.pages)
-            return await classify_listed(pages, only, queued_resource_status)
+            return await classify_listed(pages, only, self.status_of)
 
     def result_line(self, status: RequestStatus) -> str | None:
         """What a trigger that ends the task logs of its result (:func:`active_line`)."""
@@ -514,7 +518,7 @@ class TpuQueuedResourceBackend(GoogleBackend[DwsTpuHook, DwsTpuAsyncHook]):
                 )
             except RequestNotFoundError:
                 return False
-            if queued_resource_status(current).state != "DELETING":
+            if self.status_of(current).state != "DELETING":
                 raise
             log.info("%s is already being deleted", name)
         return True

@@ -9,8 +9,10 @@ FLEX_START provisioning model and a run duration (see :mod:`airflow_provider_dws
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from airflow_provider_dws.backends.base import RequestStatus
 from airflow_provider_dws.backends.tpu import TpuQueuedResourceBackend
 from airflow_provider_dws.hooks.tpu_flex import DwsTpuFlexAsyncHook, DwsTpuFlexHook
 
@@ -21,6 +23,12 @@ class TpuFlexStartBackend(TpuQueuedResourceBackend):
     kind = "tpu_flex_start"
     sync_hook_class = DwsTpuFlexHook  # type: ignore[assignment]
     async_hook_class = DwsTpuFlexAsyncHook  # type: ignore[assignment]
+
+    def status_of(self, qr: Any) -> RequestStatus:
+        """As every slice's, described as flex-start (the ``v2`` message this backend reads the
+        ``v2alpha1`` answer into has no field for it; this backend only serves flex-start tasks)."""
+        status = super().status_of(qr)
+        return dataclasses.replace(status, description=f"flex-start {status.description}")
 
     def _create_operation(self, request_id: str, request: Any, run: dict[str, str] | None) -> Any:
         if not run:

@@ -18,6 +18,7 @@ def check_example(run: ExampleRun) -> None:
     line = next(line for line in run.log.splitlines() if "TPU FLEX-START SLICE:" in line)
     assert "v6e-8 (8 chips) on 1 host(s)" in line
     assert "a flex-start slice: once ACTIVE it runs 2:00:00" in run.log
+    assert "(flex-start v6e-8 (8 chips) in us-east5-a)" in run.log  # the trigger's lines say it too
     [made] = [r for r in _queued(run.emulator) if r["labels"].get("dws_dag") == DAG_ID]
     assert (made["provisioning_model"], made["max_run_seconds"]) == ("FLEX_START", 7200)
     assert made["deleted"] and "ACTIVE" in [step["state"] for step in made["history"]]

@@ -82,6 +82,7 @@ def test_the_trigger_makes_a_flex_start_slice_and_the_release_deletes_it_suspend
 
     event = asyncio.run(scenario())
     assert (event["phase"], event["state"]) == ("running", "ACTIVE")
+    assert event["description"] == f"flex-start v6e-8 (8 chips) in {ZONE}"
     [record] = queued(emu)
     assert record["provisioning_model"] == "FLEX_START" and record["max_run_seconds"] == 3600
     assert record["tier"] == "on-demand" and record["nodes"]

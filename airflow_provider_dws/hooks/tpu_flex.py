@@ -80,7 +80,8 @@ class _Operation:
             self.reply = self._client.get_operation(self.reply["name"])
         error = self.reply.get("error")
         if error:
-            raise exceptions.from_grpc_status(_grpc_code(error.get("code", 2)), error.get("message", ""))
+            # An operation's error is a google.rpc.Status: its code is the gRPC code's number.
+            raise exceptions.from_grpc_status(int(error.get("code", 2)), error.get("message", ""))
         return dict(self.reply.get("response") or {})
 
 
@@ -100,12 +101,6 @@ def api_error(err: Any) -> Exception:
     if name in grpc.StatusCode.__members__:
         return exceptions.from_grpc_status(grpc.StatusCode[name], message)
     return exceptions.from_http_status(err.status_code, message)
-
-
-def _grpc_code(code: int) -> Any:
-    import grpc
-
-    return next((c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN)
 
 
 class FlexTpuClient:

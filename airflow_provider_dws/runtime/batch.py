@@ -282,10 +282,11 @@ class BatchFlexStartAdapter(RequestAdapter["CreateBatchFlexStartJobOperator", Ba
         from airflow_provider_dws.backends.compute_advice import rank_placements
         from airflow_provider_dws.backends.compute_base import ComputeBackend
 
-        machines = {p: self.shape(p)[0] for p in placements}
+        shapes = {p: self.shape(p) for p in placements}
+        machines = {p: shape[0] for p, shape in shapes.items()}
         if not all(machines.values()):
             return None
-        vms = max(self.shape(placements[0])[2], 1)
+        vms = max(shapes[placements[0]][2], 1)
         op = self.op
         project = resolve_project(op)
 

@@ -462,7 +462,7 @@ class AttemptLoop:
     def attempt_ended(self, context: Context, event: dict[str, Any], state: AttemptState) -> Any:
         """Record the attempt, then return the result, submit the next attempt, or raise."""
         from airflow_provider_dws.compat import AirflowTaskTimeout
-        from airflow_provider_dws.scheduling.decisions import Attempt, next_step
+        from airflow_provider_dws.scheduling.decisions import Attempt, next_number, next_step
         from airflow_provider_dws.scheduling.phases import FailureKind
 
         op, adapter = self.op, self.adapter
@@ -501,14 +501,13 @@ class AttemptLoop:
                 f"execution_timeout {op.execution_timeout} passed: {status.outcome.message}"
             )
         if again:
-            ends = state.wait_ends
             self.log.info(
                 "%s was not obtained in its %s; asking again, the max wait lasts until %s",
                 status.name,
                 max_wait,
-                ends,
+                state.wait_ends,
             )
-            return self.plan(context, state.asked_again(max(len(history), state.attempt) + 1))
+            return self.plan(context, state.asked_again(next_number([Attempt.from_dict(a) for a in history])))
         stop = adapter.no_retry(status) if op.capacity_retry is not None else None
         if stop is not None:
             self.log.info("Not retrying: %s", stop)

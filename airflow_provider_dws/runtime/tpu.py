@@ -388,18 +388,15 @@ def backend_class(op: Any) -> type[TpuQueuedResourceBackend]:
 
 
 def _targets(
-    op: DeleteTPUQueuedResourceOperator, context: Context
+    op: DeleteTPUQueuedResourceOperator, context: Context, setup: CreateTPUQueuedResourceOperator | None
 ) -> tuple[RequestIdentity | None, str | None, list[str], list[str]]:
     """Whose submissions to release (the setup's identity, or a base id), where, and names
-    released whatever they are."""
+    released whatever they are (``setup``: the setup task, if it is one of this DAG)."""
     from airflow_provider_dws.specs.templates import has_template
 
     zones = [op.zone, *op.failover_zones]
     if op.queued_resource_id:
         return None, op.queued_resource_id, zones, []
-    setup: CreateTPUQueuedResourceOperator | None = task_in_role(
-        op, op.setup_task_id, roles.TPU_QUEUED_RESOURCE
-    )
     if setup is not None:
         home = setup.render_template(setup.zone, context) if has_template(setup.zone) else setup.zone
         # A setup on a calendar block may leave its zone to the block: its pushed name says where.
@@ -422,13 +419,13 @@ def _targets(
 
 def release_all(op: DeleteTPUQueuedResourceOperator, context: Context) -> dict[str, Any]:
     """Delete every submission of the setup, in every zone it may have used, and wait until gone."""
-    identity, base, zones, exact = _targets(op, context)
+    setup: CreateTPUQueuedResourceOperator | None = (
+        None if op.queued_resource_id else task_in_role(op, op.setup_task_id, roles.TPU_QUEUED_RESOURCE)
+    )
+    identity, base, zones, exact = _targets(op, context, setup)
     project = resolve_project(op)
     released: list[str] = []
     states: list[str] = []
-    setup = (
-        task_in_role(op, op.setup_task_id, roles.TPU_QUEUED_RESOURCE) if not op.queued_resource_id else None
-    )
     backend_type = backend_class(setup)
     for zone in dict.fromkeys(zones):
         backend = backend_type(project, zone, op.gcp_conn_id, op.impersonation_chain)

@@ -347,6 +347,12 @@ def _where(placement: Placement, reference: Placement) -> str:
     return f"{placement.location} ({', '.join(details)})" if details else placement.location
 
 
+def next_number(history: Sequence[Attempt]) -> int:
+    """The number of the request after ``history``'s: one past the most of its count and its last
+    number (each request, retry or asked again, has a number, and a name, of its own)."""
+    return max(len(history), history[-1].number if history else 0) + 1
+
+
 def next_step(
     history: Sequence[Attempt],
     now: datetime,
@@ -401,7 +407,7 @@ def next_step(
         )
     # A request the loop asked again for (``continued``) is part of its attempt's wait, not one of
     # capacity_retry's attempts; it still takes a number (each request has its own name).
-    number = max(len(history), last.number) + 1
+    number = next_number(history)
     used = number - 1 - sum(1 for a in history if a.continued)
     if used >= retry.attempts:
         return give_up(f"{last.what(where=True)}; all {retry.attempts} attempts of capacity_retry are used")

@@ -409,7 +409,8 @@ class Advised(Failover):
     scores highest among those not tried yet, and logs the scores. An advice that fails, or a
     surface without advice, leaves the written order (the operator's own first). Needs no
     ``capacity_retry`` (the first attempt is advised too); with one, each retry asks again. Offered
-    on the Compute Engine operators (standalone VMs and MIG resize requests).
+    on the Compute Engine operators (standalone VMs and MIG resize requests) and Cloud Batch jobs
+    (each region scored by its best zone).
     """
 
     advised = True

@@ -210,11 +210,20 @@ def operation_json(state: TpuState, op: Any) -> dict[str, Any]:
     return out
 
 
+def _parent(call: RestCall) -> str:
+    return f"projects/{call.params['project']}/locations/{call.params['zone']}"
+
+
+def _named(call: RestCall, collection: str, key: str) -> str:
+    """The full name of the route's resource: ``projects/P/locations/Z/<collection>/<id>``."""
+    return f"{_parent(call)}/{collection}/{call.params[key]}"
+
+
 def _create(state: TpuState, call: RestCall) -> dict[str, Any]:
     from google.cloud.tpu_v2.types import cloud_tpu
 
     body = dict(call.body or {})
-    parent = f"projects/{call.params['project']}/locations/{call.params['zone']}"
+    parent = _parent(call)
     flex = parse_flex(body, state.core.clock())
     v2 = copy.deepcopy({k: v for k, v in body.items() if k not in _ALPHA_ONLY})  # the call's own stays
     _node_specs(v2, "multiNodeParams", "multisliceParams")
@@ -229,7 +238,7 @@ def _create(state: TpuState, call: RestCall) -> dict[str, Any]:
 
 
 def _list(state: TpuState, call: RestCall) -> dict[str, Any]:
-    parent = f"projects/{call.params['project']}/locations/{call.params['zone']}"
+    parent = _parent(call)
     size = call.query.get("pageSize", "0")
     if not size.isdigit():
         raise _invalid("page_size", f"{size!r} is not a number.")
@@ -240,20 +249,20 @@ def _list(state: TpuState, call: RestCall) -> dict[str, Any]:
 
 
 def _get(state: TpuState, call: RestCall) -> dict[str, Any]:
-    name = f"projects/{call.params['project']}/locations/{call.params['zone']}/queuedResources/{call.params['qr']}"
+    name = _named(call, "queuedResources", "qr")
     state.get(name)  # ticks, and raises NOT_FOUND as the gRPC method does
     with state.core.lock:
         return queued_resource_json(state.resources[name])
 
 
 def _delete(state: TpuState, call: RestCall) -> dict[str, Any]:
-    name = f"projects/{call.params['project']}/locations/{call.params['zone']}/queuedResources/{call.params['qr']}"
+    name = _named(call, "queuedResources", "qr")
     op = state.delete(name, force=call.query.get("force", "").lower() == "true")
     return operation_json(state, op)
 
 
 def _node(state: TpuState, call: RestCall) -> dict[str, Any]:
-    name = f"projects/{call.params['project']}/locations/{call.params['zone']}/nodes/{call.params['node']}"
+    name = _named(call, "nodes", "node")
     node: dict[str, Any] = json_format.MessageToDict(state.get_node(name))
     if node.get("apiVersion") == "V2":  # made through v2: v2alpha1's enum has no name for it
         node["apiVersion"] = "API_VERSION_UNSPECIFIED"
@@ -261,7 +270,7 @@ def _node(state: TpuState, call: RestCall) -> dict[str, Any]:
 
 
 def _operation(state: TpuState, call: RestCall) -> dict[str, Any]:
-    name = f"projects/{call.params['project']}/locations/{call.params['zone']}/operations/{call.params['op']}"
+    name = _named(call, "operations", "op")
     with state.core.lock:
         state.core.tick()
         op = state.core.operations.get(name)

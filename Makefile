@@ -56,18 +56,19 @@ PYTEST_ENV = env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV
 
 ## Quality gates, then every test ring (unit, emulator, Airflow end to end, and the emulator's own tests in
 ## dws-emulator/tests: pytest's testpaths hold both trees), on PYTEST_WORKERS processes
-## (work-stealing: tests/conftest.py starts each on its share of the slow tests; three on two cores,
+## (work-stealing: tests/conftest.py starts each on its share of the slow tests; four on two cores,
 ## since most of the slow tests wait on real Airflow processes); and beside it, at the lowest CPU
 ## priority (nice 19), the oldest supported combination (Python 3.10, Airflow 3.1, the lowest allowed
-## dependencies) in two lines: its unit and emulator rings (test-oldest-ring) in one, its example DAGs
-## (test-oldest-demo) then `make dist` (the packages built and checked) in the other. The main ring
+## dependencies) in two lines: its unit and emulator rings (test-oldest-ring) then `make dist` (the
+## packages built and checked) in one, its example DAGs (test-oldest-demo) in the other (the longer
+## line: after the demo, dist was the last minute of the run). The main ring
 ## keeps both cores busy but for a quarter of the time, when its Airflow processes wait; the niced
 ## lines take only that, so the time limits of the fault-matrix rows and Airflow runs are not eaten
 ## into. The example DAGs mostly wait on their poll intervals, so they run beside the oldest ring
 ## rather than after it (after it, they were the last minutes of the run, on a half-idle machine).
 ## Their output is printed after the main ring's; any of them failing fails the target.
 ## `make docs`'s strict build runs in the main ring (tests/unit/test_docs.py), not again here.
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 4
 ## While lint runs on one core (mypy), the other compiles the bytecode of the packages every test
 ## process imports (Airflow, the Kubernetes and Google clients the provider and the emulator load,
 ## the repository's own) into PYTEST_ENV's cache, once, for both interpreters: in a fresh clone the
@@ -79,7 +80,7 @@ WARM_BYTECODE = site=$$($(1) -c 'import sysconfig; print(sysconfig.get_paths()["
 	$(PYTEST_ENV) $(1) -m compileall -qq $(addprefix $$site/,$(WARM_PACKAGES)) airflow_provider_dws \
 	dws-emulator/dws_emulator tests > /dev/null 2>&1 || true
 OLDEST_LOG := $(VENV)/test-oldest.log
-DEMO_DIST_LOG := $(VENV)/test-oldest-demo-dist.log
+DEMO_LOG := $(VENV)/test-oldest-demo.log
 ## The oldest ring's virtualenv is made (or brought up to date) first, before either ring starts: its
 ## editable install writes the stray egg-info into the repository root (STRAY_EGG_INFO) until it is
 ## removed, and an Airflow process of the main ring started in that window finds the `dws` plugin twice.
@@ -87,12 +88,12 @@ test: venv
 	@$(MAKE) --no-print-directory venv-3.1
 	@for py in $(BIN)/python .venv-3.1/bin/python; do { $(call WARM_BYTECODE,$$py); } & done; \
 	$(MAKE) --no-print-directory lint; lint=$$?; wait; exit $$lint
-	@nice -n 19 $(MAKE) --no-print-directory test-oldest-ring > $(OLDEST_LOG) 2>&1 & ring=$$!; \
-	{ nice -n 19 $(MAKE) --no-print-directory test-oldest-demo && nice -n 19 $(MAKE) --no-print-directory dist; } > $(DEMO_DIST_LOG) 2>&1 & demo=$$!; \
+	@{ nice -n 19 $(MAKE) --no-print-directory test-oldest-ring && nice -n 19 $(MAKE) --no-print-directory dist; } > $(OLDEST_LOG) 2>&1 & ring=$$!; \
+	nice -n 19 $(MAKE) --no-print-directory test-oldest-demo > $(DEMO_LOG) 2>&1 & demo=$$!; \
 	$(PYTEST_ENV) $(BIN)/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal; main=$$?; \
 	wait $$ring; ring=$$?; wait $$demo; demo=$$?; \
-	echo "== The oldest supported combination's rings (beside the main ring, nice 19):"; cat $(OLDEST_LOG); \
-	echo "== Its example DAGs, then make dist (beside the main ring, nice 19):"; cat $(DEMO_DIST_LOG); \
+	echo "== The oldest supported combination's rings, then make dist (beside the main ring, nice 19):"; cat $(OLDEST_LOG); \
+	echo "== Its example DAGs (beside the main ring, nice 19):"; cat $(DEMO_LOG); \
 	exit $$(( main != 0 ? main : ring != 0 ? ring : demo ))
 
 ## The inner loop: no lint, no test marked slow (real Airflow processes, or over about 5 s: the

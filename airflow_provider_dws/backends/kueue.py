@@ -24,9 +24,20 @@ from typing import Any, TypeVar
 from airflow_provider_dws import facts
 from airflow_provider_dws.backends.base import RESULT, RequestStatus, classify_listed
 from airflow_provider_dws.backends.kube_base import LABEL_MAX_WAIT, KubernetesBackend, kube_time, translated
-from airflow_provider_dws.backends.kueue_states import KUEUE_CAPACITY_REVOKED, KUEUE_JOB_STATES
+from airflow_provider_dws.backends.kueue_states import (
+    FALLBACK_WORKLOAD_VERSION,
+    KUEUE_CAPACITY_REVOKED,
+    KUEUE_JOB_STATES,
+    WORKLOAD_GROUP,
+    newest_workload_version,
+)
 from airflow_provider_dws.backends.retry import aretrying, retrying
-from airflow_provider_dws.errors import RequestAlreadyExistsError, RequestNotFoundError
+from airflow_provider_dws.errors import (
+    InvalidRequestError,
+    PermissionDeniedApiError,
+    RequestAlreadyExistsError,
+    RequestNotFoundError,
+)
 from airflow_provider_dws.scheduling.identity import (
     LABEL_ATTEMPT,
     LABEL_MANAGED,
@@ -46,11 +57,12 @@ QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 #: The per-Job ProvisioningRequest parameter Kueue passes on: the run limit GKE enforces.
 MAX_RUN_ANNOTATION = "provreq.kueue.x-k8s.io/maxRunDurationSeconds"
-WORKLOAD_GROUP = "kueue.x-k8s.io"
-WORKLOAD_VERSION = "v1beta1"
 WORKLOAD_PLURAL = "workloads"
 GPU_RESOURCE = facts.GPU_RESOURCE
 ACCELERATOR_SELECTOR = facts.GKE_ACCELERATOR_LABEL
+#: Discovery errors after which the Workloads are read at the fallback version (a transient error
+#: propagates, as it would from the list).
+DISCOVERY_REFUSED = (PermissionDeniedApiError, RequestNotFoundError, InvalidRequestError)
 #: How long a ``release(wait=True)`` waits for the Job to be gone.
 RELEASE_WAIT_SECONDS = 120.0
 
@@ -333,6 +345,63 @@ class KueueJobBackend(KubernetesBackend):
 
     kind = "gke_kueue_job"
 
+    def __init__(self, *args: Any, workload_version: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: The Workload version read: asked of the cluster's discovery on first use, then carried
+        #: in :meth:`spec` so the triggerer's backend does not ask again.
+        self.workload_version = workload_version
+
+    def spec(self) -> dict[str, Any]:
+        """Constructor keyword arguments, JSON-serializable, to rebuild this backend in the triggerer."""
+        spec = super().spec()
+        if self.workload_version:
+            spec["workload_version"] = self.workload_version
+        return spec
+
+    def _chosen(self, groups: Mapping[str, Any] | None, why: str = "") -> str:
+        if groups is None:
+            log.warning(
+                "Could not read the API groups of %s (%s): reading Kueue Workloads at %s",
+                self.where(),
+                why,
+                FALLBACK_WORKLOAD_VERSION,
+            )
+            version = FALLBACK_WORKLOAD_VERSION
+        else:
+            version = newest_workload_version(groups)
+        self.workload_version = version
+        return version
+
+    def workloads_version(self) -> str:
+        """The Workload version this cluster's Kueue serves newest (discovery, once per backend)."""
+        if self.workload_version:
+            return self.workload_version
+        try:
+            groups = self._json(self._call("read the API groups", self._discovery().get_api_versions))
+        except DISCOVERY_REFUSED as err:
+            return self._chosen(None, str(err))
+        return self._chosen(groups)
+
+    async def aworkloads_version(self) -> str:
+        """:meth:`workloads_version` from the event loop."""
+        if self.workload_version:
+            return self.workload_version
+        try:
+            groups = await self._aonce((await self._adiscovery()).get_api_versions)
+        except DISCOVERY_REFUSED as err:
+            return self._chosen(None, str(err))
+        return self._chosen(groups)
+
+    def _discovery(self) -> Any:
+        from kubernetes.client import ApisApi
+
+        return ApisApi(self.api_client())
+
+    async def _adiscovery(self) -> Any:
+        from kubernetes_asyncio.client import ApisApi
+
+        return ApisApi(await self.async_api_client())
+
     def _batch(self) -> Any:
         from kubernetes.client import BatchV1Api
 
@@ -361,7 +430,7 @@ class KueueJobBackend(KubernetesBackend):
             f"list Workloads in {self.namespace}",
             self._custom().list_namespaced_custom_object,
             group=WORKLOAD_GROUP,
-            version=WORKLOAD_VERSION,
+            version=self.workloads_version(),
             namespace=self.namespace,
             plural=WORKLOAD_PLURAL,
             **kwargs,
@@ -467,7 +536,7 @@ class KueueJobBackend(KubernetesBackend):
         return await self._alist_all(
             custom.list_namespaced_custom_object,
             group=WORKLOAD_GROUP,
-            version=WORKLOAD_VERSION,
+            version=await self.aworkloads_version(),
             namespace=self.namespace,
             plural=WORKLOAD_PLURAL,
             **kwargs,

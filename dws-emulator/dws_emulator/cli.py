@@ -7,6 +7,7 @@
                        [--calendar-approval-seconds S|manual] [--calendar-min-lead-seconds S]
                        [--calendar-provision-seconds S]
                        [--kube-node-pools [NAME=]ACCELERATOR ...] [--kube-booking-seconds S]
+                       [--kueue-versions v1beta2,v1beta1|v1beta1]
     dws-emulator requests --port P [--host 127.0.0.1] [--json]
     dws-emulator capacity --port P [--host 127.0.0.1] [--json] [LOC/ACC=N ...]
     dws-emulator preempt --port P [--host 127.0.0.1] [--json] projects/P/locations/ZONE/queuedResources/ID
@@ -26,7 +27,8 @@ time and provisioning delay, over the ``DWS_EMULATOR_CALENDAR_*`` environment va
 The GKE cluster behind the Kubernetes API has one queued node pool per accelerator, named by its
 GKE label value (``nvidia-h100-80gb``, optionally ``NAME=nvidia-h100-80gb``), whose GPUs come from
 the ``us-central1`` pool of that GPU; ``--kube-node-pools`` replaces the default set and
-``--kube-booking-seconds`` sets how long a Provisioned request waits for its pods (default 600).
+``--kube-booking-seconds`` sets how long a Provisioned request waits for its pods (default 600);
+``--kueue-versions v1beta1`` serves Kueue's objects only at ``v1beta1``, as a Kueue before 0.15 does.
 
 Fault rules are ``METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL]`` (``GetCustomJob=UNAVAILABLE@0.2``,
 ``*=latency:0.3``; see :mod:`.core.faults`). ``faults`` without rules shows the rules and what was
@@ -153,6 +155,8 @@ def _serve(args: argparse.Namespace) -> int:
             cluster.set_node_pools(args.kube_node_pools, replace=True)
         if args.kube_booking_seconds is not None:
             cluster.booking_seconds = args.kube_booking_seconds
+        if args.kueue_versions is not None:
+            cluster.kueue_versions = tuple(args.kueue_versions.split(","))
     try:
         server.start()
     except OSError as exc:  # the port, or the REST front's port + 1, is taken
@@ -477,6 +481,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="how long a Provisioned ProvisioningRequest keeps its nodes for pods not yet started "
         "(default 600); then BookingExpired",
+    )
+    serve.add_argument(
+        "--kueue-versions",
+        choices=("v1beta2,v1beta1", "v1beta1"),
+        default=None,
+        help="the kueue.x-k8s.io versions served: both (Kueue 0.15 and newer, the default) or only "
+        "v1beta1 (a Kueue before 0.15)",
     )
     serve.set_defaults(func=_serve)
 

@@ -22,14 +22,15 @@ from dws_emulator.kube.kueue_objects import (
     PODS,
     PODTEMPLATES,
     REQUESTS,
+    RESOURCE_FLAVORS,
     WORKLOADS,
     attempt_of,
     backoff_seconds,
     pod_template_name,
     request_name,
-    seed,
     workload_name,
 )
+from dws_emulator.kube.kueue_queues import seed
 from dws_emulator.kube.state import KubeState
 from dws_emulator.kube.store import timestamp
 from dws_emulator.state import EmulatorState
@@ -140,7 +141,7 @@ def env() -> Env:
 
 def test_seeded_queues_are_active(env: Env) -> None:
     cq = env.store.get(CLUSTER_QUEUES, "", "dws-cluster-queue")
-    assert cq["spec"]["admissionChecks"] == ["dws-prov"]
+    assert cq["spec"]["admissionChecksStrategy"] == {"admissionChecks": [{"name": "dws-prov"}]}
     assert cond(cq, "Active")["status"] == "True"
     ac = env.store.get(ADMISSION_CHECKS, "", "dws-prov")
     assert ac["spec"]["controllerName"] == "kueue.x-k8s.io/provisioning-request"
@@ -444,7 +445,7 @@ def test_an_unknown_local_queue_leaves_the_job_suspended(env: Env) -> None:
     quota = cond(wl, "QuotaReserved")
     assert (quota["status"], quota["reason"], quota["message"]) == (
         "False",
-        "Inadmissible",
+        "Misconfigured",
         "LocalQueue nope doesn't exist",
     )
     assert env.requests() == []
@@ -540,7 +541,12 @@ def test_a_config_of_its_own_sets_the_limit_and_cap(env: Env) -> None:
         },
     )
     env.store.create(
-        CLUSTER_QUEUES, "", {"metadata": {"name": "tight-cq"}, "spec": {"admissionChecks": ["tight-check"]}}
+        CLUSTER_QUEUES,
+        "",
+        {
+            "metadata": {"name": "tight-cq"},
+            "spec": {"admissionChecksStrategy": {"admissionChecks": [{"name": "tight-check"}]}},
+        },
     )
     env.store.create(LOCAL_QUEUES, NS, {"metadata": {"name": "tight"}, "spec": {"clusterQueue": "tight-cq"}})
     job = env.submit(queue="tight", annotations={"provreq.kueue.x-k8s.io/maxRunDurationSeconds": "1200"})
@@ -580,3 +586,55 @@ def test_queue_counts_follow_the_workloads(env: Env) -> None:
     env.store.delete(JOBS, NS, "a")
     env.advance(0)
     assert counts() == [[1, 0, 0], [1, 0, 0]]
+
+
+def test_a_queue_without_its_flavor_holds_the_workload_until_the_flavor_exists(env: Env) -> None:
+    env.store.create(
+        CLUSTER_QUEUES,
+        "",
+        {
+            "metadata": {"name": "spot-cq"},
+            "spec": {
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["nvidia.com/gpu"],
+                        "flavors": [
+                            {"name": "spot", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "64"}]}
+                        ],
+                    }
+                ],
+                "admissionChecksStrategy": {"admissionChecks": [{"name": "dws-prov"}]},
+            },
+        },
+    )
+    env.store.create(LOCAL_QUEUES, NS, {"metadata": {"name": "spot"}, "spec": {"clusterQueue": "spot-cq"}})
+    job = env.submit(queue="spot")
+    quota = cond(env.workload(job), "QuotaReserved")
+    assert (quota["status"], quota["reason"], quota["message"]) == (
+        "False",
+        "Suspended",
+        "ClusterQueue spot-cq is inactive",
+    )
+    assert cond(env.store.get(CLUSTER_QUEUES, "", "spot-cq"), "Active")["reason"] == "FlavorNotFound"
+    assert env.requests() == []
+    assert env.kueue.workloads()[0]["state"] == "inadmissible"
+    # The flavor created: the queue is active, the Workload gets quota on that flavor, and the flavor's
+    # node labels and tolerations (read from the object) go into the request's pod template.
+    toleration = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
+    env.store.create(
+        RESOURCE_FLAVORS,
+        "",
+        {"metadata": {"name": "spot"}, "spec": {"nodeLabels": {"pool": "spot"}, "tolerations": [toleration]}},
+    )
+    wl = env.workload(job)
+    assert cond(wl, "QuotaReserved")["status"] == "True"
+    assert wl["status"]["admission"]["podSetAssignments"][0]["flavors"] == {"nvidia.com/gpu": "spot"}
+    (pr,) = env.requests()
+    (pt,) = env.templates()
+    spec = env.store.get(PODTEMPLATES, NS, pt)["template"]["spec"]
+    assert (
+        spec["nodeSelector"]["pool"] == "spot" and "cloud.google.com/gke-queued" not in spec["nodeSelector"]
+    )
+    assert toleration in spec["tolerations"]
+    env.condition(pr, "Provisioned", "Provisioned", "ok")
+    assert env.job()["spec"]["template"]["spec"]["nodeSelector"]["pool"] == "spot"

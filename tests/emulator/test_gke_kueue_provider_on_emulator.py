@@ -75,7 +75,7 @@ def operator(task_id: str = "train", exit_code: int = 0, **kwargs: Any) -> Creat
 def wire_kueue(emulator: InProcessEmulator) -> None:
     """Kueue on the emulated cluster, with the queues of GKE's guide, unless the emulator has it."""
     from dws_emulator.kube.kueue import Kueue
-    from dws_emulator.kube.kueue_objects import seed
+    from dws_emulator.kube.kueue_queues import seed
 
     cluster = emulator.server.state.kube.cluster
     with cluster.core.lock:
@@ -95,10 +95,14 @@ def clock() -> FakeClock:
 def emulator_env(monkeypatch: pytest.MonkeyPatch, dws_emulator_server_factory: Any, clock: FakeClock) -> Any:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
-    def start(capacity: dict[str, int] | None = None) -> InProcessEmulator:
+    def start(
+        capacity: dict[str, int] | None = None, kueue_versions: tuple[str, ...] | None = None
+    ) -> InProcessEmulator:
         emulator: InProcessEmulator = dws_emulator_server_factory(capacity or {H100: 16}, clock=clock)
         monkeypatch.setenv("DWS_EMULATOR_HOST", emulator.address)
         wire_kueue(emulator)
+        if kueue_versions:  # an older Kueue: v1beta1 only
+            emulator.server.state.kube.cluster.kueue_versions = kueue_versions
         return emulator
 
     return start
@@ -115,8 +119,17 @@ def workloads(b: KueueJobBackend) -> list[dict[str, Any]]:
 # -- the backend through the sync client --------------------------------------------------------------
 
 
-def test_a_job_is_queued_admitted_runs_and_completes(emulator_env: Any, clock: FakeClock) -> None:
-    emulator_env()
+#: What the cluster's Kueue serves (Kueue 0.15 and newer; before 0.15) -> the version read.
+KUEUE_RELEASES = pytest.mark.parametrize(
+    ("served", "read_at"), [(("v1beta2", "v1beta1"), "v1beta2"), (("v1beta1",), "v1beta1")]
+)
+
+
+@KUEUE_RELEASES
+def test_a_job_is_queued_admitted_runs_and_completes(
+    emulator_env: Any, clock: FakeClock, served: tuple[str, ...], read_at: str
+) -> None:
+    emulator_env(kueue_versions=served)
     b, op, identity = backend(), operator(), who()
     status, created = b.submit(KueueJobAdapter(op).build(identity), identity)
     assert created and status.name == identity.queued_resource_id()
@@ -140,6 +153,7 @@ def test_a_job_is_queued_admitted_runs_and_completes(emulator_env: Any, clock: F
     assert done.details["succeeded"] == 2
     assert done.timings.run_seconds is not None and done.timings.run_seconds >= RUN_SECONDS
     assert b.find(identity)[0].name == status.name  # by the identity label
+    assert b.workload_version == read_at and workload["apiVersion"] == f"kueue.x-k8s.io/{read_at}"
 
 
 def test_a_second_submit_adopts_and_release_takes_the_workload_and_request_with_it(emulator_env: Any) -> None:
@@ -219,8 +233,11 @@ def test_a_failed_job_is_the_workloads_failure(emulator_env: Any, clock: FakeClo
 # -- the async half and the trigger ------------------------------------------------------------------
 
 
-def test_the_async_client_lists_reads_and_releases(emulator_env: Any, clock: FakeClock) -> None:
-    emulator_env({H100: 32})
+@KUEUE_RELEASES
+def test_the_async_client_lists_reads_and_releases(
+    emulator_env: Any, clock: FakeClock, served: tuple[str, ...], read_at: str
+) -> None:
+    emulator_env({H100: 32}, kueue_versions=served)
     b = backend()
     names = []
     for task in ("a", "b"):
@@ -233,6 +250,7 @@ def test_the_async_client_lists_reads_and_releases(emulator_env: Any, clock: Fak
         one = await ab.aget_status(names[0])
         released = await ab.arelease(names[1])
         again = await ab.arelease(names[1])
+        assert ab.workload_version == read_at  # asked of the cluster's discovery, from the loop
         return listed, one, released, again
 
     listed, one, released, again = asyncio.run(run())

@@ -254,9 +254,13 @@ class FakeApi:
     """Both the BatchV1Api and the CustomObjectsApi, sync or async, over one dict of objects."""
 
     def __init__(
-        self, jobs: dict[str, dict[str, Any]], workloads: list[dict[str, Any]], is_async: bool = False
+        self,
+        jobs: dict[str, dict[str, Any]],
+        workloads: list[dict[str, Any]],
+        is_async: bool = False,
+        served: tuple[str, ...] = ("v1beta2", "v1beta1"),
     ) -> None:
-        self.jobs, self.workloads, self.is_async = jobs, workloads, is_async
+        self.jobs, self.workloads, self.is_async, self.served = jobs, workloads, is_async, served
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.fail: list[Exception] = []
 
@@ -277,10 +281,19 @@ class FakeApi:
         items = [j for j in self.jobs.values() if j["metadata"]["labels"].get(key) == value]
         return self._answer("list_jobs", kwargs, {"items": items, "metadata": {}})
 
+    def get_api_versions(self, **kwargs: Any) -> Any:
+        """``GET /apis``: the Kueue group at the versions this cluster serves (none: no group)."""
+        versions = [{"groupVersion": f"kueue.x-k8s.io/{v}", "version": v} for v in self.served]
+        groups = [{"name": "batch", "versions": [{"groupVersion": "batch/v1", "version": "v1"}]}]
+        if versions:
+            groups.append({"name": "kueue.x-k8s.io", "versions": versions, "preferredVersion": versions[0]})
+        return self._answer("discovery", kwargs, {"kind": "APIGroupList", "groups": groups})
+
     def list_namespaced_custom_object(self, **kwargs: Any) -> Any:
+        newest = self.served[0] if self.served else "v1beta1"
         assert (kwargs["group"], kwargs["version"], kwargs["plural"]) == (
             "kueue.x-k8s.io",
-            "v1beta1",
+            newest,
             "workloads",
         )
         return self._answer("list_workloads", kwargs, {"items": list(self.workloads), "metadata": {}})
@@ -332,6 +345,12 @@ class FakeBackend(KueueJobBackend):
         return self.api
 
     def _custom(self) -> Any:
+        return self.api
+
+    def _discovery(self) -> Any:
+        return self.api
+
+    async def _adiscovery(self) -> Any:
         return self.api
 
     async def _apis(self) -> tuple[Any, Any]:
@@ -399,7 +418,7 @@ def test_find_lists_by_the_identity_and_pairs_workloads() -> None:
     assert found.state == "AwaitingCapacity"
     assert found.details["workload"] == f"job-{name}-abcde"
     assert found.details["attempt"] == 2
-    assert api.calls[-2][1]["label_selector"] == f"dws_key={IDENTITY.key}"
+    assert api.calls[-3][1]["label_selector"] == f"dws_key={IDENTITY.key}"
     assert backend.find(RequestIdentity("other", "t", "r")) == []
 
 
@@ -432,7 +451,7 @@ def test_the_async_half_lists_once_per_namespace_and_releases() -> None:
     listed, one, released, again = asyncio.run(run())
     assert set(listed) == {names[0]}
     assert listed[names[0]].phase is Phase.WAITING
-    assert [c[0] for c in api.calls[:2]] == ["list_jobs", "list_workloads"]
+    assert [c[0] for c in api.calls[:3]] == ["list_jobs", "discovery", "list_workloads"]
     assert api.calls[0][1]["label_selector"] == "dws_managed=true"
     assert one.name == names[1]
     assert (released, again) == (True, False)
@@ -501,3 +520,55 @@ print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith(("a
     assert not {
         m for m in loaded if ".runtime" in m or ".backends" in m or ".hooks" in m or m.endswith("_checks")
     }
+
+
+@pytest.mark.parametrize(
+    ("served", "read_at"),
+    [
+        (("v1beta2", "v1beta1"), "v1beta2"),  # Kueue 0.15 and newer
+        (("v1beta1",), "v1beta1"),  # a Kueue before 0.15
+        (("v1", "v1beta2"), "v1beta2"),  # a Kueue newer than the provider: the newest it knows
+        ((), "v1beta1"),  # no Kueue group: the list then says what is missing
+    ],
+)
+def test_workloads_are_read_at_the_newest_version_the_cluster_serves(
+    served: tuple[str, ...], read_at: str
+) -> None:
+    api = FakeApi({}, [], served=served)
+    backend = FakeBackend(api)
+    assert backend.workloads_version() == read_at
+    assert backend.workloads_version() == read_at
+    assert [c[0] for c in api.calls].count("discovery") == 1
+    # The triggerer's backend is rebuilt with the version found: it does not ask again.
+    assert backend.spec()["workload_version"] == read_at
+    rebuilt = backend_from_spec("gke_kueue_job", backend.spec())
+    assert isinstance(rebuilt, KueueJobBackend) and rebuilt.workload_version == read_at
+
+
+def test_a_refused_discovery_falls_back_to_v1beta1_and_a_transient_error_is_retried(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    api = FakeApi({}, [], served=("v1beta1",))
+    api.fail.append(ApiException(403, "Forbidden", "discovery is forbidden"))
+    with caplog.at_level("WARNING"):
+        assert FakeBackend(api).workloads_version() == "v1beta1"
+    assert "Could not read the API groups" in caplog.text and "discovery is forbidden" in caplog.text
+    # A transient error is not a refusal: asked again, the answer is the cluster's.
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    api = FakeApi({}, [], served=("v1beta2", "v1beta1"))
+    api.fail.append(ApiException(503, "ServiceUnavailable", "down"))
+    assert FakeBackend(api).workloads_version() == "v1beta2"
+    assert [c[0] for c in api.calls] == ["discovery", "discovery"]
+
+
+def test_the_async_half_asks_discovery_once_then_lists_at_the_version_found() -> None:
+    api = FakeApi({}, [], is_async=True, served=("v1beta2", "v1beta1"))
+    backend = FakeBackend(api)
+
+    async def run() -> list[str]:
+        return [await backend.aworkloads_version(), await backend.aworkloads_version()]
+
+    assert asyncio.run(run()) == ["v1beta2", "v1beta2"]
+    assert [c[0] for c in api.calls] == ["discovery"]

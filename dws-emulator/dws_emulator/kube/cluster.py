@@ -22,6 +22,7 @@ import grpc
 from ..core.clock import Schedule
 from ..core.errors import EmulatorError
 from ..defaults import DEFAULT_BOOKING_SECONDS, DEFAULT_KUBE_NODE_POOLS
+from . import kueue_versions
 from .nodepools import NodePools, default_queued_pools, parse_node_pool
 from .pods import JobController, PodController
 from .provisioning import ProvisioningController
@@ -65,6 +66,9 @@ class Cluster:
         #: How long a Provisioned request keeps its nodes for pods that have not started yet.
         self.booking_seconds = DEFAULT_BOOKING_SECONDS
         self.node_pools = NodePools(default_queued_pools(DEFAULT_KUBE_NODE_POOLS))
+        #: The Kueue API versions served, newest first: Kueue's main branch serves v1beta2 and
+        #: v1beta1; ``("v1beta1",)`` is a Kueue before 0.15 (``--kueue-versions``).
+        self.kueue_versions: tuple[str, ...] = kueue_versions.VERSIONS
         self.schedule = Schedule()
         self.provisioning = ProvisioningController(self)
         self.pods = PodController(self)
@@ -78,7 +82,7 @@ class Cluster:
         # Kueue with the queues of GKE's guide; its admission runs after validation, so the
         # suspend it sets on a queued Job wins over the Job defaults.
         from .kueue import Kueue
-        from .kueue_objects import seed
+        from .kueue_queues import seed
 
         kueue = Kueue(self)
         self.controllers.append(kueue)
@@ -140,6 +144,10 @@ class Cluster:
             self.jobs.sync(event.namespace, meta.get("name", ""), now)
         for controller in self.controllers:
             controller.changed(event)
+
+    def serves(self, kind: Kind, version: str) -> bool:
+        """Whether ``kind`` is served at ``version`` now (the routes answer 404 when it is not)."""
+        return kind.group != kueue_versions.GROUP or version in self.kueue_versions
 
     def pod_log(self, namespace: str, name: str, container: str | None) -> str:
         """The text of a pod's log (what ``/log`` answers); 404 / 400 as the API server."""

@@ -66,18 +66,18 @@ from .kueue_objects import (
     CONFIGS,
     CONSUME_ANNOTATION,
     CONTROLLER_NAME,
-    FLAVOR_NODE_LABELS,
-    FLAVOR_TOLERATIONS,
     JOBS,
     LOCAL_QUEUES,
     MANAGED_LABEL,
+    MISCONFIGURED,
     PODS,
     PODTEMPLATES,
     PROVREQ_PREFIX,
     QUEUE_LABEL,
     REQUESTS,
+    RESOURCE_FLAVORS,
+    SUSPENDED,
     WORKLOADS,
-    QueueCounts,
     attempt_of,
     backoff_seconds,
     checks_message,
@@ -95,13 +95,20 @@ from .kueue_objects import (
     request_name,
     reserve,
     retry_strategy,
-    seed,
     set_check_state,
     set_condition,
-    summary_message,
-    summary_state,
     true_in,
     workload_name,
+    workload_summary,
+)
+from .kueue_queues import (
+    QueueCounts,
+    assigned_flavor,
+    flavor_terms,
+    is_active,
+    seed,
+    update_active,
+    update_check_active,
 )
 from .store import Event, Kind, KubeError, KubeStore, timestamp
 
@@ -171,33 +178,7 @@ class Kueue:
 
     def workloads(self) -> list[dict[str, Any]]:
         """A summary of every Workload: its Job, queue, state, checks, attempt, live requests, and why."""
-        out = []
-        for wl in self.store.iter(WORKLOADS):
-            meta, status = wl["metadata"], wl.get("status") or {}
-            checks = status.get("admissionChecks") or []
-            out.append(
-                {
-                    "namespace": meta["namespace"],
-                    "name": meta["name"],
-                    "job": controller_of(wl, "Job"),
-                    "queue": wl["spec"].get("queueName", ""),
-                    "state": summary_state(wl),
-                    "checks": {c["name"]: c["state"] for c in checks},
-                    "attempts": {c["name"]: int(c.get("retryCount") or 0) + 1 for c in checks},
-                    "message": summary_message(wl),
-                    "requests": [
-                        pr
-                        for c in checks
-                        if self.store.find(
-                            REQUESTS,
-                            meta["namespace"],
-                            pr := request_name(meta["name"], c["name"], int(c.get("retryCount") or 0) + 1),
-                        )
-                        is not None
-                    ],
-                }
-            )
-        return out
+        return [workload_summary(self.store, wl) for wl in self.store.iter(WORKLOADS)]
 
     # -- work queue ------------------------------------------------------------------------------
 
@@ -221,14 +202,31 @@ class Kueue:
             wl = self.store.find(WORKLOADS, ns, wl_name) if wl_name else None
             job = controller_of(wl, "Job") if wl else None
             return [("job", ns, job)] if job else []
-        if key in (LOCAL_QUEUES.key, CLUSTER_QUEUES.key) and event.type == "ADDED":
-            # Rare: look again at the Workloads a missing queue held back.
-            return [
-                ("job", w["metadata"]["namespace"], job)
-                for w in self.store.iter(WORKLOADS)
-                if (job := controller_of(w, "Job")) and not is_true(w, "QuotaReserved")
-            ]
+        if key in (CLUSTER_QUEUES.key, RESOURCE_FLAVORS.key, ADMISSION_CHECKS.key, CONFIGS.key):
+            # Rare: whether each ClusterQueue is active (and the Workloads it held back, if so).
+            return [("queues", "", "")]
+        if key == LOCAL_QUEUES.key and event.type == "ADDED":
+            return self._held_back()
         return []
+
+    def _held_back(self) -> list[Key]:
+        """The Jobs whose Workloads wait for a queue (missing or inactive) to take them."""
+        return [
+            ("job", w["metadata"]["namespace"], job)
+            for w in self.store.iter(WORKLOADS)
+            if (job := controller_of(w, "Job")) and not is_true(w, "QuotaReserved")
+        ]
+
+    def _queues(self) -> None:
+        """Kueue's AdmissionCheck and ClusterQueue controllers: each check's and queue's Active
+        condition; a queue that became active looks again at the Workloads held back."""
+        now = self.store.clock()
+        for check in list(self.store.iter(ADMISSION_CHECKS)):
+            update_check_active(self.store, check, now)
+        woke = [update_active(self.store, cq, now) for cq in list(self.store.iter(CLUSTER_QUEUES))]
+        if any(woke):
+            for key in self._held_back():
+                self._queue[key] = None
 
     def _drain(self) -> None:
         if self._draining:
@@ -251,6 +249,8 @@ class Kueue:
                     break
                 if what == "job":
                     self._reconcile(ns, name)
+                elif what == "queues":
+                    self._queues()
                 elif what == "gc-job":
                     job_name, _, uid = name.rpartition("/")
                     self._collect_job(ns, job_name, uid)
@@ -379,8 +379,13 @@ class Kueue:
                 f"LocalQueue {queue} doesn't exist" if lq is None else f"ClusterQueue {cq_name} doesn't exist"
             )
             if not is_true(wl, "QuotaReserved"):
-                set_condition(status, "QuotaReserved", "False", "Inadmissible", message, now, gen)
+                set_condition(status, "QuotaReserved", "False", MISCONFIGURED, message, now, gen)
                 self._write_status(ns, wl, status)
+            return
+        if not true_in(status, "QuotaReserved") and not is_active(cq):
+            message = f"ClusterQueue {cq_name} is inactive"
+            set_condition(status, "QuotaReserved", "False", SUSPENDED, message, now, gen)
+            self._write_status(ns, wl, status)
             return
         requeue = status.get("requeueState") or {}
         if requeue.get("requeueAt"):
@@ -396,8 +401,10 @@ class Kueue:
         if not true_in(status, "QuotaReserved"):
             reserve(wl, status, cq, now)
         admitted = true_in(status, "Admitted")
+        # The checks read the Workload as this pass leaves it (its admission: the flavor).
+        current = {**wl, "status": status}
         for check in status.get("admissionChecks") or []:
-            self._provision(ns, wl, check, admitted, now)
+            self._provision(ns, current, check, admitted, now)
         rejected = [c for c in status["admissionChecks"] if c["state"] == "Rejected"]
         retry = [c for c in status["admissionChecks"] if c["state"] == "Retry"]
         if rejected:
@@ -535,7 +542,8 @@ class Kueue:
         for ps in podsets:
             pt_name = pod_template_name(name, ps["name"])
             if self.store.find(PODTEMPLATES, ns, pt_name) is None:
-                template = limits_as_requests(merged(ps["template"], FLAVOR_NODE_LABELS, FLAVOR_TOLERATIONS))
+                labels, tolerations = flavor_terms(self.store, assigned_flavor(wl))
+                template = limits_as_requests(merged(ps["template"], labels, tolerations))
                 self.store.create(
                     PODTEMPLATES,
                     ns,

@@ -17,8 +17,6 @@ from typing import Any
 from .kueue_objects import (
     DEFAULT_PODSET,
     FINALIZER,
-    FLAVOR_NODE_LABELS,
-    FLAVOR_TOLERATIONS,
     JOB_CONTROLLER_LABELS,
     JOB_MANAGED_LABELS,
     JOB_UID_LABEL,
@@ -29,6 +27,7 @@ from .kueue_objects import (
     owned_by,
     owner_reference,
 )
+from .kueue_queues import assigned_flavor, flavor_terms
 from .store import KubeStore
 
 
@@ -85,7 +84,7 @@ def merged(
 
 def start_job(store: KubeStore, ns: str, job: dict[str, Any], wl: dict[str, Any]) -> None:
     """Unsuspend with the flavor and every check's podSetUpdates merged into the pod template."""
-    selector, tolerations = dict(FLAVOR_NODE_LABELS), copy.deepcopy(FLAVOR_TOLERATIONS)
+    selector, tolerations = flavor_terms(store, assigned_flavor(wl))
     labels: dict[str, str] = {PODSET_LABEL: DEFAULT_PODSET}
     annotations: dict[str, str] = {}
     for check in wl["status"].get("admissionChecks") or []:

@@ -1,4 +1,4 @@
-"""Kueue's names, labels and seeded objects, as Kueue writes them (the pieces :mod:`.kueue` builds on).
+"""Kueue's names, labels, conditions and quota, as Kueue writes them (the pieces :mod:`.kueue` builds on).
 
 Names follow Kueue's job framework and provisioning admission check:
 
@@ -8,15 +8,9 @@ Names follow Kueue's job framework and provisioning admission check:
 - its PodTemplates: ``ppt-<request>-<podset>``;
 - a name longer than 247 characters is cut and given a 5-hex sha1 tail.
 
-The seeded objects are those of GKE's queued-provisioning guide: ClusterQueue ``dws-cluster-queue``
-(one flavor, quota far above any pool, admission check ``dws-prov``), AdmissionCheck ``dws-prov``
-(controller ``kueue.x-k8s.io/provisioning-request``, parameters ProvisioningRequestConfig
-``dws-config``), the config (class ``queued-provisioning.gke.io``, managed resource
-``nvidia.com/gpu``, retry 3 / 60 s / 1800 s) and LocalQueue ``dws-queue`` in ``default``, each with
-the Active status Kueue's controllers write (then the pending, reserving and admitted counts,
-kept by :class:`QueueCounts`). The flavor ``dws-flavor`` is not a served object
-(ResourceFlavor is not among the kinds): its node labels and toleration, which Kueue merges into
-the pod template when it admits, are :data:`FLAVOR_NODE_LABELS` and :data:`FLAVOR_TOLERATIONS`.
+The names and constants of the seeded queues are here too; the objects, their status and what
+makes a queue active are in :mod:`.kueue_queues`. Objects are read and written as stored, at
+``v1beta2`` (:mod:`.kueue_versions`).
 """
 
 from __future__ import annotations
@@ -28,7 +22,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from .store import KINDS, Kind, KubeStore, timestamp
+from .store import KINDS, KubeStore, timestamp
 
 JOBS = KINDS["jobs.batch"]
 PODS = KINDS["pods"]
@@ -39,6 +33,7 @@ LOCAL_QUEUES = KINDS["localqueues.kueue.x-k8s.io"]
 CLUSTER_QUEUES = KINDS["clusterqueues.kueue.x-k8s.io"]
 ADMISSION_CHECKS = KINDS["admissionchecks.kueue.x-k8s.io"]
 CONFIGS = KINDS["provisioningrequestconfigs.kueue.x-k8s.io"]
+RESOURCE_FLAVORS = KINDS["resourceflavors.kueue.x-k8s.io"]
 
 #: The Job label naming its LocalQueue: what makes a Job Kueue's.
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -65,15 +60,15 @@ CONFIG = "dws-config"
 FLAVOR = "dws-flavor"
 PROVISIONING_CLASS = "queued-provisioning.gke.io"
 MANAGED_RESOURCE = "nvidia.com/gpu"
+#: A Workload's QuotaReserved reasons while its queue cannot take it (Kueue's workload controller:
+#: a queue that does not exist, an inactive one).
+MISCONFIGURED = "Misconfigured"
+SUSPENDED = "Suspended"
+BLOCKED_REASONS = (MISCONFIGURED, SUSPENDED)
 #: Kueue's defaults for a config without a retryStrategy, and the seeded config's values.
 BACKOFF_LIMIT_COUNT = 3
 BACKOFF_BASE_SECONDS = 60
 BACKOFF_MAX_SECONDS = 1800
-#: What the flavor puts on the pods it admits: the queued node pools' label and taint.
-FLAVOR_NODE_LABELS = {"cloud.google.com/gke-queued": "true"}
-FLAVOR_TOLERATIONS = [
-    {"key": "cloud.google.com/gke-queued", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-]
 #: The labels Kubernetes' Job controller puts on a template that Kueue leaves out of the pod set.
 JOB_MANAGED_LABELS = ("job-name", "controller-uid", "batch.kubernetes.io/controller-uid")
 #: Every label the Job controller manages (restored as they are when Kueue stops a Job).
@@ -301,18 +296,42 @@ def summary_state(wl: dict[str, Any]) -> str:
     if is_true(wl, "QuotaReserved"):
         return "quota-reserved"
     cond = find_condition(wl, "QuotaReserved")
-    return "inadmissible" if cond and cond.get("reason") == "Inadmissible" else "pending"
+    return "inadmissible" if cond and cond.get("reason") in BLOCKED_REASONS else "pending"
+
+
+def flavor_names(cluster_queue: dict[str, Any]) -> list[str]:
+    """Every flavor a (stored) ClusterQueue's resource groups name, in order."""
+    names: list[str] = []
+    for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            if flavor.get("name") and flavor["name"] not in names:
+                names.append(str(flavor["name"]))
+    return names
+
+
+def admission_checks_of(cluster_queue: dict[str, Any], flavor: str | None = None) -> list[str]:
+    """The admission checks a (stored, ``v1beta2``) ClusterQueue names in its
+    ``admissionChecksStrategy``: all of them, or those that apply to ``flavor`` (a rule without
+    ``onFlavors`` applies to every flavor)."""
+    strategy = (cluster_queue.get("spec") or {}).get("admissionChecksStrategy") or {}
+    return [
+        str(rule.get("name", ""))
+        for rule in strategy.get("admissionChecks") or []
+        if flavor is None or not rule.get("onFlavors") or flavor in rule["onFlavors"]
+    ]
 
 
 def reserve(wl: dict[str, Any], status: dict[str, Any], cq: dict[str, Any], now: float) -> None:
     """The scheduler: quota in the ClusterQueue (never short here), the checks it names Pending."""
     gen, cq_name = wl["metadata"]["generation"], cq["metadata"]["name"]
+    flavors = flavor_names(cq)
+    flavor = flavors[0] if flavors else ""
     status["admission"] = {
         "clusterQueue": cq_name,
         "podSetAssignments": [
             {
                 "name": ps["name"],
-                "flavors": {r: FLAVOR for r in sorted(pod_resources(ps["template"]))},
+                "flavors": {r: flavor for r in sorted(pod_resources(ps["template"]))} if flavor else {},
                 "count": ps["count"],
             }
             for ps in wl["spec"]["podSets"]
@@ -332,7 +351,7 @@ def reserve(wl: dict[str, Any], status: dict[str, Any], cq: dict[str, Any], now:
         set_condition(
             status, "Evicted", "False", "QuotaReserved", f"Previously: {evicted['message']}", now, gen
         )
-    names = list(cq["spec"].get("admissionChecks") or [])
+    names = admission_checks_of(cq, flavor)
     kept = {c["name"]: c for c in status.get("admissionChecks") or []}
     status["admissionChecks"] = [
         kept.get(n) or {"name": n, "state": "Pending", "lastTransitionTime": timestamp(now), "message": ""}
@@ -350,182 +369,24 @@ def summary_message(wl: dict[str, Any]) -> str:
     return "; ".join(c["message"] for c in checks if c.get("message"))
 
 
-# -- seeded objects ------------------------------------------------------------------------------
-
-
-def _active(now: float, reason: str, message: str) -> dict[str, Any]:
+def workload_summary(store: KubeStore, wl: dict[str, Any]) -> dict[str, Any]:
+    """One Workload in a line of the summary: its Job, queue, state, checks, attempts, live requests, and why."""
+    meta, status = wl["metadata"], wl.get("status") or {}
+    checks = status.get("admissionChecks") or []
+    attempts = {c["name"]: int(c.get("retryCount") or 0) + 1 for c in checks}
     return {
-        "type": "Active",
-        "status": "True",
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": timestamp(now),
-        "observedGeneration": 1,
+        "namespace": meta["namespace"],
+        "name": meta["name"],
+        "job": controller_of(wl, "Job"),
+        "queue": wl["spec"].get("queueName", ""),
+        "state": summary_state(wl),
+        "checks": {c["name"]: c["state"] for c in checks},
+        "attempts": attempts,
+        "message": summary_message(wl),
+        "requests": [
+            name
+            for check, attempt in attempts.items()
+            if store.find(REQUESTS, meta["namespace"], name := request_name(meta["name"], check, attempt))
+            is not None
+        ],
     }
-
-
-def _seed_one(
-    store: KubeStore, kind: Kind, namespace: str, obj: dict[str, Any], status: dict[str, Any]
-) -> None:
-    name = obj["metadata"]["name"]
-    if store.find(kind, namespace, name) is not None:
-        return
-    store.create(kind, namespace, obj)
-    if kind.status_subresource:
-        store.update(kind, namespace, name, lambda o: o.__setitem__("status", status), status=True)
-
-
-def seed(store: KubeStore) -> None:
-    """Create the ClusterQueue, AdmissionCheck, config and LocalQueue of GKE's guide (kept if present)."""
-    now = store.clock()
-    covered = ["cpu", "memory", MANAGED_RESOURCE, "ephemeral-storage"]
-    _seed_one(
-        store,
-        CONFIGS,
-        "",
-        {
-            "metadata": {"name": CONFIG},
-            "spec": {
-                "provisioningClassName": PROVISIONING_CLASS,
-                "managedResources": [MANAGED_RESOURCE],
-                "retryStrategy": {
-                    "backoffLimitCount": BACKOFF_LIMIT_COUNT,
-                    "backoffBaseSeconds": BACKOFF_BASE_SECONDS,
-                    "backoffMaxSeconds": BACKOFF_MAX_SECONDS,
-                },
-            },
-        },
-        {},
-    )
-    _seed_one(
-        store,
-        ADMISSION_CHECKS,
-        "",
-        {
-            "metadata": {"name": CHECK},
-            "spec": {
-                "controllerName": CONTROLLER_NAME,
-                "parameters": {
-                    "apiGroup": "kueue.x-k8s.io",
-                    "kind": "ProvisioningRequestConfig",
-                    "name": CONFIG,
-                },
-            },
-        },
-        {"conditions": [_active(now, "Active", "The admission check is active")]},
-    )
-    _seed_one(
-        store,
-        CLUSTER_QUEUES,
-        "",
-        {
-            "metadata": {"name": CLUSTER_QUEUE},
-            "spec": {
-                "namespaceSelector": {},
-                "queueingStrategy": "BestEffortFIFO",
-                "stopPolicy": "None",
-                "flavorFungibility": {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"},
-                "preemption": {
-                    "borrowWithinCohort": {"policy": "Never"},
-                    "reclaimWithinCohort": "Never",
-                    "withinClusterQueue": "Never",
-                },
-                "resourceGroups": [
-                    {
-                        "coveredResources": covered,
-                        "flavors": [
-                            {
-                                "name": FLAVOR,
-                                "resources": [{"name": r, "nominalQuota": "1000000000"} for r in covered],
-                            }
-                        ],
-                    }
-                ],
-                "admissionChecks": [CHECK],
-            },
-        },
-        {
-            "conditions": [_active(now, "Ready", "Can admit new workloads")],
-            "pendingWorkloads": 0,
-            "reservingWorkloads": 0,
-            "admittedWorkloads": 0,
-            "flavorsReservation": [],
-            "flavorsUsage": [],
-        },
-    )
-    _seed_one(
-        store,
-        LOCAL_QUEUES,
-        LOCAL_QUEUE_NAMESPACE,
-        {"metadata": {"name": LOCAL_QUEUE}, "spec": {"clusterQueue": CLUSTER_QUEUE, "stopPolicy": "None"}},
-        {
-            "conditions": [_active(now, "Ready", "Can submit new workloads to localQueue")],
-            "pendingWorkloads": 0,
-            "reservingWorkloads": 0,
-            "admittedWorkloads": 0,
-            "flavorsReservation": [],
-            "flavorUsage": [],
-        },
-    )
-
-
-class QueueCounts:
-    """``pendingWorkloads``, ``reservingWorkloads``, ``admittedWorkloads`` of each queue, kept as
-    Workloads change (finished, deactivated and queue-less Workloads count nowhere, as in Kueue)."""
-
-    def __init__(self, store: KubeStore) -> None:
-        self.store = store
-        self._of: dict[tuple[str, str], tuple[tuple[str, str], str, str]] = {}
-        self._counts: dict[tuple[str, str], list[int]] = {}  # (namespace or "", queue) -> counts
-        self.dirty: set[tuple[str, str]] = set()
-
-    def seen(self, ns: str, wl: dict[str, Any], deleted: bool) -> None:
-        """Count Workload ``wl`` (as an event carries it) in its queues, instead of where it was."""
-        key = (ns, wl["metadata"]["name"])
-        old = self._of.pop(key, None)
-        if old is not None:
-            self._add(old, -1)
-        lq = self.store.find(LOCAL_QUEUES, ns, (wl.get("spec") or {}).get("queueName", ""))
-        if deleted or lq is None or is_true(wl, "Finished") or wl["spec"].get("active") is False:
-            return
-        state = (
-            "admitted"
-            if is_true(wl, "Admitted")
-            else "reserving"
-            if is_true(wl, "QuotaReserved")
-            else "pending"
-        )
-        new = ((ns, lq["metadata"]["name"]), lq["spec"].get("clusterQueue", ""), state)
-        self._of[key] = new
-        self._add(new, 1)
-
-    def _add(self, entry: tuple[tuple[str, str], str, str], sign: int) -> None:
-        lq, cq, state = entry
-        for queue in (lq, ("", cq)):
-            counts = self._counts.setdefault(queue, [0, 0, 0])
-            counts[0] += sign * (state == "pending")
-            counts[1] += sign * (state in ("reserving", "admitted"))
-            counts[2] += sign * (state == "admitted")
-            self.dirty.add(queue)
-
-    def flush(self) -> None:
-        """Write the changed counts into the queues' status."""
-        dirty, self.dirty = self.dirty, set()
-        for ns, name in sorted(dirty):
-            kind = LOCAL_QUEUES if ns else CLUSTER_QUEUES
-            obj = self.store.find(kind, ns, name)
-            if obj is None:
-                continue
-            pending, reserving, admitted = self._counts.get((ns, name), [0, 0, 0])
-            want = {
-                "pendingWorkloads": pending,
-                "reservingWorkloads": reserving,
-                "admittedWorkloads": admitted,
-            }
-            if all((obj.get("status") or {}).get(k) == v for k, v in want.items()):
-                continue
-
-            def write(obj: dict[str, Any], want: dict[str, int] = want) -> None:
-                obj["status"].update(want)
-
-            self.store.update(kind, ns, name, write, status=True)

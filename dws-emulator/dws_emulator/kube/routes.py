@@ -52,7 +52,7 @@ from typing import Any
 
 from ..core.errors import EmulatorError
 from ..core.rest import HTTP_OF_GRPC, RestCall, RestError, RestReply, RestRoute
-from . import wire
+from . import kueue_versions, wire
 from .store import KINDS, Kind, KubeError, invalid
 from .watch import KubeApi, log_stream, tail, watch_stream
 
@@ -139,8 +139,13 @@ class _Routes:
         return call.params.get("namespace", "") if self.kind.namespaced else ""
 
     def _out(self, obj: dict[str, Any]) -> dict[str, Any]:
+        obj = kueue_versions.shown(self.kind, obj, self.version)
         obj["apiVersion"] = self.api_version
         return obj
+
+    def _in(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """A body sent at this route's version, as the store keeps it (Kueue's v1beta1 converted)."""
+        return kueue_versions.stored(self.kind, obj, self.version)
 
     def _locked(self, work: Callable[[], Any]) -> Any:
         with self.api.core.lock:
@@ -167,6 +172,16 @@ class _Routes:
         except ValueError:
             raise wire.bad_request(f"invalid timeoutSeconds {text!r}") from None
 
+    def _if_served(self, handler: Callable[[RestCall], Any]) -> Callable[[RestCall], Any]:
+        """``handler``, or a 404 while the cluster does not serve this version (an older Kueue)."""
+
+        def serve(call: RestCall) -> Any:
+            if not self.api.cluster.serves(self.kind, self.version):
+                raise KubeError(404, "NotFound", "the server could not find the requested resource")
+            return handler(call)
+
+        return serve
+
     # -- verbs -----------------------------------------------------------------------------------
     def create(self, call: RestCall) -> RestReply:
         obj = self._object_body(call)
@@ -177,7 +192,7 @@ class _Routes:
                 "the namespace of the provided object does not match the namespace sent on the request"
             )
 
-        obj = self._placed(obj, namespace)
+        obj = self._placed(self._in(obj), namespace)
 
         def work() -> dict[str, Any]:
             self.api.cluster.admit("CREATE", self.kind, namespace, obj, None)
@@ -212,10 +227,10 @@ class _Routes:
 
         items, revision = self._locked(work)
         items, meta = wire.page(items, call.query, revision)
-        for item in items:
-            if self.kind.custom:
-                self._out(item)
-            else:  # built-in kinds' list items carry no type meta on the wire
+        if self.kind.custom:
+            items = [self._out(item) for item in items]
+        else:  # built-in kinds' list items carry no type meta on the wire
+            for item in items:
                 item.pop("apiVersion", None)
                 item.pop("kind", None)
         return {
@@ -234,7 +249,7 @@ class _Routes:
                 f"the name of the object ({sent}) does not match the name on the URL ({name})"
             )
 
-        obj = self._placed(obj, namespace)
+        obj = self._placed(self._in(obj), namespace)
 
         def work() -> dict[str, Any]:
             old = self.api.store.get(self.kind, namespace, name)
@@ -255,7 +270,9 @@ class _Routes:
 
         def work() -> dict[str, Any]:
             old = self.api.store.get(self.kind, namespace, name)
-            new = wire.apply_patch(self.kind, old, content_type, call.body)
+            # A patch applies to the object as this version shows it.
+            shown = kueue_versions.shown(self.kind, old, self.version)
+            new = self._in(wire.apply_patch(self.kind, shown, content_type, call.body))
             self.api.cluster.admit("UPDATE", self.kind, namespace, new, old)
             return self.api.store.replace(self.kind, namespace, name, new, status=status)
 
@@ -306,7 +323,7 @@ class _Routes:
         p = kind.plural
 
         def route(method: str, path: str, verb: str, handler: Callable[[RestCall], Any]) -> RestRoute:
-            return RestRoute(method, path, f"{p}.{verb}", handler, errors=kube_errors)
+            return RestRoute(method, path, f"{p}.{verb}", self._if_served(handler), errors=kube_errors)
 
         routes = [
             route("POST", base, "create", self.create),
@@ -366,55 +383,64 @@ def _resource_list(group_version: str, kinds: list[Kind]) -> dict[str, Any]:
 
 
 def _discovery(api: KubeApi) -> list[RestRoute]:
-    by_version: dict[str, list[Kind]] = {}
-    groups: dict[str, list[str]] = {}
+    """``/version``, ``/api``, ``/apis`` and each group version's resources, of what is served now
+    (the cluster may serve fewer Kueue versions: :meth:`~.cluster.Cluster.serves`)."""
+    by_version: dict[str, tuple[str, list[Kind]]] = {}
     for kind in KINDS.values():
         for version in kind.versions:
-            by_version.setdefault(kind.api_version(version), []).append(kind)
-            if kind.group and version not in groups.setdefault(kind.group, []):
-                groups[kind.group].append(version)
+            by_version.setdefault(kind.api_version(version), (version, []))[1].append(kind)
 
-    def locked(reply: Any) -> Callable[[RestCall], Any]:
+    def locked(answer: Callable[[], Any]) -> Callable[[RestCall], Any]:
         def serve(call: RestCall) -> Any:
             with api.core.lock:
                 api.core.tick()
-            return reply
+                return answer()
 
         return serve
 
-    group_list = {
-        "kind": "APIGroupList",
-        "apiVersion": "v1",
-        "groups": [
-            {
-                "name": group,
-                "versions": [{"groupVersion": f"{group}/{v}", "version": v} for v in versions],
-                "preferredVersion": {"groupVersion": f"{group}/{versions[0]}", "version": versions[0]},
-            }
-            for group, versions in groups.items()
-        ],
-    }
+    def group_list() -> dict[str, Any]:
+        groups: dict[str, list[str]] = {}
+        for kind in KINDS.values():
+            for version in kind.versions:
+                if kind.group and api.cluster.serves(kind, version):
+                    if version not in groups.setdefault(kind.group, []):
+                        groups[kind.group].append(version)
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [
+                {
+                    "name": group,
+                    "versions": [{"groupVersion": f"{group}/{v}", "version": v} for v in versions],
+                    "preferredVersion": {"groupVersion": f"{group}/{versions[0]}", "version": versions[0]},
+                }
+                for group, versions in groups.items()
+            ],
+        }
+
+    def resources(group_version: str, version: str, kinds: list[Kind]) -> Callable[[], Any]:
+        def answer() -> Any:
+            served = [kind for kind in kinds if api.cluster.serves(kind, version)]
+            if not served:
+                raise KubeError(404, "NotFound", "the server could not find the requested resource")
+            return _resource_list(group_version, served)
+
+        return answer
+
     core_versions = {
         "kind": "APIVersions",
         "versions": ["v1"],
         "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}],
     }
     routes = [
-        RestRoute("GET", "/version", "discovery.version", locked(VERSION_INFO), errors=kube_errors),
-        RestRoute("GET", "/api", "discovery.api", locked(core_versions), errors=kube_errors),
+        RestRoute("GET", "/version", "discovery.version", locked(lambda: VERSION_INFO), errors=kube_errors),
+        RestRoute("GET", "/api", "discovery.api", locked(lambda: core_versions), errors=kube_errors),
         RestRoute("GET", "/apis", "discovery.apis", locked(group_list), errors=kube_errors),
     ]
-    for group_version, kinds in by_version.items():
+    for group_version, (version, kinds) in by_version.items():
         path = f"/apis/{group_version}" if "/" in group_version else f"/api/{group_version}"
-        routes.append(
-            RestRoute(
-                "GET",
-                path,
-                "discovery.resources",
-                locked(_resource_list(group_version, kinds)),
-                errors=kube_errors,
-            )
-        )
+        answer = resources(group_version, version, kinds)
+        routes.append(RestRoute("GET", path, "discovery.resources", locked(answer), errors=kube_errors))
     return routes
 
 

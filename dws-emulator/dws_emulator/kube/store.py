@@ -26,6 +26,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..core.errors import EmulatorError
+from .kueue_versions import GROUP as KUEUE
+from .kueue_versions import VERSIONS as KUEUE_VERSIONS
 
 #: How many change events a watch can resume from (older resourceVersions answer 410 Gone).
 EVENT_HISTORY = 10_000
@@ -78,10 +80,11 @@ KINDS: dict[str, Kind] = _kinds(
         custom=True,
         immutable_spec=True,
     ),
-    Kind("kueue.x-k8s.io", ("v1beta1",), "localqueues", "LocalQueue", status_subresource=True, custom=True),
+    # Kueue: every kind at v1beta2 (stored) and v1beta1 (deprecated), converted by kueue_versions.
+    Kind(KUEUE, KUEUE_VERSIONS, "localqueues", "LocalQueue", status_subresource=True, custom=True),
     Kind(
-        "kueue.x-k8s.io",
-        ("v1beta1",),
+        KUEUE,
+        KUEUE_VERSIONS,
         "clusterqueues",
         "ClusterQueue",
         namespaced=False,
@@ -89,8 +92,8 @@ KINDS: dict[str, Kind] = _kinds(
         custom=True,
     ),
     Kind(
-        "kueue.x-k8s.io",
-        ("v1beta1",),
+        KUEUE,
+        KUEUE_VERSIONS,
         "admissionchecks",
         "AdmissionCheck",
         namespaced=False,
@@ -98,14 +101,15 @@ KINDS: dict[str, Kind] = _kinds(
         custom=True,
     ),
     Kind(
-        "kueue.x-k8s.io",
-        ("v1beta1",),
+        KUEUE,
+        KUEUE_VERSIONS,
         "provisioningrequestconfigs",
         "ProvisioningRequestConfig",
         namespaced=False,
         custom=True,
     ),
-    Kind("kueue.x-k8s.io", ("v1beta1",), "workloads", "Workload", status_subresource=True, custom=True),
+    Kind(KUEUE, KUEUE_VERSIONS, "resourceflavors", "ResourceFlavor", namespaced=False, custom=True),
+    Kind(KUEUE, KUEUE_VERSIONS, "workloads", "Workload", status_subresource=True, custom=True),
 )
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from ..core.api import Core
+from . import kueue_versions
 from .store import Event, Kind, KubeError, KubeStore
 
 
@@ -26,6 +27,8 @@ class ClusterHooks(Protocol):
     ) -> None: ...
 
     def pod_log(self, namespace: str, name: str, container: str | None) -> str: ...
+
+    def serves(self, kind: Kind, version: str) -> bool: ...
 
 
 class KubeApi(Protocol):
@@ -92,6 +95,7 @@ def watch_stream(
     api_version = kind.api_version(version)
 
     def shown(obj: dict[str, Any]) -> dict[str, Any]:
+        obj = kueue_versions.shown(kind, obj, version)
         obj["apiVersion"] = api_version
         return obj
 

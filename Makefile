@@ -210,6 +210,13 @@ bench-airflow: venv
 bench: venv
 	$(BIN)/python benchmarks/triggerer_scale.py $(BENCH_ARGS)
 
+## GKE waits: the shared poller's watch against polling alone, for 1, 100 and 1,000 waiting
+## ProvisioningRequests (time from the grant to each trigger's event, API requests per minute while
+## waiting; docs/scale.md); non-zero exit if a target is missed. BENCH_WATCH_ARGS="--sizes 1,100" for less.
+.PHONY: bench-watch
+bench-watch: venv
+	$(BIN)/python benchmarks/gke_watch.py $(BENCH_WATCH_ARGS)
+
 ## CPU per DAG-file parse in the dag-processor's model (forked child of a parent that imported only
 ## airflow.*), with and without compiled bytecode; every DWS row at most 1.5x the BashOperator DAG.
 ## BENCH_PARSE_ARGS="--repeat 3" for a shorter run.

@@ -5,7 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterable, Callable, Collection, Container, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Collection,
+    Container,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -294,6 +303,29 @@ class EndedLister(Protocol):
         """The ended requests among ``wanted`` (the provider's, created at or after
         ``created_after``), classified, scanning at most about ``scan_limit`` listed requests;
         errors propagate."""
+        ...
+
+
+@runtime_checkable
+class Watcher(Protocol):
+    """A backend whose API streams changes (a Kubernetes watch): the shared poller holds one watch
+    per backend (cluster, namespace and kind) beside its list, so every wait there hears a change
+    at once and the list only resyncs (see :mod:`airflow_provider_dws.triggers.watching`)."""
+
+    def list_version(self) -> str | None:
+        """The ``resourceVersion`` of the last live list (a watch starts after it); None before one."""
+        ...
+
+    def awatch(
+        self, resource_version: str, timeout: float
+    ) -> AsyncIterator[tuple[str, RequestStatus | None]]:
+        """The changes after ``resource_version`` for at most ``timeout`` seconds, as (request name,
+        its status; None when it was deleted); ends when the server ends the watch. Errors are the
+        provider's (a version too old to resume from: ``TransientApiError`` with code 410)."""
+        ...
+
+    def watch_version(self) -> str | None:
+        """The ``resourceVersion`` of the last change the watch showed (where to resume it)."""
         ...
 
 

@@ -268,17 +268,44 @@ class KubernetesBackend:
         return (await self.async_api_client()).sanitize_for_serialization(reply)
 
     async def _apages(
-        self, list_fn: Callable[..., Any], **kwargs: Any
+        self, list_fn: Callable[..., Any], versions: list[str] | None = None, **kwargs: Any
     ) -> AsyncIterator[list[dict[str, Any]]]:
-        """The items of a paged list, a page at a time, as JSON."""
+        """The items of a paged list, a page at a time, as JSON; the list's ``resourceVersion`` (its
+        first page's: the snapshot the other pages continue) appended to ``versions``."""
         token: str | None = None
         while True:
             paging: dict[str, Any] = {"limit": LIST_PAGE_SIZE, **({"_continue": token} if token else {})}
             page = await self._aonce(list_fn, **kwargs, **paging)
+            if versions is not None and not token:
+                versions.append(str((page.get("metadata") or {}).get("resourceVersion") or ""))
             yield list(page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue") or None
             if not token:
                 return
+
+    async def _awatch_objects(
+        self, list_fn: Callable[..., Any], resource_version: str, timeout: float, **kwargs: Any
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """One watch of ``list_fn``'s objects after ``resource_version``, for at most ``timeout``
+        seconds: (event type, object as JSON), bookmarks left out; errors translated."""
+        from kubernetes_asyncio import watch
+
+        stream = watch.Watch()
+        try:
+            with translated():
+                async for event in stream.stream(
+                    list_fn,
+                    resource_version=resource_version,
+                    timeout_seconds=max(1, int(timeout)),
+                    allow_watch_bookmarks=True,
+                    # The connection stays open for the whole watch: its deadline is the watch's.
+                    _request_timeout=timeout + self.rpc_timeout,
+                    **kwargs,
+                ):
+                    if event.get("type") != "BOOKMARK":
+                        yield str(event.get("type")), event.get("raw_object") or {}
+        finally:
+            await stream.close()
 
     async def _alist_all(self, list_fn: Callable[..., Any], **kwargs: Any) -> list[dict[str, Any]]:
         """Every item of a paged list, as JSON."""

@@ -18,6 +18,7 @@ Nothing here imports ``kubernetes`` or ``kubernetes_asyncio`` at module level.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Container, Mapping, Sequence
@@ -26,6 +27,7 @@ from typing import Any
 
 from airflow_provider_dws import errors
 from airflow_provider_dws.backends.base import RESULT, ListMemo, RequestStatus, classify_listed
+from airflow_provider_dws.backends.batched_reads import BatchedReads
 from airflow_provider_dws.backends.kube_base import (
     LABEL_MAX_WAIT,
     KubernetesBackend,
@@ -204,6 +206,9 @@ class ProvisioningRequestBackend(KubernetesBackend):
         super().__init__(*args, **kwargs)
         self.api_version = api_version
         self._memo = ListMemo(_version)
+        self._list_version: str | None = None
+        self._watch_version: str | None = None
+        self._reads: tuple[asyncio.AbstractEventLoop, BatchedReads] | None = None
 
     def spec(self) -> dict[str, Any]:
         """Constructor keyword arguments, JSON-serializable, to rebuild this backend in the triggerer."""
@@ -434,10 +439,12 @@ class ProvisioningRequestBackend(KubernetesBackend):
         api = await self._acustom()
         return request_status(await self._aonce(api.get_namespaced_custom_object, name=name, **self._cr()))
 
-    async def _alisted(self, selector: str) -> AsyncIterator[list[_Listed]]:
+    async def _alisted(
+        self, selector: str, versions: list[str] | None = None
+    ) -> AsyncIterator[list[_Listed]]:
         api = await self._acustom()
         async for page in self._apages(
-            api.list_namespaced_custom_object, **self._cr(), label_selector=selector
+            api.list_namespaced_custom_object, versions, **self._cr(), label_selector=selector
         ):
             yield [_Listed(str(obj["metadata"]["name"]), obj) for obj in page]
 
@@ -445,9 +452,45 @@ class ProvisioningRequestBackend(KubernetesBackend):
         """The provider's requests of this namespace (label ``dws_managed=true``) by name, classified,
         with one paged list: the shared poller's one call per interval for every wait here. Ended
         requests stay listed until deleted, classified as such. Errors propagate."""
-        return await classify_listed(
-            self._alisted(f"{LABEL_MANAGED}=true"), only, lambda item: request_status(item.obj), self._memo
+        versions: list[str] = []
+        listed = await classify_listed(
+            self._alisted(f"{LABEL_MANAGED}=true", versions),
+            only,
+            lambda item: request_status(item.obj),
+            self._memo,
         )
+        self._list_version = versions[0] if versions and versions[0] else None
+        return listed
+
+    # -- the watch (the shared poller's, beside its list: triggers/watching.py) ----------------------
+
+    def list_version(self) -> str | None:
+        """The ``resourceVersion`` of the last live list (the watch starts after it)."""
+        return self._list_version
+
+    def watch_version(self) -> str | None:
+        """The ``resourceVersion`` of the last change the watch showed."""
+        return self._watch_version
+
+    async def awatch(
+        self, resource_version: str, timeout: float
+    ) -> AsyncIterator[tuple[str, RequestStatus | None]]:
+        """The provider's requests of this namespace that change after ``resource_version``: one
+        watch (one API call) for at most ``timeout`` seconds, each change classified as the list
+        classifies it (None: the request was deleted)."""
+        api = await self._acustom()
+        self._watch_version = resource_version
+        async for kind, obj in self._awatch_objects(
+            api.list_namespaced_custom_object,
+            resource_version,
+            timeout,
+            **self._cr(),
+            label_selector=f"{LABEL_MANAGED}=true",
+        ):
+            meta = obj.get("metadata") or {}
+            self._watch_version = str(meta.get("resourceVersion") or self._watch_version)
+            name = str(meta.get("name") or "")
+            yield name, (None if kind == "DELETED" else request_status(obj))
 
     def result_line(self, status: RequestStatus) -> str | None:
         """What a trigger that ends the task logs of its result (:func:`provisioned_line`)."""
@@ -462,10 +505,7 @@ class ProvisioningRequestBackend(KubernetesBackend):
             return status
         name = str(status.details.get("pod_template") or status.name)
         try:
-            api = await self._acore()
-            template = await self._aonce(
-                api.read_namespaced_pod_template, name=name, namespace=self.namespace
-            )
+            template = await self._template_reads().read(name)
         except Exception:
             log.warning("Could not read PodTemplate %s; the task reads it itself", name, exc_info=True)
             return status
@@ -476,6 +516,30 @@ class ProvisioningRequestBackend(KubernetesBackend):
             "cluster_name": self.cluster_name,
         }
         return replace(status, details={**status.details, RESULT: provisioned_result(status, spec, cluster)})
+
+    def _template_reads(self) -> BatchedReads:
+        """The PodTemplate reads of the running event loop, gathered per burst (many requests
+        Provisioned at once: one labelled list, not a GET each)."""
+        loop = asyncio.get_running_loop()
+        if self._reads is None or self._reads[0] is not loop:
+
+            async def list_all() -> dict[str, dict[str, Any]]:
+                api = await self._acore()
+                items = await self._alist_all(
+                    api.list_namespaced_pod_template,
+                    namespace=self.namespace,
+                    label_selector=f"{LABEL_MANAGED}=true",
+                )
+                return {str(t["metadata"]["name"]): t for t in items}
+
+            async def get_one(name: str) -> dict[str, Any]:
+                api = await self._acore()
+                return dict(
+                    await self._aonce(api.read_namespaced_pod_template, name=name, namespace=self.namespace)
+                )
+
+            self._reads = (loop, BatchedReads(list_all, get_one))
+        return self._reads[1]
 
     async def arelease(self, name: str) -> bool:
         """Delete the request and its PodTemplate from the event loop, transient errors retried with

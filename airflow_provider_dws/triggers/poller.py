@@ -17,7 +17,9 @@ subscribes to the :class:`SharedPoller` of its backend's (kind, spec), which:
 * backs off as a whole on quota errors (429), instead of every trigger on its own;
 * abandons a round that overruns (a black-holed connection) and tries again next interval;
 * shares one backend (one set of clients) among all its subscribers;
-* stops when its last subscriber leaves; a subscriber leaving never disturbs the others.
+* stops when its last subscriber leaves; a subscriber leaving never disturbs the others;
+* for a backend that can watch (Kubernetes), holds one watch beside its list, so changes reach
+  the waits at once and the list only resyncs (:mod:`.watching`).
 
 It knows only the provider's API-neutral errors (:mod:`airflow_provider_dws.errors`). Its task
 runs in a fresh :class:`contextvars.Context`, not the first subscriber's: what it logs concerns
@@ -47,6 +49,7 @@ from airflow_provider_dws.backends.retry import is_transient
 from airflow_provider_dws.errors import QuotaExceededError, RequestNotFoundError
 from airflow_provider_dws.registry import backend_from_spec
 from airflow_provider_dws.scheduling.backoff import backoff
+from airflow_provider_dws.triggers.watching import PollerWatch
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +187,13 @@ class SharedPoller:
             "reads": 0,
             "backoffs": 0,
             "overruns": 0,
+            "watches": 0,
+            "watch_events": 0,
         }
+        #: The watch beside the list, for a backend that can watch (Kubernetes): watching.py.
+        self.watch = PollerWatch(self, LIST_RETRY_CYCLES)
+        #: When the watch last handed over each request's status (the loop's clock).
+        self.watched: dict[str, float] = {}
         #: The tags of this poller's metrics, and the API calls already counted in them.
         self._tags = metrics.tags(str(getattr(backend, "kind", key[0])), getattr(backend, "location", None))
         self._calls_sent = 0
@@ -218,6 +227,7 @@ class SharedPoller:
             subs.discard(sub)
             if not subs:
                 del self._subs[sub.name]
+                self.watched.pop(sub.name, None)
         if not self._subs and self._task is not None and not self._task.done():
             self._stopped = True
             self._task.cancel()
@@ -234,11 +244,17 @@ class SharedPoller:
         return max(MIN_ROUND_SECONDS, ROUND_BUDGET_INTERVALS * self.interval())
 
     async def _run(self) -> None:
+        try:
+            await self._poll()
+        finally:
+            self.watch.stop()
+
+    async def _poll(self) -> None:
         loop = asyncio.get_running_loop()
         while self._subs:
             self._wake.clear()
             started = loop.time()
-            delay = self.interval()
+            delay = self.watch.delay(self.interval())
             try:
                 await asyncio.wait_for(self._cycle(), self.round_budget())
                 self._quota_strikes = 0
@@ -268,6 +284,8 @@ class SharedPoller:
                         self._fail(name, err)
             self.stats["cycles"] += 1
             self._report()
+            self.watch.ensure()
+            delay = max(delay, self.watch.delay(self.interval()))  # a watch started: resync only
             try:
                 await asyncio.wait_for(self._wake.wait(), max(0.0, started + delay - loop.time()))
             except asyncio.TimeoutError:
@@ -279,7 +297,7 @@ class SharedPoller:
 
     def _report(self) -> None:
         """Once per interval: the calls made since the last report, and the requests followed."""
-        calls = self.stats["list_pages"] + self.stats["reads"]
+        calls = self.stats["list_pages"] + self.stats["reads"] + self.stats["watches"]
         metrics.incr(metrics.POLLER_CALLS, self._tags, calls - self._calls_sent)
         self._calls_sent = calls
         metrics.gauge(metrics.REQUESTS_WAITING, len(self._subs), self._tags)
@@ -307,6 +325,7 @@ class SharedPoller:
 
     async def _cycle(self) -> None:
         listed: dict[str, RequestStatus] = {}
+        list_started = asyncio.get_running_loop().time()
         if self._lists():
             pages = [0]
             try:
@@ -342,7 +361,8 @@ class SharedPoller:
             status = listed.get(name)
             if status is None:
                 missing.append(name)
-            else:
+            elif self.watched.get(name, list_started) <= list_started:
+                # (A change the watch handed over while this list ran is newer than the list.)
                 found.append((name, status))
         await self._hand_over(found)
         if len(missing) >= ENDED_LIST_MIN and self._list_refused_at is None:

@@ -97,6 +97,17 @@ async def until(condition: Any, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+async def watched(cluster: Cluster, interval: float = 1.0) -> Any:
+    """One wait on ``r1`` (Accepted) whose poller listed once and opened its watch."""
+    cluster.events = asyncio.Queue()
+    cluster.states["r1"] = "Accepted"
+    sub = poller.shared_poller(KIND, SPEC).subscribe("r1", interval)
+    first = await sub.next(30)
+    assert first is not None and first.state == "Accepted"
+    await until(lambda: cluster.watches, "the watch")
+    return sub
+
+
 def test_the_fake_is_a_watcher() -> None:
     assert isinstance(Cluster(), Watcher)
 
@@ -126,11 +137,7 @@ def test_a_change_reaches_the_wait_from_the_watch_and_the_list_only_resyncs(clus
 
 def test_a_deleted_request_makes_the_poller_list_again(cluster: Cluster) -> None:
     async def go() -> None:
-        cluster.events = asyncio.Queue()
-        cluster.states["r1"] = "Accepted"
-        sub = poller.shared_poller(KIND, SPEC).subscribe("r1", 1.0)
-        await sub.next(30)
-        await until(lambda: cluster.watches, "the watch")
+        sub = await watched(cluster)
         del cluster.states["r1"]
         cluster.events.put_nowait(("r1", None))
         with pytest.raises(errors.RequestNotFoundError):
@@ -143,11 +150,8 @@ def test_a_deleted_request_makes_the_poller_list_again(cluster: Cluster) -> None
 
 def test_gone_lists_again_and_watches_from_the_new_list(cluster: Cluster) -> None:
     async def go() -> None:
-        cluster.events = asyncio.Queue()
-        cluster.states["r1"] = "Accepted"
-        sub = poller.shared_poller(KIND, SPEC).subscribe("r1", 1.0)
-        await sub.next(30)
-        await until(lambda: cluster.watches == ["1"], "the watch")
+        sub = await watched(cluster)
+        assert cluster.watches == ["1"]
         cluster.events.put_nowait(errors.TransientApiError("too old resource version", code=410))
         await until(lambda: cluster.watches == ["1", "2"], "a watch from the second list")
         assert cluster.lists == 2 and sub.poller.watch.holding
@@ -160,11 +164,7 @@ def test_a_refused_watch_falls_back_to_polling_at_the_interval(
     cluster: Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def go() -> None:
-        cluster.events = asyncio.Queue()
-        cluster.states["r1"] = "Accepted"
-        sub = poller.shared_poller(KIND, SPEC).subscribe("r1", 0.05)
-        await sub.next(30)
-        await until(lambda: cluster.watches, "the watch")
+        sub = await watched(cluster, 0.05)
         cluster.events.put_nowait(errors.PermissionDeniedApiError("watch is forbidden", code=403))
         await until(lambda: not sub.poller.watch.holding, "the watch to fail")
         listed = cluster.lists
@@ -183,11 +183,7 @@ def test_a_refused_watch_falls_back_to_polling_at_the_interval(
 
 def test_a_list_older_than_a_watched_change_does_not_undo_it(cluster: Cluster) -> None:
     async def go() -> None:
-        cluster.events = asyncio.Queue()
-        cluster.states["r1"] = "Accepted"
-        sub = poller.shared_poller(KIND, SPEC).subscribe("r1", 1.0)
-        await sub.next(30)
-        await until(lambda: cluster.watches, "the watch")
+        sub = await watched(cluster)
         p = sub.poller
         gate = asyncio.Event()
 

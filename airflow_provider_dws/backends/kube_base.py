@@ -28,6 +28,7 @@ from airflow_provider_dws import errors
 from airflow_provider_dws.backends.base import rpc_deadline
 from airflow_provider_dws.backends.retry import retrying
 from airflow_provider_dws.hooks.kubernetes import GKEClusterHook
+from airflow_provider_dws.scheduling.identity import LABEL_MANAGED
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -38,6 +39,8 @@ DEFAULT_RPC_TIMEOUT = 60.0
 LIST_PAGE_SIZE = 500
 #: Label holding the max wait the provider enforces (the API has none), so a reattached try keeps it.
 LABEL_MAX_WAIT = "dws_max_wait"
+#: The selector of every object the provider made (what the shared poller lists and watches).
+MANAGED_SELECTOR = f"{LABEL_MANAGED}=true"
 
 
 def translate(exc: BaseException) -> BaseException:

@@ -30,6 +30,7 @@ from airflow_provider_dws.backends.base import RESULT, ListMemo, RequestStatus, 
 from airflow_provider_dws.backends.batched_reads import BatchedReads
 from airflow_provider_dws.backends.kube_base import (
     LABEL_MAX_WAIT,
+    MANAGED_SELECTOR,
     KubernetesBackend,
     kube_time,
     translated,
@@ -47,7 +48,6 @@ from airflow_provider_dws.facts import (
     PROVISIONING_REQUEST_PLURAL,
 )
 from airflow_provider_dws.scheduling.identity import (
-    LABEL_MANAGED,
     LABEL_TRY,
     RequestIdentity,
     parse_attempt_name,
@@ -454,7 +454,7 @@ class ProvisioningRequestBackend(KubernetesBackend):
         requests stay listed until deleted, classified as such. Errors propagate."""
         versions: list[str] = []
         listed = await classify_listed(
-            self._alisted(f"{LABEL_MANAGED}=true", versions),
+            self._alisted(MANAGED_SELECTOR, versions),
             only,
             lambda item: request_status(item.obj),
             self._memo,
@@ -485,7 +485,7 @@ class ProvisioningRequestBackend(KubernetesBackend):
             resource_version,
             timeout,
             **self._cr(),
-            label_selector=f"{LABEL_MANAGED}=true",
+            label_selector=MANAGED_SELECTOR,
         ):
             meta = obj.get("metadata") or {}
             self._watch_version = str(meta.get("resourceVersion") or self._watch_version)
@@ -528,7 +528,7 @@ class ProvisioningRequestBackend(KubernetesBackend):
                 items = await self._alist_all(
                     api.list_namespaced_pod_template,
                     namespace=self.namespace,
-                    label_selector=f"{LABEL_MANAGED}=true",
+                    label_selector=MANAGED_SELECTOR,
                 )
                 return {str(t["metadata"]["name"]): t for t in items}
 

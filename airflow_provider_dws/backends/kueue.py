@@ -23,7 +23,13 @@ from typing import Any, TypeVar
 
 from airflow_provider_dws import facts
 from airflow_provider_dws.backends.base import RESULT, RequestStatus, classify_listed
-from airflow_provider_dws.backends.kube_base import LABEL_MAX_WAIT, KubernetesBackend, kube_time, translated
+from airflow_provider_dws.backends.kube_base import (
+    LABEL_MAX_WAIT,
+    MANAGED_SELECTOR,
+    KubernetesBackend,
+    kube_time,
+    translated,
+)
 from airflow_provider_dws.backends.kueue_states import (
     FALLBACK_WORKLOAD_VERSION,
     KUEUE_CAPACITY_REVOKED,
@@ -40,7 +46,6 @@ from airflow_provider_dws.errors import (
 )
 from airflow_provider_dws.scheduling.identity import (
     LABEL_ATTEMPT,
-    LABEL_MANAGED,
     LABEL_TRY,
     RequestIdentity,
     parse_attempt_name,
@@ -562,7 +567,7 @@ class KueueJobBackend(KubernetesBackend):
         """
         batch, _ = await self._apis()
         jobs = await self._alist_all(
-            batch.list_namespaced_job, namespace=self.namespace, label_selector=f"{LABEL_MANAGED}=true"
+            batch.list_namespaced_job, namespace=self.namespace, label_selector=MANAGED_SELECTOR
         )
         if only is not None:
             jobs = [job for job in jobs if (job.get("metadata") or {}).get("name") in only]

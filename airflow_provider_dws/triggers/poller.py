@@ -254,7 +254,7 @@ class SharedPoller:
         while self._subs:
             self._wake.clear()
             started = loop.time()
-            delay = self.watch.delay(self.interval())
+            delay = self.interval()
             try:
                 await asyncio.wait_for(self._cycle(), self.round_budget())
                 self._quota_strikes = 0
@@ -285,7 +285,7 @@ class SharedPoller:
             self.stats["cycles"] += 1
             self._report()
             self.watch.ensure()
-            delay = max(delay, self.watch.delay(self.interval()))  # a watch started: resync only
+            delay = max(delay, self.watch.delay(self.interval()))  # while a watch holds: resync only
             try:
                 await asyncio.wait_for(self._wake.wait(), max(0.0, started + delay - loop.time()))
             except asyncio.TimeoutError:

@@ -133,14 +133,9 @@ def update_check_active(store: KubeStore, check: dict[str, Any], now: float) -> 
         if problem is None
         else ("False", "BadParametersRef", problem)
     )
-    if (find_condition(check, "Active") or {}).get("status") == value:
-        return
-    generation = check["metadata"].get("generation", 1)
-
-    def write(obj: dict[str, Any]) -> None:
-        set_condition(obj.setdefault("status", {}), "Active", value, reason, message, now, generation)
-
-    store.update(ADMISSION_CHECKS, "", check["metadata"]["name"], write, status=True)
+    # As Kueue's reconciler, written only when the status changes.
+    if (find_condition(check, "Active") or {}).get("status") != value:
+        _write_active(store, ADMISSION_CHECKS, check, (value, reason, message), now)
 
 
 def is_active(cluster_queue: dict[str, Any] | None) -> bool:
@@ -155,13 +150,20 @@ def update_active(store: KubeStore, cluster_queue: dict[str, Any], now: float) -
     cond = find_condition(cluster_queue, "Active") or {}
     if (cond.get("status"), cond.get("reason"), cond.get("message")) == (value, reason, message):
         return False
-    generation = cluster_queue["metadata"].get("generation", 1)
-
-    def write(obj: dict[str, Any]) -> None:
-        set_condition(obj.setdefault("status", {}), "Active", value, reason, message, now, generation)
-
-    store.update(CLUSTER_QUEUES, "", cluster_queue["metadata"]["name"], write, status=True)
+    _write_active(store, CLUSTER_QUEUES, cluster_queue, (value, reason, message), now)
     return value == "True"
+
+
+def _write_active(
+    store: KubeStore, kind: Kind, obj: dict[str, Any], active: tuple[str, str, str], now: float
+) -> None:
+    """Set a cluster-scoped object's ``Active`` condition to (status, reason, message)."""
+    generation = obj["metadata"].get("generation", 1)
+
+    def write(stored: dict[str, Any]) -> None:
+        set_condition(stored.setdefault("status", {}), "Active", *active, now, generation)
+
+    store.update(kind, "", obj["metadata"]["name"], write, status=True)
 
 
 # -- seeded objects ------------------------------------------------------------------------------

@@ -39,6 +39,8 @@ class Kind(Protocol):
     @property
     def kind(self) -> str: ...
 
+    def api_version(self, version: str | None = None) -> str: ...
+
 
 GROUP = "kueue.x-k8s.io"
 #: Served, newest first; the first is the stored one.
@@ -163,8 +165,11 @@ def to_served(kind: str, obj: Obj, version: str) -> Obj:
 
 
 def shown(kind: Kind, obj: Obj, version: str) -> Obj:
-    """A stored object of ``kind`` as a client asking at ``version`` sees it (any kind)."""
-    return to_served(kind.kind, obj, version) if kind.group == GROUP else obj
+    """A stored object of ``kind`` as a client asking at ``version`` sees it, ``apiVersion``
+    included (any kind; converted for Kueue's)."""
+    obj = to_served(kind.kind, obj, version) if kind.group == GROUP else obj
+    obj["apiVersion"] = kind.api_version(version)
+    return obj
 
 
 def stored(kind: Kind, obj: Obj, version: str) -> Obj:

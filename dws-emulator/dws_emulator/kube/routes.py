@@ -139,9 +139,7 @@ class _Routes:
         return call.params.get("namespace", "") if self.kind.namespaced else ""
 
     def _out(self, obj: dict[str, Any]) -> dict[str, Any]:
-        obj = kueue_versions.shown(self.kind, obj, self.version)
-        obj["apiVersion"] = self.api_version
-        return obj
+        return kueue_versions.shown(self.kind, obj, self.version)
 
     def _in(self, obj: dict[str, Any]) -> dict[str, Any]:
         """A body sent at this route's version, as the store keeps it (Kueue's v1beta1 converted)."""

@@ -92,12 +92,9 @@ def watch_stream(
     """
     store = api.store
     deadline = time.monotonic() + (timeout if timeout and timeout > 0 else DEFAULT_TIMEOUT)
-    api_version = kind.api_version(version)
 
     def shown(obj: dict[str, Any]) -> dict[str, Any]:
-        obj = kueue_versions.shown(kind, obj, version)
-        obj["apiVersion"] = api_version
-        return obj
+        return kueue_versions.shown(kind, obj, version)
 
     def key(obj: dict[str, Any]) -> tuple[str, str]:
         meta = obj.get("metadata", {})

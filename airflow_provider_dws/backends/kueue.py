@@ -4,10 +4,11 @@ The request is a ``batch/v1`` Job, created suspended with the ``kueue.x-k8s.io/q
 Kueue makes a Workload for it, reserves quota in the LocalQueue's ClusterQueue, asks for the
 nodes through the ProvisioningRequest admission check and unsuspends the Job once they are there.
 Its state is read from the Job and its Workload together (:func:`job_state`, into
-:data:`.kueue_states.KUEUE_JOB_STATES`). One backend serves one namespace
-of one cluster: the shared poller lists its Jobs (by the provider's label) and its Workloads once
-per interval. Releasing is deleting the Job with ``propagationPolicy=Background``: its pods, its
-Workload and the Workload's ProvisioningRequests go with it.
+:data:`.kueue_states.KUEUE_JOB_STATES`). One backend serves one namespace of one cluster, on the
+Job calls of :class:`~.kube_jobs.JobBackend`: the shared poller lists its Jobs (by the provider's
+label) and its Workloads once per interval. Releasing is deleting the Job with
+``propagationPolicy=Background``: its pods, its Workload and the Workload's ProvisioningRequests
+go with it.
 
 Objects are handled as the API's JSON (camelCase dicts), whichever client read them.
 """
@@ -15,21 +16,15 @@ Objects are handled as the API's JSON (camelCase dicts), whichever client read t
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from airflow_provider_dws import facts
-from airflow_provider_dws.backends.base import RESULT, RequestStatus, classify_listed
-from airflow_provider_dws.backends.kube_base import (
-    LABEL_MAX_WAIT,
-    MANAGED_SELECTOR,
-    KubernetesBackend,
-    kube_time,
-    translated,
-)
+from airflow_provider_dws.backends.base import RESULT, RequestStatus
+from airflow_provider_dws.backends.kube_base import LABEL_MAX_WAIT, kube_time
+from airflow_provider_dws.backends.kube_jobs import JobBackend
 from airflow_provider_dws.backends.kueue_states import (
     FALLBACK_WORKLOAD_VERSION,
     KUEUE_CAPACITY_REVOKED,
@@ -37,24 +32,11 @@ from airflow_provider_dws.backends.kueue_states import (
     WORKLOAD_GROUP,
     newest_workload_version,
 )
-from airflow_provider_dws.backends.retry import aretrying, retrying
-from airflow_provider_dws.errors import (
-    InvalidRequestError,
-    PermissionDeniedApiError,
-    RequestAlreadyExistsError,
-    RequestNotFoundError,
-)
-from airflow_provider_dws.scheduling.identity import (
-    LABEL_ATTEMPT,
-    LABEL_TRY,
-    RequestIdentity,
-    parse_attempt_name,
-)
+from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError, RequestNotFoundError
+from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_TRY, parse_attempt_name
 from airflow_provider_dws.scheduling.phases import Phase, RequestTimings
 
 log = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
 
 #: The label that hands a Job to Kueue (its LocalQueue in the Job's namespace).
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
@@ -68,8 +50,6 @@ ACCELERATOR_SELECTOR = facts.GKE_ACCELERATOR_LABEL
 #: Discovery errors after which the Workloads are read at the fallback version (a transient error
 #: propagates, as it would from the list).
 DISCOVERY_REFUSED = (PermissionDeniedApiError, RequestNotFoundError, InvalidRequestError)
-#: How long a ``release(wait=True)`` waits for the Job to be gone.
-RELEASE_WAIT_SECONDS = 120.0
 
 
 # -- reading a Job and its Workload (pure) ----------------------------------------------------------
@@ -308,47 +288,16 @@ def job_result(status: RequestStatus, namespace: str, details: Mapping[str, Any]
     }
 
 
-@dataclass(frozen=True)
-class _Listed:
-    """A listed Job with its Workload (what :func:`classify_listed` classifies)."""
-
-    name: str
-    job: dict[str, Any]
-    workload: dict[str, Any] | None
-
-
-def _classify(item: _Listed) -> RequestStatus:
-    return job_status(item.job, item.workload)
-
-
-def _pair(jobs: Sequence[dict[str, Any]], workloads: Sequence[dict[str, Any]]) -> list[_Listed]:
-    by_uid: dict[str, list[dict[str, Any]]] = {}
-    for wl in workloads:
-        meta = wl.get("metadata") or {}
-        uids = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
-        uids.add((meta.get("labels") or {}).get(JOB_UID_LABEL))
-        for uid in uids - {None}:
-            by_uid.setdefault(str(uid), []).append(wl)
-    listed = []
-    for job in jobs:
-        uid = str((job.get("metadata") or {}).get("uid") or "")
-        listed.append(_Listed(str(job["metadata"]["name"]), job, workload_of(job, by_uid.get(uid, []))))
-    return listed
-
-
 # -- the backend ------------------------------------------------------------------------------------
 
 
-class KueueJobBackend(KubernetesBackend):
-    """Create, find, read and delete Kueue Jobs in one namespace of one GKE cluster.
-
-    Sync methods serve the operator (in a worker) and a trigger's submission (in a thread), with the
-    ``kubernetes`` client; ``a*`` methods serve the trigger (``kubernetes_asyncio``). Jobs are named from the task instance
-    (:meth:`RequestIdentity.queued_resource_id`): 409 AlreadyExists means "adopt". Every call goes
-    through the shared retry policy, with its errors translated (:func:`.kube_base.translate`).
-    """
+class KueueJobBackend(JobBackend):
+    """Create, find, read and delete Kueue Jobs in one namespace of one GKE cluster: a
+    :class:`~.kube_jobs.JobBackend` whose Jobs are read with their Workload (at the newest version
+    the cluster's Kueue serves, asked of its API discovery once per backend)."""
 
     kind = "gke_kueue_job"
+    owned_uid_label = JOB_UID_LABEL
 
     def __init__(self, *args: Any, workload_version: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -362,6 +311,10 @@ class KueueJobBackend(KubernetesBackend):
         if self.workload_version:
             spec["workload_version"] = self.workload_version
         return spec
+
+    def classify(self, job: dict[str, Any], owned: Sequence[dict[str, Any]]) -> RequestStatus:
+        """The Job with its (newest) Workload, classified."""
+        return job_status(job, workload_of(job, owned))
 
     def _chosen(self, groups: Mapping[str, Any] | None, why: str = "") -> str:
         if groups is None:
@@ -407,26 +360,10 @@ class KueueJobBackend(KubernetesBackend):
 
         return ApisApi(await self.async_api_client())
 
-    def _batch(self) -> Any:
-        from kubernetes.client import BatchV1Api
-
-        return BatchV1Api(self.api_client())
-
     def _custom(self) -> Any:
         from kubernetes.client import CustomObjectsApi
 
         return CustomObjectsApi(self.api_client())
-
-    # -- sync (worker) ---------------------------------------------------------------------------
-
-    def list_jobs(self, label_selector: str) -> list[dict[str, Any]]:
-        """Every Job of the namespace matching ``label_selector``, all pages, as JSON."""
-        return self._list_all(
-            f"list Jobs in {self.namespace}",
-            self._batch().list_namespaced_job,
-            namespace=self.namespace,
-            label_selector=label_selector,
-        )
 
     def list_workloads(self, label_selector: str | None = None) -> list[dict[str, Any]]:
         """Every Kueue Workload of the namespace (matching ``label_selector``), as JSON."""
@@ -441,102 +378,16 @@ class KueueJobBackend(KubernetesBackend):
             **kwargs,
         )
 
-    def _workload_for(self, job: dict[str, Any]) -> dict[str, Any] | None:
-        uid = (job.get("metadata") or {}).get("uid")
-        found = workload_of(job, self.list_workloads(f"{JOB_UID_LABEL}={uid}")) if uid else None
-        return found or workload_of(job, self.list_workloads())
+    def _owned_list(self, label_selector: str | None) -> list[dict[str, Any]]:
+        return self.list_workloads(label_selector)
 
-    def find(self, identity: RequestIdentity) -> list[RequestStatus]:
-        """Every Job (any state, try and attempt) of this task instance in the namespace: one list on
-        its identity label, one of the namespace's Workloads."""
-        jobs = self.list_jobs(identity.kube_selector())
-        if not jobs:
-            return []
-        return [_classify(item) for item in _pair(jobs, self.list_workloads())]
+    async def _acustom(self) -> Any:
+        from kubernetes_asyncio.client import CustomObjectsApi
 
-    def get(self, name: str) -> dict[str, Any] | None:
-        """Read one Job as JSON; ``None`` when it does not exist."""
-        try:
-            return self._json(  # type: ignore[no-any-return]
-                self._call(f"read Job {name}", self._batch().read_namespaced_job, name, self.namespace)
-            )
-        except RequestNotFoundError:
-            return None
+        return CustomObjectsApi(await self.async_api_client())
 
-    def get_status(self, name: str) -> RequestStatus | None:
-        """Read one Job and its Workload, classified; ``None`` when the Job does not exist."""
-        job = self.get(name)
-        return None if job is None else job_status(job, self._workload_for(job))
-
-    def submit(
-        self, request: dict[str, Any], identity: RequestIdentity, request_id: str | None = None
-    ) -> tuple[RequestStatus, bool]:
-        """Create the Job ``request`` (named in its metadata), or adopt the one of that name.
-
-        A create retried after a lost reply reads the Job first: it may exist already. Returns the
-        Job's status and whether this call created it.
-        """
-        name = str(request["metadata"]["name"])
-        tries = 0
-
-        def create() -> tuple[RequestStatus, bool]:
-            nonlocal tries
-            tries += 1
-            if tries > 1:
-                existing = self.get_status(name)
-                if existing is not None:
-                    log.warning("An earlier create call did succeed: adopting Job %s", name)
-                    return existing, False
-            with translated():
-                job = self._batch().create_namespaced_job(
-                    self.namespace, request, _request_timeout=self.rpc_timeout
-                )
-            return job_status(self._json(job), None), True
-
-        try:
-            return retrying(f"create Job {name}", logger=log)(create)
-        except RequestAlreadyExistsError:
-            existing = self.get_status(name)
-            if existing is None:
-                raise
-            return existing, False
-
-    def submit_spec(self, spec: Mapping[str, Any], identity: RequestIdentity) -> tuple[RequestStatus, bool]:
-        """:meth:`submit` for a JSON request spec (the Job manifest, what a trigger is handed)."""
-        if not isinstance(spec, Mapping) or not (spec.get("metadata") or {}).get("name"):
-            raise ValueError("a Kueue Job spec is a Job manifest with its metadata.name")
-        return self.submit(dict(spec), identity)
-
-    def release(self, name: str, *, wait: bool = False) -> bool:
-        """Delete the Job with its pods, Workload and ProvisioningRequests (background propagation);
-        one already gone is fine (False). ``wait``: until the Job is gone."""
-        try:
-            self._call(
-                f"delete Job {name}",
-                self._batch().delete_namespaced_job,
-                name,
-                self.namespace,
-                propagation_policy="Background",
-            )
-        except RequestNotFoundError:
-            log.info("Job %s is already gone; nothing to delete", name)
-            return False
-        if wait:
-            deadline = time.monotonic() + RELEASE_WAIT_SECONDS
-            while self.get(name) is not None and time.monotonic() < deadline:
-                time.sleep(1.0)
-        return True
-
-    # -- async (triggerer) -----------------------------------------------------------------------
-
-    async def _apis(self) -> tuple[Any, Any]:
-        from kubernetes_asyncio.client import BatchV1Api, CustomObjectsApi
-
-        client = await self.async_api_client()
-        return BatchV1Api(client), CustomObjectsApi(client)
-
-    async def _aworkloads(self, label_selector: str | None = None) -> list[dict[str, Any]]:
-        _, custom = await self._apis()
+    async def _aowned_list(self, label_selector: str | None) -> list[dict[str, Any]]:
+        custom = await self._acustom()
         kwargs: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
         return await self._alist_all(
             custom.list_namespaced_custom_object,
@@ -546,51 +397,3 @@ class KueueJobBackend(KubernetesBackend):
             plural=WORKLOAD_PLURAL,
             **kwargs,
         )
-
-    async def aget_status(self, name: str) -> RequestStatus:
-        """Read one Job and its Workload, classified (``RequestNotFoundError`` when the Job is gone);
-        errors propagate (the shared poller retries)."""
-        batch, _ = await self._apis()
-        job = await self._aonce(batch.read_namespaced_job, name, self.namespace)
-        uid = (job.get("metadata") or {}).get("uid")
-        workload = workload_of(job, await self._aworkloads(f"{JOB_UID_LABEL}={uid}")) if uid else None
-        if workload is None:
-            workload = workload_of(job, await self._aworkloads())
-        return job_status(job, workload)
-
-    async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
-        """The provider's Jobs of the namespace by name (``only``: just these), classified: one list
-        of Jobs by the ``dws_managed`` label and one of the namespace's Workloads per call.
-
-        Ended Jobs stay listed until deleted, so they are returned too (the poller then reads none
-        of them again). Errors propagate: the shared poller backs off as a whole.
-        """
-        batch, _ = await self._apis()
-        jobs = await self._alist_all(
-            batch.list_namespaced_job, namespace=self.namespace, label_selector=MANAGED_SELECTOR
-        )
-        if only is not None:
-            jobs = [job for job in jobs if (job.get("metadata") or {}).get("name") in only]
-        workloads = await self._aworkloads() if jobs else []
-        pairs = _pair(jobs, workloads)
-
-        async def one_page() -> Any:
-            yield pairs
-
-        return await classify_listed(one_page(), only, _classify)
-
-    async def arelease(self, name: str) -> bool:
-        """Delete the Job (background propagation) from the event loop; gone is fine (False)."""
-        batch, _ = await self._apis()
-
-        async def delete() -> None:
-            await self._aonce(
-                batch.delete_namespaced_job, name, self.namespace, propagation_policy="Background"
-            )
-
-        try:
-            await aretrying(f"delete Job {name}", logger=log)(delete)
-        except RequestNotFoundError:
-            log.info("Job %s is already gone; nothing to delete", name)
-            return False
-        return True

@@ -353,8 +353,11 @@ class FakeBackend(KueueJobBackend):
     async def _adiscovery(self) -> Any:
         return self.api
 
-    async def _apis(self) -> tuple[Any, Any]:
-        return self.api, self.api
+    async def _abatch(self) -> Any:
+        return self.api
+
+    async def _acustom(self) -> Any:
+        return self.api
 
 
 def test_the_backend_is_registered_and_rebuilt_from_its_spec() -> None:

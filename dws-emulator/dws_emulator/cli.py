@@ -7,6 +7,7 @@
                        [--calendar-approval-seconds S|manual] [--calendar-min-lead-seconds S]
                        [--calendar-provision-seconds S]
                        [--kube-node-pools [NAME=]ACCELERATOR ...] [--kube-booking-seconds S]
+                       [--kube-flex-start-pools [NAME=]ACCELERATOR[:TOPOLOGY][@LOCATION] ...]
                        [--kueue-versions v1beta2,v1beta1|v1beta1]
     dws-emulator requests --port P [--host 127.0.0.1] [--json]
     dws-emulator capacity --port P [--host 127.0.0.1] [--json] [LOC/ACC=N ...]
@@ -28,6 +29,8 @@ The GKE cluster behind the Kubernetes API has one queued node pool per accelerat
 GKE label value (``nvidia-h100-80gb``, optionally ``NAME=nvidia-h100-80gb``), whose GPUs come from
 the ``us-central1`` pool of that GPU; ``--kube-node-pools`` replaces the default set and
 ``--kube-booking-seconds`` sets how long a Provisioned request waits for its pods (default 600);
+``--kube-flex-start-pools`` replaces its flex-start node pools (``dws-flex-<accelerator>`` for the
+same GPUs and ``tpu-v5-lite-podslice:2x4``; none when given no value);
 ``--kueue-versions v1beta1`` serves Kueue's objects only at ``v1beta1``, as a Kueue before 0.15 does.
 
 Fault rules are ``METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL]`` (``GetCustomJob=UNAVAILABLE@0.2``,
@@ -155,6 +158,8 @@ def _serve(args: argparse.Namespace) -> int:
             cluster.set_node_pools(args.kube_node_pools, replace=True)
         if args.kube_booking_seconds is not None:
             cluster.booking_seconds = args.kube_booking_seconds
+        if args.kube_flex_start_pools is not None:
+            cluster.set_flex_start_pools(args.kube_flex_start_pools, replace=True)
         if args.kueue_versions is not None:
             cluster.kueue_versions = tuple(args.kueue_versions.split(","))
     try:
@@ -397,6 +402,16 @@ def _node_pool(text: str) -> str:
     return text
 
 
+def _flex_pool(text: str) -> str:
+    from .kube.nodepools import parse_flex_pool
+
+    try:
+        parse_flex_pool(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -414,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Vertex AI custom jobs, Cloud TPU queued resources, Cloud Batch jobs. REST on the port + 1: Compute "
         "Engine MIG resize requests (flex-start VMs), calendar-mode future reservations (advice, "
         "reservations, delivered blocks), and a GKE cluster's Kubernetes API (ProvisioningRequests, "
-        "Kueue Jobs).",
+        "flex-start node pools, Kueue Jobs).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -481,6 +496,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="how long a Provisioned ProvisioningRequest keeps its nodes for pods not yet started "
         "(default 600); then BookingExpired",
+    )
+    serve.add_argument(
+        "--kube-flex-start-pools",
+        action="extend",
+        nargs="*",
+        type=_flex_pool,
+        metavar="[NAME=]ACCELERATOR[:TOPOLOGY][@LOCATION]",
+        help="the GKE cluster's flex-start node pools (no queued provisioning): a GPU (nvidia-h100-80gb) or "
+        "a single-host TPU slice (tpu-v5-lite-podslice:2x4, tpu-v6e-slice:1x1); when given, only these, "
+        "none without a value (default: dws-flex-<gpu> for each queued pool's GPU, and "
+        "tpu-v5-lite-podslice:2x4 on us-central1-a/v5litepod)",
     )
     serve.add_argument(
         "--kueue-versions",

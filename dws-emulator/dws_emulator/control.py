@@ -116,10 +116,38 @@ class EmulatorControl:
         """``{"booking_seconds", "node_pools": [{"name", "accelerator", "pool", ...}]}``."""
         return dict(self.call("GetKubeNodePools"))
 
-    def set_kube_node_pools(self, node_pools: Iterable[str], *, replace: bool = False) -> dict[str, Any]:
+    def set_kube_node_pools(
+        self, node_pools: Iterable[str], *, replace: bool = False, flex_start: bool = False
+    ) -> dict[str, Any]:
         """Add queued node pools (``"nvidia-h100-80gb"`` or ``"NAME=nvidia-h100-80gb"``); ``replace``
-        drops the others first. Requests already queued keep the pool they were planned on."""
-        return dict(self.call("SetKubeNodePools", {"node_pools": list(node_pools), "replace": replace}))
+        drops the others first. Requests already queued keep the pool they were planned on.
+
+        ``flex_start``: flex-start node pools instead (``"tpu-v5-lite-podslice:2x4"`` for a TPU;
+        ``"NAME=ACCELERATOR@LOCATION"`` for one selected by name only), listed under
+        ``flex_start_node_pools``; node requests already made keep their pool."""
+        body = {"node_pools": list(node_pools), "replace": replace, "flex_start": flex_start}
+        return dict(self.call("SetKubeNodePools", body))
+
+    def kube_flex_start_nodes(self) -> dict[str, Any]:
+        """``{"scale_down_seconds", "node_pools", "nodes": [records up], "waiting": [records]}``: the
+        flex-start nodes and the node requests waiting for capacity (``FlexStartNode`` records)."""
+        return dict(self.call("GetKubeFlexStartNodes"))
+
+    def set_kube_flex_start(
+        self, *, scale_down_seconds: float | None = None, max_run_seconds: int | None = None
+    ) -> dict[str, Any]:
+        """How long a flex-start node stays empty before it is removed, and every flex-start pool's
+        max run duration (1 s to 7 days; nodes already up keep theirs). Returns :meth:`kube_flex_start_nodes`."""
+        body: dict[str, Any] = {}
+        if scale_down_seconds is not None:
+            body["scale_down_seconds"] = scale_down_seconds
+        if max_run_seconds is not None:
+            body["max_run_seconds"] = max_run_seconds
+        return dict(self.call("SetKubeFlexStart", body))
+
+    def expire_flex_start_node(self, node: str) -> dict[str, Any]:
+        """End a flex-start node now as at its max run (its pods fail, ``Terminated``); its record."""
+        return dict(self.call("ExpireFlexStartNode", {"node": node})["node"])
 
     def set_kube_booking_window(self, seconds: float) -> dict[str, Any]:
         """How long a Provisioned request keeps its nodes for pods not yet started (BookingExpired after)."""

@@ -67,3 +67,10 @@ for _service, _methods in SERVICES.items():
 DEFAULT_KUBE_NODE_POOLS: tuple[str, ...] = ("nvidia-h100-80gb", "nvidia-a100-80gb", "nvidia-l4")
 #: How long a Provisioned ProvisioningRequest keeps its nodes for pods that have not come yet.
 DEFAULT_BOOKING_SECONDS = 600.0
+#: The GKE cluster's flex-start node pools (``--flex-start``, no queued provisioning) when ``serve``
+#: gets no ``--kube-flex-start-pools``: ``dws-flex-<accelerator>`` for each queued pool's GPU (the
+#: same capacity pool), and a TPU v5e single-host pool (2x4, 8 chips a node) on ``us-central1-a/v5litepod``.
+DEFAULT_KUBE_FLEX_START_POOLS: tuple[str, ...] = (*DEFAULT_KUBE_NODE_POOLS, "tpu-v5-lite-podslice:2x4")
+#: How long a flex-start node stays with no pod before it is removed (cluster-autoscaler's
+#: ``--scale-down-unneeded-time``, 10 minutes by default).
+DEFAULT_KUBE_FLEX_SCALE_DOWN_SECONDS = 600.0

@@ -1,8 +1,9 @@
-"""The cluster behind the Kubernetes API: node pools, queued provisioning, pods and Jobs, Kueue.
+"""The cluster behind the Kubernetes API: node pools, queued provisioning, flex-start, pods and Jobs, Kueue.
 
-One GKE cluster (location ``us-central1``) with queued node pools per accelerator
+One GKE cluster (location ``us-central1``) with queued and flex-start node pools per accelerator
 (:mod:`.nodepools`) on the shared capacity model, the provisioning controller
-(:mod:`.provisioning`), pods and the Job controller (:mod:`.pods`), admission (:mod:`.validation`),
+(:mod:`.provisioning`), the flex-start autoscaler (:mod:`.flexstart`), pods and the Job
+controller (:mod:`.pods`), admission (:mod:`.validation`),
 and :attr:`Cluster.controllers` (Kueue) that are handed every change and every tick.
 
 Store changes are handled one at a time in the order they happened: a controller's write made
@@ -21,9 +22,10 @@ import grpc
 
 from ..core.clock import Schedule
 from ..core.errors import EmulatorError
-from ..defaults import DEFAULT_BOOKING_SECONDS, DEFAULT_KUBE_NODE_POOLS
+from ..defaults import DEFAULT_BOOKING_SECONDS, DEFAULT_KUBE_FLEX_START_POOLS, DEFAULT_KUBE_NODE_POOLS
 from . import kueue_versions
-from .nodepools import NodePools, default_queued_pools, parse_node_pool
+from .flexstart import FlexStartController
+from .nodepools import MAX_RUN_SECONDS, NodePools, default_queued_pools, parse_flex_pool, parse_node_pool
 from .pods import JobController, PodController
 from .provisioning import ProvisioningController
 from .store import KINDS, Event, Kind
@@ -65,7 +67,10 @@ class Cluster:
         self.controllers: list[Controller] = []
         #: How long a Provisioned request keeps its nodes for pods that have not started yet.
         self.booking_seconds = DEFAULT_BOOKING_SECONDS
-        self.node_pools = NodePools(default_queued_pools(DEFAULT_KUBE_NODE_POOLS))
+        self.node_pools = NodePools(
+            default_queued_pools(DEFAULT_KUBE_NODE_POOLS),
+            [parse_flex_pool(spec) for spec in DEFAULT_KUBE_FLEX_START_POOLS],
+        )
         #: The Kueue API versions served, newest first: Kueue's main branch serves v1beta2 and
         #: v1beta1; ``("v1beta1",)`` is a Kueue before 0.15 (``--kueue-versions``).
         self.kueue_versions: tuple[str, ...] = kueue_versions.VERSIONS
@@ -73,6 +78,7 @@ class Cluster:
         self.provisioning = ProvisioningController(self)
         self.pods = PodController(self)
         self.jobs = JobController(self)
+        self.flex_start = FlexStartController(self)
         self._pending: deque[Event] = deque()
         self._handling = False
         self.store.defaulters.append(default_job_at_create)
@@ -134,9 +140,15 @@ class Cluster:
                 self.provisioning.deleted(obj, now)
         elif key == "pods":
             if event.type == "ADDED":
-                self.pods.added(obj, now)
+                if self.flex_start.claims(obj):
+                    self.flex_start.added(obj, now)
+                else:
+                    self.pods.added(obj, now)
+            elif event.type == "MODIFIED":
+                self.flex_start.modified(obj, now)
             elif event.type == "DELETED":
                 self.pods.deleted(obj, now)
+                self.flex_start.deleted(obj, now)
             for ref in meta.get("ownerReferences") or []:
                 if ref.get("kind") == "Job" and ref.get("apiVersion", "").startswith("batch/"):
                     self.jobs.sync(event.namespace, ref.get("name", ""), now)
@@ -155,36 +167,51 @@ class Cluster:
 
     # -- the Api's tick hooks and control API --------------------------------------------------
     def owns(self, holder: str) -> bool:
-        return holder in self.provisioning.records
+        return holder in self.provisioning.records or holder in self.flex_start.requests
 
     def before_advance(self, now: float) -> None:
-        """Due transitions (booking expiry, run-duration end, pods ending, Kueue retries)."""
+        """Due transitions (booking expiry, run-duration end, pods ending, flex-start nodes' max
+        run and scale-down, Kueue retries)."""
         for name in self.schedule.due(now):
             what, _, key = name.partition(":")
             if what == "pr":
                 self.provisioning.due(key, now)
             elif what == "pod":
                 self.pods.due(key, now)
+            elif what == "flex":
+                self.flex_start.due(key, now)
+        self.flex_start.retry_stuck(now)
         for controller in self.controllers:
             controller.due(now)
 
     def started(self, holder: str, now: float) -> None:
-        """The capacity model gave a ProvisioningRequest its whole set."""
-        self.provisioning.started(holder, now)
+        """The capacity model gave a ProvisioningRequest its whole set, or a flex-start node its GPUs."""
+        if holder in self.flex_start.requests:
+            self.flex_start.started(holder, now)
+        else:
+            self.provisioning.started(holder, now)
 
     def expired(self, holder: str, now: float) -> None:
-        """A queued ProvisioningRequest's wait ended without capacity (never: they wait until deleted)."""
+        """A queued holder's wait ended without capacity (never: ProvisioningRequests and flex-start
+        node requests wait until withdrawn)."""
 
     def after_advance(self, now: float) -> None:
         """Transitions that follow the capacity model in the same tick (none yet)."""
 
     def requests(self) -> list[tuple[float, dict[str, Any]]]:
-        return [(rec.created_at, self.provisioning.record(rec)) for rec in self.provisioning.records.values()]
+        provisioning = [
+            (rec.created_at, self.provisioning.record(rec)) for rec in self.provisioning.records.values()
+        ]
+        return provisioning + self.flex_start.records()
 
     # -- control -------------------------------------------------------------------------------
     def set_node_pools(self, specs: list[str], replace: bool = False) -> None:
         """Add (or with ``replace``, set) queued node pools from ``ACCELERATOR`` / ``NAME=ACCELERATOR``."""
         self.node_pools.replace([parse_node_pool(spec) for spec in specs], replace)
+
+    def set_flex_start_pools(self, specs: list[str], replace: bool = False) -> None:
+        """Add (or with ``replace``, set) flex-start node pools (:func:`.nodepools.parse_flex_pool`)."""
+        self.node_pools.replace_flex([parse_flex_pool(spec) for spec in specs], replace)
 
     def control_methods(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
         return {
@@ -193,10 +220,18 @@ class Cluster:
             "RevokeProvisioningRequest": self._control_revoke,
             "GetKubeNodePools": self._control_get_pools,
             "SetKubeNodePools": self._control_set_pools,
+            "SetKubeFlexStart": self._control_flex_set,
+            "GetKubeFlexStartNodes": self._control_flex_get,
+            "ExpireFlexStartNode": self._control_flex_expire,
         }
 
     def _settings(self) -> dict[str, Any]:
-        return {"booking_seconds": self.booking_seconds, "node_pools": self.node_pools.to_json()}
+        return {
+            "booking_seconds": self.booking_seconds,
+            "node_pools": self.node_pools.to_json(),
+            "flex_start_node_pools": [p.to_json() for p in self.node_pools.flex_pools()],
+            "flex_start_scale_down_seconds": self.flex_start.scale_down_seconds,
+        }
 
     def _control_booking(self, body: dict[str, Any]) -> Any:
         seconds = body.get("seconds")
@@ -251,16 +286,66 @@ class Cluster:
             return self._settings()
 
     def _control_set_pools(self, body: dict[str, Any]) -> Any:
-        specs = body.get("node_pools")
-        if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
+        specs, flex = body.get("node_pools"), body.get("flex_start", False)
+        if (
+            not isinstance(specs, list)
+            or not all(isinstance(s, str) for s in specs)
+            or not isinstance(flex, bool)
+        ):
             raise EmulatorError(
                 grpc.StatusCode.INVALID_ARGUMENT,
-                'expected {"node_pools": ["ACCELERATOR", "NAME=ACCELERATOR" or "NAME=ACCELERATOR@LOCATION"]}',
+                'expected {"node_pools": ["ACCELERATOR", "NAME=ACCELERATOR" or "NAME=ACCELERATOR@LOCATION"], '
+                '"replace": false, "flex_start": false} (a flex-start TPU pool: "tpu-v5-lite-podslice:2x4")',
             )
         with self.core.lock:
             try:
-                self.set_node_pools(specs, bool(body.get("replace")))
+                if flex:
+                    self.set_flex_start_pools(specs, bool(body.get("replace")))
+                else:
+                    self.set_node_pools(specs, bool(body.get("replace")))
             except ValueError as exc:
                 raise EmulatorError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
-            log.info("GKE queued node pools: %s", ", ".join(sorted(self.node_pools.by_accelerator)))
+            if flex:
+                log.info(
+                    "GKE flex-start node pools: %s", ", ".join(p.name for p in self.node_pools.flex_pools())
+                )
+            else:
+                log.info("GKE queued node pools: %s", ", ".join(sorted(self.node_pools.by_accelerator)))
             return self._settings()
+
+    def _control_flex_get(self, body: dict[str, Any]) -> Any:
+        with self.core.lock:
+            self.core.tick()
+            return self.flex_start.report()
+
+    def _control_flex_set(self, body: dict[str, Any]) -> Any:
+        usage = 'expected {"scale_down_seconds": S >= 0, "max_run_seconds": 1 <= S <= 604800} (one or both)'
+        down, run = body.get("scale_down_seconds"), body.get("max_run_seconds")
+        if set(body) - {"scale_down_seconds", "max_run_seconds"} or (down is None and run is None):
+            raise EmulatorError(grpc.StatusCode.INVALID_ARGUMENT, usage)
+        if down is not None and (isinstance(down, bool) or not isinstance(down, (int, float)) or down < 0):
+            raise EmulatorError(grpc.StatusCode.INVALID_ARGUMENT, usage)
+        if run is not None and (
+            isinstance(run, bool) or not isinstance(run, int) or not 1 <= run <= MAX_RUN_SECONDS
+        ):
+            raise EmulatorError(grpc.StatusCode.INVALID_ARGUMENT, usage)
+        with self.core.lock:
+            self.core.tick()
+            self.flex_start.configure(down, run)
+            self.core.tick()
+            return self.flex_start.report()
+
+    def _control_flex_expire(self, body: dict[str, Any]) -> Any:
+        node = body.get("node")
+        if not isinstance(node, str) or not node:
+            raise EmulatorError(grpc.StatusCode.INVALID_ARGUMENT, 'expected {"node": "NODE NAME"}')
+        with self.core.lock:
+            self.core.tick()
+            rec = self.flex_start.nodes.get(node)
+            if rec is None:
+                raise EmulatorError(grpc.StatusCode.NOT_FOUND, f"Flex-start node {node} is not up.")
+            self.flex_start.expire(
+                rec, self.core.clock(), "ended by the emulator's control API, as at its max run"
+            )
+            self.core.tick()
+            return {"node": self.flex_start.record(rec)}

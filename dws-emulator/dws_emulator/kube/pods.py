@@ -6,10 +6,14 @@ Provisioned ProvisioningRequest of its namespace that its annotations
 (``autoscaling.x-k8s.io/consume-provisioning-request`` and ``.../provisioning-class-name``) name,
 with the ``cloud.google.com/gke-queued`` toleration; otherwise it stays Pending with
 ``PodScheduled`` False, reason ``Unschedulable``, and a message that says why (retried when the
-request changes). A running pod ends after ``DWS_EMULATOR_RUN_SECONDS`` (its first container's
+request changes). A pod that selects a flex-start node pool is placed by :mod:`.flexstart`
+(which starts and ends it with :meth:`PodController.start` and :meth:`PodController.finish`). A
+running pod ends after ``DWS_EMULATOR_RUN_SECONDS`` (its first container's
 env), Succeeded or Failed by ``DWS_EMULATOR_EXIT_CODE``; revoked capacity fails it at once.
 
-Jobs: pods ``<job>-<5 chars>`` with the Job's labels and an owner reference, up to
+Jobs: pods ``<job>-<5 chars>`` with the template's labels, the labels the Job controller adds
+(``batch.kubernetes.io/job-name``, ``job-name``, ``batch.kubernetes.io/controller-uid``,
+``controller-uid``) and an owner reference, up to
 ``parallelism`` at a time until ``completions`` succeeded (``Complete``, ``SuccessCriteriaMet``,
 ``completionTime``) or more than ``backoffLimit`` failed (``FailureTarget``, ``Failed``);
 ``suspend: true`` deletes active pods, clears ``startTime`` and sets ``Suspended``.
@@ -27,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .nodepools import ACCELERATOR_LABEL, NODEPOOL_LABEL, QUEUED_LABEL
 from .provisioning import CLASS_ANNOTATION, CONSUME_ANNOTATION, PROVISIONED, RequestRecord, gpu_limit
 from .store import KINDS, KubeError, not_found, timestamp
-from .validation import QUEUED_CLASS, workload
+from .validation import QUEUED_CLASS, job_labels, workload
 
 if TYPE_CHECKING:
     from ..core.clock import Schedule
@@ -51,7 +55,8 @@ DEFAULT_NODE = "gke-dws-cluster-default-pool-3f9a1c2e-k7p2"
 ENDED_PHASES = ("Succeeded", "Failed")
 
 
-def _condition(type_: str, status: str, now: float, reason: str = "", message: str = "") -> dict[str, Any]:
+def pod_condition(type_: str, status: str, now: float, reason: str = "", message: str = "") -> dict[str, Any]:
+    """A pod (or Job) condition as the kubelet and controllers write it."""
     cond: dict[str, Any] = {
         "type": type_,
         "status": status,
@@ -131,9 +136,9 @@ class PodController:
             return
         node, rec, why = self._node_for(pod)
         if node is None:
-            self._unschedulable(pod, why, now)
+            self.unschedulable(pod, why, now)
             return
-        self._start(pod, node, rec, now)
+        self.start(pod, node, rec, now)
 
     def _needs_queued(self, spec: dict[str, Any]) -> bool:
         selector = spec.get("nodeSelector") or {}
@@ -212,7 +217,8 @@ class PodController:
             )
         return rec.nodes[len(running) % len(rec.nodes)], rec, ""
 
-    def _unschedulable(self, pod: dict[str, Any], message: str, now: float) -> None:
+    def unschedulable(self, pod: dict[str, Any], message: str, now: float) -> None:
+        """Mark a pod Pending with ``PodScheduled`` False, Unschedulable, ``message`` (if it changed)."""
         current = [
             c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"
         ]
@@ -222,13 +228,14 @@ class PodController:
         def change(obj: dict[str, Any]) -> None:
             obj["status"] = {
                 "phase": "Pending",
-                "conditions": [_condition("PodScheduled", "False", now, "Unschedulable", message)],
+                "conditions": [pod_condition("PodScheduled", "False", now, "Unschedulable", message)],
                 "qosClass": "BestEffort",
             }
 
         self.store.update(POD, pod["metadata"]["namespace"], pod["metadata"]["name"], change, status=True)
 
-    def _start(self, pod: dict[str, Any], node: str, rec: RequestRecord | None, now: float) -> None:
+    def start(self, pod: dict[str, Any], node: str, rec: RequestRecord | None, now: float) -> None:
+        """Bind the pod to ``node`` and run it (``rec``: the ProvisioningRequest it consumes)."""
         meta = pod["metadata"]
         run_seconds, exit_code = workload(pod["spec"])
         self._runs[meta["uid"]] = (now + run_seconds, exit_code)
@@ -244,7 +251,7 @@ class PodController:
             obj["status"] = {
                 "phase": "Running",
                 "conditions": [
-                    _condition(t, "True", now)
+                    pod_condition(t, "True", now)
                     for t in (
                         "PodReadyToStartContainers",
                         "Initialized",
@@ -291,9 +298,17 @@ class PodController:
         self.finish(namespace, name, run[1], now)
 
     def finish(
-        self, namespace: str, name: str, exit_code: int, now: float, reason: str = "", message: str = ""
+        self,
+        namespace: str,
+        name: str,
+        exit_code: int,
+        now: float,
+        reason: str = "",
+        message: str = "",
+        conditions: list[dict[str, Any]] | None = None,
     ) -> None:
-        """End a running pod: Succeeded with exit code 0, else Failed."""
+        """End a running pod: Succeeded with exit code 0, else Failed (always Failed with a
+        ``reason``); ``conditions`` are added to its own (``DisruptionTarget``)."""
         pod = self.store.find(POD, namespace, name)
         if pod is None or (pod.get("status") or {}).get("phase") in ENDED_PHASES:
             return
@@ -304,10 +319,12 @@ class PodController:
             status = obj.setdefault("status", {})
             status["phase"] = phase
             done = {"Ready", "ContainersReady", "PodReadyToStartContainers"}
+            added = {c["type"] for c in conditions or []}
             status["conditions"] = [
-                _condition(c["type"], "False", now, "PodCompleted") if c["type"] in done else c
+                pod_condition(c["type"], "False", now, "PodCompleted") if c["type"] in done else c
                 for c in status.get("conditions") or []
-            ]
+                if c["type"] not in added
+            ] + [dict(c) for c in conditions or []]
             if reason:
                 status["reason"], status["message"] = reason, message
             for cs in status.get("containerStatuses") or []:
@@ -455,7 +472,7 @@ class JobController:
 
     @staticmethod
     def _cond(type_: str, status: str, now: float, reason: str, message: str) -> dict[str, Any]:
-        cond = _condition(type_, status, now, reason, message)
+        cond = pod_condition(type_, status, now, reason, message)
         cond["lastProbeTime"] = timestamp(now)
         return cond
 
@@ -466,7 +483,7 @@ class JobController:
         pod = {
             "metadata": {
                 "generateName": f"{meta['name']}-",
-                "labels": dict(tmeta.get("labels") or {}),
+                "labels": {**(tmeta.get("labels") or {}), **job_labels(meta["name"], meta["uid"])},
                 "annotations": dict(tmeta.get("annotations") or {}),
                 "ownerReferences": [
                     {

@@ -82,12 +82,15 @@ class RequestRecord:
 
 def gpu_limit(spec: dict[str, Any]) -> int:
     """The ``nvidia.com/gpu`` a pod spec asks for (limits, else requests, summed over containers)."""
+    return resource_limit(spec, GPU_RESOURCE)
+
+
+def resource_limit(spec: dict[str, Any], resource: str) -> int:
+    """The extended ``resource`` a pod spec asks for (limits, else requests, summed over containers)."""
     total = 0
     for container in spec.get("containers") or []:
         resources = container.get("resources") or {}
-        value = (resources.get("limits") or {}).get(
-            GPU_RESOURCE, (resources.get("requests") or {}).get(GPU_RESOURCE)
-        )
+        value = (resources.get("limits") or {}).get(resource, (resources.get("requests") or {}).get(resource))
         if value is not None and str(value).isdigit():
             total += int(str(value))
     return total

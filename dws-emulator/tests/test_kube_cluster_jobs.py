@@ -216,6 +216,20 @@ def test_job_backoff_limit(env: Env) -> None:
     assert len(env.pods()) == 2  # no more pods once Failed
 
 
+def test_job_active_deadline_fails_it_and_deletes_its_pods(env: Env) -> None:
+    job = _cpu_job(run=600)
+    job["spec"]["activeDeadlineSeconds"] = 60
+    env.create(JOB, job)
+    assert len(env.pods()) == 1
+    env.advance(59)
+    assert "Failed" not in _conditions(env.get(JOB, "j"))
+    env.advance(1)
+    conditions = _conditions(env.get(JOB, "j"))
+    assert conditions["Failed"]["reason"] == "DeadlineExceeded"
+    assert conditions["Failed"]["message"] == "Job was active longer than specified deadline"
+    assert not env.pods()
+
+
 def test_suspended_job_makes_no_pods_until_resumed(env: Env) -> None:
     env.create(JOB, _cpu_job(suspend=True, run=5))
     job = env.get(JOB, "j")

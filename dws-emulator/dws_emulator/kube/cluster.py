@@ -180,6 +180,8 @@ class Cluster:
                 self.pods.due(key, now)
             elif what == "flex":
                 self.flex_start.due(key, now)
+            elif what == "job":
+                self.jobs.due(key, now)
         self.flex_start.retry_stuck(now)
         for controller in self.controllers:
             controller.due(now)

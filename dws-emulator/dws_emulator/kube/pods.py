@@ -19,13 +19,15 @@ Jobs: pods ``<job>-<5 chars>`` with the template's labels, the labels the Job co
 ``suspend: true`` deletes active pods, clears ``startTime`` and sets ``Suspended``.
 
 Limits: containers start together and never restart (``OnFailure`` acts as ``Never``); no
-init containers, probes, Indexed completion, pod failure policy or ``activeDeadlineSeconds``;
+init containers, probes, Indexed completion or pod failure policy; ``activeDeadlineSeconds`` fails the
+Job (``DeadlineExceeded``) and deletes its active pods;
 one pod per node slot, counted by pods not GPUs; pod IPs and container ids are made up.
 """
 
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .nodepools import ACCELERATOR_LABEL, NODEPOOL_LABEL, QUEUED_LABEL
@@ -440,15 +442,22 @@ class JobController:
             if any(c["type"] == "Suspended" and c["status"] == "True" for c in conds):
                 conds = [c for c in conds if c["type"] != "Suspended"]
                 conds.append(self._cond("Suspended", "False", now, "JobResumed", "Job resumed"))
-            new.setdefault("startTime", timestamp(now))
+            if "startTime" not in new:
+                new["startTime"] = timestamp(now)
+                self._schedule_deadline(spec, namespace, name, now)
             completions = int(spec.get("completions", 1) or 1)
-            if failed > int(spec.get("backoffLimit", 6)):
+            over = self._past_deadline(spec, new["startTime"], now)
+            if over or failed > int(spec.get("backoffLimit", 6)):
                 for pod in active:
                     self.store.delete(POD, namespace, pod["metadata"]["name"])
                 active = []
-                text = "Job has reached the specified backoff limit"
-                conds.append(self._cond("FailureTarget", "True", now, "BackoffLimitExceeded", text))
-                conds.append(self._cond("Failed", "True", now, "BackoffLimitExceeded", text))
+                reason, text = (
+                    ("DeadlineExceeded", "Job was active longer than specified deadline")
+                    if over
+                    else ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+                )
+                conds.append(self._cond("FailureTarget", "True", now, reason, text))
+                conds.append(self._cond("Failed", "True", now, reason, text))
             elif succeeded >= completions:
                 text = "Reached expected number of succeeded pods"
                 conds.append(self._cond("SuccessCriteriaMet", "True", now, "CompletionsReached", text))
@@ -469,6 +478,25 @@ class JobController:
             new["conditions"] = conds
         if new != status:
             self.store.update(JOB, namespace, name, lambda o: o.__setitem__("status", new), status=True)
+
+    def _schedule_deadline(self, spec: dict[str, Any], namespace: str, name: str, now: float) -> None:
+        deadline = spec.get("activeDeadlineSeconds")
+        if type(deadline) is int and deadline > 0:
+            self.cluster.schedule.at(f"job:{namespace}/{name}", now + deadline)
+
+    @staticmethod
+    def _past_deadline(spec: dict[str, Any], started: str, now: float) -> bool:
+        """``activeDeadlineSeconds`` passed since the Job started (its ``startTime``)."""
+        deadline = spec.get("activeDeadlineSeconds")
+        if type(deadline) is not int or deadline <= 0:
+            return False
+        start = datetime.strptime(started, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+        return now >= start + deadline
+
+    def due(self, key: str, now: float) -> None:
+        """A Job's ``activeDeadlineSeconds`` may have passed."""
+        namespace, _, name = key.partition("/")
+        self.sync(namespace, name, now)
 
     @staticmethod
     def _cond(type_: str, status: str, now: float, reason: str, message: str) -> dict[str, Any]:

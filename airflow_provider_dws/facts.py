@@ -382,3 +382,24 @@ KUBE_ENV_NAME_PATTERN = r"[-._a-zA-Z][-._a-zA-Z0-9]*"
 KUBE_LABEL_VALUE_PATTERN = r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?"
 #: A GKE cluster name: a lowercase letter first, lowercase letters, digits and '-', at most 40.
 GKE_CLUSTER_NAME_PATTERN = r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?"
+
+# -- GKE flex-start node pools (without queued provisioning) -----------------------------------------
+# From GKE's "About flex-start provisioning mode" and "Run a small batch workload with flex-start"
+# (checked 2026-12): pods opt in with a node selector; the autoscaler adds nodes one at a time.
+
+#: The node label (and pod node selector) of a flex-start node pool's nodes: ``"true"``.
+GKE_FLEX_START_LABEL = "cloud.google.com/gke-flex-start"
+#: A flex-start node lives at most 7 days (the node pool's ``maxRunDuration``).
+GKE_FLEX_START_MAX_RUN = timedelta(days=7)
+#: The node labels of a TPU slice node pool's TPU and topology.
+GKE_TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
+GKE_TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+#: The TPU resource a container asks for (chips), and the toleration of the taint on TPU nodes.
+TPU_RESOURCE = "google.com/tpu"
+TPU_TOLERATION = {"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+#: The TPU slices flex-start node pools offer on one node (single-host; GKE 1.33.0-gke.1712000 and
+#: later; TPU v3 and v4 are not offered): GKE TPU accelerator -> topology -> chips on the node.
+GKE_FLEX_START_TPU_TOPOLOGIES: dict[str, dict[str, int]] = {
+    "tpu-v5-lite-podslice": {"1x1": 1, "2x2": 4, "2x4": 8},
+    "tpu-v6e-slice": {"1x1": 1, "2x2": 4, "2x4": 8},
+}

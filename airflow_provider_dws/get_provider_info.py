@@ -16,7 +16,7 @@ def get_provider_info() -> dict[str, Any]:
             "Run AI training and batch work on scarce GPUs and TPUs through Google Cloud's Dynamic "
             "Workload Scheduler: Vertex AI Flex Start custom jobs, Cloud TPU queued resources, Cloud "
             "Batch Flex Start jobs, Compute Engine flex-start VMs (through MIG resize requests, or standalone), GKE ProvisioningRequests (queued "
-            "provisioning) and GKE Jobs queued through Kueue, waited on in the triggerer; calendar-mode "
+            "provisioning), GKE Jobs queued through Kueue and GKE Jobs on flex-start node pools, waited on in the triggerer; calendar-mode "
             "blocks (Compute Engine future reservations) found, reserved, waited for, consumed by "
             "Vertex AI, Cloud Batch, Compute Engine and Cloud TPU workloads, and released."
         ),
@@ -46,6 +46,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_dws.operators.gke",
                     "airflow_provider_dws.operators.gke_release",
                     "airflow_provider_dws.operators.gke_kueue",
+                    "airflow_provider_dws.operators.gke_flex",
                 ],
             }
         ],
@@ -82,6 +83,7 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_provider_dws.links.CalendarBlockLink",
             "airflow_provider_dws.links.GKEProvisioningRequestLink",
             "airflow_provider_dws.links.GKEQueuedJobLink",
+            "airflow_provider_dws.links.GKEFlexStartJobLink",
         ],
         # `airflow config list` shows the section and its default (read in triggers/status_line.py).
         "config": {

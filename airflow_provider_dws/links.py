@@ -108,3 +108,11 @@ class GKEQueuedJobLink(StoredUrlLink):
 
     name = "GKE Queued Job"
     key = "dws_gke_job_link"
+
+
+class GKEFlexStartJobLink(StoredUrlLink):
+    """ "GKE Flex-start Job": the Job's page in the Google Cloud console (XCom key
+    ``dws_gke_flex_job_link``)."""
+
+    name = "GKE Flex-start Job"
+    key = "dws_gke_flex_job_link"

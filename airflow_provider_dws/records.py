@@ -50,6 +50,7 @@ API_NAMES = {
     "compute_future_reservation": "Compute Engine calendar block",
     "gke_provisioning_request": "GKE ProvisioningRequest",
     "gke_kueue_job": "GKE Kueue Job",
+    "gke_flex_start_job": "GKE flex-start Job",
 }
 #: The outcome of a record ended from outside the attempt loop (the task killed, timed out, failed).
 TASK_ENDED = "task_ended"

@@ -32,6 +32,7 @@ CALENDAR_RESERVE_ADAPTER = "airflow_provider_dws.runtime.calendar:CalendarReserv
 CALENDAR_WAIT_ADAPTER = "airflow_provider_dws.runtime.calendar:CalendarWaitAdapter"
 GKE_PROVISIONING_REQUEST_ADAPTER = "airflow_provider_dws.runtime.gke:GKEProvisioningRequestAdapter"
 KUEUE_JOB_ADAPTER = "airflow_provider_dws.runtime.gke_kueue:KueueJobAdapter"
+FLEX_START_JOB_ADAPTER = "airflow_provider_dws.runtime.gke_flex:FlexStartJobAdapter"
 
 # -- explanations: a ``Check``'s ``explain``, imported only when its quick rule refuses --------------
 
@@ -57,6 +58,7 @@ BACKENDS: dict[str, str] = {
     "compute_future_reservation": "airflow_provider_dws.backends.calendar:FutureReservationBackend",
     "gke_provisioning_request": "airflow_provider_dws.backends.kubernetes:ProvisioningRequestBackend",
     "gke_kueue_job": "airflow_provider_dws.backends.kueue:KueueJobBackend",
+    "gke_flex_start_job": "airflow_provider_dws.backends.gke_flex:FlexStartJobBackend",
 }
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -11,40 +10,13 @@ from airflow_provider_dws import facts, registry
 from airflow_provider_dws.facts import DEFAULT_MAX_RUN, MAX_RUN_LIMIT
 from airflow_provider_dws.links import GKEQueuedJobLink
 from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsQueuedRequestOperator
-from airflow_provider_dws.operators.checks import Check, duration, flag, int_in, matches, non_empty_str
+from airflow_provider_dws.operators.checks import Check, duration, matches
+from airflow_provider_dws.operators.job_params import JOB_CHECKS, gpus_fit, job_or_image_error
 
 if TYPE_CHECKING:
     from airflow_provider_dws.scheduling.policies import Placement
 
 __all__ = ["CreateGKEQueuedJobOperator"]
-
-#: Most pods one Job may run at once here (Kueue admits the whole set together).
-MAX_PARALLELISM = 1000
-
-
-#: A GKE location: a region (regional cluster) or a zone (zonal cluster).
-LOCATION_PATTERN = rf"{facts.REGION_PATTERN}(?:-[a-z])?"
-
-
-def gpus_fit(accelerator: Any, gpus: Any) -> bool:
-    """Quick: one node of ``accelerator`` can give a pod ``gpus`` GPUs, and a GPU count comes with an
-    accelerator and an accelerator with GPUs (both ``None``: a CPU Job). Else
-    :func:`airflow_provider_dws.specs.kueue_job.gpu_error` says what is wrong."""
-    if accelerator is None and gpus is None:
-        return True
-    most = facts.GKE_ACCELERATOR_MAX_GPUS.get(accelerator) if isinstance(accelerator, str) else None
-    return type(gpus) is int and most is not None and 0 < gpus <= most
-
-
-def _str_list(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and all(isinstance(part, str) for part in value)
-
-
-def _env_ok(value: Any) -> bool:
-    return type(value) is dict and all(
-        type(k) is str and re.fullmatch(facts.KUBE_ENV_NAME_PATTERN, k) is not None and type(v) is str
-        for k, v in value.items()
-    )
 
 
 class CreateGKEQueuedJobOperator(DwsQueuedRequestOperator):
@@ -107,41 +79,12 @@ class CreateGKEQueuedJobOperator(DwsQueuedRequestOperator):
     CHECKS: tuple[Check, ...] = (
         *CONNECTION_CHECKS,
         *(check for check in WAIT_CHECKS if check.name != "service_account"),
-        Check(
-            "location",
-            matches(LOCATION_PATTERN),
-            "must be a GKE cluster's region or zone, such as 'us-central1' or 'us-central1-a'",
-            templated=True,
-        ),
-        Check(
-            "cluster_name",
-            matches(facts.GKE_CLUSTER_NAME_PATTERN),
-            "must be a GKE cluster name (a lowercase letter first, then lowercase letters, digits and "
-            "'-', at most 40 characters)",
-            templated=True,
-            optional=True,
-        ),
-        Check(
-            "namespace",
-            matches(facts.KUBE_NAMESPACE_PATTERN),
-            "must be a Kubernetes namespace (lowercase letters, digits and '-', at most 63 characters)",
-            templated=True,
-        ),
+        *JOB_CHECKS,
         Check(
             "queue_name",
             matches(facts.KUBE_NAMESPACE_PATTERN),
             "must be a Kueue LocalQueue name (lowercase letters, digits and '-', at most 63 characters)",
             templated=True,
-        ),
-        Check("kubernetes_conn_id", non_empty_str, "must be a non-empty connection id", optional=True),
-        flag("use_internal_ip"),
-        Check("job", templated=True, optional=True, explain=registry.CHECK_KUEUE_JOB),
-        Check("image", non_empty_str, "must be a container image", templated=True, optional=True),
-        Check("cmds", _str_list, "must be a list of strings", templated=True, optional=True),
-        Check("arguments", _str_list, "must be a list of strings", templated=True, optional=True),
-        Check("env_vars", _env_ok, templated=True, optional=True, explain=registry.CHECK_KUEUE_ENV_VARS),
-        Check(
-            "parallelism", int_in(1, MAX_PARALLELISM), f"must be a whole number from 1 to {MAX_PARALLELISM}"
         ),
     )
 
@@ -187,17 +130,9 @@ class CreateGKEQueuedJobOperator(DwsQueuedRequestOperator):
             raise self._param_error(
                 "failover is not supported: a Kueue Job waits in its cluster's queue (use capacity_retry)"
             )
-        if (job is None) == (image is None):
-            raise self._param_error("pass exactly one of job (a batch/v1 Job manifest) and image")
-        if job is not None:
-            given = [n for n in ("cmds", "arguments", "env_vars", "gpus", "accelerator") if getattr(self, n)]
-            if given or parallelism != 1:
-                raise self._param_error(
-                    f"{', '.join(given or ['parallelism'])} describe the Job built from image: with job, "
-                    "put them in the manifest"
-                )
-        if cluster_name is None and kubernetes_conn_id is None:
-            raise self._param_error("pass cluster_name (the GKE cluster), or a kubernetes_conn_id")
+        problem = job_or_image_error(self, ("gpus", "accelerator"))
+        if problem:
+            raise self._param_error(problem)
         if not gpus_fit(accelerator, gpus):
             from airflow_provider_dws.specs.kueue_job import gpu_error
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +9,6 @@ from airflow_provider_dws.backends.base import RESULT
 from airflow_provider_dws.backends.kueue import (
     ACCELERATOR_SELECTOR,
     GPU_RESOURCE,
-    LABEL_MAX_WAIT,
     MAX_RUN_ANNOTATION,
     QUEUE_NAME_LABEL,
     KueueJobBackend,
@@ -30,6 +28,7 @@ from airflow_provider_dws.facts import GPU_TOLERATION, QUEUED_TOLERATION
 from airflow_provider_dws.links import GKEQueuedJobLink
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.gke import cluster_backend
+from airflow_provider_dws.runtime.kube_job import add_tolerations, named_job, pod_spec_of
 from airflow_provider_dws.scheduling.identity import RequestIdentity
 from airflow_provider_dws.scheduling.phases import FailureKind
 from airflow_provider_dws.scheduling.reattach import Candidate, choose_existing
@@ -46,8 +45,6 @@ __all__ = ["KueueJobAdapter", "job_result"]
 
 #: Who a Job is built for when only its shape matters (the request record's facts).
 _SHAPE_ONLY = RequestIdentity(dag_id="dws", task_id="record", run_id="facts")
-#: Server-set metadata a user's manifest (copied from a live Job) may carry: never sent.
-_SERVER_METADATA = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "selfLink")
 #: What GKE's GPU nodes are tainted with, and what a queued-provisioning node pool adds.
 _TOLERATIONS = (GPU_TOLERATION, QUEUED_TOLERATION)
 
@@ -85,31 +82,22 @@ class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBacke
         identity, suspended, in the LocalQueue, with the identity labels, the max wait label and the
         ``maxRunDurationSeconds`` annotation."""
         op = self.op
-        manifest = copy.deepcopy(dict(op.job)) if op.job is not None else self._job_from_parameters()
-        manifest["apiVersion"] = "batch/v1"
-        manifest["kind"] = "Job"
-        meta = dict(manifest.get("metadata") or {})
-        for key in (*_SERVER_METADATA, "generateName"):
-            meta.pop(key, None)
-        meta["name"] = identity.queued_resource_id()
-        meta["namespace"] = op.namespace
-        wait = max_wait or op.max_wait
-        meta["labels"] = {
-            **(meta.get("labels") or {}),
-            **(op.labels or {}),
-            **identity.kube_labels(),
-            QUEUE_NAME_LABEL: op.queue_name,
-            LABEL_MAX_WAIT: str(round(wait.total_seconds())),
-        }
+        manifest = named_job(op, identity, max_wait or op.max_wait, {QUEUE_NAME_LABEL: op.queue_name})
+        meta = manifest["metadata"]
         meta["annotations"] = {
             **(meta.get("annotations") or {}),
             MAX_RUN_ANNOTATION: str(round(op.max_run.total_seconds())),
         }
-        manifest["metadata"] = meta
-        spec = dict(manifest.get("spec") or {})
-        spec["suspend"] = True  # Kueue unsuspends it once admitted
-        manifest["spec"] = spec
-        manifest.pop("status", None)
+        manifest["spec"]["suspend"] = True  # Kueue unsuspends it once admitted
+        if op.job is None:
+            # The queue's nodes are a queued node pool's, tainted gke-queued whatever they carry (a
+            # toleration only allows): every pod tolerates it, a GPU pod the GPU taint too.
+            pod = pod_spec_of(manifest)
+            add_tolerations(pod, _TOLERATIONS if op.gpus else (QUEUED_TOLERATION,))
+            if op.gpus:
+                pod["containers"][0]["resources"] = {"limits": {GPU_RESOURCE: str(op.gpus)}}
+            if op.accelerator:
+                pod["nodeSelector"] = {ACCELERATOR_SELECTOR: op.accelerator}
         return manifest
 
     def request_spec(
@@ -126,39 +114,6 @@ class KueueJobAdapter(RequestAdapter["CreateGKEQueuedJobOperator", KueueJobBacke
         return {
             "name_key": self.name_key,
             **({"link_key": GKEQueuedJobLink.key, "link": link} if link else {}),
-        }
-
-    def _job_from_parameters(self) -> dict[str, Any]:
-        op = self.op
-        container: dict[str, Any] = {"name": "main", "image": op.image}
-        if op.cmds:
-            container["command"] = list(op.cmds)
-        if op.arguments:
-            container["args"] = list(op.arguments)
-        if op.env_vars:
-            container["env"] = [{"name": k, "value": v} for k, v in op.env_vars.items()]
-        # The queue's nodes are a queued node pool's, tainted gke-queued whatever they carry (a
-        # toleration only allows): every pod tolerates it, a GPU pod the GPU taint too.
-        tolerations = _TOLERATIONS if op.gpus else (QUEUED_TOLERATION,)
-        pod: dict[str, Any] = {
-            "containers": [container],
-            "restartPolicy": "Never",
-            "tolerations": [dict(t) for t in tolerations],
-        }
-        if op.gpus:
-            container["resources"] = {"limits": {GPU_RESOURCE: str(op.gpus)}}
-        if op.accelerator:
-            pod["nodeSelector"] = {ACCELERATOR_SELECTOR: op.accelerator}
-        return {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {},
-            "spec": {
-                "parallelism": op.parallelism,
-                "completions": op.parallelism,
-                "backoffLimit": 0,
-                "template": {"spec": pod},
-            },
         }
 
     # -- the attempt loop's steps ----------------------------------------------------------------

@@ -97,6 +97,7 @@ from airflow_provider_dws.operators.calendar import (FindCalendarBlockOperator, 
 from airflow_provider_dws.operators.gke import CreateGKEProvisioningRequestOperator
 from airflow_provider_dws.operators.gke_release import DeleteGKEProvisioningRequestOperator
 from airflow_provider_dws.operators.gke_kueue import CreateGKEQueuedJobOperator
+from airflow_provider_dws.operators.gke_flex import CreateGKEFlexStartJobOperator
 from airflow_provider_dws.timetables.offpeak import OffPeakTimetable
 
 TEMPLATE = {"spec": {"nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
@@ -128,6 +129,8 @@ with DAG(dag_id="every", schedule=OffPeakTimetable("Mon-Fri 22:00-06:00 America/
     CreateGKEQueuedJobOperator(task_id="k", project_id="my-project", location="us-central1",
         cluster_name="train", queue_name="dws-queue", image="img:1", accelerator="nvidia-l4", gpus=1,
         parallelism=4)
+    CreateGKEFlexStartJobOperator(task_id="fx", project_id="my-project", location="us-central1",
+        cluster_name="train", image="img:1", tpu="tpu-v6e-slice", tpu_topology="2x4", parallelism=2)
 print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith("airflow_provider_dws"))))
 """
 )
@@ -141,6 +144,8 @@ EVERY_FAMILY_PATH = PARSE_PATH | {
     "airflow_provider_dws.operators.gke",
     "airflow_provider_dws.operators.gke_checks",
     "airflow_provider_dws.operators.gke_kueue",
+    "airflow_provider_dws.operators.gke_flex",
+    "airflow_provider_dws.operators.job_params",
     "airflow_provider_dws.operators.gke_release",
     "airflow_provider_dws.scheduling",
     "airflow_provider_dws.patterns",

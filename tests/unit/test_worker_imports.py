@@ -114,6 +114,17 @@ FAMILIES = {
         "state": "Complete",
         "result": {"name": "dws-t-0123456789abcdef-t1-a1", "status": "Complete", "state": "Complete"},
     },
+    "gke_flex": {
+        "imports": "from airflow_provider_dws.operators.gke_flex import CreateGKEFlexStartJobOperator",
+        "make": """
+    return CreateGKEFlexStartJobOperator(task_id="t", project_id="my-project", location="us-central1",
+                                         cluster_name="c", image="i:1", gpus=4, accelerator="nvidia-l4",
+                                         deferrable=True)
+""",
+        "name": "dws-t-0123456789abcdef-t1-a1",
+        "state": "Complete",
+        "result": {"name": "dws-t-0123456789abcdef-t1-a1", "status": "Complete", "state": "Complete"},
+    },
     "compute": {
         "imports": "from airflow_provider_dws.operators.compute import CreateComputeFlexStartVMsOperator",
         "make": """

@@ -111,6 +111,7 @@ CLASSES = {
     "GKE": ("operators", r"Create\w*ProvisioningRequest\w*Operator"),
     "GKEDelete": ("operators", r"Delete\w*ProvisioningRequest\w*Operator"),
     "Kueue": ("operators", r"Create\w*QueuedJob\w*Operator"),
+    "Flex": ("operators", r"CreateGKEFlexStartJob\w*Operator"),
     "Timetable": ("timetables", r"\w*Timetable"),
 }
 
@@ -170,6 +171,9 @@ TASKS = {
     'queue_name="dws-queue", image="us-docker.pkg.dev/my-project/train/llm:latest", '
     'cmds=["python", "-m", "finetune"], accelerator="nvidia-l4", gpus=1, parallelism=4, '
     "max_wait=timedelta(hours=12))",
+    "Flex": '{Flex}(task_id="evaluate", project_id="my-project", location="us-central1", cluster_name="train", '
+    'image="us-docker.pkg.dev/my-project/eval/eval:latest", cmds=["python", "-m", "evaluate"], '
+    'accelerator="nvidia-l4", gpus=4, parallelism=2, max_wait=timedelta(hours=1))',
 }
 OFF_PEAK = '{Timetable}("Mon-Fri 22:00-06:00 America/Chicago")'
 FLOOR = f"{len(TASKS)} BashOperators, off-peak (floor of the row above)"
@@ -195,6 +199,7 @@ ROWS = [
     Row("dws GKE ProvisioningRequest", True, TASKS["GKE"]),
     Row("dws GKE ProvisioningRequest delete", True, TASKS["GKEDelete"]),
     Row("dws GKE Kueue Job", True, TASKS["Kueue"]),
+    Row("dws GKE flex-start Job", True, TASKS["Flex"]),
     Row(
         "dws off-peak timetable",
         True,

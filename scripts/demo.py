@@ -37,6 +37,7 @@ DAG_IDS = (
     "dws_calendar_reservation",
     "dws_gke_provisioning_request",
     "dws_gke_kueue_job",
+    "dws_gke_flex_start_job",
 )
 
 
@@ -186,6 +187,13 @@ def main(argv: list[str] | None = None) -> int:
                     else f"kept until its end {req['block_end']} (calendar mode gives none back early)"
                 )
             )
+        elif req["kind"] == "FlexStartNode":
+            waited = _seconds(req["create_time"], req["start_time"] or req["end_time"])
+            print(
+                f"    a flex-start node of {req['node_pool']} ({req['accelerator_count']} x "
+                f"{req['accelerator_type']}) for pod {req['display_name']}: waited {waited or 0:.1f}s for "
+                f"capacity, ran pods {', '.join(req['pods']) or 'none'}, state {req['state']}"
+            )
         elif req["kind"] == "ProvisioningRequest":
             waited = _seconds(req["create_time"], req["start_time"] or req["end_time"])
             print(
@@ -210,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     blocks = [r for r in requests if r["kind"] == "FutureReservation"]
     # The ProvisioningRequest example's and the one Kueue made for the Kueue example's Job.
     provisioning = [r for r in requests if r["kind"] == "ProvisioningRequest"]
+    flex_nodes = [r for r in requests if r["kind"] == "FlexStartNode"]
     # The Vertex AI example's job and the calendar example's training job; its TPU slice, the
     # TPU example's and the flex-start example's; the calendar example's GPU and TPU blocks.
     ok = (
@@ -230,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         # Both consumed by their pods, then deleted (the teardown; Kueue once the Job finished).
         and [r["state"] for r in provisioning] == ["CONSUMED"] * 2
         and all(r["deleted"] for r in provisioning)
+        # The flex-start example's two nodes, one per pod, each came up and ran its pod (empty
+        # now, until the autoscaler scales them down).
+        and len(flex_nodes) == 2
+        and all(r["start_time"] and len(r["pods"]) == 1 and not r["active_pods"] for r in flex_nodes)
     )
     return 0 if ok else 1
 

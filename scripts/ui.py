@@ -34,6 +34,7 @@ EXAMPLE_DAGS = (
     "dws_calendar_reservation",
     "dws_gke_provisioning_request",
     "dws_gke_kueue_job",
+    "dws_gke_flex_start_job",
 )
 WORKDIR = ROOT / ".airflow" / "ui"
 

@@ -202,8 +202,9 @@ class FlexStartJobAdapter(RequestAdapter["CreateGKEFlexStartJobOperator", FlexSt
         failure = status.outcome.failure
         if failure is FailureKind.CAPACITY_NOT_OBTAINED:
             return CapacityNotObtainedError(
-                f"not every pod got a flex-start node within max wait {max_wait}: {status.description or 'the Job'} "
-                f"({where}{': ' + message if message else ''}); the Job was deleted, so no node stays up for it"
+                f"not every pod got a flex-start node within max wait {max_wait}: "
+                f"{status.description or 'the Job'} ({where}{': ' + message if message else ''}); the Job was "
+                "deleted with its pods, so no node stays up or comes up for it"
             )
         if failure is FailureKind.WORKLOAD_FAILED:
             return WorkloadFailedError(f"workload failed: {message or status.state} ({where})")

@@ -39,11 +39,18 @@ def wait_failed(name: str, last: RequestStatus | None, error: Exception) -> Requ
 
 
 def not_obtained(status: RequestStatus, message: str, now: datetime) -> RequestStatus:
-    """``status`` given up at its max wait, ended ``now`` without capacity."""
+    """``status`` given up at its max wait, ended ``now`` without capacity; what the request last
+    said of its wait (``3 of 4 pods have a node``, a scheduler's reason) follows ``message``, so
+    the task's error says where it stood."""
+    said = status.outcome.message
     return RequestStatus(
         name=status.name,
         state=status.state,
-        outcome=Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, message),
+        outcome=Outcome(
+            Phase.NOT_OBTAINED,
+            FailureKind.CAPACITY_NOT_OBTAINED,
+            f"{message} (it last said: {said})" if said and said not in message else message,
+        ),
         timings=RequestTimings(status.timings.submitted, None, now),
         description=status.description,
         details=status.details,

@@ -29,6 +29,7 @@ from tests.airflow import (
     test_calendar_reservation_dag,
     test_compute_flex_start_instances_dag,
     test_compute_flex_start_vms_dag,
+    test_gke_flex_start_job_dag,
     test_gke_kueue_job_dag,
     test_gke_provisioning_request_dag,
     test_tpu_flex_start_dag,
@@ -56,6 +57,7 @@ DEMO = {
     # Provisioned, used by the Job's pods, then deleted by the teardown.
     "dws_gke_provisioning_request": ("request_nodes", "gke_provisioning_request", "succeeded"),
     "dws_gke_kueue_job": ("finetune", "gke_kueue_job", "succeeded"),
+    "dws_gke_flex_start_job": ("evaluate", "gke_flex_start_job", "succeeded"),
 }
 #: The phases the page lists under "Running or held" (the others under "Ended").
 HELD = {"running"}
@@ -70,6 +72,7 @@ CHECKS = {
     "dws_calendar_reservation": test_calendar_reservation_dag.check_example,
     "dws_gke_provisioning_request": test_gke_provisioning_request_dag.check_example,
     "dws_gke_kueue_job": test_gke_kueue_job_dag.check_example,
+    "dws_gke_flex_start_job": test_gke_flex_start_job_dag.check_example,
 }
 
 

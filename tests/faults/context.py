@@ -55,6 +55,8 @@ LIVE_STATES = {
     "ProvisioningRequest": {"ACCEPTED", "PROVISIONED", "CONSUMED"},
     # Standalone flex-start VMs, one record per set (see instance_sets).
     "InstanceSet": {"PENDING", "RUNNING"},
+    # A Job's flex-start nodes, one record per Job (see flex_job_sets).
+    "FlexStartJob": {"WAITING", "RUNNING"},
 }
 #: For duplicates, a request stops counting once it was given up: CANCELLING holds no new capacity.
 GIVEN_UP_STATES = {"JOB_STATE_CANCELLING", "SUSPENDING", "CANCELLATION_IN_PROGRESS", "DELETION_IN_PROGRESS"}
@@ -69,6 +71,7 @@ SUCCESS_STATES = {
     "FutureReservation": "APPROVED",
     "ProvisioningRequest": "PROVISIONED",
     "InstanceSet": "RUNNING",
+    "FlexStartJob": "RUNNING",
 }
 #: Waiting for capacity (a Flex Start Batch job stays QUEUED until its VMs can be created).
 WAITING_STATES = {
@@ -80,6 +83,8 @@ WAITING_STATES = {
     "QUEUED",
     # A set of standalone flex-start VMs some of which wait PENDING.
     "PENDING",
+    # A Job's pods waiting for flex-start nodes.
+    "WAITING",
     # A calendar block waits for its approval, then for its start and delivery.
     "PENDING_APPROVAL",
     "APPROVED",
@@ -222,6 +227,8 @@ KUEUE_REQUEST = re.compile(r"^job-(?P<base>.+)-t(?P<try>\d+)-a(?P<attempt>\d+)-[
 def logged_name(record: dict[str, Any]) -> str:
     """How the trigger's log lines name the request: its resource name; a ProvisioningRequest
     without its namespace; one Kueue made, by its Job's name (the trigger follows the Job)."""
+    if record["kind"] == "FlexStartJob":
+        return str(record["display_name"])
     if record["kind"] != "ProvisioningRequest":
         return str(record["name"])
     match = KUEUE_REQUEST.match(record["display_name"]) if not record["labels"].get("dws_key") else None
@@ -287,6 +294,59 @@ def instance_sets(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+#: The label Kubernetes puts on a Job's pods (so on the flex-start nodes the emulator records for them).
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+def flex_job_sets(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records with the flex-start nodes of each Job (the emulator's ``FlexStartNode`` records
+    of the pods of one Job: one identity, try and attempt) made one request, as the provider sees
+    it: ``WAITING`` while a node is still asked for, ``RUNNING`` while its pods run on nodes that
+    came up, then ``RELEASED`` (its pods ran and ended; an empty node left for the autoscaler to
+    scale down is not the Job's) or ``DELETED`` (no node came up: given up, marked failed)."""
+    out: list[dict[str, Any]] = []
+    jobs: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        labels = r["labels"]
+        if r["kind"] == "FlexStartNode" and labels.get("dws_key"):
+            key = (
+                labels["dws_key"],
+                labels.get("dws_try", ""),
+                labels.get("dws_attempt", ""),
+                r["namespace"],
+            )
+            jobs.setdefault(key, []).append(r)
+        else:
+            out.append(r)
+    for nodes in jobs.values():
+        waiting = any(n["state"] == "WAITING" for n in nodes)
+        running = any(n["active_pods"] for n in nodes)
+        ran = any(n["start_time"] and n["pods"] for n in nodes)
+        state = "WAITING" if waiting else "RUNNING" if running else "RELEASED" if ran else "DELETED"
+        created = min(n["create_time"] for n in nodes)
+        history = [{"state": "WAITING", "time": created}]
+        starts = [n["start_time"] for n in nodes if n["start_time"]]
+        if starts:
+            history.append({"state": "RUNNING", "time": max(starts)})
+        if state in ("RELEASED", "DELETED"):
+            ends = [n["end_time"] for n in nodes if n["end_time"]] or [max(starts or [created])]
+            history.append({"state": state, "time": max(ends)})
+        name = str(nodes[0]["labels"].get(JOB_NAME_LABEL) or nodes[0]["display_name"])
+        out.append(
+            {
+                "kind": "FlexStartJob",
+                "name": f"{nodes[0]['namespace']}/{name}",
+                "display_name": name,
+                "labels": nodes[0]["labels"],
+                "state": state,
+                "deleted": state in ("RELEASED", "DELETED"),
+                "create_time": created,
+                "history": history,
+            }
+        )
+    return out
+
+
 def own_requests(records: Iterable[dict[str, Any]], ref: RunRef) -> list[dict[str, Any]]:
     """The requests one run's request task created (identity labels; TPU: on the slice's nodes;
     a resize request or a future reservation: its name, derived from the task instance; a set of
@@ -296,7 +356,7 @@ def own_requests(records: Iterable[dict[str, Any]], ref: RunRef) -> list[dict[st
     task_identity = RequestIdentity(ref.dag_id, ref.request_task, ref.run_id)
     base = task_identity.queued_resource_base()
     out = []
-    for r in instance_sets(records):
+    for r in flex_job_sets(instance_sets(records)):
         kueue = _kueue_identity(r)
         if kueue is not None:
             if kueue[0] == base:
@@ -569,6 +629,7 @@ def cancel_time(record: dict[str, Any]) -> datetime | None:
         "ProvisioningRequest": {"DELETED"},
         "QueuedResource": {"DELETING", "DELETED"},
         "InstanceSet": {"DELETED"},
+        "FlexStartJob": {"DELETED"},
     }
     cancelled = CANCEL_STATES | extra.get(record["kind"], set())
     for step in record["history"]:

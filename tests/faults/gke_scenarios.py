@@ -10,23 +10,35 @@ the row wants capacity to arrive, that holder is deleted.
 The requests the matrix counts are the emulator's ProvisioningRequests: the provider's (by their
 identity labels) and those Kueue made for a row's Job (by the Job's name in theirs). For Kueue rows
 the Jobs are counted too, through the Kubernetes API: one per run, none left running.
+
+The flex-start rows add a flex-start node pool beside the row's queued one, on the same capacity
+pool, so the holder's node keeps the row's pod waiting for a node of its own. Their requests are
+the emulator's flex-start node records of the row's pods, one request per Job
+(``context.flex_job_sets``); the Jobs are counted through the Kubernetes API as for Kueue.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from tests.faults.context import H100, KILLED_TRY_WAIT, VERTEX_POOL, RunRef, Scenario, ScenarioContext
 from tests.kube_view import free_capacity, hold_capacity, jobs_of
 
+#: What makes a row's node pool (and holds its capacity): its name.
+PoolMaker = Callable[[ScenarioContext], str]
+
 REQUEST_DAG = "dws_fault_gke_request"
 KUEUE_DAG = "dws_fault_gke_kueue"
+FLEX_DAG = "dws_fault_gke_flex"
 #: One a3-highgpu-8g node: what every GKE row asks for.
 NODE_GPUS = 8
 #: Long enough that no holder or waiting request loses its booking while a row runs.
 BOOKING_SECONDS = 3600
 #: The cluster's own H100 node pool (in us-central1, the Vertex example's pool): for shared rows.
 CLUSTER_POOL = "dws-nvidia-h100-80gb"
+#: The cluster's own flex-start H100 node pool, on the same capacity pool.
+CLUSTER_FLEX_POOL = "dws-flex-nvidia-h100-80gb"
 
 
 def _node_pool(ctx: ScenarioContext) -> tuple[str, str]:
@@ -42,6 +54,18 @@ def _node_pool(ctx: ScenarioContext) -> tuple[str, str]:
     hold_capacity(address, name, NODE_GPUS, _holder(ctx))
     ctx.log(f"node pool {name} ({pool}): its one node held by {_holder(ctx)}")
     return name, pool
+
+
+def _flex_node_pool(ctx: ScenarioContext) -> str:
+    """The row's flex-start node pool, on the capacity pool of the row's queued one (held): the
+    cluster's own H100 one for a shared row, one of its region's (selected by name) otherwise."""
+    _node_pool(ctx)
+    if ctx.region is None:
+        return CLUSTER_FLEX_POOL
+    name = f"flex-{ctx.region}"
+    ctx.emulator.set_kube_node_pools([f"{name}=nvidia-h100-80gb@{ctx.region}"], flex_start=True)
+    ctx.log(f"flex-start node pool {name} beside it")
+    return name
 
 
 def _holder(ctx: ScenarioContext) -> str:
@@ -70,10 +94,16 @@ def _job_labels(ref: RunRef) -> dict[str, str]:
     return {"dws_key": RequestIdentity(ref.dag_id, ref.request_task, ref.run_id).key}
 
 
-def _worker_sigkill_after_submit(ctx: ScenarioContext, dag_id: str, task: str, expected: str) -> RunRef:
+def _queued_pool(ctx: ScenarioContext) -> str:
+    return _node_pool(ctx)[0]
+
+
+def _worker_sigkill_after_submit(
+    ctx: ScenarioContext, dag_id: str, task: str, expected: str, pool: PoolMaker = _queued_pool
+) -> RunRef:
     """Try 1 kills itself right after its create; once try 2 waits deferred on the same request (or
     Job), capacity arrives (10 s later: see compute_worker_sigkill_after_submit on airflow#72716)."""
-    name, _ = _node_pool(ctx)
+    name = pool(ctx)
     ref = ctx.trigger(f"{dag_id}_kill_after_submit", "gke", task, expected, {"node_pool": name})
     ctx.wait_waiting(ref, timeout=KILLED_TRY_WAIT, try_number=2)
     time.sleep(10)
@@ -96,10 +126,12 @@ def kueue_worker_sigkill_after_submit(ctx: ScenarioContext) -> None:
     ctx.after_settle.append(lambda: _check_one_job(ctx, ref, _job_labels(ref)))
 
 
-def _user_marks_failed(ctx: ScenarioContext, dag_id: str, task: str, expected: str) -> RunRef:
+def _user_marks_failed(
+    ctx: ScenarioContext, dag_id: str, task: str, expected: str, pool: PoolMaker = _queued_pool
+) -> RunRef:
     from tests.faults.scenarios import _mark_failed_while_waiting
 
-    name, _ = _node_pool(ctx)
+    name = pool(ctx)
     ref = ctx.trigger(dag_id, "gke", task, expected, {"node_pool": name})
     _mark_failed_while_waiting(ctx, ref)
     ctx.after_settle.append(lambda: _capacity_arrives(ctx))
@@ -115,19 +147,21 @@ def kueue_user_marks_failed(ctx: ScenarioContext) -> None:
     """A user marks the waiting Kueue task failed: its Job must be deleted, and with it its
     Workload and ProvisioningRequest."""
     ref = _user_marks_failed(ctx, KUEUE_DAG, "train", "1 DELETED run=failed")
-
-    def no_job_left() -> None:
-        jobs = jobs_of(ctx.deployment.emulator.address, _job_labels(ref))
-        ctx.check("the Job deleted", f"{len(jobs)} Job(s) left", not jobs)
-
-    ctx.after_settle.append(no_job_left)
+    ctx.after_settle.append(lambda: _check_no_job(ctx, ref))
 
 
-def _triggerer_sigkill(ctx: ScenarioContext, dag_id: str, task: str, expected: str) -> RunRef:
+def _check_no_job(ctx: ScenarioContext, ref: RunRef) -> None:
+    jobs = jobs_of(ctx.deployment.emulator.address, _job_labels(ref))
+    ctx.check("the Job deleted", f"{len(jobs)} Job(s) left", not jobs)
+
+
+def _triggerer_sigkill(
+    ctx: ScenarioContext, dag_id: str, task: str, expected: str, pool: PoolMaker = _queued_pool
+) -> RunRef:
     from tests.faults.scenarios import _kill_the_triggerer_while_waiting, _only_triggerer
 
     old = _only_triggerer(ctx)
-    name, _ = _node_pool(ctx)
+    name = pool(ctx)
     ref = ctx.trigger(dag_id, "gke", task, expected, {"node_pool": name})
     _kill_the_triggerer_while_waiting(ctx, ref, old)
     _capacity_arrives(ctx)
@@ -144,6 +178,27 @@ def kueue_triggerer_sigkill(ctx: ScenarioContext) -> None:
     """SIGKILL the only triggerer while the Kueue Job waits for admission; a new one must follow it
     to its end."""
     ref = _triggerer_sigkill(ctx, KUEUE_DAG, "train", "1 RELEASED run=success")
+    ctx.after_settle.append(lambda: _check_one_job(ctx, ref, _job_labels(ref)))
+
+
+def flex_worker_sigkill_after_submit(ctx: ScenarioContext) -> None:
+    """The worker dies right after the flex-start Job was created: the retry must adopt that Job
+    (never a second one, whose pod would ask for a second node), which runs once its node comes."""
+    ref = _worker_sigkill_after_submit(ctx, FLEX_DAG, "evaluate", "1+0 RELEASED run=success", _flex_node_pool)
+    ctx.after_settle.append(lambda: _check_one_job(ctx, ref, _job_labels(ref)))
+
+
+def flex_user_marks_failed(ctx: ScenarioContext) -> None:
+    """A user marks the waiting flex-start task failed: its Job must be deleted with its pod, and the
+    node asked for it withdrawn (nothing comes up later for a workload that gave up)."""
+    ref = _user_marks_failed(ctx, FLEX_DAG, "evaluate", "1 DELETED run=failed", _flex_node_pool)
+    ctx.after_settle.append(lambda: _check_no_job(ctx, ref))
+
+
+def flex_triggerer_sigkill(ctx: ScenarioContext) -> None:
+    """SIGKILL the only triggerer while the flex-start Job's pod waits for a node; a new one must
+    follow the Job to its end."""
+    ref = _triggerer_sigkill(ctx, FLEX_DAG, "evaluate", "1 RELEASED run=success", _flex_node_pool)
     ctx.after_settle.append(lambda: _check_one_job(ctx, ref, _job_labels(ref)))
 
 
@@ -178,5 +233,29 @@ GKE_SCENARIOS = [
         kueue_triggerer_sigkill,
         shared=True,
     ),
+    Scenario(
+        "flex_worker_sigkill_after_submit",
+        "GKE flex-start: SIGKILL the worker after the Job",
+        flex_worker_sigkill_after_submit,
+    ),
+    Scenario(
+        "flex_user_marks_failed",
+        "GKE flex-start: user marks the waiting task failed",
+        flex_user_marks_failed,
+        ci=True,
+    ),
+    Scenario(
+        "flex_triggerer_sigkill",
+        "GKE flex-start: SIGKILL the triggerer while the Job's pod waits for a node",
+        flex_triggerer_sigkill,
+        shared=True,
+    ),
 ]
-GKE_DAG_IDS = [REQUEST_DAG, f"{REQUEST_DAG}_kill_after_submit", KUEUE_DAG, f"{KUEUE_DAG}_kill_after_submit"]
+GKE_DAG_IDS = [
+    REQUEST_DAG,
+    f"{REQUEST_DAG}_kill_after_submit",
+    KUEUE_DAG,
+    f"{KUEUE_DAG}_kill_after_submit",
+    FLEX_DAG,
+    f"{FLEX_DAG}_kill_after_submit",
+]

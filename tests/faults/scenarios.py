@@ -773,6 +773,8 @@ REGIONS = {
                 "us-central2",
                 "europe-west6",
                 "asia-northeast3",
+                "asia-east2",
+                "europe-central2",
             ],
             strict=False,
         )

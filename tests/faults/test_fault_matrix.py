@@ -56,6 +56,7 @@ def test_executor_selection() -> None:
         "compute_user_marks_failed",
         "gke_worker_sigkill_after_submit",
         "kueue_user_marks_failed",
+        "flex_user_marks_failed",
         "user_clears_succeeded_task",
     ]
 
@@ -115,3 +116,49 @@ def test_a_runs_requests_are_found_among_every_kind() -> None:
         },
     ]
     assert own_requests(records, ref) == records[1:]
+
+
+def test_a_jobs_flex_start_nodes_are_one_request() -> None:
+    """The emulator's flex-start node records of one Job's pods (one identity, try and attempt) are
+    one request of the run: WAITING while a node is asked for, RELEASED once its pods ran and ended
+    (an empty node left for the autoscaler is not live), DELETED when none came up."""
+    from airflow_provider_dws.scheduling.identity import RequestIdentity
+    from tests.faults.context import RunRef, cancel_time, is_live, own_requests
+
+    ref = RunRef("gke", "dws_fault_gke_flex", "fm-flex-1", "evaluate")
+    labels = {
+        **RequestIdentity(ref.dag_id, ref.request_task, ref.run_id).kube_labels(),
+        "batch.kubernetes.io/job-name": "dws-evaluate-x-t1-a1",
+    }
+
+    def node(state: str, pods: list[str], active: list[str], start: str | None, end: str | None) -> dict:
+        return {
+            "kind": "FlexStartNode",
+            "name": "n",
+            "display_name": "p",
+            "namespace": "default",
+            "labels": labels,
+            "state": state,
+            "pods": pods,
+            "active_pods": active,
+            "create_time": "2026-12-07T10:00:00Z",
+            "start_time": start,
+            "end_time": end,
+            "history": [],
+        }
+
+    up = node("RUNNING", ["p1"], ["p1"], "2026-12-07T10:00:05Z", None)
+    asked = node("WAITING", [], [], None, None)
+    [waiting] = own_requests([up, asked], ref)
+    assert (waiting["kind"], waiting["state"], waiting["display_name"]) == (
+        "FlexStartJob",
+        "WAITING",
+        "dws-evaluate-x-t1-a1",
+    )
+    assert is_live(waiting)
+    empty = node("RUNNING", ["p1"], [], "2026-12-07T10:00:05Z", None)
+    withdrawn = node("WITHDRAWN", [], [], None, "2026-12-07T10:01:00Z")
+    [released] = own_requests([empty, withdrawn], ref)
+    assert released["state"] == "RELEASED" and not is_live(released)
+    [deleted] = own_requests([withdrawn], ref)
+    assert deleted["state"] == "DELETED" and cancel_time(deleted) is not None

@@ -1,6 +1,6 @@
 """The system-test DAGs of ``tests/system/dags``, each run to its end.
 
-Two targets. ``emulator``: all nine against one ``dws-emulator``, in every ``make test`` (so the
+Two targets. ``emulator``: all ten against one ``dws-emulator``, in every ``make test`` (so the
 files cannot rot), one after another in one process (``scripts/run_dags.py``: ``dag.test()``, what
 ``airflow dags test`` runs, without a process start per DAG, which was most of their CPU): each run
 succeeds, its workload check ran, the sweep found nothing left to release (the DAG's own teardowns
@@ -40,6 +40,7 @@ SYSTEM_DAGS: dict[str, tuple[str, ...]] = {
         "SYSTEM_TESTS_GKE_CLUSTER",
         "SYSTEM_TESTS_GKE_KUEUE_QUEUE",
     ),
+    "dws_system_gke_flex": ("SYSTEM_TESTS_GKE_LOCATION", "SYSTEM_TESTS_GKE_FLEX_CLUSTER"),
 }
 HOW = (
     "a real-project system test: run it with `pytest --system tests/system`, SYSTEM_TESTS_GCP_PROJECT "
@@ -76,7 +77,12 @@ def left_on_emulator(emulator: Any, dag_id: str) -> list[tuple[str, str, str]]:
         kind = record["kind"]
         held = kind in DELETED_KINDS and not record["deleted"]
         running = kind in ("CustomJob", "BatchJob") and record["state"] not in ENDED_STATES
-        if held or running:
+        # A flex-start node may stay up, empty, until the autoscaler scales it down (as on GKE); a
+        # node still asked for, or one still running a pod of the run, is left behind.
+        waiting = kind == "FlexStartNode" and (
+            record["state"] == "WAITING" or bool(record.get("active_pods"))
+        )
+        if held or running or waiting:
             left.append((kind, record["name"], record["state"]))
     return left
 

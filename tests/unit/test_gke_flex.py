@@ -4,6 +4,7 @@ the errors each end raises."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -26,7 +27,7 @@ from airflow_provider_dws.operators.gke_flex import CreateGKEFlexStartJobOperato
 from airflow_provider_dws.registry import BACKENDS, backend_from_spec
 from airflow_provider_dws.runtime.gke_flex import FlexStartJobAdapter
 from airflow_provider_dws.scheduling.identity import RequestIdentity
-from airflow_provider_dws.scheduling.phases import FailureKind, Phase, RequestTimings
+from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings
 from airflow_provider_dws.scheduling.policies import Placement
 
 IDENTITY = RequestIdentity(
@@ -293,10 +294,6 @@ def test_each_end_raises_its_own_error(status: RequestStatus, error: type[Except
 
 def test_not_every_pod_by_the_max_wait_says_so_and_that_nothing_stays() -> None:
     waiting = flex_job_status(job(), [pod("a", "node-1", 30), pod("b", None)])
-    from dataclasses import replace
-
-    from airflow_provider_dws.scheduling.phases import Outcome
-
     given_up = replace(
         waiting,
         outcome=Outcome(Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED, waiting.outcome.message),
@@ -317,3 +314,14 @@ def test_the_backend_is_registered_and_rebuilt_from_its_spec() -> None:
     spec = backend.spec()
     rebuilt = backend_from_spec("gke_flex_start_job", spec)
     assert isinstance(rebuilt, FlexStartJobBackend) and rebuilt.spec() == spec
+
+
+def test_a_request_given_up_at_its_max_wait_keeps_what_it_last_said() -> None:
+    from airflow_provider_dws.triggers.outcomes import not_obtained
+
+    waiting = flex_job_status(job(), [pod("a", "node-1", 30), pod("b", None)])
+    given_up = not_obtained(waiting, "max wait passed without capacity", T0 + timedelta(hours=1))
+    assert given_up.phase is Phase.NOT_OBTAINED
+    assert given_up.outcome.message.startswith("max wait passed without capacity (it last said: 1 of 2 pods")
+    quiet = replace(waiting, outcome=Outcome(Phase.WAITING, None, ""))
+    assert not_obtained(quiet, "max wait passed", T0).outcome.message == "max wait passed"

@@ -11,7 +11,11 @@ by side with the others:
 * ``dws_fault_gke_kueue``: ``CreateGKEQueuedJobOperator``, one pod of 8 H100s on the Kueue queue
   ``dws-queue``, running ``params.run_seconds``;
 * ``dws_fault_gke_kueue_kill_after_submit``: the same with one retry and the SIGKILL after the
-  suspended Job was created.
+  suspended Job was created;
+* ``dws_fault_gke_flex``: ``CreateGKEFlexStartJobOperator``, one pod of 8 H100s on the flex-start
+  node pool ``params.node_pool``, running ``params.run_seconds``;
+* ``dws_fault_gke_flex_kill_after_submit``: the same with one retry and the SIGKILL after the Job
+  was created.
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ from airflow_provider_dws.operators.gke import (
     CreateGKEProvisioningRequestOperator,
     DeleteGKEProvisioningRequestOperator,
 )
+from airflow_provider_dws.operators.gke_flex import CreateGKEFlexStartJobOperator
 from airflow_provider_dws.operators.gke_kueue import CreateGKEQueuedJobOperator
 from airflow_provider_dws.runtime.gke import GKEProvisioningRequestAdapter
+from airflow_provider_dws.runtime.gke_flex import FlexStartJobAdapter
 from airflow_provider_dws.runtime.gke_kueue import KueueJobAdapter
 
 NODE_POOL = "{{ params.node_pool }}"
@@ -59,6 +65,11 @@ KillWorkerAfterRequest = killed_after_submit(
 
 KillWorkerAfterJob = killed_after_submit(
     CreateGKEQueuedJobOperator, KueueJobAdapter, "KillWorkerAfterJob", "the suspended Job"
+)
+
+
+KillWorkerAfterFlexJob = killed_after_submit(
+    CreateGKEFlexStartJobOperator, FlexStartJobAdapter, "KillWorkerAfterFlexJob", "the flex-start Job"
 )
 
 
@@ -157,5 +168,42 @@ kueue_kill_after_submit = _kueue_flow(
     "dws_fault_gke_kueue_kill_after_submit",
     KillWorkerAfterJob,
     "The worker dies right after the suspended Job was created; the retry must adopt it.",
+    1,
+)
+
+
+def _flex_flow(dag_id: str, operator: type[CreateGKEFlexStartJobOperator], doc: str, retries: int) -> DAG:
+    with _dag(dag_id, doc) as dag:
+        operator(
+            deferrable=True,
+            task_id="evaluate",
+            location="us-central1",
+            cluster_name="training-cluster",
+            job={
+                "spec": {
+                    "template": {
+                        "spec": {
+                            # The operator adds the flex-start selector and the GPU toleration.
+                            "nodeSelector": SELECTOR,
+                            "containers": [_container("evaluate")],
+                            "restartPolicy": "Never",
+                        }
+                    },
+                    "backoffLimit": 0,
+                }
+            },
+            max_wait=MAX_WAIT,
+            poll_interval=POLL_INTERVAL,
+            retries=retries,
+            retry_delay=timedelta(seconds=2),
+        )
+    return dag
+
+
+flex = _flex_flow("dws_fault_gke_flex", CreateGKEFlexStartJobOperator, "A flex-start Job's flow.", 0)
+flex_kill_after_submit = _flex_flow(
+    "dws_fault_gke_flex_kill_after_submit",
+    KillWorkerAfterFlexJob,
+    "The worker dies right after the flex-start Job was created; the retry must adopt it.",
     1,
 )

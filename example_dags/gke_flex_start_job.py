@@ -62,7 +62,7 @@ with DAG(
         accelerator="nvidia-l4",
         gpus=4,  # per pod: a g2-standard-48 node's four L4s
         parallelism=PODS,
-        max_run=timedelta(hours=4),  # the Job's activeDeadlineSeconds; the node pool's own limit is 7 days
+        max_run=timedelta(hours=4),  # after the wait: activeDeadlineSeconds = max_wait + max_run
         max_wait=MAX_WAIT,
         labels={"team": "research"},
         poll_interval=POLL_INTERVAL,

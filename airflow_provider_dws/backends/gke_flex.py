@@ -29,9 +29,14 @@ from typing import Any
 
 from airflow_provider_dws import facts
 from airflow_provider_dws.backends.base import RESULT, RequestStatus
-from airflow_provider_dws.backends.kube_base import LABEL_MAX_WAIT, kube_time
-from airflow_provider_dws.backends.kube_jobs import JobBackend
-from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_TRY, parse_attempt_name
+from airflow_provider_dws.backends.kube_base import kube_time
+from airflow_provider_dws.backends.kube_jobs import (
+    JobBackend,
+    job_details,
+    job_ended_at,
+    job_result,
+    true_conditions,
+)
 from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, RequestTimings, StateTable
 
 log = logging.getLogger(__name__)
@@ -81,11 +86,6 @@ FLEX_JOB_STATES = StateTable("gke_flex_start_job", FLEX_JOB_STATE_PHASES, classi
 # -- reading a Job and its pods (pure) --------------------------------------------------------------
 
 
-def _true_conditions(obj: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    status = obj.get("status") or {}
-    return {c.get("type", ""): c for c in status.get("conditions") or [] if c.get("status") == "True"}
-
-
 def pods_at_once(job: Mapping[str, Any]) -> int:
     """How many pods the Job runs at once: its parallelism, at most its completions."""
     spec = job.get("spec") or {}
@@ -96,7 +96,7 @@ def pods_at_once(job: Mapping[str, Any]) -> int:
 
 
 def _scheduled_at(pod: Mapping[str, Any]) -> datetime | None:
-    scheduled = _true_conditions(pod).get("PodScheduled") or {}
+    scheduled = true_conditions(pod).get("PodScheduled") or {}
     status = pod.get("status") or {}
     return kube_time(scheduled.get("lastTransitionTime")) or kube_time(status.get("startTime"))
 
@@ -106,12 +106,44 @@ def node_gone(pod: Mapping[str, Any]) -> str | None:
     status = pod.get("status") or {}
     if status.get("phase") != "Failed":
         return None
-    disruption = _true_conditions(pod).get(DISRUPTION_CONDITION) or {}
+    disruption = true_conditions(pod).get(DISRUPTION_CONDITION) or {}
     if disruption.get("reason") in NODE_GONE_REASONS or status.get("reason") in NODE_GONE_REASONS:
         node = (pod.get("spec") or {}).get("nodeName") or "its node"
         why = status.get("message") or disruption.get("message") or "the node was removed"
         return f"pod {(pod.get('metadata') or {}).get('name', '?')} on {node}: {why}"
     return None
+
+
+def _failed_at(pod: Mapping[str, Any]) -> str:
+    """When a failed pod ended, as its RFC 3339 text (sortable; "" when it does not say)."""
+    status = pod.get("status") or {}
+    ends = [
+        str((cs.get("state") or {}).get("terminated", {}).get("finishedAt") or "")
+        for cs in status.get("containerStatuses") or []
+    ]
+    ends += [str(c.get("lastTransitionTime") or "") for c in status.get("conditions") or []]
+    return max(ends, default="")
+
+
+def last_failure_node_gone(pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """What the last pod to fail said, if its node's end failed it (``None`` otherwise): a Job
+    that failed that way lost its capacity; one whose last failure was its own code did not, even
+    if an earlier pod lost its node and was replaced."""
+    failed = [pod for pod in pods if (pod.get("status") or {}).get("phase") == "Failed"]
+    return node_gone(max(failed, key=_failed_at)) if failed else None
+
+
+def had_nodes(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> int:
+    """How many of the Job's pods have had a node: those not ended that have one, and every ended
+    one (the Job's own counters, which outlive pods the garbage collector deleted), so a Job does
+    not read as waiting again when a pod that ran is gone."""
+    status = job.get("status") or {}
+    running = sum(
+        1
+        for pod in pods
+        if (pod.get("spec") or {}).get("nodeName") and (pod.get("status") or {}).get("phase") not in _ENDED
+    )
+    return running + int(status.get("succeeded") or 0) + int(status.get("failed") or 0)
 
 
 def _waiting_message(pods: Sequence[Mapping[str, Any]]) -> str:
@@ -131,17 +163,17 @@ def flex_job_state(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) ->
     meta = job.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return "Deleting", "the Job is being deleted"
-    conditions = _true_conditions(job)
+    conditions = true_conditions(job)
     if "Complete" in conditions:
         return "Complete", str(conditions["Complete"].get("message") or "")
-    gone = next((why for why in map(node_gone, pods) if why), None)
     if "Failed" in conditions:
+        gone = last_failure_node_gone(pods)
         if gone is not None:
             return "CapacityRevoked", f"a flex-start node went away ({gone})"
         failed = conditions["Failed"]
         return "Failed", f"{failed.get('reason') or 'Failed'}: {failed.get('message') or 'the Job failed'}"
     want = pods_at_once(job)
-    placed = sum(1 for pod in pods if (pod.get("spec") or {}).get("nodeName"))
+    placed = min(want, had_nodes(job, pods))
     if placed >= want:
         return "Running", f"all {want} pod{'s' if want != 1 else ''} got a flex-start node"
     if (job.get("spec") or {}).get("suspend"):
@@ -182,21 +214,18 @@ def describe_job(job: Mapping[str, Any]) -> str:
 
 def _timings(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], state: str) -> RequestTimings:
     meta, status = job.get("metadata") or {}, job.get("status") or {}
-    # Started: when the last of the pods it runs at once got its node (all of them were needed).
-    times = sorted(t for t in (_scheduled_at(p) for p in pods if (p.get("spec") or {}).get("nodeName")) if t)
-    want = pods_at_once(job)
-    started = times[want - 1] if len(times) >= want else None
-    finished: datetime | None = None
-    if FLEX_JOB_STATE_PHASES.get(state, Phase.WAITING).terminal:
-        conditions = _true_conditions(job)
-        ended = conditions.get("Complete") or conditions.get("Failed") or {}
-        finished = (
-            kube_time(status.get("completionTime"))
-            or kube_time(ended.get("lastTransitionTime"))
-            or kube_time(meta.get("deletionTimestamp"))
-            or started
-            or kube_time(meta.get("creationTimestamp"))
+    started: datetime | None = None
+    if state != "WaitingForNodes":
+        # When the last of the pods it runs at once got its node (all of them were needed); the
+        # Job's start when those pods are gone.
+        times = sorted(
+            t for t in (_scheduled_at(p) for p in pods if (p.get("spec") or {}).get("nodeName")) if t
         )
+        want = pods_at_once(job)
+        started = times[want - 1] if len(times) >= want else kube_time(status.get("startTime"))
+    finished = (
+        job_ended_at(job, started) if FLEX_JOB_STATE_PHASES.get(state, Phase.WAITING).terminal else None
+    )
     return RequestTimings(
         submitted=kube_time(meta.get("creationTimestamp")), started=started, finished=finished
     )
@@ -204,13 +233,8 @@ def _timings(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], state: s
 
 def flex_job_status(job: dict[str, Any], pods: Sequence[dict[str, Any]]) -> RequestStatus:
     """Classify a Job and its pods into the shared vocabulary (pure: no API call)."""
-    meta, status = job.get("metadata") or {}, job.get("status") or {}
+    meta = job.get("metadata") or {}
     state, message = flex_job_state(job, pods)
-    labels = meta.get("labels") or {}
-    attempt, tried = str(labels.get(LABEL_ATTEMPT, "")), str(labels.get(LABEL_TRY, ""))
-    parsed = parse_attempt_name(str(meta.get("name", "")))
-    max_wait = str(labels.get(LABEL_MAX_WAIT, ""))
-    nodes = sorted({str(p["spec"]["nodeName"]) for p in pods if (p.get("spec") or {}).get("nodeName")})
     classified = RequestStatus(
         name=str(meta.get("name", "")),
         state=state,
@@ -218,41 +242,19 @@ def flex_job_status(job: dict[str, Any], pods: Sequence[dict[str, Any]]) -> Requ
         timings=_timings(job, pods, state),
         description=describe_job(job),
         details={
-            "namespace": meta.get("namespace"),
-            "uid": meta.get("uid"),
-            "succeeded": int(status.get("succeeded") or 0),
-            "failed": int(status.get("failed") or 0),
-            "active": int(status.get("active") or 0),
+            **job_details(job),
             "pods": pods_at_once(job),
-            "scheduled": sum(1 for p in pods if (p.get("spec") or {}).get("nodeName")),
-            "nodes": nodes,
-            "attempt": int(attempt) if attempt.isdigit() else 1,
-            # Which Airflow try made it (its label; else its name's ``-t<try>``).
-            "try": int(tried) if tried.isdigit() else (parsed[1] if parsed else None),
-            "max_wait_seconds": float(max_wait) if max_wait.isdigit() else None,
+            "scheduled": min(pods_at_once(job), had_nodes(job, pods)),
+            "nodes": sorted(
+                {str(p["spec"]["nodeName"]) for p in pods if (p.get("spec") or {}).get("nodeName")}
+            ),
         },
     )
     if not classified.phase.terminal:
         return classified
     # What the task returns, read from the Job already in hand, so the resumed task makes no call.
-    result = flex_job_result(classified, str(meta.get("namespace") or ""), classified.details)
+    result = job_result(classified, str(meta.get("namespace") or ""), classified.details)
     return replace(classified, details={**classified.details, RESULT: result})
-
-
-def flex_job_result(status: RequestStatus, namespace: str, details: Mapping[str, Any]) -> dict[str, Any]:
-    """The task's return value (and XCom) for a Job: its name, namespace, status, pod counts, the
-    nodes its pods ran on, wait and run seconds."""
-    timings = status.timings
-    return {
-        "name": status.name,
-        "namespace": details.get("namespace") or namespace,
-        "status": "Complete" if status.phase is Phase.SUCCEEDED else status.state,
-        "succeeded": int(details.get("succeeded") or 0),
-        "failed": int(details.get("failed") or 0),
-        "nodes": list(details.get("nodes") or []),
-        "wait_seconds": timings.wait_seconds,
-        "run_seconds": timings.run_seconds,
-    }
 
 
 # -- the backend ------------------------------------------------------------------------------------

@@ -17,18 +17,94 @@ import logging
 import time
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from airflow_provider_dws.backends.base import RequestStatus, classify_listed
-from airflow_provider_dws.backends.kube_base import MANAGED_SELECTOR, KubernetesBackend, translated
+from airflow_provider_dws.backends.kube_base import (
+    LABEL_MAX_WAIT,
+    MANAGED_SELECTOR,
+    KubernetesBackend,
+    kube_time,
+    translated,
+)
 from airflow_provider_dws.backends.retry import aretrying, retrying
 from airflow_provider_dws.errors import RequestAlreadyExistsError, RequestNotFoundError
-from airflow_provider_dws.scheduling.identity import RequestIdentity
+from airflow_provider_dws.scheduling.identity import (
+    LABEL_ATTEMPT,
+    LABEL_TRY,
+    RequestIdentity,
+    parse_attempt_name,
+)
+from airflow_provider_dws.scheduling.phases import Phase
 
 log = logging.getLogger(__name__)
 
 #: How long a ``release(wait=True)`` waits for the Job to be gone.
 RELEASE_WAIT_SECONDS = 120.0
+
+
+# -- reading a Job (pure) ----------------------------------------------------------------------------
+
+
+def true_conditions(obj: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """An object's conditions whose status is ``True``, by type."""
+    status = (obj or {}).get("status") or {}
+    return {c.get("type", ""): c for c in status.get("conditions") or [] if c.get("status") == "True"}
+
+
+def job_details(job: Mapping[str, Any]) -> dict[str, Any]:
+    """What every Job backend's status carries of its Job: namespace, uid, pod counts, the attempt
+    and try that made it (labels; else its name's ``-t<try>``) and the max wait it keeps."""
+    meta, status = job.get("metadata") or {}, job.get("status") or {}
+    labels = meta.get("labels") or {}
+    attempt, tried = str(labels.get(LABEL_ATTEMPT, "")), str(labels.get(LABEL_TRY, ""))
+    parsed = parse_attempt_name(str(meta.get("name", "")))
+    max_wait = str(labels.get(LABEL_MAX_WAIT, ""))
+    return {
+        "namespace": meta.get("namespace"),
+        "uid": meta.get("uid"),
+        "succeeded": int(status.get("succeeded") or 0),
+        "failed": int(status.get("failed") or 0),
+        "active": int(status.get("active") or 0),
+        "attempt": int(attempt) if attempt.isdigit() else 1,
+        "try": int(tried) if tried.isdigit() else (parsed[1] if parsed else None),
+        "max_wait_seconds": float(max_wait) if max_wait.isdigit() else None,
+    }
+
+
+def job_ended_at(
+    job: Mapping[str, Any], started: datetime | None, other_times: Iterable[datetime | None] = ()
+) -> datetime | None:
+    """When an ended Job ended: its completion time, else its ``Complete``/``Failed`` condition's,
+    else the latest of ``other_times`` (what it owns says), else its deletion, start or creation."""
+    meta, status = job.get("metadata") or {}, job.get("status") or {}
+    conditions = true_conditions(job)
+    ended = conditions.get("Complete") or conditions.get("Failed") or {}
+    return (
+        kube_time(status.get("completionTime"))
+        or kube_time(ended.get("lastTransitionTime"))
+        or max((t for t in other_times if t is not None), default=None)
+        or kube_time(meta.get("deletionTimestamp"))
+        or started
+        or kube_time(meta.get("creationTimestamp"))
+    )
+
+
+def job_result(status: RequestStatus, namespace: str, details: Mapping[str, Any]) -> dict[str, Any]:
+    """The task's return value (and XCom) for an ended Job: its name, namespace, status, pod counts,
+    the nodes its pods ran on (when its backend reads them), wait and run seconds."""
+    timings = status.timings
+    return {
+        "name": status.name,
+        "namespace": details.get("namespace") or namespace,
+        "status": "Complete" if status.phase is Phase.SUCCEEDED else status.state,
+        "succeeded": int(details.get("succeeded") or 0),
+        "failed": int(details.get("failed") or 0),
+        **({"nodes": list(details["nodes"])} if "nodes" in details else {}),
+        "wait_seconds": timings.wait_seconds,
+        "run_seconds": timings.run_seconds,
+    }
 
 
 def owned_by(
@@ -125,7 +201,9 @@ class JobBackend(KubernetesBackend):
             return []
         selector = self._owned_selector(job)
         found = owned_by(self._owned_list(selector), self.owned_uid_label).get(uid, [])
-        if found or selector is None:
+        if found or selector is None or self.owned_have_labels:
+            # Objects that carry the uid label are all found by it: none is none (a whole
+            # namespace's list per Job without pods would be the cost of asking again).
             return found
         return owned_by(self._owned_list(None), self.owned_uid_label).get(uid, [])
 
@@ -225,7 +303,7 @@ class JobBackend(KubernetesBackend):
         uid = str((job.get("metadata") or {}).get("uid") or "")
         selector = self._owned_selector(job)
         owned = owned_by(await self._aowned_list(selector), self.owned_uid_label).get(uid, []) if uid else []
-        if uid and not owned and selector is not None:
+        if uid and not owned and selector is not None and not self.owned_have_labels:
             owned = owned_by(await self._aowned_list(None), self.owned_uid_label).get(uid, [])
         return self.classify(job, owned)
 

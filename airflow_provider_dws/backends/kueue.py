@@ -23,8 +23,14 @@ from typing import Any
 
 from airflow_provider_dws import facts
 from airflow_provider_dws.backends.base import RESULT, RequestStatus
-from airflow_provider_dws.backends.kube_base import LABEL_MAX_WAIT, kube_time
-from airflow_provider_dws.backends.kube_jobs import JobBackend
+from airflow_provider_dws.backends.kube_base import kube_time
+from airflow_provider_dws.backends.kube_jobs import (
+    JobBackend,
+    job_details,
+    job_ended_at,
+    job_result,
+    true_conditions,
+)
 from airflow_provider_dws.backends.kueue_states import (
     FALLBACK_WORKLOAD_VERSION,
     KUEUE_CAPACITY_REVOKED,
@@ -33,8 +39,7 @@ from airflow_provider_dws.backends.kueue_states import (
     newest_workload_version,
 )
 from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError, RequestNotFoundError
-from airflow_provider_dws.scheduling.identity import LABEL_ATTEMPT, LABEL_TRY, parse_attempt_name
-from airflow_provider_dws.scheduling.phases import Phase, RequestTimings
+from airflow_provider_dws.scheduling.phases import RequestTimings
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +58,6 @@ DISCOVERY_REFUSED = (PermissionDeniedApiError, RequestNotFoundError, InvalidRequ
 
 
 # -- reading a Job and its Workload (pure) ----------------------------------------------------------
-
-
-def _true_conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    status = (obj or {}).get("status") or {}
-    return {c.get("type", ""): c for c in status.get("conditions") or [] if c.get("status") == "True"}
 
 
 def workload_of(job: dict[str, Any], workloads: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
@@ -100,7 +100,7 @@ def _rejected(workload: dict[str, Any] | None) -> str | None:
         if check.get("state") == "Rejected":
             return f"admission check {check.get('name', '?')} rejected the Workload: {check.get('message') or 'no reason given'}"
     if (workload.get("spec") or {}).get("active") is False:
-        conditions = _true_conditions(workload)
+        conditions = true_conditions(workload)
         why = conditions.get("Evicted") or conditions.get("DeactivationTarget") or {}
         return str(why.get("message") or "Kueue deactivated the Workload")
     return None
@@ -128,8 +128,8 @@ def job_state(job: dict[str, Any], workload: dict[str, Any] | None) -> tuple[str
     status = job.get("status") or {}
     if meta.get("deletionTimestamp"):
         return "Deleting", "the Job is being deleted"
-    conditions = _true_conditions(job)
-    started = bool(status.get("startTime")) or "Admitted" in _true_conditions(workload)
+    conditions = true_conditions(job)
+    started = bool(status.get("startTime")) or "Admitted" in true_conditions(workload)
     if "Complete" in conditions:
         return "Complete", str(conditions["Complete"].get("message") or "")
     revoked = _revoked(workload)
@@ -148,7 +148,7 @@ def job_state(job: dict[str, Any], workload: dict[str, Any] | None) -> tuple[str
         return "Running", ""
     if workload is None:
         return "Suspended", "waiting for Kueue to queue the Job"
-    wl_conditions = _true_conditions(workload)
+    wl_conditions = true_conditions(workload)
     if "Admitted" in wl_conditions:
         return "Admitted", "admitted by Kueue; the Job is being unsuspended"
     if "Evicted" in wl_conditions:
@@ -206,38 +206,19 @@ def job_status(job: dict[str, Any], workload: dict[str, Any] | None) -> RequestS
     status = job.get("status") or {}
     state, message = job_state(job, workload)
     outcome = KUEUE_JOB_STATES.classify(state, message=message)
-    conditions = _true_conditions(job)
-    admitted = _true_conditions(workload).get("Admitted") or {}
+    admitted = true_conditions(workload).get("Admitted") or {}
     started = kube_time(status.get("startTime")) or kube_time(admitted.get("lastTransitionTime"))
     finished: datetime | None = None
     if outcome.phase.terminal:
-        ended = conditions.get("Complete") or conditions.get("Failed") or {}
-        finished = kube_time(status.get("completionTime")) or kube_time(ended.get("lastTransitionTime"))
-        if finished is None and workload is not None:
-            times = [
-                kube_time(c.get("lastTransitionTime"))
-                for c in [
-                    *((workload.get("status") or {}).get("admissionChecks") or []),
-                    *((workload.get("status") or {}).get("conditions") or []),
-                ]
-            ]
-            finished = max((t for t in times if t is not None), default=None)
-        if finished is None:
-            finished = (
-                kube_time(meta.get("deletionTimestamp"))
-                or started
-                or kube_time(meta.get("creationTimestamp"))
-            )
+        wl_status = (workload or {}).get("status") or {}
+        checked = [*(wl_status.get("admissionChecks") or []), *(wl_status.get("conditions") or [])]
+        finished = job_ended_at(job, started, (kube_time(c.get("lastTransitionTime")) for c in checked))
     if state in ("Rejected",):
         started = None  # never admitted: all of it was waiting
     labels = meta.get("labels") or {}
-    attempt = str(labels.get(LABEL_ATTEMPT, ""))
-    tried = str(labels.get(LABEL_TRY, ""))
-    parsed = parse_attempt_name(str(meta.get("name", "")))
-    max_wait = str(labels.get(LABEL_MAX_WAIT, ""))
     wl_meta = (workload or {}).get("metadata") or {}
     requeued = (
-        kube_time((_true_conditions(workload).get("Evicted") or {}).get("lastTransitionTime"))
+        kube_time((true_conditions(workload).get("Evicted") or {}).get("lastTransitionTime"))
         if state == "Requeued"
         else None
     )
@@ -252,17 +233,9 @@ def job_status(job: dict[str, Any], workload: dict[str, Any] | None) -> RequestS
         ),
         description=describe_job(job),
         details={
-            "namespace": meta.get("namespace"),
-            "uid": meta.get("uid"),
+            **job_details(job),
             "workload": wl_meta.get("name"),
             "queue": labels.get(QUEUE_NAME_LABEL),
-            "succeeded": int(status.get("succeeded") or 0),
-            "failed": int(status.get("failed") or 0),
-            "active": int(status.get("active") or 0),
-            "attempt": int(attempt) if attempt.isdigit() else 1,
-            # Which Airflow try made it (its label; else its name's ``-t<try>``).
-            "try": int(tried) if tried.isdigit() else (parsed[1] if parsed else None),
-            "max_wait_seconds": float(max_wait) if max_wait.isdigit() else None,
             # When Kueue evicted and requeued it: after a run, the trigger's max wait counts anew.
             **({"requeued_at": requeued.isoformat()} if requeued is not None else {}),
         },
@@ -272,20 +245,6 @@ def job_status(job: dict[str, Any], workload: dict[str, Any] | None) -> RequestS
     # What the task returns, read from the Job already in hand, so the resumed task makes no call.
     result = job_result(classified, str(meta.get("namespace") or ""), classified.details)
     return replace(classified, details={**classified.details, RESULT: result})
-
-
-def job_result(status: RequestStatus, namespace: str, details: Mapping[str, Any]) -> dict[str, Any]:
-    """The task's return value (and XCom) for an ended Job."""
-    timings = status.timings
-    return {
-        "name": status.name,
-        "namespace": details.get("namespace") or namespace,
-        "status": "Complete" if status.phase is Phase.SUCCEEDED else "Failed",
-        "succeeded": int(details.get("succeeded") or 0),
-        "failed": int(details.get("failed") or 0),
-        "wait_seconds": timings.wait_seconds,
-        "run_seconds": timings.run_seconds,
-    }
 
 
 # -- the backend ------------------------------------------------------------------------------------

@@ -73,8 +73,9 @@ class CreateGKEFlexStartJobOperator(DwsQueuedRequestOperator):
         with :param gpus: GPUs per pod; or :param tpu: the TPU (``tpu-v6e-slice`` or
         ``tpu-v5-lite-podslice``) with :param tpu_topology: a single-host slice (``1x1``, ``2x2``,
         ``2x4``): each pod asks for that slice's chips.
-    :param max_run: the Job's ``activeDeadlineSeconds`` (at most 7 days; ``None``: only the node
-        pool's max run duration bounds it).
+    :param max_run: how long the Job may run once it waited (at most 7 days; ``None``: only the node
+        pool's max run duration bounds it): its ``activeDeadlineSeconds`` is ``max_wait + max_run``,
+        since Kubernetes counts that deadline from the Job's creation, the wait for nodes included.
 
     The parameters every queued request takes (``project_id``, ``max_wait``, ``labels``,
     ``gcp_conn_id``, ``impersonation_chain``, ``poll_interval``, ``deferrable``, ``cancel_on_kill``,

@@ -78,7 +78,8 @@ def check_example(run: ExampleRun) -> None:
     labels = job["metadata"]["labels"]
     assert labels["dws_dag"] == DAG_ID and labels["team"] == "research"
     assert job["spec"]["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-flex-start"] == "true"
-    assert job["spec"]["activeDeadlineSeconds"] == 4 * 3600
+    # The run limit after the max wait: Kubernetes counts the deadline from the Job's creation.
+    assert job["spec"]["activeDeadlineSeconds"] == int(labels["dws_max_wait"]) + 4 * 3600
     # One node per pod, each asked for and brought up on its own, each ran one of the Job's pods.
     nodes = flex_nodes(run.emulator, name)
     assert len(nodes) == PODS and all(n["start_time"] and len(n["pods"]) == 1 for n in nodes), nodes

@@ -14,7 +14,7 @@ the Jobs are counted too, through the Kubernetes API: one per run, none left run
 The flex-start rows add a flex-start node pool beside the row's queued one, on the same capacity
 pool, so the holder's node keeps the row's pod waiting for a node of its own. Their requests are
 the emulator's flex-start node records of the row's pods, one request per Job
-(``context.flex_job_sets``); the Jobs are counted through the Kubernetes API as for Kueue.
+(``request_sets.flex_job_sets``); the Jobs are counted through the Kubernetes API as for Kueue.
 """
 
 from __future__ import annotations
@@ -58,8 +58,11 @@ def _node_pool(ctx: ScenarioContext) -> tuple[str, str]:
 
 def _flex_node_pool(ctx: ScenarioContext) -> str:
     """The row's flex-start node pool, on the capacity pool of the row's queued one (held): the
-    cluster's own H100 one for a shared row, one of its region's (selected by name) otherwise."""
+    cluster's own H100 one for a shared row, one of its region's (selected by name) otherwise.
+    Empty flex-start nodes go at once: a pod of a later row or run never lands on a node an earlier
+    one left for the autoscaler (it would ask for no node, and the row's fault would not happen)."""
     _node_pool(ctx)
+    ctx.emulator.set_kube_flex_start(scale_down_seconds=0)
     if ctx.region is None:
         return CLUSTER_FLEX_POOL
     name = f"flex-{ctx.region}"

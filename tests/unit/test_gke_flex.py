@@ -178,7 +178,7 @@ def test_the_job_asks_for_flex_start_nodes_and_its_pods_carry_the_identity() -> 
     meta, spec = manifest["metadata"], manifest["spec"]
     assert meta["name"] == IDENTITY.queued_resource_id() and meta["namespace"] == "ml"
     assert meta["labels"]["dws_key"] == IDENTITY.key and meta["labels"]["dws_max_wait"] == "1800"
-    assert "suspend" not in spec and spec["activeDeadlineSeconds"] == 4 * 3600
+    assert "suspend" not in spec and spec["activeDeadlineSeconds"] == 4 * 3600 + 1800
     assert (spec["parallelism"], spec["completions"], spec["backoffLimit"]) == (2, 2, 0)
     template = spec["template"]
     assert template["metadata"]["labels"] == meta["labels"]  # the poller lists the pods by them
@@ -325,3 +325,53 @@ def test_a_request_given_up_at_its_max_wait_keeps_what_it_last_said() -> None:
     assert given_up.outcome.message.startswith("max wait passed without capacity (it last said: 1 of 2 pods")
     quiet = replace(waiting, outcome=Outcome(Phase.WAITING, None, ""))
     assert not_obtained(quiet, "max wait passed", T0).outcome.message == "max wait passed"
+
+
+def test_a_running_job_whose_pods_that_ran_are_gone_does_not_read_as_waiting_again() -> None:
+    # Two pods at once, four completions: two succeeded (their pods garbage-collected), two more run.
+    running = job(startTime=stamp(5), succeeded=2)
+    running["spec"]["completions"] = 4
+    status = flex_job_status(running, [pod("c", "node-1", 200), pod("d", None)])
+    assert (status.state, status.phase) == ("Running", Phase.RUNNING)
+    assert status.timings.started == T0 + timedelta(seconds=5)  # the ran pods are gone: the Job's start
+
+
+def test_only_the_last_failure_says_whether_the_node_took_the_job_down() -> None:
+    failed = [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "limit"}]
+
+    def ended(name: str, at: float, node_shutdown: bool) -> dict[str, Any]:
+        extra: dict[str, Any] = {
+            "containerStatuses": [
+                {"state": {"terminated": {"exitCode": 143 if node_shutdown else 3, "finishedAt": stamp(at)}}}
+            ]
+        }
+        if node_shutdown:
+            extra.update(
+                reason="Terminated", message="Pod was terminated in response to imminent node shutdown."
+            )
+            extra["more"] = [{"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}]
+        return pod(name, f"node-{name}", 10, "Failed", **extra)
+
+    # A pod lost its node and was replaced; the replacement failed on its own: the workload's failure.
+    mine = flex_job_status(job(conditions=failed, failed=2), [ended("a", 100, True), ended("b", 300, False)])
+    assert (mine.state, mine.outcome.failure) == ("Failed", FailureKind.WORKLOAD_FAILED)
+    # The other way round: the last failure was the node's.
+    lost = flex_job_status(job(conditions=failed, failed=2), [ended("a", 100, False), ended("b", 300, True)])
+    assert (lost.state, lost.outcome.failure) == ("CapacityRevoked", FailureKind.PREEMPTED)
+
+
+def test_a_suspended_job_waits_and_says_why() -> None:
+    suspended = job()
+    suspended["spec"]["suspend"] = True
+    assert flex_job_state(suspended, []) == ("WaitingForNodes", "the Job is suspended: it makes no pods")
+
+
+def test_pods_pair_with_their_job_by_the_controller_uid_label_alone() -> None:
+    from airflow_provider_dws.backends.kube_jobs import owned_by
+
+    labelled = {"metadata": {"name": "p", "labels": {"batch.kubernetes.io/controller-uid": "job-uid"}}}
+    owner = {"metadata": {"name": "q", "ownerReferences": [{"uid": "job-uid"}]}}
+    other = {"metadata": {"name": "r", "labels": {"batch.kubernetes.io/controller-uid": "other"}}}
+    paired = owned_by([labelled, owner, other], FlexStartJobBackend.owned_uid_label)
+    assert [p["metadata"]["name"] for p in paired["job-uid"]] == ["p", "q"]
+    assert FlexStartJobBackend.owned_have_labels  # no whole-namespace list for a Job without pods

@@ -122,6 +122,7 @@ class NodeRequest:
 
     @property
     def free(self) -> int:
+        """GPUs (or TPU chips) of the node no active pod uses."""
         return self.pool.per_node - sum(n for _, _, n in self.active.values())
 
 
@@ -164,6 +165,7 @@ class FlexStartController:
         return self.cluster.node_pools.flex_by_name(str(selector.get(NODEPOOL_LABEL, ""))) is not None
 
     def added(self, obj: dict[str, Any], now: float) -> None:
+        """A new pod: a flex-start one is placed on a node with room, or waits for one."""
         meta = obj["metadata"]
         pod = self.store.find(POD, meta["namespace"], meta["name"])
         if pod is None or pod["metadata"]["uid"] != meta["uid"] or meta["uid"] in self.pending:
@@ -184,6 +186,8 @@ class FlexStartController:
             self._unassign(self.pending.pop(uid), now)
 
     def deleted(self, obj: dict[str, Any], now: float) -> None:
+        """A pod went: it no longer waits (its node request is withdrawn if no other pod waits for
+        it) or no longer uses its node."""
         uid = obj["metadata"]["uid"]
         entry = self.pending.pop(uid, None)
         if entry is not None:
@@ -492,6 +496,7 @@ class FlexStartController:
         }
 
     def records(self) -> list[tuple[float, dict[str, Any]]]:
+        """Every node request's record with its creation time (the control API's ``requests``)."""
         return [(rec.created_at, self.record(rec)) for rec in self.requests.values()]
 
     def report(self) -> dict[str, Any]:

@@ -127,6 +127,7 @@ class NodePool:
         return labels
 
     def taints(self) -> list[dict[str, str]]:
+        """The taints GKE puts on the pool's nodes."""
         if self.queued:
             return [dict(QUEUED_TAINT)]
         if self.flex_start:  # GKE taints accelerator nodes and adds the toleration to pods itself
@@ -270,9 +271,11 @@ class NodePools:
         return self.flex.get((accelerator, topology))
 
     def flex_by_name(self, name: str) -> NodePool | None:
+        """The flex-start node pool of that name (None: no such pool)."""
         return self.flex_located.get(name) or next((p for p in self.flex.values() if p.name == name), None)
 
     def flex_pools(self) -> list[NodePool]:
+        """Every flex-start node pool, by name."""
         return sorted([*self.flex.values(), *self.flex_located.values()], key=lambda p: p.name)
 
     def replace_flex(self, pools: list[NodePool], replace: bool) -> None:

@@ -19,8 +19,13 @@ their pages, watches, reads), both modes in one run.
 Target (issue 32): with the watch, p99 at most 1 s for 1,000 waits, and no more requests per
 minute than polling.
 
-Run ``python benchmarks/gke_watch.py [--sizes 1,100,1000] [--window 65] [--json out.json]``. The exit
-status is 1 when a target check fails.
+``--kind flex`` measures the paired watch of Jobs on flex-start node pools instead: N Jobs of one
+pod of 4 L4s (one g2-standard-48 node each) wait behind a blocker holding the pool's 4 x N L4s; the
+grant is the time the emulator brought each Job's node up (its node record's history), the event
+the Job's ``Running`` (every pod on a node: ``target="running"``, as a hand-over would end its wait).
+
+Run ``python benchmarks/gke_watch.py [--kind request|flex] [--sizes 1,100,1000] [--window 65]
+[--json out.json]``. The exit status is 1 when a target check fails.
 """
 
 from __future__ import annotations
@@ -73,6 +78,53 @@ def submit(task: str, count: int) -> str:
     return str(status.name)
 
 
+#: GPUs per flex-start Job (one pod on one g2-standard-48 node: 4 L4s).
+FLEX_GPUS = 4
+
+
+def flex_backend() -> Any:
+    from airflow_provider_dws.backends.gke_flex import FlexStartJobBackend
+
+    return FlexStartJobBackend("dws-bench", "us-central1", cluster_name="bench", namespace=NAMESPACE)
+
+
+def submit_flex(task: str) -> str:
+    """A Job of one pod of 4 L4s on flex-start nodes, as the operator makes it."""
+    from airflow_provider_dws.operators.gke_flex import CreateGKEFlexStartJobOperator
+    from airflow_provider_dws.scheduling.identity import RequestIdentity
+
+    op = CreateGKEFlexStartJobOperator(
+        task_id=task,
+        project_id="dws-bench",
+        location="us-central1",
+        cluster_name="bench",
+        namespace=NAMESPACE,
+        image="t:1",
+        accelerator="nvidia-l4",
+        gpus=FLEX_GPUS,
+        env_vars={"DWS_EMULATOR_RUN_SECONDS": "3600"},
+    )
+    identity = RequestIdentity("gke_watch_bench", task, "bench__1")
+    status, _ = flex_backend().submit(op.adapter().build(identity, timedelta(hours=2)), identity)
+    return str(status.name)
+
+
+def flex_grant_times(emulator: Any) -> dict[str, float]:
+    """When the emulator brought up each Job's node (its node record's history), by Job name."""
+    from datetime import datetime
+
+    out = {}
+    for record in emulator.control.requests():
+        job = (record.get("labels") or {}).get("batch.kubernetes.io/job-name")
+        if record.get("kind") != "FlexStartNode" or not job:
+            continue
+        for change in record.get("history") or []:
+            if change["state"] == "RUNNING":
+                out[job] = datetime.fromisoformat(change["time"].replace("Z", "+00:00")).timestamp()
+                break
+    return out
+
+
 def kube_calls(emulator: Any) -> int:
     """The Kubernetes API calls the emulator has received (its own counters)."""
     calls = emulator.control.stats()["calls"]
@@ -84,18 +136,20 @@ def percentile(values: Sequence[float], pct: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(pct / 100 * len(ordered)) - 1))]
 
 
-async def wait_all(names: Sequence[str], emulator: Any, blocker: str, window: float) -> dict[str, Any]:
+async def wait_all(
+    names: Sequence[str], emulator: Any, blocker: str, window: float, kind: str = "request"
+) -> dict[str, Any]:
     """The N waits: requests per minute over the waiting window, then latency from the grant."""
     from airflow_provider_dws.triggers.capacity_request import CapacityRequestTrigger
 
-    spec = backend().spec()
+    flex = kind == "flex"
+    spec = (flex_backend() if flex else backend()).spec()
+    api = "gke_flex_start_job" if flex else "gke_provisioning_request"
     done: dict[str, float] = {}
     states: dict[str, str] = {}
 
     async def wait(name: str) -> None:
-        trigger = CapacityRequestTrigger(
-            "gke_provisioning_request", spec, name, poll_interval=INTERVAL, target="running"
-        )
+        trigger = CapacityRequestTrigger(api, spec, name, poll_interval=INTERVAL, target="running")
         async for event in trigger.run():
             done[name] = time.time()
             states[name] = str(event.payload.get("state"))
@@ -109,7 +163,7 @@ async def wait_all(names: Sequence[str], emulator: Any, blocker: str, window: fl
     deleted = time.time()
     await asyncio.to_thread(backend().release, blocker)
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=10 * INTERVAL)
-    granted = await asyncio.to_thread(grant_times, emulator)
+    granted = await asyncio.to_thread(flex_grant_times if flex else grant_times, emulator)
     latencies = [done[name] - granted[name] for name in names]
     return {
         "requests_per_minute": calls * 60.0 / window,
@@ -138,19 +192,22 @@ def grant_times(emulator: Any) -> dict[str, float]:
     return out
 
 
-def run_one(size: int, mode: str, window: float, workdir: Path) -> dict[str, Any]:
+def run_one(size: int, mode: str, window: float, workdir: Path, kind: str = "request") -> dict[str, Any]:
     from airflow_provider_dws.triggers import watching
     from dws_emulator.process import EmulatorProcess
 
-    emulator = EmulatorProcess({POOL: size}, 0, workdir / f"emulator-{size}-{mode}.log", control_timeout=600)
+    gpus = FLEX_GPUS if kind == "flex" else 1
+    log = workdir / f"emulator-{kind}-{size}-{mode}.log"
+    emulator = EmulatorProcess({POOL: size * gpus}, 0, log, control_timeout=600)
     os.environ["DWS_EMULATOR_HOST"] = emulator.address
     real_ensure = watching.PollerWatch.ensure
     try:
-        blocker = submit("blocker", size)
-        names = [submit(f"wait-{i}", 1) for i in range(size)]
+        blocker = submit("blocker", size * gpus)
+        make = submit_flex if kind == "flex" else (lambda task: submit(task, 1))
+        names = [make(f"wait-{i}") for i in range(size)]
         if mode == "poll":
             watching.PollerWatch.ensure = lambda self: None  # type: ignore[method-assign]
-        row = asyncio.run(wait_all(names, emulator, blocker, window))
+        row = asyncio.run(wait_all(names, emulator, blocker, window, kind))
     finally:
         watching.PollerWatch.ensure = real_ensure  # type: ignore[method-assign]
         emulator.stop()
@@ -193,6 +250,7 @@ def checks(rows: list[dict[str, Any]]) -> list[tuple[str, bool]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kind", choices=("request", "flex"), default="request", help="what waits")
     parser.add_argument("--sizes", default="1,100,1000", help="numbers of waits, comma-separated")
     parser.add_argument("--window", type=float, default=65.0, help="seconds of waiting counted")
     parser.add_argument("--json", type=Path, help="write the rows here too")
@@ -207,8 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="dws-gke-watch-") as tmp:
         for size in (int(s) for s in args.sizes.split(",")):
             for mode in MODES:
-                print(f"-- {size} waits, {mode}", file=sys.stderr, flush=True)
-                rows.append(run_one(size, mode, args.window, Path(tmp)))
+                print(f"-- {args.kind}: {size} waits, {mode}", file=sys.stderr, flush=True)
+                rows.append(run_one(size, mode, args.window, Path(tmp), args.kind))
     print(render(rows))
     results = checks(rows)
     for what, ok in results:

@@ -22,7 +22,7 @@ Objects are handled as the API's JSON (camelCase dicts), whichever client read t
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -291,8 +291,7 @@ class FlexStartJobBackend(JobBackend):
             **kwargs,
         )
 
-    async def _aowned_list(self, label_selector: str | None) -> list[dict[str, Any]]:
+    async def _aowned_lister(self, label_selector: str | None) -> tuple[Callable[..., Any], dict[str, Any]]:
+        """The namespace's pods (the provider's carry its labels, from the Job's template)."""
         kwargs: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
-        return await self._alist_all(
-            (await self._acore()).list_namespaced_pod, namespace=self.namespace, **kwargs
-        )
+        return (await self._acore()).list_namespaced_pod, {"namespace": self.namespace, **kwargs}

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from airflow_provider_dws.backends.base import RequestStatus, classify_listed
+from airflow_provider_dws.backends.job_watch import PairedView, merged, pair_version, split_version
 from airflow_provider_dws.backends.kube_base import (
     LABEL_MAX_WAIT,
     MANAGED_SELECTOR,
@@ -147,6 +148,13 @@ class JobBackend(KubernetesBackend):
     #: list of them can be narrowed by the identity or ``dws_managed`` selector (a Workload does not).
     owned_have_labels = False
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: What the last list and the watch since saw (:mod:`.job_watch`), and their versions.
+        self._view = PairedView(self._owners, self.classify)
+        self._list_version: str | None = None
+        self._watch_versions: list[str | None] = [None, None]
+
     # -- what a subclass writes ------------------------------------------------------------------
 
     def classify(self, job: dict[str, Any], owned: Sequence[dict[str, Any]]) -> RequestStatus:
@@ -157,9 +165,18 @@ class JobBackend(KubernetesBackend):
         """The namespace's objects Jobs own (matching ``label_selector``), as JSON."""
         raise NotImplementedError
 
-    async def _aowned_list(self, label_selector: str | None) -> list[dict[str, Any]]:
-        """:meth:`_owned_list` from the event loop (one call: the shared poller retries)."""
+    async def _aowned_lister(self, label_selector: str | None) -> tuple[Callable[..., Any], dict[str, Any]]:
+        """The async client's list method of the owned objects and its keyword arguments (its
+        watch too: a watch is a list call with ``watch=True``)."""
         raise NotImplementedError
+
+    async def _aowned_list(
+        self, label_selector: str | None, versions: list[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """:meth:`_owned_list` from the event loop (each page one call: the shared poller retries);
+        the list's ``resourceVersion`` appended to ``versions``."""
+        list_fn, kwargs = await self._aowned_lister(label_selector)
+        return await self._alist_all(list_fn, versions=versions, **kwargs)
 
     def _owned_selector(self, job: dict[str, Any]) -> str | None:
         """The selector of one Job's owned objects (default: its uid label, if they carry one)."""
@@ -309,24 +326,74 @@ class JobBackend(KubernetesBackend):
 
     async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
         """The provider's Jobs of the namespace by name (``only``: just these), classified: one list
-        of Jobs by the ``dws_managed`` label and one of the objects Jobs own per call.
+        of Jobs by the ``dws_managed`` label and one of the objects Jobs own per call. Both are
+        kept, with their ``resourceVersion``s, for the watch (:meth:`awatch`) to start from.
 
         Ended Jobs stay listed until deleted, so they are returned too (the poller then reads none
         of them again). Errors propagate: the shared poller backs off as a whole.
         """
-        batch = await self._abatch()
+        versions: list[str] = []
         jobs = await self._alist_all(
-            batch.list_namespaced_job, namespace=self.namespace, label_selector=MANAGED_SELECTOR
+            (await self._abatch()).list_namespaced_job,
+            versions=versions,
+            namespace=self.namespace,
+            label_selector=MANAGED_SELECTOR,
         )
+        owned = await self._aowned_list(self._owned_watch_selector(), versions) if jobs else []
+        self._view.listed(jobs, owned)
+        self._list_version = pair_version(*versions) if len(versions) == 2 else None
         if only is not None:
             jobs = [job for job in jobs if (job.get("metadata") or {}).get("name") in only]
-        selector = MANAGED_SELECTOR if self.owned_have_labels else None
-        pairs = self._pair(jobs, await self._aowned_list(selector) if jobs else [])
+        pairs = self._pair(jobs, owned)
 
         async def one_page() -> Any:
             yield pairs
 
         return await classify_listed(one_page(), only, self._classify_listed)
+
+    # -- the watch (the shared poller's, beside its list: triggers/watching.py) ----------------------
+
+    def _owned_watch_selector(self) -> str | None:
+        return MANAGED_SELECTOR if self.owned_have_labels else None
+
+    def _owners(self, obj: dict[str, Any]) -> list[str]:
+        return list(owned_by([obj], self.owned_uid_label))
+
+    def list_version(self) -> str | None:
+        """The ``resourceVersion``s of the last live list of Jobs and of what they own (the watch
+        starts after them)."""
+        return self._list_version
+
+    def watch_version(self) -> str | None:
+        """The ``resourceVersion``s of the last change each of the two watches showed."""
+        return pair_version(*self._watch_versions)
+
+    async def awatch(
+        self, resource_version: str, timeout: float
+    ) -> AsyncIterator[tuple[str, RequestStatus | None]]:
+        """The provider's Jobs of this namespace whose state changes after ``resource_version``: a
+        watch of the Jobs and one of what they own (two API calls) for at most ``timeout`` seconds;
+        a change to either gives the Job's status, classified as the list classifies it, from the
+        last list with the changes since (None: the Job was deleted)."""
+        jobs_version, owned_version = split_version(resource_version)
+        self._watch_versions = [jobs_version, owned_version]
+        list_fn, kwargs = await self._aowned_lister(self._owned_watch_selector())
+        streams = [
+            self._awatch_objects(
+                (await self._abatch()).list_namespaced_job,
+                jobs_version,
+                timeout,
+                namespace=self.namespace,
+                label_selector=MANAGED_SELECTOR,
+            ),
+            self._awatch_objects(list_fn, owned_version, timeout, **kwargs),
+        ]
+        async for which, kind, obj in merged(streams):
+            version = (obj.get("metadata") or {}).get("resourceVersion")
+            if version:
+                self._watch_versions[which] = str(version)
+            for name, status in self._view.changed(which, kind, obj):
+                yield name, status
 
     async def arelease(self, name: str) -> bool:
         """Delete the Job (background propagation) from the event loop; gone is fine (False)."""

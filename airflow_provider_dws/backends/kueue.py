@@ -16,7 +16,7 @@ Objects are handled as the API's JSON (camelCase dicts), whichever client read t
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -345,14 +345,13 @@ class KueueJobBackend(JobBackend):
 
         return CustomObjectsApi(await self.async_api_client())
 
-    async def _aowned_list(self, label_selector: str | None) -> list[dict[str, Any]]:
-        custom = await self._acustom()
+    async def _aowned_lister(self, label_selector: str | None) -> tuple[Callable[..., Any], dict[str, Any]]:
+        """The namespace's Workloads, at the version this cluster's Kueue serves newest."""
         kwargs: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
-        return await self._alist_all(
-            custom.list_namespaced_custom_object,
-            group=WORKLOAD_GROUP,
-            version=await self.aworkloads_version(),
-            namespace=self.namespace,
-            plural=WORKLOAD_PLURAL,
+        return (await self._acustom()).list_namespaced_custom_object, {
+            "group": WORKLOAD_GROUP,
+            "version": await self.aworkloads_version(),
+            "namespace": self.namespace,
+            "plural": WORKLOAD_PLURAL,
             **kwargs,
-        )
+        }

@@ -86,3 +86,108 @@ def test_freed_capacity_reaches_every_wait_from_the_watch(emulator: Any) -> None
     assert stats["lists"] == 1 and stats["watches"] >= 1 and stats["watch_events"] >= 3
     for name in waiting:
         backend().release(name)
+
+
+def flex_job(task: str, gpus: int = 8) -> str:
+    """A flex-start Job of one pod of ``gpus`` H100s, made through its adapter's manifest."""
+    from airflow_provider_dws.backends.gke_flex import FlexStartJobBackend
+    from airflow_provider_dws.operators.gke_flex import CreateGKEFlexStartJobOperator
+
+    op = CreateGKEFlexStartJobOperator(
+        task_id=task,
+        project_id="my-project",
+        location="us-central1",
+        cluster_name="train",
+        namespace=NS,
+        image="t:1",
+        accelerator="nvidia-h100-80gb",
+        gpus=gpus,
+        env_vars={"DWS_EMULATOR_RUN_SECONDS": "3600"},
+    )
+    identity = RequestIdentity("watch_dag", task, "manual__1")
+    backend = FlexStartJobBackend("my-project", "us-central1", cluster_name="train", namespace=NS)
+    status, _ = backend.submit(op.adapter().build(identity, timedelta(hours=2)), identity)
+    return status.name
+
+
+def test_a_jobs_pods_getting_their_nodes_reach_its_wait_from_the_paired_watch(emulator: Any) -> None:
+    """A flex-start Job's state is its pods': the watch of the Jobs and the watch of their pods,
+    paired, bring a pod's new node to the Job's wait without a list."""
+    from airflow_provider_dws.backends.gke_flex import FlexStartJobBackend
+
+    blocker = submit("blocker", 4)  # every H100 of the pool: the Jobs' pods wait for nodes
+    waiting = [flex_job(f"flex{i}") for i in range(2)]
+    flex = FlexStartJobBackend("my-project", "us-central1", cluster_name="train", namespace=NS)
+
+    async def go() -> tuple[dict[str, str], dict[str, int]]:
+        subs = [poller.shared_poller(flex.kind, flex.spec()).subscribe(name, INTERVAL) for name in waiting]
+        first = [await sub.next(120) for sub in subs]
+        assert all(s is not None and s.state == "WaitingForNodes" for s in first), first
+        p = subs[0].poller
+        for _ in range(4000):  # until both watches are open (generous: a loaded machine is slow)
+            if p.stats["watches"]:
+                break
+            await asyncio.sleep(0.005)
+        await asyncio.to_thread(backend().release, blocker)
+        seen: dict[str, str] = {}
+        for name, sub in zip(waiting, subs, strict=True):
+            while seen.get(name) != "Running":
+                status = await sub.next(120)
+                assert status is not None, f"{name}: nothing within 120 s"
+                seen[name] = status.state
+        stats = dict(p.stats)
+        for sub in subs:
+            sub.close()
+        return seen, stats
+
+    seen, stats = asyncio.run(go())
+    assert seen == dict.fromkeys(waiting, "Running")
+    assert stats["lists"] == 1 and stats["watches"] >= 1 and stats["watch_events"] >= 2
+    for name in waiting:
+        flex.release(name)
+
+
+def test_a_kueue_job_admitted_reaches_its_wait_from_the_paired_watch(emulator: Any) -> None:
+    """A Kueue Job's state is its Job's and its Workload's: admitted once capacity comes, it
+    reaches its wait from the watches of Jobs and Workloads, without a list."""
+    from airflow_provider_dws.backends.kueue import KueueJobBackend
+    from airflow_provider_dws.operators.gke_kueue import CreateGKEQueuedJobOperator
+
+    blocker = submit("blocker", 4)
+    op = CreateGKEQueuedJobOperator(
+        task_id="queued",
+        project_id="my-project",
+        location="us-central1",
+        cluster_name="train",
+        namespace=NS,
+        queue_name="dws-queue",
+        image="t:1",
+        accelerator="nvidia-h100-80gb",
+        gpus=8,
+        env_vars={"DWS_EMULATOR_RUN_SECONDS": "3600"},
+    )
+    identity = RequestIdentity("watch_dag", "queued", "manual__1")
+    kueue = KueueJobBackend("my-project", "us-central1", cluster_name="train", namespace=NS)
+    name = kueue.submit(op.adapter().build(identity, timedelta(hours=2)), identity)[0].name
+
+    async def go() -> tuple[list[str], dict[str, int]]:
+        sub = poller.shared_poller(kueue.kind, kueue.spec()).subscribe(name, INTERVAL)
+        first = await sub.next(120)
+        assert first is not None and first.phase is Phase.WAITING, first
+        for _ in range(4000):
+            if sub.poller.stats["watches"]:
+                break
+            await asyncio.sleep(0.005)
+        await asyncio.to_thread(backend().release, blocker)
+        states = [first.state]
+        while states[-1] != "Running":
+            status = await sub.next(120)
+            assert status is not None, f"{name}: nothing within 120 s after {states}"
+            states.append(status.state)
+        stats = dict(sub.poller.stats)
+        sub.close()
+        return states, stats
+
+    states, stats = asyncio.run(go())
+    assert states[-1] == "Running" and stats["lists"] == 1 and stats["watch_events"] >= 1, (states, stats)
+    kueue.release(name)

@@ -47,6 +47,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_dws.operators.gke_release",
                     "airflow_provider_dws.operators.gke_kueue",
                     "airflow_provider_dws.operators.gke_flex",
+                    "airflow_provider_dws.operators.gke_flex_release",
                 ],
             }
         ],

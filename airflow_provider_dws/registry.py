@@ -33,6 +33,7 @@ CALENDAR_WAIT_ADAPTER = "airflow_provider_dws.runtime.calendar:CalendarWaitAdapt
 GKE_PROVISIONING_REQUEST_ADAPTER = "airflow_provider_dws.runtime.gke:GKEProvisioningRequestAdapter"
 KUEUE_JOB_ADAPTER = "airflow_provider_dws.runtime.gke_kueue:KueueJobAdapter"
 FLEX_START_JOB_ADAPTER = "airflow_provider_dws.runtime.gke_flex:FlexStartJobAdapter"
+FLEX_START_JOB_HANDOVER_ADAPTER = "airflow_provider_dws.runtime.gke_flex:FlexStartJobHandOverAdapter"
 
 # -- explanations: a ``Check``'s ``explain``, imported only when its quick rule refuses --------------
 

@@ -251,6 +251,11 @@ class DwsRequestOperator(DwsBaseOperator):
 
     # -- when the task runs --------------------------------------------------------------------
 
+    def adapter_entry(self) -> str | type[RequestAdapter[Any, Any]]:
+        """The adapter this task runs on (:attr:`ADAPTER`; an operator whose parameters choose
+        between two ways of waiting returns the one they ask for)."""
+        return self.ADAPTER
+
     def adapter(self) -> RequestAdapter[Any, Any]:
         """This task run's adapter (built on first use, with its backends and clients)."""
         from airflow_provider_dws.runtime.loop import adapter_of

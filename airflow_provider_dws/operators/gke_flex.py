@@ -9,10 +9,18 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_dws import facts, registry
 from airflow_provider_dws.links import GKEFlexStartJobLink
 from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsQueuedRequestOperator
-from airflow_provider_dws.operators.checks import Check, duration
-from airflow_provider_dws.operators.job_params import JOB_CHECKS, gpus_fit, job_or_image_error
+from airflow_provider_dws.operators.checks import Check, duration, flag
+from airflow_provider_dws.operators.job_params import (
+    JOB_CHECKS,
+    JOB_TEMPLATE_FIELDS,
+    JOB_TEMPLATE_RENDERERS,
+    gpus_fit,
+    job_or_image_error,
+)
+from airflow_provider_dws.specs import roles
 
 if TYPE_CHECKING:
+    from airflow_provider_dws.runtime.adapter import RequestAdapter
     from airflow_provider_dws.scheduling.policies import Placement
 
 __all__ = ["CreateGKEFlexStartJobOperator"]
@@ -73,6 +81,12 @@ class CreateGKEFlexStartJobOperator(DwsQueuedRequestOperator):
         with :param gpus: GPUs per pod; or :param tpu: the TPU (``tpu-v6e-slice`` or
         ``tpu-v5-lite-podslice``) with :param tpu_topology: a single-host slice (``1x1``, ``2x2``,
         ``2x4``): each pod asks for that slice's chips.
+    :param wait_until_finished: ``True`` (default): the task ends with the Job. ``False``: hand the
+        running Job over to later tasks: the task returns once every pod has had a node, with the
+        Job's name, namespace and nodes (``status`` ``Running``), and the Job runs on (a server
+        that later tasks call, an evaluation campaign); delete it with
+        :class:`~airflow_provider_dws.operators.gke_flex_release.DeleteGKEFlexStartJobOperator` as
+        the task's teardown, so its nodes scale down when the work is done.
     :param max_run: how long the Job may run once it waited (at most 7 days; ``None``: only the node
         pool's max run duration bounds it): its ``activeDeadlineSeconds`` is ``max_wait + max_run``,
         since Kubernetes counts that deadline from the Job's creation, the wait for nodes included.
@@ -83,20 +97,9 @@ class CreateGKEFlexStartJobOperator(DwsQueuedRequestOperator):
     :class:`~airflow_provider_dws.operators.base.DwsQueuedRequestOperator`'s.
     """
 
-    template_fields: Sequence[str] = (
-        "project_id",
-        "location",
-        "cluster_name",
-        "namespace",
-        "job",
-        "image",
-        "cmds",
-        "arguments",
-        "env_vars",
-        "labels",
-        "impersonation_chain",
-    )
-    template_fields_renderers = {"job": "json", "env_vars": "json", "labels": "json"}
+    template_fields: Sequence[str] = JOB_TEMPLATE_FIELDS
+    template_fields_renderers = JOB_TEMPLATE_RENDERERS
+    ROLE = roles.GKE_FLEX_START_JOB
     ADAPTER = registry.FLEX_START_JOB_ADAPTER
     operator_extra_links = (GKEFlexStartJobLink(),)
     ui_color = "#d2e3fc"
@@ -104,6 +107,7 @@ class CreateGKEFlexStartJobOperator(DwsQueuedRequestOperator):
         *CONNECTION_CHECKS,
         *(check for check in WAIT_CHECKS if check.name != "service_account"),
         *JOB_CHECKS,
+        flag("wait_until_finished"),
     )
 
     def __init__(
@@ -123,6 +127,7 @@ class CreateGKEFlexStartJobOperator(DwsQueuedRequestOperator):
         tpu_topology: str | None = None,
         parallelism: int = 1,
         max_run: timedelta | int | float | None = None,
+        wait_until_finished: bool = True,
         kubernetes_conn_id: str | None = None,
         use_internal_ip: bool = False,
         **kwargs: Any,
@@ -145,6 +150,7 @@ class CreateGKEFlexStartJobOperator(DwsQueuedRequestOperator):
         self.max_run = (
             None if max_run is None else duration(self, "max_run", max_run, facts.GKE_FLEX_START_MAX_RUN)
         )
+        self.wait_until_finished = wait_until_finished
         self.service_account = None
         self.kubernetes_conn_id = kubernetes_conn_id
         self.use_internal_ip = use_internal_ip
@@ -181,8 +187,22 @@ class CreateGKEFlexStartJobOperator(DwsQueuedRequestOperator):
             return 0
         return facts.GKE_FLEX_START_TPU_TOPOLOGIES[self.tpu][self.tpu_topology]
 
+    def adapter_entry(self) -> str | type[RequestAdapter[Any, Any]]:
+        """The adapter that waits for the Job's end, or (``wait_until_finished=False``) for every
+        pod on a node."""
+        return self.ADAPTER if self.wait_until_finished else registry.FLEX_START_JOB_HANDOVER_ADAPTER
+
     def home_placement(self) -> Placement:
         """The cluster's location (the one place its node pools are)."""
         from airflow_provider_dws.scheduling.policies import Placement
 
         return Placement(location=self.location)
+
+
+def __getattr__(name: str) -> Any:
+    # The release (its own module) loads only for a DAG file that uses it.
+    if name == "DeleteGKEFlexStartJobOperator":
+        from airflow_provider_dws.operators.gke_flex_release import DeleteGKEFlexStartJobOperator
+
+        return DeleteGKEFlexStartJobOperator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,13 @@ from airflow_provider_dws.facts import DEFAULT_MAX_RUN, MAX_RUN_LIMIT
 from airflow_provider_dws.links import GKEQueuedJobLink
 from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsQueuedRequestOperator
 from airflow_provider_dws.operators.checks import Check, duration, matches
-from airflow_provider_dws.operators.job_params import JOB_CHECKS, gpus_fit, job_or_image_error
+from airflow_provider_dws.operators.job_params import (
+    JOB_CHECKS,
+    JOB_TEMPLATE_FIELDS,
+    JOB_TEMPLATE_RENDERERS,
+    gpus_fit,
+    job_or_image_error,
+)
 
 if TYPE_CHECKING:
     from airflow_provider_dws.scheduling.policies import Placement
@@ -58,21 +64,8 @@ class CreateGKEQueuedJobOperator(DwsQueuedRequestOperator):
     :class:`~airflow_provider_dws.operators.base.DwsQueuedRequestOperator`'s.
     """
 
-    template_fields: Sequence[str] = (
-        "project_id",
-        "location",
-        "cluster_name",
-        "namespace",
-        "queue_name",
-        "job",
-        "image",
-        "cmds",
-        "arguments",
-        "env_vars",
-        "labels",
-        "impersonation_chain",
-    )
-    template_fields_renderers = {"job": "json", "env_vars": "json", "labels": "json"}
+    template_fields: Sequence[str] = (*JOB_TEMPLATE_FIELDS, "queue_name")
+    template_fields_renderers = JOB_TEMPLATE_RENDERERS
     ADAPTER = registry.KUEUE_JOB_ADAPTER
     operator_extra_links = (GKEQueuedJobLink(),)
     ui_color = "#d2e3fc"

@@ -1,14 +1,16 @@
-"""Give GKE queued-provisioning nodes back: delete every ProvisioningRequest of a setup task."""
+"""Give GKE nodes back: delete every ProvisioningRequest of a setup task (and, on the same base,
+:mod:`.gke_flex_release`, every flex-start Job handed over)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_dws import facts
 from airflow_provider_dws.links import GKEProvisioningRequestLink
 from airflow_provider_dws.operators.checks import Check, matches, non_empty_str
 from airflow_provider_dws.operators.release import DwsSetupReleaseOperator
+from airflow_provider_dws.specs import roles
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -17,23 +19,21 @@ if TYPE_CHECKING:
 FROM_SETUP = ("project_id", "location", "cluster_name", "namespace", "kubernetes_conn_id", "use_internal_ip")
 
 
-class DeleteGKEProvisioningRequestOperator(DwsSetupReleaseOperator):
-    """Release GKE queued-provisioning nodes: delete every ProvisioningRequest (and its PodTemplate)
-    its setup made, any try and attempt (one list by the setup task instance's ``dws_key`` label),
-    and log what each held (its state, and the pods that consumed it). Deleting a Provisioned
-    request lets the cluster autoscaler remove its nodes once their pods are gone; a queued one
-    leaves the queue. Already gone is success. Meant as the setup's teardown::
-
-        ask = CreateGKEProvisioningRequestOperator(task_id="ask_for_nodes", ...)
-        release = DeleteGKEProvisioningRequestOperator(task_id="release_nodes", setup_task_id="ask_for_nodes")
-        ask >> work >> release.as_teardown(setups=ask)
+class GKESetupReleaseOperator(DwsSetupReleaseOperator):
+    """A teardown that gives back what a GKE setup task got, in the setup's cluster and namespace
+    (taken from the setup task when not given); a subclass names the setup's role
+    (:attr:`SETUP_ROLE`, :attr:`SETUP_KIND`) and its :meth:`release`.
 
     :param setup_task_id: the creating task, in the same DAG.
     :param location: :param cluster_name: :param namespace: :param kubernetes_conn_id:
-        :param use_internal_ip: where the requests are (templated); default: the setup task's.
+        :param use_internal_ip: where its objects are (templated); default: the setup task's.
     :param project_id: the cluster's project (templated); default: the setup's, else the connection's.
     :param gcp_conn_id: Airflow connection; :param impersonation_chain: account(s) to impersonate.
     """
+
+    #: The setup's role (:mod:`airflow_provider_dws.specs.roles`) and its operator, for messages.
+    SETUP_ROLE: ClassVar[str]
+    SETUP_KIND: ClassVar[str]
 
     template_fields: Sequence[str] = (
         "project_id",
@@ -42,7 +42,6 @@ class DeleteGKEProvisioningRequestOperator(DwsSetupReleaseOperator):
         "namespace",
         "impersonation_chain",
     )
-    operator_extra_links = (GKEProvisioningRequestLink(),)
     ui_color = "#c6dafc"
     CHECKS: tuple[Check, ...] = (  # type: ignore[assignment]
         *DwsSetupReleaseOperator.CHECKS,
@@ -95,27 +94,46 @@ class DeleteGKEProvisioningRequestOperator(DwsSetupReleaseOperator):
         if not self.location:
             raise self._param_error(
                 f"location is not set and task {self.setup_task_id!r} is not a "
-                "CreateGKEProvisioningRequestOperator of this DAG to take it from"
+                f"{self.SETUP_KIND} of this DAG to take it from"
             )
         self.namespace = self.namespace or "default"
         self.use_internal_ip = bool(self.use_internal_ip)
         return super().execute(context)
 
-    def release(self, context: Context) -> dict[str, Any]:
-        """Delete every request of the setup (:func:`~airflow_provider_dws.runtime.gke.release_all`)."""
-        from airflow_provider_dws.runtime.gke import release_all
-
-        return release_all(self, context)
-
     def take_from_setup(self, context: Context) -> None:
         """Each of :data:`FROM_SETUP` not given: the setup task's value, rendered for this run."""
-        from airflow_provider_dws.specs.roles import GKE_PROVISIONING_REQUEST, task_in_role
+        from airflow_provider_dws.specs.roles import task_in_role
         from airflow_provider_dws.specs.templates import has_template
 
-        setup = task_in_role(self, self.setup_task_id, GKE_PROVISIONING_REQUEST)
+        setup = task_in_role(self, self.setup_task_id, self.SETUP_ROLE)
         if setup is None:
             return
         for name in FROM_SETUP:
             if getattr(self, name) is None:
                 value = getattr(setup, name)
                 setattr(self, name, setup.render_template(value, context) if has_template(value) else value)
+
+
+class DeleteGKEProvisioningRequestOperator(GKESetupReleaseOperator):
+    """Release GKE queued-provisioning nodes: delete every ProvisioningRequest (and its PodTemplate)
+    its setup made, any try and attempt (one list by the setup task instance's ``dws_key`` label),
+    and log what each held (its state, and the pods that consumed it). Deleting a Provisioned
+    request lets the cluster autoscaler remove its nodes once their pods are gone; a queued one
+    leaves the queue. Already gone is success. Meant as the setup's teardown::
+
+        ask = CreateGKEProvisioningRequestOperator(task_id="ask_for_nodes", ...)
+        release = DeleteGKEProvisioningRequestOperator(task_id="release_nodes", setup_task_id="ask_for_nodes")
+        ask >> work >> release.as_teardown(setups=ask)
+
+    The parameters are :class:`GKESetupReleaseOperator`'s.
+    """
+
+    SETUP_ROLE = roles.GKE_PROVISIONING_REQUEST
+    SETUP_KIND = "CreateGKEProvisioningRequestOperator"
+    operator_extra_links = (GKEProvisioningRequestLink(),)
+
+    def release(self, context: Context) -> dict[str, Any]:
+        """Delete every request of the setup (:func:`~airflow_provider_dws.runtime.gke.release_all`)."""
+        from airflow_provider_dws.runtime.gke import release_all
+
+        return release_all(self, context)

@@ -14,6 +14,22 @@ from airflow_provider_dws.operators.checks import Check, flag, int_in, matches, 
 MAX_PARALLELISM = 1000
 #: A GKE location: a region (regional cluster) or a zone (zonal cluster).
 LOCATION_PATTERN = rf"{facts.REGION_PATTERN}(?:-[a-z])?"
+#: The templated fields of a Job operator (the Kueue one adds its queue).
+JOB_TEMPLATE_FIELDS = (
+    "project_id",
+    "location",
+    "cluster_name",
+    "namespace",
+    "job",
+    "image",
+    "cmds",
+    "arguments",
+    "env_vars",
+    "labels",
+    "impersonation_chain",
+)
+#: How the UI renders the structured ones.
+JOB_TEMPLATE_RENDERERS = {"job": "json", "env_vars": "json", "labels": "json"}
 #: The parameters that describe the Job built from ``image`` (refused beside a ``job`` manifest).
 IMAGE_PARAMETERS = ("cmds", "arguments", "env_vars")
 

@@ -44,7 +44,10 @@ if TYPE_CHECKING:
 
     from airflow_provider_dws.backends.base import RequestStatus
     from airflow_provider_dws.operators.gke import CreateGKEProvisioningRequestOperator
-    from airflow_provider_dws.operators.gke_release import DeleteGKEProvisioningRequestOperator
+    from airflow_provider_dws.operators.gke_release import (
+        DeleteGKEProvisioningRequestOperator,
+        GKESetupReleaseOperator,
+    )
     from airflow_provider_dws.scheduling.identity import RequestIdentity
     from airflow_provider_dws.scheduling.policies import Placement
 
@@ -385,11 +388,9 @@ class GKEProvisioningRequestAdapter(
 # -- the release (DeleteGKEProvisioningRequestOperator) -------------------------------------------
 
 
-def release_all(op: DeleteGKEProvisioningRequestOperator, context: Context) -> dict[str, Any]:
-    """Delete every ProvisioningRequest (and PodTemplate) of the setup task instance, any try and
-    attempt (one list by its ``dws_key``), logging what each held."""
-    identity = task_identity(context, task_id=op.setup_task_id)
-    backend = ProvisioningRequestBackend(
+def release_backend(op: GKESetupReleaseOperator, cls: type[_Backend]) -> _Backend:
+    """``cls`` for a GKE release task's cluster and namespace (its own, or its setup's)."""
+    return cls(
         op.project_id,
         str(op.location),
         op.gcp_conn_id,
@@ -399,6 +400,13 @@ def release_all(op: DeleteGKEProvisioningRequestOperator, context: Context) -> d
         kubernetes_conn_id=op.kubernetes_conn_id,
         use_internal_ip=bool(op.use_internal_ip),
     )
+
+
+def release_all(op: DeleteGKEProvisioningRequestOperator, context: Context) -> dict[str, Any]:
+    """Delete every ProvisioningRequest (and PodTemplate) of the setup task instance, any try and
+    attempt (one list by its ``dws_key``), logging what each held."""
+    identity = task_identity(context, task_id=op.setup_task_id)
+    backend = release_backend(op, ProvisioningRequestBackend)
     found = backend.find(identity)
     pushed = context["ti"].xcom_pull(task_ids=op.setup_task_id, key=REQUEST_XCOM)
     if isinstance(pushed, str) and pushed and pushed not in {s.name for s in found}:

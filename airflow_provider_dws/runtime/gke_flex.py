@@ -18,15 +18,19 @@ from airflow_provider_dws.facts import (
     TPU_TOLERATION,
 )
 from airflow_provider_dws.links import GKEFlexStartJobLink
+from airflow_provider_dws.runtime.gke import release_backend
 from airflow_provider_dws.runtime.kube_job import JobAdapter, add_tolerations, named_job, pod_spec_of
 
 if TYPE_CHECKING:
+    from airflow.sdk import Context
+
     from airflow_provider_dws.backends.base import RequestStatus
     from airflow_provider_dws.operators.gke_flex import CreateGKEFlexStartJobOperator
+    from airflow_provider_dws.operators.gke_flex_release import DeleteGKEFlexStartJobOperator
     from airflow_provider_dws.scheduling.identity import RequestIdentity
     from airflow_provider_dws.scheduling.policies import Placement
 
-__all__ = ["FlexStartJobAdapter"]
+__all__ = ["FlexStartJobAdapter", "FlexStartJobHandOverAdapter", "release_flex_jobs"]
 
 
 def flex_start_pod(pod: dict[str, Any], op: Any) -> None:
@@ -99,3 +103,50 @@ class FlexStartJobAdapter(JobAdapter[FlexStartJobBackend]):
                 "Deleting %s (%s): nothing of it should wait for a node again", status.name, status.state
             )
             self.backend().release(status.name)
+
+
+class FlexStartJobHandOverAdapter(FlexStartJobAdapter):
+    """The same Job, handed over once every pod it runs at once has had a node
+    (``wait_until_finished=False``): the task returns the running Job's name, namespace and nodes,
+    and the Job runs on until its end or its release
+    (:class:`~airflow_provider_dws.operators.gke_flex_release.DeleteGKEFlexStartJobOperator`)."""
+
+    target = "running"
+
+
+# -- the release (DeleteGKEFlexStartJobOperator) -------------------------------------------------------
+
+
+def release_flex_jobs(op: DeleteGKEFlexStartJobOperator, context: Context) -> dict[str, Any]:
+    """Delete every Job of the setup task instance that is still waiting or running, any try and
+    attempt (one list by its ``dws_key``), logging the nodes each ran on; record the release."""
+    from airflow_provider_dws.runtime.recording import Released, ReleasedApi, record_release
+    from airflow_provider_dws.runtime.task import task_identity
+
+    backend = release_backend(op, FlexStartJobBackend)
+    released: list[tuple[str, str]] = []
+    for status in backend.find(task_identity(context, task_id=op.setup_task_id)):
+        if not status.phase.live:
+            op.log.info(
+                "Job %s ended (%s): nothing to give back; it is kept for its logs", status.name, status.state
+            )
+            continue
+        nodes = status.details.get("nodes") or []
+        op.log.info(
+            "Deleting Job %s (%s: %s), its pods on %s",
+            status.name,
+            status.state,
+            status.description,
+            ", ".join(nodes) if nodes else "no node yet",
+        )
+        backend.release(status.name)
+        released.append((status.name, status.state))
+    requests = ReleasedApi(backend.kind, "GKE flex-start Job", lambda _name: str(op.location), ("Running",))
+    record_release(op, context, requests, Released(released))
+    if not released:
+        op.log.info("No live Job of task %r in %s: nothing to do", op.setup_task_id, backend.where())
+    return {
+        "released": [name for name, _ in released],
+        "deleted": bool(released),
+        "state_before": released[0][1] if released else None,
+    }

@@ -40,7 +40,7 @@ def adapter_of(op: DwsRequestOperator) -> RequestAdapter[Any, Any]:
     """The operator's adapter for this task run (its ``ADAPTER``), built on first use."""
     adapter = op.__dict__.get("_dws_adapter")
     if adapter is None:
-        cls = op.ADAPTER
+        cls = op.adapter_entry()
         if isinstance(cls, str):
             cls = registry.load(cls)
         adapter = op.__dict__["_dws_adapter"] = cls(op)

@@ -27,6 +27,10 @@ COMPUTE_INSTANCE_SET = "compute_instance_set"
 INSTANCE_SET_NAME_KEY = "instance_set_name"
 #: ``CreateGKEProvisioningRequestOperator``: GKE nodes through a ProvisioningRequest.
 GKE_PROVISIONING_REQUEST = "gke_provisioning_request"
+#: ``CreateGKEFlexStartJobOperator``: a Job on flex-start nodes (its release deletes it).
+GKE_FLEX_START_JOB = "gke_flex_start_job"
+#: The XCom key under which the Job operators push the name of the Job they wait on.
+JOB_NAME_KEY = "job_name"
 #: ``FindCalendarBlockOperator``: the advice's choice of a calendar block.
 CALENDAR_FIND = "calendar_find"
 #: ``ReserveCalendarBlockOperator``: a calendar block booked.

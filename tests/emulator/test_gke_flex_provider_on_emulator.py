@@ -255,3 +255,53 @@ def test_the_operator_runs_the_job_and_returns_its_result(emulator_env: Any) -> 
     assert ti.xcom["job_name"] == result["name"]
     assert ti.xcom["dws_request"]["phase"] == "succeeded"
     assert ti.xcom["dws_gke_flex_job_link"].endswith(f"/default/{result['name']}/details?project=emu-project")
+
+
+class ReleaseTI:
+    """The release task's instance: its XCom pushes, and no XCom of the setup (it wrote none)."""
+
+    dag_id, map_index, task_id, try_number = "flex_on_emulator", -1, "release", 1
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_pull(self, **_: Any) -> Any:
+        return None
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+def test_a_job_handed_over_runs_on_until_its_release_deletes_it(emulator_env: Any, clock: FakeClock) -> None:
+    from airflow_provider_dws.operators.gke_flex import DeleteGKEFlexStartJobOperator
+    from airflow_provider_dws.records import XCOM_KEY, read_records
+    from airflow_provider_dws.runtime.gke_flex import release_flex_jobs
+
+    emulator = emulator_env()
+    ti = FakeTI("serve")
+    op = operator(ti.task_id, wait_until_finished=False)  # the pods would run 10 minutes
+    result = op.execute({"ti": ti})
+    # Returned once both pods had their nodes: the Job runs on, handed over.
+    assert (result["status"], len(result["nodes"]), result["succeeded"]) == ("Running", 2, 0)
+    assert result["wait_seconds"] is not None and result["run_seconds"] is None
+    name = result["name"]
+    b = backend()
+    assert b.get_status(name).phase is Phase.RUNNING  # type: ignore[union-attr]
+    release = DeleteGKEFlexStartJobOperator(
+        task_id="release",
+        setup_task_id="serve",
+        project_id="emu-project",
+        location="us-central1",
+        cluster_name="dws-cluster",
+        namespace="default",
+    )
+    releasing = ReleaseTI(ti.run_id)
+    released = release_flex_jobs(release, {"ti": releasing})  # type: ignore[arg-type]
+    assert released == {"released": [name], "deleted": True, "state_before": "Running"}
+    assert b.get_status(name) is None
+    assert all(not r["active_pods"] for r in nodes(emulator, name))  # emptied: they scale down
+    (record,) = read_records(releasing.pushed[XCOM_KEY])
+    assert (record.api, record.kind, record.holds) == ("gke_flex_start_job", "GKE flex-start Job", False)
+    # Released again: nothing left to do.
+    assert release_flex_jobs(release, {"ti": ReleaseTI(ti.run_id)})["released"] == []  # type: ignore[arg-type]

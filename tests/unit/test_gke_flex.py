@@ -375,3 +375,38 @@ def test_pods_pair_with_their_job_by_the_controller_uid_label_alone() -> None:
     paired = owned_by([labelled, owner, other], FlexStartJobBackend.owned_uid_label)
     assert [p["metadata"]["name"] for p in paired["job-uid"]] == ["p", "q"]
     assert FlexStartJobBackend.owned_have_labels  # no whole-namespace list for a Job without pods
+
+
+def test_wait_until_finished_false_hands_the_running_job_over() -> None:
+    from airflow_provider_dws import registry
+    from airflow_provider_dws.runtime.gke_flex import FlexStartJobHandOverAdapter
+
+    assert make().adapter_entry() == registry.FLEX_START_JOB_ADAPTER
+    op = make(wait_until_finished=False)
+    assert op.adapter_entry() == registry.FLEX_START_JOB_HANDOVER_ADAPTER
+    assert isinstance(op.adapter(), FlexStartJobHandOverAdapter) and op.adapter().target == "running"
+    with pytest.raises(ValueError, match="wait_until_finished"):
+        make(wait_until_finished="no")
+
+
+def test_the_release_takes_its_cluster_from_its_setup_and_refuses_another_kind() -> None:
+    from datetime import datetime
+
+    from airflow.sdk import DAG
+
+    from airflow_provider_dws.operators.gke_flex import DeleteGKEFlexStartJobOperator
+
+    with DAG("d", schedule=None, start_date=datetime(2026, 1, 1)):
+        make(
+            task_id="serve",
+            location="us-east5",
+            cluster_name="eval",
+            namespace="ml",
+            wait_until_finished=False,
+        )
+        release = DeleteGKEFlexStartJobOperator(task_id="release", setup_task_id="serve")
+        other = DeleteGKEFlexStartJobOperator(task_id="release_other", setup_task_id="release")
+    release.take_from_setup({})  # type: ignore[arg-type]
+    assert (release.location, release.cluster_name, release.namespace) == ("us-east5", "eval", "ml")
+    with pytest.raises(ValueError, match="is not a CreateGKEFlexStartJobOperator"):
+        other.execute({})  # type: ignore[arg-type]

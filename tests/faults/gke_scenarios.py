@@ -245,7 +245,6 @@ GKE_SCENARIOS = [
         "flex_user_marks_failed",
         "GKE flex-start: user marks the waiting task failed",
         flex_user_marks_failed,
-        ci=True,
     ),
     Scenario(
         "flex_triggerer_sigkill",

@@ -56,7 +56,6 @@ def test_executor_selection() -> None:
         "compute_user_marks_failed",
         "gke_worker_sigkill_after_submit",
         "kueue_user_marks_failed",
-        "flex_user_marks_failed",
         "user_clears_succeeded_task",
     ]
 

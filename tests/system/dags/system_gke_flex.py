@@ -67,5 +67,5 @@ with system_dag("dws_system_gke_flex") as dag:
 
     finished = check(job.output)
     job >> finished >> release.as_teardown(setups=job)
-    [job, finished, release] >> sweep(["job"])
+    release >> sweep(["job"])
     watch(dag)

@@ -377,9 +377,15 @@ class FlexStartController:
             self._idle(rec, now)
 
     def _retry_pool(self, pool: str, now: float) -> None:
+        """Pending pods of the pool that a node's room now fits are bound, and one whose request
+        went (its node came up without it) gets a new one. The others wait on as they are: their
+        messages are not rewritten (at a thousand pending pods that was a million writes)."""
         for uid in list(self.pending):
             entry = self.pending.get(uid)  # an earlier pod's writes may have changed the index
-            if entry is not None and entry.pool is not None and entry.pool.name == pool:
+            if entry is None or entry.pool is None or entry.pool.name != pool:
+                continue
+            room = any(r.pool.name == pool and r.free >= entry.demand for r in self.nodes.values())
+            if room or entry.request not in self.waiting:
                 self._place(entry, now)
 
     def _idle(self, rec: NodeRequest, now: float) -> None:
@@ -402,12 +408,16 @@ class FlexStartController:
         self.cluster.schedule.at(f"flex:{holder}", rec.expire_at)
         log.info("flex-start node %s up (%s), for %ds", rec.node, rec.name, rec.max_run)
         # The pods it was made for first, then any pending pod of the pool that fits.
+        left = False
         for uid in list(rec.waiting_for):
             entry = self.pending.get(uid)
             if entry is not None and rec.state == RUNNING and rec.free >= entry.demand:
                 self._bind(entry, rec, now)
+            else:
+                left = left or entry is not None
         rec.waiting_for.clear()
-        self._retry_pool(rec.pool.name, now)
+        if left or (rec.state == RUNNING and rec.free > 0):  # room for others, or pods to ask again for
+            self._retry_pool(rec.pool.name, now)
         if rec.state == RUNNING and not rec.active:
             self._idle(rec, now)
 

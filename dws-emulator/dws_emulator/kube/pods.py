@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .nodepools import ACCELERATOR_LABEL, NODEPOOL_LABEL, QUEUED_LABEL
 from .provisioning import CLASS_ANNOTATION, CONSUME_ANNOTATION, PROVISIONED, RequestRecord, gpu_limit
-from .store import KINDS, KubeError, not_found, timestamp
+from .store import KINDS, Event, KubeError, not_found, timestamp
 from .validation import QUEUED_CLASS, job_labels, workload
 
 if TYPE_CHECKING:
@@ -406,13 +406,35 @@ class JobController:
     def __init__(self, cluster: Host) -> None:
         self.cluster = cluster
         self.store = cluster.store
+        #: Job uid -> the (namespace, name) of the pods it owns, kept as each pod is written (a
+        #: listener of the store, so a pod counts from its create on): a Job's sync reads its own
+        #: pods, not the namespace's (1,000 Jobs' syncs over 1,000 pods each were most of a tick).
+        self._owned: dict[str, set[tuple[str, str]]] = {}
+        self.store.listen(self._track)
+
+    def _track(self, event: Event) -> None:
+        if event.kind is not POD:
+            return
+        meta = event.obj.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        for ref in meta.get("ownerReferences") or []:
+            uid = str(ref.get("uid") or "")
+            if event.type == "DELETED":
+                self._owned.get(uid, set()).discard(key)
+            elif uid:
+                self._owned.setdefault(uid, set()).add(key)
 
     def pods_of(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        """The pods ``job`` owns, by name."""
         uid = job["metadata"]["uid"]
+        found = (
+            self.store.find(POD, namespace, name) for namespace, name in sorted(self._owned.get(uid, ()))
+        )
         return [
             pod
-            for pod in self.store.iter(POD, job["metadata"]["namespace"])
-            if any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])
+            for pod in found
+            if pod is not None
+            and any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])
         ]
 
     def sync(self, namespace: str, name: str, now: float) -> None:

@@ -66,6 +66,10 @@ class PairedView:
             for uid in self._owners(obj):
                 self.owned.setdefault(uid, {})[_name(obj)] = obj
 
+    def owned_of(self, uid: str) -> list[dict[str, Any]]:
+        """The objects the Job ``uid`` owns, as last listed and watched."""
+        return list(self.owned.get(uid, {}).values())
+
     def changed(self, which: int, kind: str, obj: dict[str, Any]) -> list[tuple[str, RequestStatus | None]]:
         """Apply one watched change (``kind``: ADDED, MODIFIED or DELETED) of a Job (``which`` is
         :data:`JOBS`) or of an owned object; the statuses of the Jobs it changes (None: a Job
@@ -90,7 +94,7 @@ class PairedView:
         return changed
 
     def _status(self, uid: str) -> RequestStatus:
-        return self._classify(self.jobs[uid], list(self.owned.get(uid, {}).values()))
+        return self._classify(self.jobs[uid], self.owned_of(uid))
 
 
 async def merged(

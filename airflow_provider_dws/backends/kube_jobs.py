@@ -344,7 +344,13 @@ class JobBackend(KubernetesBackend):
         self._list_version = pair_version(*versions) if len(versions) == 2 else None
         if only is not None:
             jobs = [job for job in jobs if (job.get("metadata") or {}).get("name") in only]
-        pairs = self._pair(jobs, owned)
+        # Paired by the view just filled: one index of the owned objects by their Job, not two.
+        pairs = [
+            ListedJob(
+                str(job["metadata"]["name"]), job, self._view.owned_of(str(job["metadata"].get("uid") or ""))
+            )
+            for job in jobs
+        ]
 
         async def one_page() -> Any:
             yield pairs

@@ -55,15 +55,18 @@ def submit(task: str, count: int) -> str:
     return status.name
 
 
-def test_freed_capacity_reaches_every_wait_from_the_watch(emulator: Any) -> None:
-    blocker = submit("blocker", 4)  # every H100 of the pool
-    waiting = [submit(f"wait{i}", 1) for i in range(3)]
-    spec = backend().spec()
+def hear_from_the_watch(
+    kind: str, spec: dict[str, Any], names: list[str], blocker: str, waiting: str, until: str
+) -> tuple[dict[str, str], dict[str, int]]:
+    """Subscribe a wait to each of ``names`` on one shared poller: their first status (from its
+    one list) in state or phase ``waiting``; once its watch is open, delete ``blocker`` (capacity
+    arrives) and follow each wait until its state is ``until``. Each wait's last state, and the
+    poller's counters."""
 
     async def go() -> tuple[dict[str, str], dict[str, int]]:
-        subs = [poller.shared_poller(backend().kind, spec).subscribe(name, INTERVAL) for name in waiting]
+        subs = [poller.shared_poller(kind, spec).subscribe(name, INTERVAL) for name in names]
         first = [await sub.next(120) for sub in subs]
-        assert all(s is not None and s.phase is Phase.WAITING for s in first)
+        assert all(s is not None and waiting in (s.state, s.phase.value) for s in first), first
         p = subs[0].poller
         for _ in range(4000):  # until the watch is open (generous: a loaded machine is slow)
             if p.stats["watches"]:
@@ -71,17 +74,25 @@ def test_freed_capacity_reaches_every_wait_from_the_watch(emulator: Any) -> None
             await asyncio.sleep(0.005)
         await asyncio.to_thread(backend().release, blocker)
         seen: dict[str, str] = {}
-        for name, sub in zip(waiting, subs, strict=True):
-            while seen.get(name) != "Provisioned":
+        for name, sub in zip(names, subs, strict=True):
+            while seen.get(name) != until:
                 status = await sub.next(120)
-                assert status is not None, f"{name}: nothing within 120 s"
+                assert status is not None, f"{name}: nothing within 120 s after {seen.get(name)}"
                 seen[name] = status.state
         stats = dict(p.stats)
         for sub in subs:
             sub.close()
         return seen, stats
 
-    seen, stats = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def test_freed_capacity_reaches_every_wait_from_the_watch(emulator: Any) -> None:
+    blocker = submit("blocker", 4)  # every H100 of the pool
+    waiting = [submit(f"wait{i}", 1) for i in range(3)]
+    seen, stats = hear_from_the_watch(
+        backend().kind, backend().spec(), waiting, blocker, Phase.WAITING.value, "Provisioned"
+    )
     assert seen == dict.fromkeys(waiting, "Provisioned")
     assert stats["lists"] == 1 and stats["watches"] >= 1 and stats["watch_events"] >= 3
     for name in waiting:
@@ -119,28 +130,7 @@ def test_a_jobs_pods_getting_their_nodes_reach_its_wait_from_the_paired_watch(em
     waiting = [flex_job(f"flex{i}") for i in range(2)]
     flex = FlexStartJobBackend("my-project", "us-central1", cluster_name="train", namespace=NS)
 
-    async def go() -> tuple[dict[str, str], dict[str, int]]:
-        subs = [poller.shared_poller(flex.kind, flex.spec()).subscribe(name, INTERVAL) for name in waiting]
-        first = [await sub.next(120) for sub in subs]
-        assert all(s is not None and s.state == "WaitingForNodes" for s in first), first
-        p = subs[0].poller
-        for _ in range(4000):  # until both watches are open (generous: a loaded machine is slow)
-            if p.stats["watches"]:
-                break
-            await asyncio.sleep(0.005)
-        await asyncio.to_thread(backend().release, blocker)
-        seen: dict[str, str] = {}
-        for name, sub in zip(waiting, subs, strict=True):
-            while seen.get(name) != "Running":
-                status = await sub.next(120)
-                assert status is not None, f"{name}: nothing within 120 s"
-                seen[name] = status.state
-        stats = dict(p.stats)
-        for sub in subs:
-            sub.close()
-        return seen, stats
-
-    seen, stats = asyncio.run(go())
+    seen, stats = hear_from_the_watch(flex.kind, flex.spec(), waiting, blocker, "WaitingForNodes", "Running")
     assert seen == dict.fromkeys(waiting, "Running")
     assert stats["lists"] == 1 and stats["watches"] >= 1 and stats["watch_events"] >= 2
     for name in waiting:
@@ -170,24 +160,8 @@ def test_a_kueue_job_admitted_reaches_its_wait_from_the_paired_watch(emulator: A
     kueue = KueueJobBackend("my-project", "us-central1", cluster_name="train", namespace=NS)
     name = kueue.submit(op.adapter().build(identity, timedelta(hours=2)), identity)[0].name
 
-    async def go() -> tuple[list[str], dict[str, int]]:
-        sub = poller.shared_poller(kueue.kind, kueue.spec()).subscribe(name, INTERVAL)
-        first = await sub.next(120)
-        assert first is not None and first.phase is Phase.WAITING, first
-        for _ in range(4000):
-            if sub.poller.stats["watches"]:
-                break
-            await asyncio.sleep(0.005)
-        await asyncio.to_thread(backend().release, blocker)
-        states = [first.state]
-        while states[-1] != "Running":
-            status = await sub.next(120)
-            assert status is not None, f"{name}: nothing within 120 s after {states}"
-            states.append(status.state)
-        stats = dict(sub.poller.stats)
-        sub.close()
-        return states, stats
-
-    states, stats = asyncio.run(go())
-    assert states[-1] == "Running" and stats["lists"] == 1 and stats["watch_events"] >= 1, (states, stats)
+    seen, stats = hear_from_the_watch(
+        kueue.kind, kueue.spec(), [name], blocker, Phase.WAITING.value, "Running"
+    )
+    assert seen[name] == "Running" and stats["lists"] == 1 and stats["watch_events"] >= 1, (seen, stats)
     kueue.release(name)

@@ -16,7 +16,7 @@ def get_provider_info() -> dict[str, Any]:
             "Run AI training and batch work on scarce GPUs and TPUs through Google Cloud's Dynamic "
             "Workload Scheduler: Vertex AI Flex Start custom jobs, Cloud TPU queued resources, Cloud "
             "Batch Flex Start jobs, Compute Engine flex-start VMs (through MIG resize requests, or standalone), GKE ProvisioningRequests (queued "
-            "provisioning), GKE Jobs queued through Kueue and GKE Jobs on flex-start node pools, waited on in the triggerer; calendar-mode "
+            "provisioning), GKE Jobs queued through Kueue and GKE Jobs on flex-start node pools, Vertex AI batch prediction and model deployments on flex-start, waited on in the triggerer; calendar-mode "
             "blocks (Compute Engine future reservations) found, reserved, waited for, consumed by "
             "Vertex AI, Cloud Batch, Compute Engine and Cloud TPU workloads, and released."
         ),
@@ -48,6 +48,8 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_dws.operators.gke_kueue",
                     "airflow_provider_dws.operators.gke_flex",
                     "airflow_provider_dws.operators.gke_flex_release",
+                    "airflow_provider_dws.operators.vertex_inference",
+                    "airflow_provider_dws.operators.vertex_endpoint",
                 ],
             }
         ],
@@ -85,6 +87,8 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_provider_dws.links.GKEProvisioningRequestLink",
             "airflow_provider_dws.links.GKEQueuedJobLink",
             "airflow_provider_dws.links.GKEFlexStartJobLink",
+            "airflow_provider_dws.links.VertexAIBatchPredictionLink",
+            "airflow_provider_dws.links.VertexAIEndpointLink",
         ],
         # `airflow config list` shows the section and its default (read in triggers/status_line.py).
         "config": {

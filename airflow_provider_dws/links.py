@@ -116,3 +116,17 @@ class GKEFlexStartJobLink(StoredUrlLink):
 
     name = "GKE Flex-start Job"
     key = "dws_gke_flex_job_link"
+
+
+class VertexAIBatchPredictionLink(StoredUrlLink):
+    """ "Vertex AI Batch Prediction": the job's page in the Google Cloud console (XCom key ``dws_vertex_batch_link``)."""
+
+    name = "Vertex AI Batch Prediction"
+    key = "dws_vertex_batch_link"
+
+
+class VertexAIEndpointLink(StoredUrlLink):
+    """ "Vertex AI Endpoint": the endpoint's page in the Google Cloud console (XCom key ``dws_vertex_endpoint_link``)."""
+
+    name = "Vertex AI Endpoint"
+    key = "dws_vertex_endpoint_link"

@@ -51,6 +51,8 @@ API_NAMES = {
     "gke_provisioning_request": "GKE ProvisioningRequest",
     "gke_kueue_job": "GKE Kueue Job",
     "gke_flex_start_job": "GKE flex-start Job",
+    "vertex_batch_prediction": "Vertex AI batch prediction job",
+    "vertex_endpoint_deployment": "Vertex AI endpoint deployment",
 }
 #: The outcome of a record ended from outside the attempt loop (the task killed, timed out, failed).
 TASK_ENDED = "task_ended"

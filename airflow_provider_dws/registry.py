@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 VERTEX_FLEX_START_ADAPTER = "airflow_provider_dws.runtime.vertex_ai:VertexFlexStartAdapter"
 VERTEX_RESERVED_ADAPTER = "airflow_provider_dws.runtime.vertex_ai_reserved:VertexReservedAdapter"
+VERTEX_BATCH_PREDICTION_ADAPTER = "airflow_provider_dws.runtime.vertex_batch:VertexBatchPredictionAdapter"
+VERTEX_DEPLOYMENT_ADAPTER = "airflow_provider_dws.runtime.vertex_endpoint:VertexDeploymentAdapter"
 TPU_ADAPTER = "airflow_provider_dws.runtime.tpu:TPUQueuedResourceBlockAdapter"
 BATCH_FLEX_START_ADAPTER = "airflow_provider_dws.runtime.batch:BatchFlexStartAdapter"
 BATCH_RESERVED_ADAPTER = "airflow_provider_dws.runtime.batch_reserved:BatchReservedAdapter"
@@ -51,6 +53,8 @@ CHECK_KUEUE_ENV_VARS = "airflow_provider_dws.specs.kueue_job:check_env_vars"
 #: kind -> its backend class.
 BACKENDS: dict[str, str] = {
     "vertex_custom_job": "airflow_provider_dws.backends.vertex_ai:VertexCustomJobBackend",
+    "vertex_batch_prediction": "airflow_provider_dws.backends.vertex_batch:VertexBatchPredictionBackend",
+    "vertex_endpoint_deployment": "airflow_provider_dws.backends.vertex_endpoint:VertexDeploymentBackend",
     "tpu_queued_resource": "airflow_provider_dws.backends.tpu:TpuQueuedResourceBackend",
     "tpu_flex_start": "airflow_provider_dws.backends.tpu_flex:TpuFlexStartBackend",
     "batch_job": "airflow_provider_dws.backends.batch:BatchJobBackend",

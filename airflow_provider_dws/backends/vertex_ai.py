@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import logging
 from collections.abc import Collection, Container, Sequence
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_dws.backends.base import (
     RESULT,
@@ -122,7 +123,7 @@ ENDED_STATES = VERTEX_JOB_STATES.ended_states()
 LIST_PAGE_SIZE = 250
 
 
-def _when(raw: Any, field_name: str) -> datetime | None:
+def when(raw: Any, field_name: str) -> datetime | None:
     """A timestamp field of a raw message as an aware UTC datetime; unset is ``None``."""
     if not raw.HasField(field_name):
         return None
@@ -179,7 +180,7 @@ def job_status(job: CustomJob) -> RequestStatus:
     region = parse_job_name(raw.name)[0] if raw.name else ""
     # A state added to the API after this release keeps its number as its name (unknown: waiting).
     state = _enum_names("JobState").get(raw.state, str(raw.state))
-    started = _when(raw, "start_time")
+    started = when(raw, "start_time")
     outcome = VERTEX_JOB_STATES.classify(
         state, started=started is not None, error_code=raw.error.code, error_message=raw.error.message
     )
@@ -204,7 +205,7 @@ def job_status(job: CustomJob) -> RequestStatus:
         state=state,
         outcome=outcome,
         timings=RequestTimings(
-            submitted=_when(raw, "create_time"), started=started, finished=_when(raw, "end_time")
+            submitted=when(raw, "create_time"), started=started, finished=when(raw, "end_time")
         ),
         description=describe_job(job, region),
         details=details,
@@ -238,17 +239,23 @@ def job_version(job: CustomJob) -> tuple[int, int, int]:
     return raw.update_time.seconds, raw.update_time.nanos, raw.state
 
 
-class VertexCustomJobBackend(GoogleBackend[DwsVertexAIHook, DwsVertexAIAsyncHook]):
-    """Submit, find, read and cancel Vertex AI custom jobs through the google client library.
+class VertexJobBackend(GoogleBackend[Any, Any]):
+    """Submit, find, read and cancel one kind of Vertex AI ``JobService`` job through the google
+    client library: what custom jobs and batch prediction jobs share (labels, ``JobState``, the
+    list filters, cancel). A subclass names its :attr:`resource` and how one is classified.
 
     Sync methods serve the operator (in a worker); ``a*`` methods serve the trigger (in the
     triggerer's event loop). See :class:`~airflow_provider_dws.backends.base.RequestBackend`.
     """
 
-    kind = VERTEX_JOB_KIND
     location_key = "region"
-    sync_hook_class = DwsVertexAIHook
-    async_hook_class = DwsVertexAIAsyncHook
+    #: The job's message in snake case: the client's method suffix (``create_custom_job``); its
+    #: plural is the list reply's field (``custom_jobs``).
+    resource: ClassVar[str]
+    #: The client module whose request messages this backend sends.
+    client_module: ClassVar[str]
+    #: What a job is called in errors and log lines.
+    noun: ClassVar[str]
 
     def __init__(
         self,
@@ -265,25 +272,45 @@ class VertexCustomJobBackend(GoogleBackend[DwsVertexAIHook, DwsVertexAIAsyncHook
         """The Vertex AI region."""
         return self.location
 
+    def status_of(self, job: Any) -> RequestStatus:
+        """Classify one job (pure: no API call)."""
+        raise NotImplementedError
+
+    def message_of(self, spec: dict[str, Any]) -> Any:
+        """The job message of a JSON request spec; ``ValueError`` when it is not one."""
+        raise NotImplementedError
+
+    @staticmethod
+    def version_of(job: Any) -> Any:
+        """What changes whenever :meth:`status_of` would read something new."""
+        raise NotImplementedError
+
     def _client(self) -> Any:
         return self.hook.get_job_service_client(self.region)
 
+    def _method(self, client: Any, verb: str) -> Any:
+        """``client.<verb>_<resource>`` (``list`` takes the plural: ``list_custom_jobs``)."""
+        return getattr(client, f"{verb}_{self.resource}{'s' if verb == 'list' else ''}")
+
+    def _list_request(self, **fields: Any) -> Any:
+        camel = "".join(part.capitalize() for part in self.resource.split("_"))
+        return getattr(importlib.import_module(self.client_module), f"List{camel}sRequest")(**fields)
+
     # -- sync (worker) -------------------------------------------------------------------------
 
-    def find_jobs(self, identity: RequestIdentity) -> list[CustomJob]:
+    def find_jobs(self, identity: RequestIdentity) -> list[Any]:
         """Every job (any state, any attempt) carrying this task instance's identity label."""
-        from google.cloud.aiplatform_v1 import ListCustomJobsRequest
+        request = self._list_request(parent=self.parent, filter=identity.vertex_filter(), page_size=100)
+        client = self._client()
 
-        request = ListCustomJobsRequest(parent=self.parent, filter=identity.vertex_filter(), page_size=100)
+        def list_all() -> list[Any]:
+            return list(self._method(client, "list")(request=request, timeout=self.rpc_timeout))
 
-        def list_all() -> list[CustomJob]:
-            return list(self._client().list_custom_jobs(request=request, timeout=self.rpc_timeout))
-
-        return self._call(f"list custom jobs in {self.parent}", list_all)
+        return self._call(f"list {self.noun}s in {self.parent}", list_all)
 
     def find(self, identity: RequestIdentity) -> list[RequestStatus]:
         """Every job of this task instance, classified (``details["attempt"]``: its attempt)."""
-        return [job_status(job) for job in self.find_jobs(identity)]
+        return [self.status_of(job) for job in self.find_jobs(identity)]
 
     def decide(self, identity: RequestIdentity) -> ReattachDecision:
         """Look for this identity's earlier jobs and decide: reattach, take success, or submit."""
@@ -293,7 +320,7 @@ class VertexCustomJobBackend(GoogleBackend[DwsVertexAIHook, DwsVertexAIAsyncHook
         return choose_existing(candidates)
 
     def submit(
-        self, request: CustomJob, identity: RequestIdentity, request_id: str | None = None
+        self, request: Any, identity: RequestIdentity, request_id: str | None = None
     ) -> tuple[RequestStatus, bool]:
         """Create the job, or adopt the one an earlier, unanswered create already made.
 
@@ -305,27 +332,28 @@ class VertexCustomJobBackend(GoogleBackend[DwsVertexAIHook, DwsVertexAIAsyncHook
 
         def adopt() -> RequestStatus | None:
             decision = self.decide(identity)
-            return None if decision.name is None else job_status(self.get(decision.name))
+            return None if decision.name is None else self.status_of(self.get(decision.name))
 
         def create() -> RequestStatus:
-            return job_status(
-                client.create_custom_job(parent=self.parent, custom_job=request, timeout=self.rpc_timeout)
+            made = self._method(client, "create")(
+                parent=self.parent, **{self.resource: request}, timeout=self.rpc_timeout
             )
+            return self.status_of(made)
 
-        return self._create(f"create custom job in {self.parent}", create, adopt)
+        return self._create(f"create {self.noun} in {self.parent}", create, adopt)
 
     def submit_spec(self, spec: dict[str, Any], identity: RequestIdentity) -> tuple[RequestStatus, bool]:
         """:meth:`submit` for a JSON request spec (what a trigger is handed)."""
-        return self.submit(job_from_spec(spec), identity)
+        return self.submit(self.message_of(spec), identity)
 
-    def get(self, name: str) -> CustomJob:
+    def get(self, name: str) -> Any:
         """Read one job (``RequestNotFoundError`` when it does not exist)."""
-        return self._rpc(f"get {name}", self._client().get_custom_job, name=name)
+        return self._rpc(f"get {name}", self._method(self._client(), "get"), name=name)
 
     def get_status(self, name: str) -> RequestStatus | None:
         """Read one job, classified; ``None`` when it does not exist."""
         try:
-            return job_status(self.get(name))
+            return self.status_of(self.get(name))
         except RequestNotFoundError:
             return None
 
@@ -335,7 +363,7 @@ class VertexCustomJobBackend(GoogleBackend[DwsVertexAIHook, DwsVertexAIAsyncHook
         A cancelled job ends CANCELLED on its own shortly after; ``wait`` is not needed for that.
         """
         try:
-            self._rpc(f"cancel {name}", self._client().cancel_custom_job, name=name)
+            self._rpc(f"cancel {name}", self._method(self._client(), "cancel"), name=name)
         except (ConflictError, RequestNotFoundError):
             log.info("Job %s had already ended; nothing to cancel", name)
             return False
@@ -343,28 +371,25 @@ class VertexCustomJobBackend(GoogleBackend[DwsVertexAIHook, DwsVertexAIAsyncHook
 
     # -- async (triggerer) ---------------------------------------------------------------------
 
+    async def _aclient(self) -> Any:
+        return await self.async_hook.get_job_service_client(self.region)
+
     async def aget_status(self, name: str) -> RequestStatus:
         """Read one job, classified; one call, errors propagate (the shared poller retries)."""
-        client = await self.async_hook.get_job_service_client(self.region)
-        return job_status(await self._arpc_once(client.get_custom_job, name=name))
+        client = await self._aclient()
+        return self.status_of(await self._arpc_once(self._method(client, "get"), name=name))
 
     async def alist_live(self, only: Container[str] | None = None) -> dict[str, RequestStatus]:
         """Every live job of the region that the provider made (``dws_managed``), classified.
 
-        One list, paged. The filter uses only fields ListCustomJobs documents (``labels``,
+        One list, paged. The filter uses only fields the list methods document (``labels``,
         ``state``): ``update_time`` is not one of them, so a job that ended is absent and the
         shared poller reads it once. ``only``: classify just these names (the others are skipped
         unparsed). Errors propagate: the shared poller backs off as a whole.
         """
-        from google.cloud.aiplatform_v1 import ListCustomJobsRequest
-
-        client = await self.async_hook.get_job_service_client(self.region)
-        request = ListCustomJobsRequest(parent=self.parent, filter=LIVE_FILTER, page_size=LIST_PAGE_SIZE)
-        pager = await self._arpc_once(client.list_custom_jobs, request=request)
-        with translated():  # later pages are fetched while iterating
-            return await classify_listed(
-                (page.custom_jobs async for page in pager.pages), only, job_status, self._list_memo
-            )
+        return await self._alist(
+            LIVE_FILTER, lambda jobs: classify_listed(jobs, only, self.status_of, self._list_memo)
+        )
 
     async def alist_ended(
         self, wanted: Collection[str], created_after: datetime, scan_limit: int
@@ -372,30 +397,53 @@ class VertexCustomJobBackend(GoogleBackend[DwsVertexAIHook, DwsVertexAIAsyncHook
         """The ended jobs among ``wanted``: one paged list of the provider's jobs in an ended state
         created since ``created_after`` (``create_time`` is a documented filter field), at most
         about ``scan_limit`` jobs scanned. Errors propagate."""
-        from google.cloud.aiplatform_v1 import ListCustomJobsRequest
-
-        client = await self.async_hook.get_job_service_client(self.region)
-        request = ListCustomJobsRequest(
-            parent=self.parent,
-            filter=ended_since_filter("state", ENDED_STATES, created_after),
-            page_size=LIST_PAGE_SIZE,
+        return await self._alist(
+            ended_since_filter("state", ENDED_STATES, created_after),
+            lambda jobs: find_listed(jobs, wanted, self.status_of, scan_limit),
         )
-        pager = await self._arpc_once(client.list_custom_jobs, request=request)
-        with translated():
-            return await find_listed(
-                (page.custom_jobs async for page in pager.pages), wanted, job_status, scan_limit
-            )
+
+    async def _alist(self, filter_: str, read: Any) -> dict[str, RequestStatus]:
+        client = await self._aclient()
+        request = self._list_request(parent=self.parent, filter=filter_, page_size=LIST_PAGE_SIZE)
+        pager = await self._arpc_once(self._method(client, "list"), request=request)
+        field = f"{self.resource}s"
+        with translated():  # later pages are fetched while iterating
+            result: dict[str, RequestStatus] = await read(getattr(page, field) async for page in pager.pages)
+            return result
 
     @functools.cached_property
     def _list_memo(self) -> ListMemo:
-        return ListMemo(job_version)
+        return ListMemo(self.version_of)
 
     async def arelease(self, name: str) -> bool:
         """Cancel a job from the event loop; one already ended or gone is fine (False)."""
-        client = await self.async_hook.get_job_service_client(self.region)
+        client = await self._aclient()
         try:
-            await self._acall(f"cancel {name}", client.cancel_custom_job, name=name, timeout=self.rpc_timeout)
+            await self._acall(
+                f"cancel {name}", self._method(client, "cancel"), name=name, timeout=self.rpc_timeout
+            )
         except (ConflictError, RequestNotFoundError):
             log.info("Job %s had already ended; nothing to cancel", name)
             return False
         return True
+
+
+class VertexCustomJobBackend(VertexJobBackend):
+    """Vertex AI custom jobs with Flex Start scheduling (``aiplatform.v1``)."""
+
+    kind = VERTEX_JOB_KIND
+    resource = "custom_job"
+    client_module = "google.cloud.aiplatform_v1"
+    noun = "custom job"
+    sync_hook_class = DwsVertexAIHook
+    async_hook_class = DwsVertexAIAsyncHook
+
+    def status_of(self, job: Any) -> RequestStatus:
+        """:func:`job_status`."""
+        return job_status(job)
+
+    def message_of(self, spec: dict[str, Any]) -> Any:
+        """:func:`job_from_spec`."""
+        return job_from_spec(spec)
+
+    version_of = staticmethod(job_version)

@@ -29,6 +29,8 @@ INSTANCE_SET_NAME_KEY = "instance_set_name"
 GKE_PROVISIONING_REQUEST = "gke_provisioning_request"
 #: ``CreateGKEFlexStartJobOperator``: a Job on flex-start nodes (its release deletes it).
 GKE_FLEX_START_JOB = "gke_flex_start_job"
+#: ``DeployVertexAIFlexStartModelOperator``: a model deployed on flex-start (its teardown undeploys).
+VERTEX_DEPLOYMENT = "vertex_deployment"
 #: The XCom key under which the Job operators push the name of the Job they wait on.
 JOB_NAME_KEY = "job_name"
 #: ``FindCalendarBlockOperator``: the advice's choice of a calendar block.

@@ -38,9 +38,11 @@ DISTRIBUTIONS = {
     # itself leaves to an extra.
     "google.auth.transport.requests": "requests",
     "google.cloud.aiplatform_v1": "google-cloud-aiplatform",
+    "google.cloud.aiplatform_v1beta1": "google-cloud-aiplatform",
     "google.cloud.batch_v1": "google-cloud-batch",
     "google.cloud.compute_v1": "google-cloud-compute",
     "google.cloud.tpu_v2": "google-cloud-tpu",
+    "google.longrunning": "googleapis-common-protos",
     "google.protobuf": "protobuf",
     "google_auth_httplib2": "google-auth-httplib2",
     "googleapiclient": "google-api-python-client",

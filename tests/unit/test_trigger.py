@@ -142,7 +142,8 @@ def test_serialize_round_trips_defaults() -> None:
             {"kind": "gke"},
             ValueError,
             r"kind must be one of \['batch_job', 'compute_future_reservation', 'compute_instance_set', 'compute_resize_request', 'gke_flex_start_job', 'gke_kueue_job', 'gke_provisioning_request', "
-            r"'tpu_flex_start', 'tpu_queued_resource', 'vertex_custom_job'\], got 'gke'",
+            r"'tpu_flex_start', 'tpu_queued_resource', 'vertex_batch_prediction', 'vertex_custom_job', "
+            r"'vertex_endpoint_deployment'\], got 'gke'",
         ),
         (
             {"target": "started"},

@@ -1,0 +1,208 @@
+"""Serve a Vertex AI model on flex-start GPUs for a bounded campaign: deploy (setup) and undeploy
+(teardown) on an endpoint of the task's own (Preview, ``aiplatform.v1beta1``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_dws import facts, registry
+from airflow_provider_dws.links import VertexAIEndpointLink
+from airflow_provider_dws.operators.base import DwsQueuedRequestOperator
+from airflow_provider_dws.operators.checks import Check, duration, int_in, matches, str_len_in
+from airflow_provider_dws.operators.release import DwsSetupReleaseOperator
+from airflow_provider_dws.operators.vertex_inference import (
+    INFERENCE_CHECKS,
+    check_machine_placement,
+    check_model_region,
+)
+from airflow_provider_dws.specs import roles
+from airflow_provider_dws.specs.vertex_inference import MAX_RUNTIME_LIMIT
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_dws.scheduling.policies import Placement
+
+__all__ = ["DeployVertexAIFlexStartModelOperator", "UndeployVertexAIFlexStartModelOperator"]
+
+
+class DeployVertexAIFlexStartModelOperator(DwsQueuedRequestOperator):
+    """Deploy a model to a Vertex AI endpoint on flex-start GPUs and hand it to later tasks.
+
+    The task creates an endpoint of its own (``dws-<hash of the task instance>``, labelled with
+    its identity) unless it exists, then deploys ``model`` on ``replica_count`` machines of
+    ``machine_type`` with ``dedicated_resources.flex_start.max_runtime_duration = max_run``. It
+    waits in the triggerer until the model is deployed, then returns ``{"endpoint",
+    "endpoint_id", "deployed_model_id", "model", "region"}`` (``endpoint`` and
+    ``deployed_model_id`` are also XComs of their own) for the tasks in between. Vertex AI
+    undeploys the model ``max_run`` after the deploy request (the wait counts), so a campaign
+    never holds the GPUs longer; the teardown :class:`UndeployVertexAIFlexStartModelOperator`
+    gives them back as soon as the campaign ends and deletes the endpoint::
+
+        serve = DeployVertexAIFlexStartModelOperator(task_id="serve", ...)
+        done = UndeployVertexAIFlexStartModelOperator(task_id="undeploy", setup_task_id="serve")
+        serve >> evaluate >> done.as_teardown(setups=serve)
+
+    The API has no max wait for a deployment: at ``max_wait`` the provider cancels the deploy
+    operation (and undeploys the model if it came up meanwhile) and the task fails with
+    :class:`~airflow_provider_dws.exceptions.CapacityNotObtainedError`; an attempt that ends
+    without a deployment deletes the endpoint it made. A retried task finds its deployment again
+    (the endpoint and the deployed model's id come from its identity) instead of deploying twice.
+
+    :param region: the Vertex AI region (the model's).
+    :param model: ``projects/P/locations/R/models/M[@version]`` (templated).
+    :param machine_type: an accelerator-optimized machine type; its GPUs come with it (templated).
+    :param replica_count: machines deployed at once (``min_replica_count``; default 1).
+    :param max_replica_count: machines it may scale to (default: ``replica_count``).
+    :param max_run: ``maxRuntimeDuration``: how long after the deploy request the model is
+        undeployed (at most 7 days; longer than ``max_wait``; default 7 days).
+    :param display_name: the deployed model's display name (default ``<dag_id>.<task_id>``).
+    :param endpoint_display_name: the endpoint's display name (default: ``display_name``).
+    :param service_account: the service account the model's container runs as.
+
+    The parameters every queued request takes (``project_id``, ``max_wait``, ``labels``,
+    ``gcp_conn_id``, ``impersonation_chain``, ``poll_interval``, ``deferrable``, ``cancel_on_kill``,
+    ``window``, ``deadline``, ``capacity_retry``, ``failover`` to another machine type of the same
+    region) are :class:`~airflow_provider_dws.operators.base.DwsQueuedRequestOperator`'s.
+    """
+
+    template_fields: Sequence[str] = (
+        "project_id",
+        "region",
+        "model",
+        "machine_type",
+        "display_name",
+        "endpoint_display_name",
+        "labels",
+        "service_account",
+        "impersonation_chain",
+    )
+    template_fields_renderers = {"labels": "json"}
+    ADAPTER = registry.VERTEX_DEPLOYMENT_ADAPTER
+    ROLE = roles.VERTEX_DEPLOYMENT
+    operator_extra_links = (VertexAIEndpointLink(),)
+    ui_color = "#c5e1f5"
+    CHECKS: tuple[Check, ...] = (
+        *INFERENCE_CHECKS,
+        Check("replica_count", int_in(1, 1000), "must be an integer from 1 to 1000"),
+        Check("max_replica_count", int_in(1, 1000), "must be an integer from 1 to 1000", optional=True),
+        Check(
+            "endpoint_display_name",
+            str_len_in(1, 128),
+            "must be a string of 1 to 128 characters",
+            templated=True,
+            optional=True,
+        ),
+    )
+
+    def __init__(
+        self,
+        *,
+        region: str,
+        model: str,
+        machine_type: str,
+        replica_count: int = 1,
+        max_replica_count: int | None = None,
+        max_run: timedelta | int | float = MAX_RUNTIME_LIMIT,
+        display_name: str | None = None,
+        endpoint_display_name: str | None = None,
+        service_account: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.region = region
+        self.model = model
+        self.machine_type = machine_type
+        self.replica_count = replica_count
+        self.max_replica_count = max_replica_count
+        self.max_run = duration(self, "max_run", max_run, MAX_RUNTIME_LIMIT)
+        self.display_name = display_name
+        self.endpoint_display_name = endpoint_display_name
+        self.service_account = service_account
+        if self.max_run <= self.max_wait:
+            raise self._param_error(
+                f"max_run ({self.max_run}) must be longer than max_wait ({self.max_wait}): Vertex AI counts "
+                "the max runtime from the deploy request, so a deployment that waited its whole max wait "
+                "would have no time left to serve"
+            )
+        if (
+            type(max_replica_count) is int
+            and type(replica_count) is int
+            and max_replica_count < replica_count
+        ):
+            raise self._param_error(
+                f"max_replica_count ({max_replica_count}) must be at least replica_count ({replica_count})"
+            )
+        self.check_parameters(rendered=False)
+        self.check_policies()
+
+    def check_parameters(self, *, rendered: bool) -> None:
+        """Run :attr:`CHECKS`, then check that a regional model lives in the region."""
+        super().check_parameters(rendered=rendered)
+        check_model_region(self)
+
+    def check_placement(self, placement: Placement) -> None:
+        """A failover placement is another machine type of the same region (the model's)."""
+        check_machine_placement(self, placement, "deployment")
+
+    def home_placement(self) -> Placement:
+        """The operator's own region (with its own machine type)."""
+        from airflow_provider_dws.scheduling.policies import Placement
+
+        return Placement(location=self.region)
+
+
+class UndeployVertexAIFlexStartModelOperator(DwsSetupReleaseOperator):
+    """Give back the GPUs of a model its setup deployed: cancel a deployment still waiting,
+    undeploy every model on the setup task instance's endpoint (waited for), then delete the
+    endpoint. Already gone is success; the release is written to the request's record. Meant as
+    the teardown of :class:`DeployVertexAIFlexStartModelOperator`.
+
+    :param setup_task_id: the deploying task, in the same DAG.
+    :param region: the endpoint's region (templated); default: the setup task's.
+    :param project_id: the endpoint's project (templated); default: the setup's, else the connection's.
+    :param gcp_conn_id: Airflow connection; :param impersonation_chain: account(s) to impersonate.
+    """
+
+    template_fields: Sequence[str] = ("project_id", "region", "impersonation_chain")
+    operator_extra_links = (VertexAIEndpointLink(),)
+    ui_color = "#d2e3fc"
+    CHECKS: tuple[Check, ...] = (  # type: ignore[assignment]
+        *DwsSetupReleaseOperator.CHECKS,
+        Check(
+            "region",
+            matches(facts.REGION_PATTERN),
+            "must be a Vertex AI region such as 'us-central1'",
+            templated=True,
+            optional=True,
+        ),
+    )
+
+    def __init__(self, *, setup_task_id: str, region: str | None = None, **kwargs: Any) -> None:
+        self.region = region
+        super().__init__(setup_task_id=setup_task_id, **kwargs)
+
+    def execute(self, context: Context) -> Any:
+        """Take the region (and project) from the setup task when not given, then release."""
+        from airflow_provider_dws.specs.roles import task_in_role
+        from airflow_provider_dws.specs.templates import has_template
+
+        setup = task_in_role(self, self.setup_task_id, roles.VERTEX_DEPLOYMENT)
+        for name in ("region", "project_id"):
+            if setup is not None and getattr(self, name) is None:
+                value = getattr(setup, name)
+                setattr(self, name, setup.render_template(value, context) if has_template(value) else value)
+        if not self.region:
+            raise self._param_error(
+                f"region is not set and task {self.setup_task_id!r} is not a "
+                "DeployVertexAIFlexStartModelOperator of this DAG to take it from"
+            )
+        return super().execute(context)
+
+    def release(self, context: Context) -> dict[str, Any]:
+        """Undeploy and delete (:func:`~airflow_provider_dws.runtime.vertex_endpoint.release_deployments`)."""
+        from airflow_provider_dws.runtime.vertex_endpoint import release_deployments
+
+        return release_deployments(self, context)

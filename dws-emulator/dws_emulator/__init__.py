@@ -1,11 +1,17 @@
-"""``dws-emulator``: a local emulator of Vertex AI custom jobs, Cloud TPU queued resources, Cloud Batch jobs
-and Compute Engine flex-start VMs (MIG resize requests).
+"""``dws-emulator``: a local emulator of Vertex AI custom jobs, batch prediction jobs and model
+deployments, Cloud TPU queued resources, Cloud Batch jobs and Compute Engine flex-start VMs (MIG
+resize requests).
 
 It serves the real gRPC protocols on one loopback port, so the unmodified google client
 libraries, sync and async, talk to it over an insecure channel, and the REST APIs (Compute
 Engine) on the next port, ``http://HOST:PORT+1`` (:mod:`.core.rest`):
 
 * ``google.cloud.aiplatform.v1.JobService``: the CustomJob methods;
+* ``google.cloud.aiplatform.v1beta1.JobService``: the BatchPredictionJob methods, and
+  ``google.cloud.aiplatform.v1beta1.EndpointService``: ``CreateEndpoint``, ``GetEndpoint``,
+  ``ListEndpoints``, ``DeleteEndpoint``, ``DeployModel``, ``UndeployModel`` (long-running operations
+  named under their resource, ``projects/P/locations/L/endpoints/E/operations/ID``), with
+  flex-start deployments undeployed at their max runtime (life cycle in :mod:`.vertex_inference`);
 * ``google.cloud.tpu.v2.Tpu``: ``CreateQueuedResource`` / ``DeleteQueuedResource`` (long-running
   operations named ``projects/P/locations/ZONE/operations/operation-ID``),
   ``GetQueuedResource``, ``ListQueuedResources``, ``GetNode``, ``ListNodes``; every other Tpu
@@ -13,7 +19,8 @@ Engine) on the next port, ``http://HOST:PORT+1`` (:mod:`.core.rest`):
 * ``google.cloud.batch.v1.BatchService``: ``CreateJob``, ``GetJob``, ``ListJobs``, ``CancelJob`` /
   ``DeleteJob`` (long-running operations ``projects/P/locations/REGION/operations/operation-ID``),
   ``ListTasks``, ``GetTask`` (life cycle in :mod:`.batch.state`);
-* ``google.longrunning.Operations`` for the operations of all three;
+* ``google.longrunning.Operations`` for the operations of all of them (``CancelOperation`` withdraws
+  a model deployment still waiting for capacity; the other operations finish on their own);
 * Compute Engine REST (``/compute/v1/projects/P/...``, :mod:`.compute`): instance templates,
   zonal and regional instance group managers and their ``resizeRequests``, the VMs, and zone,
   region and global operations; its methods are named by Discovery id
@@ -26,7 +33,8 @@ Engine) on the next port, ``http://HOST:PORT+1`` (:mod:`.core.rest`):
   ``SetCapacity``, ``Preempt``, ``SetFaults``, ``GetFaults``, ``ClearFaults``, ``Outage``,
   ``GetStats``, ``ResetStats``, and calendar mode's ``ApproveFutureReservation``,
   ``DeclineFutureReservation``, ``PartlyFulfilFutureReservation``, ``EndFutureReservation``,
-  ``GetCalendar``, ``SetCalendar``) that lets tests and users inspect every request ever created,
+  ``GetCalendar``, ``SetCalendar``, and Vertex AI inference's ``GetVertexDeployments``,
+  ``ExpireVertexDeployment``) that lets tests and users inspect every request ever created,
   resize pools while it runs, preempt Spot TPUs, inject faults and count the calls received.
 
 GPUs and TPUs share one capacity model (:mod:`.core.capacity`): pools keyed ``LOCATION/ACCELERATOR``
@@ -63,7 +71,8 @@ Fault injection (:mod:`.core.faults`): ``serve --faults SPEC ...`` at start, ``d
 --port P SPEC ...`` (or ``EmulatorControl.set_faults``) at run time. A rule is
 ``METHOD=EFFECT[@RATE][xCOUNT][+FROM][..UNTIL]``:
 
-* ``METHOD``: ``*`` (every JobService, Tpu, BatchService, Operations and Compute REST method), ``SERVICE/*``
+* ``METHOD``: ``*`` (every JobService, EndpointService, Tpu, BatchService, Operations and Compute REST
+  method), ``SERVICE/*``
   (``google.cloud.tpu.v2.Tpu/*``), a full name (``google.cloud.aiplatform.v1.JobService/GetCustomJob``)
   or a short one (``GetCustomJob``, ``GetJob``). The control service is never faulted.
 * ``EFFECT``: ``UNAVAILABLE``, ``INTERNAL``, ``RESOURCE_EXHAUSTED``, ``DEADLINE_EXCEEDED``,
@@ -89,7 +98,8 @@ then stops the gRPC server and the REST listener, so clients see "connection ref
 (UNAVAILABLE), and after SECONDS serves the same state on the same ports again; the control
 service is down during it as well.
 
-Call counters (:mod:`.core.stats`): every call to JobService, Tpu, BatchService, Operations and a Compute REST route is counted by full
+Call counters (:mod:`.core.stats`): every call to JobService (v1 and v1beta1), EndpointService, Tpu,
+BatchService, Operations and a Compute REST route is counted by full
 method name when it arrives, before fault injection (so faulted calls count) and even for
 methods the emulator does not implement; control calls are not counted.
 ``EmulatorControl.stats()`` / ``dws-emulator stats --port P [--json]`` return ``{"calls":
@@ -117,7 +127,9 @@ Layout: one package per API over one shared core that imports none of them.
   an API plugs in as a :class:`~.core.api.Api` subclass (tick hooks, capacity holders it owns,
   gRPC handlers, control contributions).
 * :mod:`.vertex` (CustomJobs), :mod:`.tpu` (queued resources and nodes), :mod:`.batch` (jobs
-  and tasks): each its ``validation``, ``state`` and ``service``; :mod:`.compute` (MIGs and
+  and tasks): each its ``validation``, ``state`` and ``service``; :mod:`.vertex_inference`
+  (v1beta1 BatchPredictionJobs, Endpoints and deployments): ``validation``, ``batch``,
+  ``endpoints``, ``deployments``, ``records``, ``lro``, ``state`` and ``service``; :mod:`.compute` (MIGs and
   resize requests, REST): ``validation``, ``state``, ``vms``, ``resources`` and ``routes``.
 * the bootstrap: :mod:`.defaults` (default inventory, service names), :mod:`.state`
   (:class:`~.state.EmulatorState`, the core with every API), :mod:`.server`

@@ -68,7 +68,8 @@ from .process import LISTENING
 
 @contextlib.contextmanager
 def _without_aiplatform_services() -> Iterator[None]:
-    """Import only the ``types`` of ``google.cloud.aiplatform_v1``, ``tpu_v2``, ``batch_v1`` and ``compute_v1``.
+    """Import only the ``types`` of ``google.cloud.aiplatform_v1`` (and ``v1beta1``), ``tpu_v2``,
+    ``batch_v1`` and ``compute_v1``.
 
     Each package ``__init__`` imports every service client (~5 s and ~2 s); the emulator needs only
     the message types. Placeholder parent modules are installed for the import and removed
@@ -76,6 +77,7 @@ def _without_aiplatform_services() -> Iterator[None]:
     """
     with (
         _types_only("google.cloud.aiplatform_v1"),
+        _types_only("google.cloud.aiplatform_v1beta1"),
         _types_only("google.cloud.tpu_v2"),
         _types_only("google.cloud.batch_v1"),
         _types_only("google.cloud.compute_v1"),

@@ -52,6 +52,21 @@ class EmulatorControl:
         """
         return dict(self.call("Preempt", {"name": name})["queued_resource"])
 
+    # -- Vertex AI inference (v1beta1 Endpoints; an endpoint is ``projects/P/locations/L/endpoints/E``) --
+    def vertex_deployments(self) -> list[dict[str, Any]]:
+        """Every endpoint not deleted: ``{"name", "display_name", "project", "location", "labels",
+        "traffic_split", "deployed_models": [records], "waiting": [records]}``. A record (``kind``
+        ModelDeployment) has ``deployed_model_id``, ``state``, ``replicas``, ``accelerator_type``,
+        ``accelerator_count``, ``create_time`` (the DeployModel request) and ``expire_time``."""
+        return list(self.call("GetVertexDeployments")["endpoints"])
+
+    def expire_vertex_deployment(self, endpoint: str, deployed_model_id: str) -> dict[str, Any]:
+        """End a flex-start deployment now, as at its max runtime: a deployed model is undeployed, one
+        still waiting for capacity is dropped (its DeployModel operation ends DEADLINE_EXCEEDED).
+        Returns its record."""
+        body = {"endpoint": endpoint, "deployed_model_id": deployed_model_id}
+        return dict(self.call("ExpireVertexDeployment", body)["deployment"])
+
     # -- calendar mode (future reservations; a name is ``projects/P/zones/Z/futureReservations/N``) --
     def approve_future_reservation(self, name: str) -> dict[str, Any]:
         """Approve a PENDING_APPROVAL future reservation now; returns its record.

@@ -16,6 +16,8 @@ from .tpu import METHODS as TPU_METHODS
 from .tpu import TPU_SERVICE
 from .vertex import JOB_SERVICE
 from .vertex import METHODS as VERTEX_METHODS
+from .vertex_inference import ENDPOINT_METHODS, ENDPOINT_SERVICE, JOB_METHODS
+from .vertex_inference import JOB_SERVICE as V1BETA1_JOB_SERVICE
 
 #: Pools when ``serve`` gets no ``--capacity``: GPU pools (Vertex AI, Cloud Batch and Compute Engine share them)
 #: by region and Vertex accelerator name, TPU pools by zone and family in chips.
@@ -51,6 +53,9 @@ DEFAULT_CALENDAR_CAPACITY: dict[str, int] = {
 #: Every API's services (gRPC, and Compute Engine's REST service) and their emulated methods.
 SERVICES: dict[str, tuple[str, ...]] = {
     JOB_SERVICE: VERTEX_METHODS,
+    # Vertex AI inference: v1beta1 BatchPredictionJobs and Endpoints (other service names than v1's).
+    V1BETA1_JOB_SERVICE: JOB_METHODS,
+    ENDPOINT_SERVICE: ENDPOINT_METHODS,
     TPU_SERVICE: TPU_METHODS,
     BATCH_SERVICE: BATCH_METHODS,
     # Compute Engine and calendar mode are one REST service (``compute.v1``).

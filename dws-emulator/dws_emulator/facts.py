@@ -15,7 +15,12 @@ Sources, as cited below:
 * ``[calendar]``: Compute Engine, "Create a future reservation request in calendar mode"
   (cloud.google.com/compute/docs/instances/create-future-reservations-calendar-mode), and Cloud
   TPU's "Request a future reservation in calendar mode" (cloud.google.com/tpu/docs/calendar-mode-reservation);
-* ``[tpu vN]``: Cloud TPU's system architecture pages (cloud.google.com/tpu/docs/v2 ... /v6e).
+* ``[tpu vN]``: Cloud TPU's system architecture pages (cloud.google.com/tpu/docs/v2 ... /v6e);
+* ``[aiplatform.v1beta1]``: as ``[aiplatform.v1]``, the v1beta1 document (revision 20261106);
+* ``[gke tpus]``: GKE, "Plan TPUs in GKE" (cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus),
+  whose TPU machine types Vertex AI's ``MachineSpec.machine_type`` takes for TPU serving;
+* ``[flex-start inference]``: Vertex AI, "Use Flex-start VMs with inference" (Preview)
+  (cloud.google.com/vertex-ai/docs/predictions/use-flex-start-vms).
 
 Checked 2026-12. Where no stored page could be read, the fact says "not verified".
 """
@@ -106,6 +111,11 @@ MACHINE_GPUS: dict[str, tuple[str, int]] = {
     for series in GPU_SERIES
     for machine, count in series.machine_types().items()
 }
+#: GPUs attached to N1 machine types rather than built into a series [gpus]: the GPUs of no
+#: :data:`GPU_SERIES` (Vertex AI names).
+N1_GPUS: frozenset[str] = frozenset(gpu.vertex for gpu in GPUS) - {
+    VERTEX_NAME[series.gpu] for series in GPU_SERIES
+}
 #: The GPU machine types calendar mode reserves [calendar], as :data:`MACHINE_GPUS`.
 CALENDAR_MACHINES: dict[str, tuple[str, int]] = {
     machine: (VERTEX_NAME[series.gpu], count)
@@ -173,6 +183,24 @@ TPU_FAMILIES: dict[str, TpuFamily] = {
 MULTI_HOST_VM_CHIPS = 4
 #: Slices in one multislice queued resource: not verified (the emulator takes up to 256).
 MAX_SLICES = 256
+
+# -- Vertex AI inference (v1beta1 BatchPredictionJob, DeployedModel) ------------------------------
+
+#: Vertex AI's TPU serving machine types -> (the capacity pool's accelerator name, chips per
+#: machine). The machine types are GKE's single-host TPU VMs [gke tpus]; which of them Vertex AI
+#: serves on is not verified. Pools are named by ``AcceleratorType`` [aiplatform.v1beta1]
+#: (``TPU_V5_LITEPOD``); v6e has no such value, so its pools are ``REGION/TPU_V6E``.
+VERTEX_TPU_MACHINES: dict[str, tuple[str, int]] = {
+    **{f"ct5lp-hightpu-{chips}t": ("TPU_V5_LITEPOD", chips) for chips in (1, 4, 8)},
+    **{f"ct6e-standard-{chips}t": ("TPU_V6E", chips) for chips in (1, 4, 8)},
+}
+#: ``FlexStart.max_runtime_duration`` "can be set up to 7 days" [aiplatform.v1beta1]; a longer
+#: deployment request is rejected [flex-start inference].
+VERTEX_FLEX_MAX_RUNTIME_SECONDS = 7 * 24 * 3600.0
+#: ``MachineSpec.machine_type`` of a DeployedModel defaults to ``n1-standard-2`` [aiplatform.v1beta1].
+VERTEX_DEFAULT_DEPLOY_MACHINE = "n1-standard-2"
+#: ``BatchDedicatedResources.max_replica_count`` defaults to 10 [aiplatform.v1beta1].
+VERTEX_BATCH_DEFAULT_MAX_REPLICAS = 10
 
 # -- locations -----------------------------------------------------------------------------------
 

@@ -1,9 +1,9 @@
 """The emulator's state as served: the shared core hosting every API package.
 
 `EmulatorState` is a :class:`~.core.state.CoreState` with the Vertex AI, Cloud TPU, Cloud Batch,
-Compute Engine, calendar-mode and Kubernetes APIs registered (``state.vertex``, ``state.tpu``,
-``state.batch``, ``state.compute``, ``state.calendar``, ``state.kube``), in that order (their tick
-hooks run in it).
+Compute Engine, calendar-mode, Kubernetes and Vertex AI inference APIs registered (``state.vertex``,
+``state.tpu``, ``state.batch``, ``state.compute``, ``state.calendar``, ``state.kube``,
+``state.vertex_inference``), in that order (their tick hooks run in it).
 """
 
 from __future__ import annotations
@@ -21,9 +21,18 @@ from .defaults import DEFAULT_CALENDAR_CAPACITY
 from .kube.state import KubeState
 from .tpu.state import TpuState
 from .vertex.state import VertexState
+from .vertex_inference.state import VertexInferenceState
 
 #: The APIs every emulator hosts, in tick order.
-APIS: tuple[type[Api], ...] = (VertexState, TpuState, BatchState, ComputeState, CalendarState, KubeState)
+APIS: tuple[type[Api], ...] = (
+    VertexState,
+    TpuState,
+    BatchState,
+    ComputeState,
+    CalendarState,
+    KubeState,
+    VertexInferenceState,
+)
 
 __all__ = ["APIS", "EmulatorState"]
 
@@ -41,6 +50,7 @@ class EmulatorState(CoreState):
     compute: ComputeState
     calendar: CalendarState
     kube: KubeState
+    vertex_inference: VertexInferenceState
 
     def __init__(
         self,

@@ -13,7 +13,7 @@ import dws_emulator as emulator_package
 
 ROOT = Path(emulator_package.__file__).parent
 PREFIX = "dws_emulator"
-API_PACKAGES = ("vertex", "tpu", "batch", "compute", "calendar", "kube")
+API_PACKAGES = ("vertex", "tpu", "batch", "compute", "calendar", "kube", "vertex_inference")
 
 
 def module_name(path: Path) -> str:

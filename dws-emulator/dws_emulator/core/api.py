@@ -13,6 +13,8 @@ hands its class to :class:`~.state.CoreState`. What an API contributes:
 * ``requests`` (the control API's inventory of requests) and ``control_methods`` (extra control
   calls, e.g. TPU ``Preempt``);
 * ``forget_operation``: a long-running operation of its own was deleted by a client;
+* ``cancel_operation``: a client asked to cancel a long-running operation (AIP-151: best effort);
+  an API whose operation can still be stopped does so and says it handled it;
 * ``reservation_ended``: a reservation one of its holders consumes is gone
   (:mod:`.reservations`): end that holder as the API would.
 
@@ -102,6 +104,11 @@ class Api:
 
     def forget_operation(self, name: str) -> None:
         """A client deleted operation ``name``; drop any pending completion of it."""
+
+    def cancel_operation(self, name: str, now: float) -> bool:
+        """A client asked to cancel operation ``name``: stop it if it is this API's and can still be
+        stopped (ending it with code CANCELLED). True if it is this API's, stopped or not."""
+        return False
 
     def reservation_ended(self, holder: str, reservation: Reservation, message: str, now: float) -> None:
         """``reservation``, which ``holder`` consumes (or waits for), is gone: end ``holder``."""

@@ -19,7 +19,9 @@ server turns into ``INVALID_ARGUMENT``.
 Filters are evaluated against a plain dict record with keys ``state`` (enum name),
 ``display_name``, ``labels`` (dict) and ``create_time`` (epoch seconds). An API whose state field
 is spelled differently (Cloud Batch's ``status.state``) passes ``state_field``; ``fields`` limits
-the fields it accepts (the others are refused as unsupported).
+the fields it accepts (the others are refused as unsupported); ``id_fields`` are fields compared
+whole with ``=`` and ``!=`` only (a resource id: ListEndpoints' ``endpoint``), read from the
+record under the same key.
 """
 
 from __future__ import annotations
@@ -256,6 +258,7 @@ class _Spec:
     states: Collection[str]
     state_field: str
     fields: Collection[str] | None
+    id_fields: Collection[str] = ()
 
 
 def _compile_compare(node: Compare, spec: _Spec) -> Predicate:
@@ -270,6 +273,10 @@ def _compile_compare(node: Compare, spec: _Spec) -> Predicate:
         if value not in states:
             raise FilterError(f"unknown job state {value!r}")
         return lambda rec: _compare(op, rec["state"], value)
+    if head in spec.id_fields and len(node.path) == 1:
+        if op not in ("=", "!="):
+            raise FilterError(f"{head} supports only = and !=, not {op!r}")
+        return lambda rec: _compare(op, rec[head], value)
     if head == "display_name" and len(node.path) == 1:
         if op == ":":
             return lambda rec: fnmatch.fnmatchcase(rec["display_name"], value)
@@ -319,13 +326,15 @@ def compile_job_filter(
     *,
     state_field: str = "state",
     fields: Collection[str] | None = None,
+    id_fields: Collection[str] = (),
 ) -> Predicate:
     """Compile a list filter into a predicate over a record dict.
 
     ``state_field`` is how the filter spells the state (``status.state`` for Cloud Batch), whose
-    value must be one of ``states``; ``fields`` (top-level names) limits what else may be used.
+    value must be one of ``states``; ``fields`` (top-level names) limits what else may be used;
+    ``id_fields`` (listed in ``fields`` too when that is given) take ``=`` and ``!=`` only.
     """
     node = parse(text)
     if node is None:
         return lambda rec: True
-    return _compile(node, _Spec(states, state_field, fields))
+    return _compile(node, _Spec(states, state_field, fields, id_fields))

@@ -170,8 +170,15 @@ class CoreState:
                 api.forget_operation(name)
 
     def cancel_operation(self, name: str) -> None:
-        # The emulator's operations finish on their own within a tick or two; nothing to cancel.
-        self.get_operation(name)
+        """CancelOperation, best effort (AIP-151): the API whose operation ``name`` is may stop it
+        (:meth:`~.api.Api.cancel_operation`); most finish on their own within a tick or two, and
+        cancelling one of those, or one already done, changes nothing."""
+        with self.lock:
+            self.get_operation(name)  # ticks first; NOT_FOUND for an unknown operation
+            now = self.clock()
+            for api in self.apis.values():
+                if api.cancel_operation(name, now):
+                    break
 
     def operation_done(self, name: str) -> bool:
         return self.get_operation(name).done

@@ -2,8 +2,8 @@
 
 Starts ``dws-emulator`` on a free loopback port with its default inventory, prepares a throwaway
 Airflow home (SQLite), runs the Vertex AI Flex Start example and then the TPU queued-resource,
-Cloud Batch, Compute Engine flex-start VM, calendar-mode and GKE (ProvisioningRequest, Kueue)
-examples with ``dag.test()`` (what ``airflow dags test`` runs), one after another in one process
+Cloud Batch, Compute Engine flex-start VM, calendar-mode, GKE (ProvisioningRequest, Kueue,
+flex-start) and Vertex AI inference examples with ``dag.test()`` (what ``airflow dags test`` runs), one after another in one process
 (``scripts/run_dags.py``: a process per DAG cost several times the CPU of the runs), prints
 every request's final state with its wait and run times
 as the emulator recorded them, and stops the emulator (``--emulator HOST:PORT`` uses a running one and
@@ -38,6 +38,7 @@ DAG_IDS = (
     "dws_gke_provisioning_request",
     "dws_gke_kueue_job",
     "dws_gke_flex_start_job",
+    "dws_vertex_inference",
 )
 
 
@@ -194,6 +195,21 @@ def main(argv: list[str] | None = None) -> int:
                 f"{req['accelerator_type']}) for pod {req['display_name']}: waited {waited or 0:.1f}s for "
                 f"capacity, ran pods {', '.join(req['pods']) or 'none'}, state {req['state']}"
             )
+        elif req["kind"] == "BatchPredictionJob":
+            waited = _seconds(req["create_time"], req["start_time"] or req["end_time"])
+            ran = _seconds(req["start_time"], req["end_time"]) or 0.0
+            print(
+                f"    flex-start batch prediction on {req['accelerator_count']} x {req['accelerator_type']}: "
+                f"waited {waited or 0:.1f}s for capacity, ran {ran:.1f}s, final state {req['state']}"
+            )
+        elif req["kind"] == "ModelDeployment":
+            waited = _seconds(req["create_time"], req["deploy_time"] or req["end_time"])
+            served = _seconds(req["deploy_time"], req["end_time"])
+            print(
+                f"    model {req['deployed_model_id']} on {req['accelerator_count']} x {req['accelerator_type']} "
+                f"(flex-start): waited {waited or 0:.1f}s to deploy, served {served or 0:.1f}s, final state "
+                f"{req['state']}"
+            )
         elif req["kind"] == "ProvisioningRequest":
             waited = _seconds(req["create_time"], req["start_time"] or req["end_time"])
             print(
@@ -219,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     # The ProvisioningRequest example's and the one Kueue made for the Kueue example's Job.
     provisioning = [r for r in requests if r["kind"] == "ProvisioningRequest"]
     flex_nodes = [r for r in requests if r["kind"] == "FlexStartNode"]
+    inference = [r for r in requests if r["kind"] in ("BatchPredictionJob", "ModelDeployment")]
     # The Vertex AI example's job and the calendar example's training job; its TPU slice, the
     # TPU example's and the flex-start example's; the calendar example's GPU and TPU blocks.
     ok = (
@@ -243,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
         # now, until the autoscaler scales them down).
         and len(flex_nodes) == 2
         and all(r["start_time"] and len(r["pods"]) == 1 and not r["active_pods"] for r in flex_nodes)
+        # The inference example's batch job ran to its end; its model was deployed, then undeployed
+        # by the teardown (long before its max runtime).
+        and [(r["kind"], r["state"]) for r in inference]
+        == [("BatchPredictionJob", "JOB_STATE_SUCCEEDED"), ("ModelDeployment", "UNDEPLOYED")]
     )
     return 0 if ok else 1
 

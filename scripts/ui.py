@@ -35,6 +35,7 @@ EXAMPLE_DAGS = (
     "dws_gke_provisioning_request",
     "dws_gke_kueue_job",
     "dws_gke_flex_start_job",
+    "dws_vertex_inference",
 )
 WORKDIR = ROOT / ".airflow" / "ui"
 

@@ -35,6 +35,7 @@ from tests.airflow import (
     test_tpu_flex_start_dag,
     test_tpu_queued_resource_dag,
     test_vertex_flex_start_dag,
+    test_vertex_inference_dag,
 )
 from tests.airflow.browser import IMAGES, MISSING, open_page
 from tests.airflow.conftest import ROOT, ExampleRun, split_by_dag
@@ -58,6 +59,7 @@ DEMO = {
     "dws_gke_provisioning_request": ("request_nodes", "gke_provisioning_request", "succeeded"),
     "dws_gke_kueue_job": ("finetune", "gke_kueue_job", "succeeded"),
     "dws_gke_flex_start_job": ("evaluate", "gke_flex_start_job", "succeeded"),
+    "dws_vertex_inference": ("score_inputs", "vertex_batch_prediction", "succeeded"),
 }
 #: The phases the page lists under "Running or held" (the others under "Ended").
 HELD = {"running"}
@@ -73,6 +75,7 @@ CHECKS = {
     "dws_gke_provisioning_request": test_gke_provisioning_request_dag.check_example,
     "dws_gke_kueue_job": test_gke_kueue_job_dag.check_example,
     "dws_gke_flex_start_job": test_gke_flex_start_job_dag.check_example,
+    "dws_vertex_inference": test_vertex_inference_dag.check_example,
 }
 
 

@@ -1,6 +1,6 @@
 """The system-test DAGs of ``tests/system/dags``, each run to its end.
 
-Two targets. ``emulator``: all ten against one ``dws-emulator``, in every ``make test`` (so the
+Two targets. ``emulator``: all eleven against one ``dws-emulator``, in every ``make test`` (so the
 files cannot rot), one after another in one process (``scripts/run_dags.py``: ``dag.test()``, what
 ``airflow dags test`` runs, without a process start per DAG, which was most of their CPU): each run
 succeeds, its workload check ran, the sweep found nothing left to release (the DAG's own teardowns
@@ -28,6 +28,7 @@ DAGS = Path(__file__).parent / "dags"
 #: and SYSTEM_TESTS_ENV_ID.
 SYSTEM_DAGS: dict[str, tuple[str, ...]] = {
     "dws_system_vertex_ai": (),
+    "dws_system_vertex_inference": ("SYSTEM_TESTS_VERTEX_MODEL", "SYSTEM_TESTS_VERTEX_BUCKET"),
     "dws_system_batch": (),
     "dws_system_compute": (),
     "dws_system_compute_instances": (),
@@ -76,7 +77,13 @@ def left_on_emulator(emulator: Any, dag_id: str) -> list[tuple[str, str, str]]:
             continue
         kind = record["kind"]
         held = kind in DELETED_KINDS and not record["deleted"]
-        running = kind in ("CustomJob", "BatchJob") and record["state"] not in ENDED_STATES
+        running = (
+            kind in ("CustomJob", "BatchJob", "BatchPredictionJob") and record["state"] not in ENDED_STATES
+        )
+        # A model still deployed, or a deployment still waiting for its machines.
+        running = running or (
+            kind == "ModelDeployment" and record["state"] in ("WAITING", "STARTING", "DEPLOYED")
+        )
         # A flex-start node may stay up, empty, until the autoscaler scales it down (as on GKE); a
         # node still asked for, or one still running a pod of the run, is left behind.
         waiting = kind == "FlexStartNode" and (

@@ -150,6 +150,6 @@ def test_unknown_backend_kind() -> None:
         match=r"unknown DWS backend kind 'gke'; known: \['batch_job', 'compute_future_reservation', "
         r"'compute_instance_set', 'compute_resize_request', 'gke_flex_start_job', 'gke_kueue_job', 'gke_provisioning_request', "
         r"'tpu_flex_start', 'tpu_queued_resource', 'vertex_batch_prediction', 'vertex_custom_job', "
-            r"'vertex_endpoint_deployment'\]",
+        r"'vertex_endpoint_deployment'\]",
     ):
         backend_from_spec("gke", {})

@@ -58,6 +58,15 @@ LIVE_STATES = {
     "InstanceSet": {"PENDING", "RUNNING"},
     # A Job's flex-start nodes, one record per Job (see flex_job_sets).
     "FlexStartJob": {"WAITING", "RUNNING"},
+    # Vertex AI inference: a batch prediction job, and a model deployment (waiting, then deployed
+    # until its teardown or its max runtime undeploys it).
+    "BatchPredictionJob": {
+        "JOB_STATE_QUEUED",
+        "JOB_STATE_PENDING",
+        "JOB_STATE_RUNNING",
+        "JOB_STATE_CANCELLING",
+    },
+    "ModelDeployment": {"WAITING", "STARTING", "DEPLOYED"},
 }
 #: For duplicates, a request stops counting once it was given up: CANCELLING holds no new capacity.
 GIVEN_UP_STATES = {"JOB_STATE_CANCELLING", "SUSPENDING", "CANCELLATION_IN_PROGRESS", "DELETION_IN_PROGRESS"}
@@ -73,6 +82,8 @@ SUCCESS_STATES = {
     "ProvisioningRequest": "PROVISIONED",
     "InstanceSet": "RUNNING",
     "FlexStartJob": "RUNNING",
+    "BatchPredictionJob": "JOB_STATE_SUCCEEDED",
+    "ModelDeployment": "DEPLOYED",
 }
 #: Waiting for capacity (a Flex Start Batch job stays QUEUED until its VMs can be created).
 WAITING_STATES = {
@@ -189,6 +200,9 @@ def final_state(record: dict[str, Any]) -> str:
         return "RELEASED" if "ACTIVE" in reached else "DELETED"
     if record["kind"] == "BatchJob" and record["deleted"]:
         return "DELETED"
+    if record["kind"] == "ModelDeployment" and state == "UNDEPLOYED":
+        # Released: deployed, then undeployed (by the teardown, or its max runtime).
+        return "RELEASED"
     if record["kind"] == "ResizeRequest":
         # Released: its VMs were deleted after it SUCCEEDED (by the teardown or the run duration).
         if state == "SUCCEEDED" and record["vms_deleted"]:

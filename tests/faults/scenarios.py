@@ -40,6 +40,8 @@ from tests.faults.context import (
 )
 from tests.faults.gke_scenarios import GKE_DAG_IDS, GKE_SCENARIOS
 from tests.faults.harness import TASK_HEARTBEAT_TIMEOUT, TRIGGERER_HEALTH_THRESHOLD, HarnessError, wait_for
+from tests.faults.inference_scenarios import INFERENCE_DAG_IDS, INFERENCE_SCENARIOS
+from tests.faults.inference_scenarios import SHARED_REGION as INFERENCE_SHARED_REGION
 from tests.faults.instance_scenarios import INSTANCE_SCENARIOS, INSTANCES_DAG_IDS
 from tests.faults.page_view import check_page_shows_ended
 from tests.faults.success_scenarios import SUCCESS_SCENARIOS
@@ -737,6 +739,7 @@ SCENARIOS: list[Scenario] = [
         shared=True,
     ),
     *GKE_SCENARIOS,
+    *INFERENCE_SCENARIOS,
     *TPU_SCENARIOS,
     *INSTANCE_SCENARIOS,
     *SUCCESS_SCENARIOS,
@@ -775,6 +778,10 @@ REGIONS = {
                 "asia-northeast3",
                 "asia-east2",
                 "europe-central2",
+                "us-east7",
+                "europe-southwest1",
+                "asia-southeast2",
+                "me-central1",
             ],
             strict=False,
         )
@@ -797,6 +804,7 @@ DAG_IDS = [
     CALENDAR_DAG,
     "dws_fault_calendar_kill_after_submit",
     *GKE_DAG_IDS,
+    *INFERENCE_DAG_IDS,
     *TPU_DAG_IDS,
     *INSTANCES_DAG_IDS,
 ]
@@ -813,6 +821,7 @@ def emulator_pools() -> dict[str, int]:
         **{tpu_pool(region): 0 for region in REGIONS.values()},
         **{flex_pool(region): 0 for region in REGIONS.values()},
         FLEX_SHARED_POOL: 0,
+        f"{INFERENCE_SHARED_REGION}/{L4}": 0,
     }
 
 

@@ -107,6 +107,9 @@ FOREIGN_OPERATORS = {
     "KubernetesPodOperator",
     "SomeOperator",
     "FlexStartCustomJobOperator",
+    # apache-airflow-providers-google's, compared with in docs/operators/vertex-ai-inference.md.
+    "CreateBatchPredictionJobOperator",
+    "DeployModelOperator",
 }
 
 

@@ -132,11 +132,40 @@ def when(raw: Any, field_name: str) -> datetime | None:
 
 
 @functools.cache
-def _enum_names(enum_name: str) -> dict[int, str]:
+def enum_names(enum_name: str, module: str = "google.cloud.aiplatform_v1") -> dict[int, str]:
     """Number -> name of one of aiplatform's enums (``JobState``, ``AcceleratorType``)."""
-    from google.cloud import aiplatform_v1
+    return {member.value: member.name for member in getattr(importlib.import_module(module), enum_name)}
 
-    return {member.value: member.name for member in getattr(aiplatform_v1, enum_name)}
+
+def message_class(path: str) -> Any:
+    """An aiplatform message class by ``"module:Name"``."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def message_dict(cls: Any, job: Any) -> dict[str, Any]:
+    """A job as the task returns it: proto field names, enums by name."""
+    return dict(cls.to_dict(job, use_integers_for_enums=False, preserving_proto_field_name=True))
+
+
+def message_from_spec(cls: Any, spec: dict[str, Any]) -> Any:
+    """The ``cls`` message of a JSON request spec (``RequestAdapter.request_spec``): field names as
+    in the proto or in JSON, durations as ``"3600s"``, enums by name; an unknown field is refused
+    (``ValueError``), as the API would refuse it."""
+    from google.protobuf.json_format import ParseError
+
+    try:
+        return cls.from_json(json.dumps(spec))
+    except ParseError as err:
+        raise ValueError(f"not a valid {cls.__name__}: {err}") from None
+
+
+def raw_version(raw: Any) -> tuple[int, int, int]:
+    """What changes whenever a job's status would read something new: its update time and state."""
+    return raw.update_time.seconds, raw.update_time.nanos, raw.state
+
+
+_CUSTOM_JOB = "google.cloud.aiplatform_v1:CustomJob"
 
 
 def _raw(job: CustomJob) -> Any:
@@ -145,9 +174,7 @@ def _raw(job: CustomJob) -> Any:
     Classifying thousands of listed or ended jobs in the triggerer's event loop is then a few
     microseconds each, where proto-plus attribute access cost about 130.
     """
-    from google.cloud.aiplatform_v1 import CustomJob as CustomJobMessage
-
-    return CustomJobMessage.pb(job)
+    return message_class(_CUSTOM_JOB).pb(job)
 
 
 def job_accelerators(job: CustomJob) -> tuple[int, str, str]:
@@ -156,7 +183,7 @@ def job_accelerators(job: CustomJob) -> tuple[int, str, str]:
     total = 0
     accelerator = ""
     machine = ""
-    accelerators = _enum_names("AcceleratorType")
+    accelerators = enum_names("AcceleratorType")
     for pool in _raw(job).job_spec.worker_pool_specs:
         spec = pool.machine_spec
         machine = machine or spec.machine_type
@@ -179,7 +206,7 @@ def job_status(job: CustomJob) -> RequestStatus:
     raw = _raw(job)
     region = parse_job_name(raw.name)[0] if raw.name else ""
     # A state added to the API after this release keeps its number as its name (unknown: waiting).
-    state = _enum_names("JobState").get(raw.state, str(raw.state))
+    state = enum_names("JobState").get(raw.state, str(raw.state))
     started = when(raw, "start_time")
     outcome = VERTEX_JOB_STATES.classify(
         state, started=started is not None, error_code=raw.error.code, error_message=raw.error.message
@@ -214,29 +241,18 @@ def job_status(job: CustomJob) -> RequestStatus:
 
 def job_dict(job: CustomJob) -> dict[str, Any]:
     """A ``CustomJob`` as the task returns it: proto field names, enums by name."""
-    from google.cloud.aiplatform_v1 import CustomJob as CustomJobMessage
-
-    return dict(CustomJobMessage.to_dict(job, use_integers_for_enums=False, preserving_proto_field_name=True))
+    return message_dict(message_class(_CUSTOM_JOB), job)
 
 
 def job_from_spec(spec: dict[str, Any]) -> CustomJob:
-    """The ``CustomJob`` message of a JSON request spec (``RequestAdapter.request_spec``): field
-    names as in the proto or in JSON, durations as ``"3600s"``, enums by name; an unknown field is
-    refused (``ValueError``), as the API would refuse it."""
-    from google.cloud.aiplatform_v1 import CustomJob as CustomJobMessage
-    from google.protobuf.json_format import ParseError
-
-    try:
-        return CustomJobMessage.from_json(json.dumps(spec))
-    except ParseError as err:
-        raise ValueError(f"not a valid CustomJob: {err}") from None
+    """The ``CustomJob`` message of a JSON request spec (:func:`message_from_spec`)."""
+    job: CustomJob = message_from_spec(message_class(_CUSTOM_JOB), spec)
+    return job
 
 
 def job_version(job: CustomJob) -> tuple[int, int, int]:
-    """What changes whenever :func:`job_status` would read something new: the update time and the
-    state, read from the raw message (no proto-plus conversion)."""
-    raw = _raw(job)
-    return raw.update_time.seconds, raw.update_time.nanos, raw.state
+    """What changes whenever :func:`job_status` would read something new (no proto-plus conversion)."""
+    return raw_version(_raw(job))
 
 
 class VertexJobBackend(GoogleBackend[Any, Any]):

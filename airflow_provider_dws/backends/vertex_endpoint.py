@@ -14,9 +14,11 @@ deployed model's id is the identity's too (:func:`~..specs.vertex_inference.depl
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Container, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any, cast
@@ -35,7 +37,6 @@ from airflow_provider_dws.scheduling.phases import FailureKind, Outcome, Phase, 
 from airflow_provider_dws.scheduling.reattach import Candidate, ReattachDecision, choose_existing
 from airflow_provider_dws.specs.vertex_inference import (
     VERTEX_DEPLOYMENT_KIND,
-    deployed_model_id,
     endpoint_id,
     parse_operation_name,
 )
@@ -48,19 +49,41 @@ _NOT_OBTAINED_CODES = frozenset({4, 8, 14})
 _BAD_REQUEST_CODES = frozenset({RPC_INVALID_ARGUMENT, RPC_FAILED_PRECONDITION, RPC_PERMISSION_DENIED, 5})
 _CANCELLED = 1
 #: An operation's state, as this backend names it: waiting (``DEPLOYING``), deployed, undeployed
-#: since (its max runtime ended, or a teardown), or ended without a deployment.
+#: since (its max runtime ended, a teardown, a give-up), or ended without a deployment. An undeployed
+#: model is not a success to adopt: its machines are gone (a lookup deploys again, a wait that
+#: finds it so fails as capacity taken back).
 DEPLOYMENT_PHASES: dict[str, Phase] = {
     "DEPLOYING": Phase.WAITING,
     "DEPLOYED": Phase.RUNNING,
-    "UNDEPLOYED": Phase.SUCCEEDED,
+    "UNDEPLOYED": Phase.FAILED,
     "FAILED_TO_DEPLOY": Phase.FAILED,
 }
 #: How many operations one list page asks for (an endpoint of one task has a handful).
 _PAGE = 100
+#: How long a give-up waits for a cancelled deploy operation to end (cancel is best effort), and
+#: how often it looks.
+CANCEL_SETTLE_SECONDS = 60.0
+CANCEL_POLL_SECONDS = 2.0
+
+
+def split_without(endpoint: Any, model_id: str) -> dict[str, int]:
+    """The endpoint's traffic split with ``model_id`` taken out, its share given to the model that
+    has the most of what is left (empty when no other model stays)."""
+    split = {key: share for key, share in endpoint.traffic_split.items() if key != model_id}
+    others = [model.id for model in endpoint.deployed_models if model.id != model_id]
+    if not others:
+        return {}
+    freed = endpoint.traffic_split.get(model_id, 0) + sum(v for k, v in split.items() if k not in others)
+    split = {key: share for key, share in split.items() if key in others}
+    heir = max(others, key=lambda key: (split.get(key, 0), key))
+    split[heir] = split.get(heir, 0) + freed
+    return split
 
 
 def classify_deployment(state: str, *, error_code: int = 0, error_message: str = "") -> Outcome:
     """The outcome of a deployment state and, for ``FAILED_TO_DEPLOY``, its error's code."""
+    if state == "UNDEPLOYED":
+        return Outcome(Phase.FAILED, FailureKind.PREEMPTED, error_message or "the model was undeployed")
     if state != "FAILED_TO_DEPLOY":
         return Outcome(DEPLOYMENT_PHASES.get(state, Phase.WAITING), None, error_message)
     if error_code in _NOT_OBTAINED_CODES:
@@ -235,10 +258,13 @@ class VertexDeploymentBackend(GoogleBackend[DwsVertexAIBetaHook, DwsVertexAIEndp
         """Every deployment on the task instance's endpoint, classified; the attempt of each is its
         place among the endpoint's deploy operations (the first is attempt 1)."""
         endpoint = self.endpoint_name(identity)
-        deployed = self.deployed_ids(endpoint)
-        if deployed is None:
+        try:
+            operations = self.operations(endpoint)
+        except RequestNotFoundError:
             return []
-        return [deployment_status(op, deployed, n) for n, op in enumerate(self.operations(endpoint), 1)]
+        # Read after the list: a deployment done in between is seen deployed, never undeployed.
+        deployed = self.deployed_ids(endpoint) or set()
+        return [deployment_status(op, deployed, n) for n, op in enumerate(operations, 1)]
 
     def decide(self, identity: RequestIdentity) -> ReattachDecision:
         """Reattach to a live deployment, take a deployed one, or deploy."""
@@ -265,7 +291,13 @@ class VertexDeploymentBackend(GoogleBackend[DwsVertexAIBetaHook, DwsVertexAIEndp
             )
             return deployment_status(operation.operation, None, identity.attempt)
 
-        return self._create(f"deploy a model to {endpoint}", create, adopt)
+        try:
+            return self._create(f"deploy a model to {endpoint}", create, adopt)
+        except RequestAlreadyExistsError:  # this attempt's model id: a lost reply's deployment
+            existing = adopt()
+            if existing is None:
+                raise
+            return existing, False
 
     def get_status(self, name: str) -> RequestStatus | None:
         """Read one deployment (its operation, and its endpoint once done); ``None`` when gone."""
@@ -290,10 +322,27 @@ class VertexDeploymentBackend(GoogleBackend[DwsVertexAIBetaHook, DwsVertexAIEndp
             return False
         if status.phase is Phase.WAITING:
             self._cancel(name)
-            status = self.get_status(name)
+            status = self._settled(name, CANCEL_SETTLE_SECONDS if wait else 0.0)
         if status is not None and status.state == "DEPLOYED":
             self.undeploy(status.details["endpoint"], status.details["deployed_model_id"], wait=wait)
+        elif status is not None and status.phase is Phase.WAITING:
+            log.warning(
+                "%s still waits %.0fs after its cancel (best effort): if its model comes up, the "
+                "teardown or the task's next try undeploys it",
+                name,
+                CANCEL_SETTLE_SECONDS,
+            )
         return True
+
+    def _settled(self, name: str, within: float) -> RequestStatus | None:
+        """The deployment read again until its operation is done, for at most ``within`` seconds:
+        a cancelled long-running operation may take a while to end (cancel is best effort)."""
+        deadline = time.monotonic() + within
+        status = self.get_status(name)
+        while status is not None and status.phase is Phase.WAITING and time.monotonic() < deadline:
+            time.sleep(CANCEL_POLL_SECONDS)
+            status = self.get_status(name)
+        return status
 
     def _cancel(self, name: str) -> None:
         from google.longrunning import operations_pb2
@@ -308,13 +357,19 @@ class VertexDeploymentBackend(GoogleBackend[DwsVertexAIBetaHook, DwsVertexAIEndp
             log.info("Deployment %s had already ended; nothing to cancel", name)
 
     def undeploy(self, endpoint: str, model_id: str, *, wait: bool = True) -> bool:
-        """Undeploy one model from ``endpoint`` (its machines go back); not deployed is fine (False)."""
+        """Undeploy one model from ``endpoint`` (its machines go back), its traffic given to the models
+        that stay (Vertex AI refuses to undeploy a model with traffic beside others); not deployed
+        is fine (False)."""
+        raw = self.get_endpoint(endpoint)
+        if raw is None:
+            return False
         try:
             operation = self._rpc(
                 f"undeploy {model_id} from {endpoint}",
                 self._client().undeploy_model,
                 endpoint=endpoint,
                 deployed_model_id=model_id,
+                traffic_split=split_without(raw, model_id),
             )
         except RequestNotFoundError:
             return False
@@ -381,8 +436,10 @@ class VertexDeploymentBackend(GoogleBackend[DwsVertexAIBetaHook, DwsVertexAIEndp
                 return live
 
     async def arelease(self, name: str) -> bool:
-        """Give a deployment up from the event loop: cancel its operation (best effort), then undeploy
-        its model if it was deployed meanwhile. Already ended or gone is fine (False)."""
+        """Give a deployment up from the event loop: cancel its operation (best effort, so read it
+        again until it ends, for a while), then undeploy its model if it was deployed meanwhile.
+        Already ended or gone is fine (False)."""
+        from google.cloud.aiplatform_v1beta1 import Endpoint
         from google.longrunning import operations_pb2
 
         client = await self._aclient()
@@ -398,16 +455,25 @@ class VertexDeploymentBackend(GoogleBackend[DwsVertexAIBetaHook, DwsVertexAIEndp
                     request=operations_pb2.CancelOperationRequest(name=name),
                     timeout=self.rpc_timeout,
                 )
-            status = await self.aget_status(name)
+            status = await self._asettled(name)
         if status.state != "DEPLOYED":
+            if status.phase is Phase.WAITING:
+                log.warning(
+                    "%s still waits %.0fs after its cancel (best effort): if its model comes up, the "
+                    "teardown or the task's next try undeploys it",
+                    name,
+                    CANCEL_SETTLE_SECONDS,
+                )
             return status.phase is Phase.CANCELLED or status.phase is Phase.WAITING
         endpoint, model_id = status.details["endpoint"], status.details["deployed_model_id"]
+        raw = Endpoint.pb(await self._arpc_once(client.get_endpoint, name=endpoint))
         try:
             await self._acall(
                 f"undeploy {model_id} from {endpoint}",
                 client.undeploy_model,
                 endpoint=endpoint,
                 deployed_model_id=model_id,
+                traffic_split=split_without(raw, model_id),
                 timeout=self.rpc_timeout,
             )
         except RequestNotFoundError:
@@ -415,7 +481,11 @@ class VertexDeploymentBackend(GoogleBackend[DwsVertexAIBetaHook, DwsVertexAIEndp
         log.info("Undeploying %s from %s: its machines go back", model_id, endpoint)
         return True
 
-
-def model_id_for(identity: RequestIdentity) -> str:
-    """The deployed model id of this identity's attempt."""
-    return deployed_model_id(identity.key, identity.attempt)
+    async def _asettled(self, name: str) -> RequestStatus:
+        """:meth:`_settled` from the event loop."""
+        deadline = time.monotonic() + CANCEL_SETTLE_SECONDS
+        status = await self.aget_status(name)
+        while status.phase is Phase.WAITING and time.monotonic() < deadline:
+            await asyncio.sleep(CANCEL_POLL_SECONDS)
+            status = await self.aget_status(name)
+        return status

@@ -32,8 +32,9 @@ class GKESetupReleaseOperator(DwsSetupReleaseOperator):
     """
 
     #: The setup's role (:mod:`airflow_provider_dws.specs.roles`) and its operator, for messages.
-    SETUP_ROLE: ClassVar[str]
+    SETUP_ROLE: ClassVar[str | None]
     SETUP_KIND: ClassVar[str]
+    FROM_SETUP = FROM_SETUP
 
     template_fields: Sequence[str] = (
         "project_id",
@@ -99,19 +100,6 @@ class GKESetupReleaseOperator(DwsSetupReleaseOperator):
         self.namespace = self.namespace or "default"
         self.use_internal_ip = bool(self.use_internal_ip)
         return super().execute(context)
-
-    def take_from_setup(self, context: Context) -> None:
-        """Each of :data:`FROM_SETUP` not given: the setup task's value, rendered for this run."""
-        from airflow_provider_dws.specs.roles import task_in_role
-        from airflow_provider_dws.specs.templates import has_template
-
-        setup = task_in_role(self, self.setup_task_id, self.SETUP_ROLE)
-        if setup is None:
-            return
-        for name in FROM_SETUP:
-            if getattr(self, name) is None:
-                value = getattr(setup, name)
-                setattr(self, name, setup.render_template(value, context) if has_template(value) else value)
 
 
 class DeleteGKEProvisioningRequestOperator(GKESetupReleaseOperator):

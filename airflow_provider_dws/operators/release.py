@@ -6,7 +6,7 @@ Apart from :mod:`.base` so that a DAG file with only request operators does not 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_dws.operators.base import CONNECTION_CHECKS, DwsBaseOperator
 from airflow_provider_dws.operators.checks import Check, non_empty_str
@@ -43,6 +43,25 @@ class DwsSetupReleaseOperator(DwsBaseOperator):
         self.gcp_conn_id = gcp_conn_id
         self.impersonation_chain = impersonation_chain
         self.check_parameters(rendered=False)
+
+    #: The setup's role (:mod:`airflow_provider_dws.specs.roles`), and the parameters the release
+    #: takes from the setup task when not given (:meth:`take_from_setup`).
+    SETUP_ROLE: ClassVar[str | None] = None
+    FROM_SETUP: ClassVar[tuple[str, ...]] = ()
+
+    def take_from_setup(self, context: Context) -> None:
+        """Each of :attr:`FROM_SETUP` not given: the setup task's value, rendered for this run (when
+        the setup is a task of :attr:`SETUP_ROLE` in this DAG)."""
+        from airflow_provider_dws.specs.roles import task_in_role
+        from airflow_provider_dws.specs.templates import has_template
+
+        setup = task_in_role(self, self.setup_task_id, self.SETUP_ROLE) if self.SETUP_ROLE else None
+        if setup is None:
+            return
+        for name in self.FROM_SETUP:
+            if getattr(self, name) is None:
+                value = getattr(setup, name)
+                setattr(self, name, setup.render_template(value, context) if has_template(value) else value)
 
     def execute(self, context: Context) -> Any:
         """Give the setup's request(s) back (:meth:`release`); already gone is success."""

@@ -14,6 +14,7 @@ from airflow_provider_dws.operators.checks import Check, duration, int_in, match
 from airflow_provider_dws.operators.release import DwsSetupReleaseOperator
 from airflow_provider_dws.operators.vertex_inference import (
     INFERENCE_CHECKS,
+    REGISTRY_MODEL_PATTERN,
     check_machine_placement,
     check_model_region,
 )
@@ -57,7 +58,8 @@ class DeployVertexAIFlexStartModelOperator(DwsQueuedRequestOperator):
     :param replica_count: machines deployed at once (``min_replica_count``; default 1).
     :param max_replica_count: machines it may scale to (default: ``replica_count``).
     :param max_run: ``maxRuntimeDuration``: how long after the deploy request the model is
-        undeployed (at most 7 days; longer than ``max_wait``; default 7 days).
+        undeployed (at most 7 days; longer than ``max_wait``). Required: it bounds what a
+        deployment can cost when nothing else gives it back (no teardown ran, a cancel came late).
     :param display_name: the deployed model's display name (default ``<dag_id>.<task_id>``).
     :param endpoint_display_name: the endpoint's display name (default: ``display_name``).
     :param service_account: the service account the model's container runs as.
@@ -86,6 +88,13 @@ class DeployVertexAIFlexStartModelOperator(DwsQueuedRequestOperator):
     ui_color = "#c5e1f5"
     CHECKS: tuple[Check, ...] = (
         *INFERENCE_CHECKS,
+        Check(
+            "model",
+            matches(REGISTRY_MODEL_PATTERN),
+            "must be a model of the project's registry, 'projects/<project>/locations/<region>/models/<id>' "
+            "(DeployModel takes no publisher's model)",
+            templated=True,
+        ),
         Check("replica_count", int_in(1, 1000), "must be an integer from 1 to 1000"),
         Check("max_replica_count", int_in(1, 1000), "must be an integer from 1 to 1000", optional=True),
         Check(
@@ -103,9 +112,9 @@ class DeployVertexAIFlexStartModelOperator(DwsQueuedRequestOperator):
         region: str,
         model: str,
         machine_type: str,
+        max_run: timedelta | int | float,
         replica_count: int = 1,
         max_replica_count: int | None = None,
-        max_run: timedelta | int | float = MAX_RUNTIME_LIMIT,
         display_name: str | None = None,
         endpoint_display_name: str | None = None,
         service_account: str | None = None,
@@ -167,6 +176,8 @@ class UndeployVertexAIFlexStartModelOperator(DwsSetupReleaseOperator):
     """
 
     template_fields: Sequence[str] = ("project_id", "region", "impersonation_chain")
+    SETUP_ROLE = roles.VERTEX_DEPLOYMENT
+    FROM_SETUP = ("region", "project_id")
     operator_extra_links = (VertexAIEndpointLink(),)
     ui_color = "#d2e3fc"
     CHECKS: tuple[Check, ...] = (  # type: ignore[assignment]
@@ -186,14 +197,7 @@ class UndeployVertexAIFlexStartModelOperator(DwsSetupReleaseOperator):
 
     def execute(self, context: Context) -> Any:
         """Take the region (and project) from the setup task when not given, then release."""
-        from airflow_provider_dws.specs.roles import task_in_role
-        from airflow_provider_dws.specs.templates import has_template
-
-        setup = task_in_role(self, self.setup_task_id, roles.VERTEX_DEPLOYMENT)
-        for name in ("region", "project_id"):
-            if setup is not None and getattr(self, name) is None:
-                value = getattr(setup, name)
-                setattr(self, name, setup.render_template(value, context) if has_template(value) else value)
+        self.take_from_setup(context)
         if not self.region:
             raise self._param_error(
                 f"region is not set and task {self.setup_task_id!r} is not a "

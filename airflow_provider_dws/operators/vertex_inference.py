@@ -26,6 +26,8 @@ __all__ = ["INFERENCE_CHECKS", "CreateVertexAIFlexStartBatchPredictionOperator"]
 #: A model by resource name (``projects/P/locations/R/models/M``, with ``@version`` or not) or a
 #: publisher's model (``publishers/google/models/gemma``).
 MODEL_PATTERN = r"(projects/[^/\s]+/locations/[a-z0-9-]+/models/[^/\s]+|publishers/[^/\s]+/models/[^/\s]+)"
+#: What ``DeployModel`` takes: a model of the project's registry (a publisher's model is not one).
+REGISTRY_MODEL_PATTERN = r"projects/[^/\s]+/locations/[a-z0-9-]+/models/[^/\s]+"
 _GCS_URI = r"gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/\S*)?"
 #: ``bq://project.dataset.table`` (a source) or ``bq://project[.dataset]`` (a destination).
 _BQ_TABLE = r"bq://[a-z][a-z0-9-]{4,28}[a-z0-9]\.[A-Za-z0-9_]{1,1024}\.[^\s.]{1,1024}"
@@ -54,7 +56,7 @@ def _uris_ok(value: Any) -> bool:
     )
 
 
-#: What the flex-start inference operators share: connection, wait, region, model, machines, run.
+#: What the flex-start inference operators share: connection, wait, region, machines, display name.
 INFERENCE_CHECKS: tuple[Check, ...] = (
     *CONNECTION_CHECKS,
     *WAIT_CHECKS,
@@ -62,13 +64,6 @@ INFERENCE_CHECKS: tuple[Check, ...] = (
         "region",
         matches(facts.REGION_PATTERN),
         "must be a Vertex AI region such as 'us-central1'",
-        templated=True,
-    ),
-    Check(
-        "model",
-        matches(MODEL_PATTERN),
-        "must be a model's resource name 'projects/<project>/locations/<region>/models/<id>' (or "
-        "'publishers/<publisher>/models/<id>')",
         templated=True,
     ),
     Check("machine_type", _machine_ok, machine_message(), templated=True),
@@ -142,6 +137,13 @@ class CreateVertexAIFlexStartBatchPredictionOperator(DwsQueuedRequestOperator):
     ui_color = "#c5e1f5"
     CHECKS: tuple[Check, ...] = (
         *INFERENCE_CHECKS,
+        Check(
+            "model",
+            matches(MODEL_PATTERN),
+            "must be a model's resource name 'projects/<project>/locations/<region>/models/<id>' (or "
+            "'publishers/<publisher>/models/<id>')",
+            templated=True,
+        ),
         Check("replica_count", int_in(1, 1000), "must be an integer from 1 to 1000"),
         Check("max_replica_count", int_in(1, 1000), "must be an integer from 1 to 1000", optional=True),
         Check(
@@ -286,7 +288,7 @@ def check_model_region(op: Any) -> None:
 def check_machine_placement(op: Any, placement: Placement, what: str) -> None:
     """A failover placement of a flex-start inference request: the same region (the model's), an
     accelerator-optimized machine type flex-start inference takes, no tier."""
-    if placement.location != op.region:
+    if not has_template(op.region) and placement.location != op.region:
         raise op._param_error(
             f"failover placement {placement}: a {what} stays in its model's region {op.region!r}; "
             "fail over to another machine_type there (Placement(location=region, machine_type=...))"

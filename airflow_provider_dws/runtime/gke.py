@@ -313,10 +313,6 @@ class GKEProvisioningRequestAdapter(
         read = status.details.get(RESULT)  # by the trigger, with the PodTemplate, once Provisioned
         value = dict(read) if read is not None else self._read_result(status)
         self.log.info("%s", provisioned_line(status, value))
-        # Each also under its own key, so a workload task templates ``request.output["annotations"]``
-        # (an XComArg's key is an XCom key, not a key of the return value).
-        for key in self.result_keys:
-            context["ti"].xcom_push(key=key, value=value[key])
         return value
 
     def _read_result(self, status: RequestStatus) -> dict[str, Any]:

@@ -492,7 +492,12 @@ class AttemptLoop:
             ti.xcom_push(key="run_seconds", value=status.timings.run_seconds)
         self.recorder.ended(context, status, state, is_success(adapter, status))
         if is_success(adapter, status):
-            return adapter.result(context, status)
+            value = adapter.result(context, status)
+            # Each result key also under its own XCom key, so a later task templates
+            # ``task.output["endpoint"]`` (an XComArg's key is an XCom key, not a key of the value).
+            for key in adapter.result_keys:
+                ti.xcom_push(key=key, value=value[key])
+            return value
         if not is_pending(status.name):  # a create the trigger was refused made nothing to release
             adapter.release_failed(status, state.placement)
         failure = status.outcome.failure

@@ -18,6 +18,8 @@ from airflow_provider_dws.specs.vertex_inference import (
 from airflow_provider_dws.specs.vertex_pools import duration, jsonable
 
 if TYPE_CHECKING:
+    from airflow.sdk import Context
+
     from airflow_provider_dws.backends.base import RequestStatus
     from airflow_provider_dws.backends.vertex_batch import VertexBatchPredictionBackend
     from airflow_provider_dws.operators.vertex_inference import CreateVertexAIFlexStartBatchPredictionOperator
@@ -100,6 +102,20 @@ class VertexBatchPredictionAdapter(VertexJobAdapter["VertexBatchPredictionBacken
         else:
             where = {"gcs_destination": {"output_uri_prefix": op.gcs_destination_prefix}}
         return {"predictions_format": op.predictions_format, **where}
+
+    def result(self, context: Context, status: RequestStatus) -> Any:
+        """The ``BatchPredictionJob`` as a dict; a partial success says how many predictions failed."""
+        job = super().result(context, status)
+        if status.state == "JOB_STATE_PARTIALLY_SUCCEEDED":
+            stats = (job or {}).get("completion_stats") or {}
+            self.log.warning(
+                "%s partially succeeded: %s predictions failed, %s succeeded (see its error and %s)",
+                status.name,
+                stats.get("failed_count", "some"),
+                stats.get("successful_count", "the other"),
+                ((job or {}).get("output_info") or {}).get("gcs_output_directory") or "its output",
+            )
+        return job
 
     def record_facts(self, status: RequestStatus, placement: Placement) -> dict[str, Any]:
         """The job's GPUs over the replicas it starts with, its machine type, its console page."""

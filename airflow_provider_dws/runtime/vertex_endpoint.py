@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws.backends.base import RESULT
 from airflow_provider_dws.console import CONSOLE, push_url
-from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApiError
+from airflow_provider_dws.errors import ConflictError, InvalidRequestError, PermissionDeniedApiError
 from airflow_provider_dws.exceptions import (
     BadRequestError,
     CapacityNotObtainedError,
+    CapacityPreemptedError,
+    DwsError,
     RequestCancelledError,
     WorkloadFailedError,
 )
@@ -75,7 +77,7 @@ class VertexDeploymentAdapter(
         ``flex_start`` and its max runtime."""
         op = self.op
         model: dict[str, Any] = {
-            "id": deployed_model_id(identity.key, identity.attempt),
+            "id": deployed_model_id(identity.key, identity.try_number, identity.attempt),
             "model": op.model,
             "display_name": op.display_name or identity.display_name(),
             "dedicated_resources": {
@@ -106,11 +108,21 @@ class VertexDeploymentAdapter(
             )
             if created:
                 self.log.info("Created endpoint %s for this task's deployments", endpoint)
-            status, made = backend.submit((endpoint, DeployedModel(spec)), identity)
         except PermissionDeniedApiError as err:
-            raise BadRequestError(f"permission denied deploying the model: {err.message}") from None
+            raise BadRequestError(f"permission denied creating the endpoint: {err.message}") from None
         except InvalidRequestError as err:
-            raise BadRequestError(f"Vertex AI refused the deployment: {err.message}") from None
+            raise BadRequestError(f"Vertex AI refused the endpoint: {err.message}") from None
+        try:
+            status, made = backend.submit((endpoint, DeployedModel(spec)), identity)
+        except (PermissionDeniedApiError, InvalidRequestError) as err:
+            if created:  # nothing will ever be deployed on it
+                backend.delete_endpoint(endpoint)
+            what = (
+                "permission denied deploying the model"
+                if isinstance(err, PermissionDeniedApiError)
+                else ("Vertex AI refused the deployment")
+            )
+            raise BadRequestError(f"{what}: {err.message}") from None
         total, accelerator, machine = spec_shape(spec["dedicated_resources"], "min_replica_count")
         self.log.info(
             "%s flex-start deployment %s of %s as deployed model %s (attempt %d, %d x %s on %s); it may "
@@ -144,11 +156,14 @@ class VertexDeploymentAdapter(
             fresh = self.backend(self.location_of(status.name)).get_status(status.name)
             status = fresh or status
         result = status.details.get(RESULT) or {}
+        submitted = status.timings.submitted
         self.log.info(
-            "Model %s is deployed on %s as %s; Vertex AI undeploys it at the latest %s after its request",
+            "Model %s is deployed on %s as %s; Vertex AI undeploys it at the latest at %s (max_run %s "
+            "after its request)",
             result.get("model"),
             result.get("endpoint"),
             result.get("deployed_model_id"),
+            (submitted + self.op.max_run).isoformat(timespec="seconds") if submitted else "its max runtime",
             self.op.max_run,
         )
         return result
@@ -159,7 +174,10 @@ class VertexDeploymentAdapter(
         backend = self.backend(self.location_of(status.name))
         backend.release(status.name, wait=True)
         endpoint = parse_operation_name(status.name)[0]
-        if not backend.deployed_ids(endpoint) and not any(not o.done for o in backend.operations(endpoint)):
+        deployed = backend.deployed_ids(endpoint)
+        if deployed is None:  # gone already
+            return
+        if not deployed and not any(not o.done for o in backend.operations(endpoint)):
             if backend.delete_endpoint(endpoint):
                 self.log.info("Deleted endpoint %s: no model is deployed on it", endpoint)
 
@@ -198,6 +216,11 @@ class VertexDeploymentAdapter(
             return BadRequestError(f"Vertex AI refused the {where}")
         if status.outcome.failure is FailureKind.WORKLOAD_FAILED:
             return WorkloadFailedError(f"the model did not deploy ({where})")
+        if status.outcome.failure is FailureKind.PREEMPTED:
+            return CapacityPreemptedError(
+                f"the model was undeployed (its max runtime, or another client) before the task could hand "
+                f"it over ({where})"
+            )
         return RequestCancelledError(f"{where} was cancelled before the model was deployed")
 
 
@@ -219,10 +242,20 @@ def release_deployments(op: UndeployVertexAIFlexStartModelOperator, context: Con
             backend.release(status.name, wait=True)
             released.append((status.name, status.state))
     raw = backend.get_endpoint(endpoint)
-    for model in raw.deployed_models if raw is not None else ():
+    # The models without traffic first: the last one left may keep its share as it goes.
+    models = (
+        sorted(raw.deployed_models, key=lambda m: raw.traffic_split.get(m.id, 0)) if raw is not None else []
+    )
+    for model in models:
         op.log.info("Undeploying %s (%s) from %s", model.id, model.model, endpoint)
         backend.undeploy(endpoint, model.id)
-    deleted = raw is not None and backend.delete_endpoint(endpoint)
+    try:
+        deleted = raw is not None and backend.delete_endpoint(endpoint)
+    except ConflictError as err:  # a deployment whose cancel has not ended it yet
+        raise DwsError(
+            f"endpoint {endpoint} was not deleted: {err.message}; a deployment still pending may come up "
+            "later: undeploy it and delete the endpoint (run this task again)"
+        ) from None
     op.log.info("Endpoint %s %s", endpoint, "deleted" if deleted else "was already gone")
     api = ReleasedApi(
         backend.kind,

@@ -91,12 +91,13 @@ def spec_shape(resources: Mapping[str, Any], replicas_key: str) -> tuple[int, st
     return count * replicas, str(spec.get("accelerator_type") or ""), str(spec.get("machine_type") or "")
 
 
-def deployed_model_id(key: str, attempt: int) -> str:
-    """The id of the deployed model of one attempt: 10 digits from the task instance's identity key
-    and the attempt (``DeployedModel.id`` takes 1 to 10 digits), so a lookup finds it again."""
+def deployed_model_id(key: str, try_number: int, attempt: int) -> str:
+    """The id of the deployed model of one try and attempt: 10 digits from the task instance's
+    identity key, the Airflow try and the attempt (``DeployedModel.id`` takes 1 to 10 digits), so
+    a lookup finds it again and no two submissions share one."""
     import hashlib
 
-    digest = hashlib.sha256(f"{key}/{attempt}".encode()).digest()
+    digest = hashlib.sha256(f"{key}/t{try_number}/a{attempt}".encode()).digest()
     return str(1_000_000_000 + int.from_bytes(digest[:8], "big") % 9_000_000_000)
 
 

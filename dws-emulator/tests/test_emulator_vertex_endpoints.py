@@ -184,7 +184,11 @@ def test_flex_deploy_waits_for_capacity_then_is_listed(dws_emulator_server_facto
     [report] = emulator.control.vertex_deployments()
     [waiting] = report["waiting"]
     assert (waiting["state"], waiting["accelerator_count"], report["deployed_models"]) == ("WAITING", 8, [])
-    expiry = datetime.fromisoformat(waiting["expire_time"]) - datetime.fromisoformat(waiting["create_time"])
+    # Python 3.10's fromisoformat does not read "Z".
+    expire, created = (
+        datetime.fromisoformat(waiting[k].replace("Z", "+00:00")) for k in ("expire_time", "create_time")
+    )
+    expiry = expire - created
     assert expiry == timedelta(hours=5)  # counted from the DeployModel request
 
     emulator.control.set_capacity({H100: 8})  # its set is taken; deployed on the next tick

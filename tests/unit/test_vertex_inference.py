@@ -142,9 +142,11 @@ def test_bigquery_in_and_out() -> None:
 
 def test_the_deployed_model_has_the_identity_s_id_and_a_max_runtime() -> None:
     spec = VertexDeploymentAdapter(deploy(replica_count=2)).deployed_model(IDENTITY, Placement("us-central1"))
-    assert spec["id"] == deployed_model_id(IDENTITY.key, 1)
+    assert spec["id"] == deployed_model_id(IDENTITY.key, 1, 1)
     assert re.fullmatch(r"[1-9][0-9]{9}", spec["id"])
-    assert deployed_model_id(IDENTITY.key, 2) != spec["id"]
+    assert (
+        len({spec["id"], deployed_model_id(IDENTITY.key, 1, 2), deployed_model_id(IDENTITY.key, 2, 1)}) == 3
+    )
     assert spec["dedicated_resources"]["flex_start"] == {"max_runtime_duration": "28800s"}
     assert spec["dedicated_resources"]["min_replica_count"] == 2
     DeployedModel(spec)  # the client accepts every field
@@ -208,6 +210,7 @@ def test_templated_values_wait_for_rendering() -> None:
         ({"replica_count": 2, "max_replica_count": 1}, "must be at least replica_count (2)"),
         ({"endpoint_display_name": ""}, "endpoint_display_name must be a string of 1 to 128"),
         ({"model": "projects/p/locations/us-east4/models/1"}, "not in region 'us-central1'"),
+        ({"model": "publishers/google/models/gemma"}, "DeployModel takes no publisher's model"),
     ],
 )
 def test_the_deploy_operator_refuses_at_parse_time(kwargs: dict[str, Any], message: str) -> None:
@@ -258,6 +261,13 @@ def batch_job(state: str, *, started: bool = False, code: int = 0, **fields: Any
         ("JOB_STATE_SUCCEEDED", True, 0, Phase.SUCCEEDED, None),
         ("JOB_STATE_FAILED", False, 8, Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED),
         ("JOB_STATE_FAILED", False, 3, Phase.FAILED, FailureKind.BAD_REQUEST),
+        # A missing input or permission is no stock-out: not retried as one, not failed over.
+        ("JOB_STATE_FAILED", False, 5, Phase.FAILED, FailureKind.BAD_REQUEST),
+        ("JOB_STATE_FAILED", False, 7, Phase.FAILED, FailureKind.BAD_REQUEST),
+        ("JOB_STATE_FAILED", False, 13, Phase.FAILED, FailureKind.WORKLOAD_FAILED),
+        ("JOB_STATE_FAILED", False, 14, Phase.NOT_OBTAINED, FailureKind.CAPACITY_NOT_OBTAINED),
+        # Its predictions are there, the failed ones counted in completion_stats.
+        ("JOB_STATE_PARTIALLY_SUCCEEDED", True, 0, Phase.SUCCEEDED, None),
         ("JOB_STATE_FAILED", True, 4, Phase.FAILED, FailureKind.WORKLOAD_FAILED),
         ("JOB_STATE_CANCELLED", False, 0, Phase.CANCELLED, FailureKind.CANCELLED),
     ],
@@ -271,7 +281,7 @@ def test_a_batch_job_is_classified(
     assert status.details["attempt"] == 2
     assert status.details["max_wait_seconds"] is None
     assert status.timings.submitted == T0
-    assert (RESULT in status.details) == (state == "JOB_STATE_SUCCEEDED")
+    assert (RESULT in status.details) == (phase is Phase.SUCCEEDED)
 
 
 def deploy_op(*, done: bool = False, code: int = 0, model_id: str = "", stage: str = "") -> Any:
@@ -315,7 +325,13 @@ def deploy_op(*, done: bool = False, code: int = 0, model_id: str = "", stage: s
         (deploy_op(done=True, code=3), None, "FAILED_TO_DEPLOY", Phase.FAILED, FailureKind.BAD_REQUEST),
         (deploy_op(done=True, code=13), None, "FAILED_TO_DEPLOY", Phase.FAILED, FailureKind.WORKLOAD_FAILED),
         (deploy_op(done=True, model_id="1234567890"), {"1234567890"}, "DEPLOYED", Phase.RUNNING, None),
-        (deploy_op(done=True, model_id="1234567890"), set(), "UNDEPLOYED", Phase.SUCCEEDED, None),
+        (
+            deploy_op(done=True, model_id="1234567890"),
+            set(),
+            "UNDEPLOYED",
+            Phase.FAILED,
+            FailureKind.PREEMPTED,
+        ),
     ],
 )
 def test_a_deployment_is_classified(
@@ -363,3 +379,36 @@ def test_the_backends_are_rebuilt_in_the_triggerer_from_their_kind() -> None:
         VertexDeploymentBackend("p", "us-central1").poll_group(OP_NAME)
         == OP_NAME.rsplit("/operations/", 1)[0]
     )
+
+
+def test_the_deploy_operator_needs_its_max_run() -> None:
+    with pytest.raises(TypeError, match="missing required argument 'max_run'"):
+        DeployVertexAIFlexStartModelOperator(
+            task_id="serve", region="us-central1", model=MODEL, machine_type="a3-highgpu-1g"
+        )
+
+
+def endpoint_with(split: dict[str, int], models: list[str]) -> Any:
+    from google.cloud.aiplatform_v1beta1 import Endpoint
+
+    raw = Endpoint.pb()(traffic_split=split)
+    for model_id in models:
+        raw.deployed_models.add(id=model_id)
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("split", "models", "removed", "left"),
+    [
+        ({"1": 100}, ["1"], "1", {}),
+        ({"1": 0, "2": 100}, ["1", "2"], "1", {"2": 100}),
+        ({"1": 100, "2": 0}, ["1", "2"], "1", {"2": 100}),
+        ({"1": 30, "2": 50, "3": 20}, ["1", "2", "3"], "2", {"1": 80, "3": 20}),
+    ],
+)
+def test_an_undeployed_model_s_traffic_goes_to_the_models_that_stay(
+    split: dict[str, int], models: list[str], removed: str, left: dict[str, int]
+) -> None:
+    from airflow_provider_dws.backends.vertex_endpoint import split_without
+
+    assert split_without(endpoint_with(split, models), removed) == left

@@ -413,7 +413,8 @@ def _check_model_source(job: Any, location: str, prefix: str) -> None:
         for name, present in (
             ("model", bool(job.model)),
             ("unmanaged_container_model", job.HasField("unmanaged_container_model")),
-            ("endpoint", bool(job.endpoint)),
+            # Not in every client version's message (google-cloud-aiplatform 1.145 lacks it).
+            ("endpoint", "endpoint" in job.DESCRIPTOR.fields_by_name and bool(job.endpoint)),
         )
         if present
     ]

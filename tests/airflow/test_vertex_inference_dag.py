@@ -110,21 +110,3 @@ def test_no_capacity_within_max_wait_gives_both_requests_up_and_leaves_nothing(
     recs = records(airflow_home.home, DAG_ID)
     assert [r.phase for r in recs["score_inputs"]] == ["not_obtained"]
     assert [r.phase for r in recs["serve_model"]] == ["not_obtained"]
-
-
-def test_a_failing_batch_job_fails_its_task_as_a_workload_failure(
-    airflow_home: AirflowHome, dws_emulator_factory: Any, tmp_path: Path
-) -> None:
-    emulator = dws_emulator_factory({L4: BATCH_GPUS + SERVE_GPUS})
-    result = airflow_home.run_dag_test(
-        DAG_ID, emulator.address, tmp_path / "run.log", conf={"exit_code": 3, "run_seconds": 1}
-    )
-    assert result.returncode != 0
-    assert "WorkloadFailedError" in result.log, result.log[-4000:]
-    [job] = [r for r in inference(emulator) if r["kind"] == "BatchPredictionJob"]
-    assert job["state"] == "JOB_STATE_FAILED"
-    # The campaign ran as ever: deployed, used, undeployed by its teardown.
-    [deployment] = [r for r in inference(emulator) if r["kind"] == "ModelDeployment"]
-    assert deployment["state"] == "UNDEPLOYED"
-    assert_nothing_left(emulator)
-    assert [r.phase for r in records(airflow_home.home, DAG_ID)["score_inputs"]] == ["failed"]

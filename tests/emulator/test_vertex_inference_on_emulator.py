@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_dws.backends.vertex_endpoint import VertexDeploymentBackend
-from airflow_provider_dws.exceptions import CapacityNotObtainedError
+from airflow_provider_dws.exceptions import CapacityNotObtainedError, WorkloadFailedError
 from airflow_provider_dws.operators.vertex_endpoint import DeployVertexAIFlexStartModelOperator
 from airflow_provider_dws.operators.vertex_inference import CreateVertexAIFlexStartBatchPredictionOperator
 from airflow_provider_dws.runtime.vertex_endpoint import VertexDeploymentAdapter
@@ -153,21 +153,36 @@ def test_the_teardown_undeploys_the_model_without_traffic_first(emulator_env: An
     assert backend.delete_endpoint(endpoint)
 
 
+def batch_op(**kwargs: Any) -> CreateVertexAIFlexStartBatchPredictionOperator:
+    params: dict[str, Any] = {
+        "task_id": "score",
+        "project_id": PROJECT,
+        "region": "us-central1",
+        "model": MODEL,
+        "machine_type": "g2-standard-48",
+        "gcs_source": "gs://bucket/in/*.jsonl",
+        "gcs_destination_prefix": "gs://bucket/out",
+        "max_wait": 30,
+        "max_run": timedelta(hours=1),
+        "poll_interval": 0.2,
+        "deferrable": False,
+    }
+    params.update(kwargs)
+    return CreateVertexAIFlexStartBatchPredictionOperator(**params)
+
+
+def test_a_failing_batch_job_fails_its_task_as_a_workload_failure(emulator_env: Any) -> None:
+    emulator = emulator_env({L4: 4})
+    op = batch_op(labels={"dws-emulator-run-seconds": "1", "dws-emulator-exit-code": "3"})
+    with pytest.raises(WorkloadFailedError, match="workload failed"):
+        op.execute({"ti": FakeTI(op.task_id)})
+    [job] = emulator.control.requests()
+    assert job["state"] == "JOB_STATE_FAILED" and job["start_time"] is not None
+
+
 def test_a_batch_job_still_queued_at_the_provider_s_max_wait_is_cancelled(emulator_env: Any) -> None:
     emulator = emulator_env({L4: 0})
-    op = CreateVertexAIFlexStartBatchPredictionOperator(
-        task_id="score",
-        project_id=PROJECT,
-        region="us-central1",
-        model=MODEL,
-        machine_type="g2-standard-48",
-        gcs_source="gs://bucket/in/*.jsonl",
-        gcs_destination_prefix="gs://bucket/out",
-        max_wait=2,
-        max_run=timedelta(hours=1),
-        poll_interval=0.2,
-        deferrable=False,
-    )
+    op = batch_op(max_wait=2)
     with pytest.raises(CapacityNotObtainedError, match="no capacity within max wait 0:00:02"):
         op.execute({"ti": FakeTI(op.task_id)})
     [job] = emulator.control.requests()

@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_dws import facts, registry
 from airflow_provider_dws.links import VertexAIEndpointLink
 from airflow_provider_dws.operators.base import DwsQueuedRequestOperator
-from airflow_provider_dws.operators.checks import Check, duration, int_in, matches, str_len_in
+from airflow_provider_dws.operators.checks import Check, duration, matches, str_len_in
 from airflow_provider_dws.operators.release import DwsSetupReleaseOperator
 from airflow_provider_dws.operators.vertex_inference import (
     INFERENCE_CHECKS,
     REGISTRY_MODEL_PATTERN,
     check_machine_placement,
     check_model_region,
+    check_replicas,
 )
 from airflow_provider_dws.specs import roles
 from airflow_provider_dws.specs.vertex_inference import MAX_RUNTIME_LIMIT
@@ -95,8 +96,6 @@ class DeployVertexAIFlexStartModelOperator(DwsQueuedRequestOperator):
             "(DeployModel takes no publisher's model)",
             templated=True,
         ),
-        Check("replica_count", int_in(1, 1000), "must be an integer from 1 to 1000"),
-        Check("max_replica_count", int_in(1, 1000), "must be an integer from 1 to 1000", optional=True),
         Check(
             "endpoint_display_name",
             str_len_in(1, 128),
@@ -136,14 +135,7 @@ class DeployVertexAIFlexStartModelOperator(DwsQueuedRequestOperator):
                 "the max runtime from the deploy request, so a deployment that waited its whole max wait "
                 "would have no time left to serve"
             )
-        if (
-            type(max_replica_count) is int
-            and type(replica_count) is int
-            and max_replica_count < replica_count
-        ):
-            raise self._param_error(
-                f"max_replica_count ({max_replica_count}) must be at least replica_count ({replica_count})"
-            )
+        check_replicas(self)
         self.check_parameters(rendered=False)
         self.check_policies()
 

@@ -56,7 +56,8 @@ def _uris_ok(value: Any) -> bool:
     )
 
 
-#: What the flex-start inference operators share: connection, wait, region, machines, display name.
+#: What the flex-start inference operators share: connection, wait, region, machines and replicas,
+#: display name.
 INFERENCE_CHECKS: tuple[Check, ...] = (
     *CONNECTION_CHECKS,
     *WAIT_CHECKS,
@@ -67,6 +68,8 @@ INFERENCE_CHECKS: tuple[Check, ...] = (
         templated=True,
     ),
     Check("machine_type", _machine_ok, machine_message(), templated=True),
+    Check("replica_count", int_in(1, 1000), "must be an integer from 1 to 1000"),
+    Check("max_replica_count", int_in(1, 1000), "must be an integer from 1 to 1000", optional=True),
     Check(
         "display_name",
         str_len_in(1, 128),
@@ -144,8 +147,6 @@ class CreateVertexAIFlexStartBatchPredictionOperator(DwsQueuedRequestOperator):
             "'publishers/<publisher>/models/<id>')",
             templated=True,
         ),
-        Check("replica_count", int_in(1, 1000), "must be an integer from 1 to 1000"),
-        Check("max_replica_count", int_in(1, 1000), "must be an integer from 1 to 1000", optional=True),
         Check(
             "gcs_source",
             _uris_ok,
@@ -243,14 +244,7 @@ class CreateVertexAIFlexStartBatchPredictionOperator(DwsQueuedRequestOperator):
                 "predictions_format 'bigquery' goes with bigquery_destination_prefix (and only with it), "
                 f"got {self.predictions_format!r}"
             )
-        if (
-            type(self.max_replica_count) is int
-            and type(self.replica_count) is int
-            and self.max_replica_count < self.replica_count
-        ):
-            raise self._param_error(
-                f"max_replica_count ({self.max_replica_count}) must be at least replica_count ({self.replica_count})"
-            )
+        check_replicas(self)
 
     def check_parameters(self, *, rendered: bool) -> None:
         """Run :attr:`CHECKS`, then check that a regional model lives in the job's region."""
@@ -266,6 +260,13 @@ class CreateVertexAIFlexStartBatchPredictionOperator(DwsQueuedRequestOperator):
         from airflow_provider_dws.scheduling.policies import Placement
 
         return Placement(location=self.region)
+
+
+def check_replicas(op: Any) -> None:
+    """``max_replica_count`` is at least ``replica_count`` (the machines obtained at once)."""
+    most, least = op.max_replica_count, op.replica_count
+    if type(most) is int and type(least) is int and most < least:
+        raise op._param_error(f"max_replica_count ({most}) must be at least replica_count ({least})")
 
 
 def check_model_region(op: Any) -> None:

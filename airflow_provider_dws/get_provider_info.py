@@ -50,6 +50,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_dws.operators.gke_flex_release",
                     "airflow_provider_dws.operators.vertex_inference",
                     "airflow_provider_dws.operators.vertex_endpoint",
+                    "airflow_provider_dws.operators.vertex_endpoint_release",
                 ],
             }
         ],

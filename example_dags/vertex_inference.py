@@ -21,10 +21,8 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, task
 
-from airflow_provider_dws.operators.vertex_endpoint import (
-    DeployVertexAIFlexStartModelOperator,
-    UndeployVertexAIFlexStartModelOperator,
-)
+from airflow_provider_dws.operators.vertex_endpoint import DeployVertexAIFlexStartModelOperator
+from airflow_provider_dws.operators.vertex_endpoint_release import UndeployVertexAIFlexStartModelOperator
 from airflow_provider_dws.operators.vertex_inference import CreateVertexAIFlexStartBatchPredictionOperator
 
 PROJECT_ID = os.environ.get("DWS_EXAMPLE_PROJECT", "my-gcp-project")

@@ -1,5 +1,5 @@
-"""Serve a Vertex AI model on flex-start GPUs for a bounded campaign: deploy (setup) and undeploy
-(teardown) on an endpoint of the task's own (Preview, ``aiplatform.v1beta1``)."""
+"""Serve a Vertex AI model on flex-start GPUs for a bounded campaign: deploy it on an endpoint of the
+task's own (Preview, ``aiplatform.v1beta1``); its teardown is in :mod:`.vertex_endpoint_release`."""
 
 from __future__ import annotations
 
@@ -7,12 +7,11 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dws import facts, registry
+from airflow_provider_dws import registry
 from airflow_provider_dws.links import VertexAIEndpointLink
 from airflow_provider_dws.operators.base import DwsQueuedRequestOperator
 from airflow_provider_dws.operators.checks import Check, duration, matches, str_len_in
-from airflow_provider_dws.operators.release import DwsSetupReleaseOperator
-from airflow_provider_dws.operators.vertex_inference import (
+from airflow_provider_dws.operators.inference_checks import (
     INFERENCE_CHECKS,
     REGISTRY_MODEL_PATTERN,
     check_machine_placement,
@@ -23,11 +22,9 @@ from airflow_provider_dws.specs import roles
 from airflow_provider_dws.specs.vertex_inference import MAX_RUNTIME_LIMIT
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
-
     from airflow_provider_dws.scheduling.policies import Placement
 
-__all__ = ["DeployVertexAIFlexStartModelOperator", "UndeployVertexAIFlexStartModelOperator"]
+__all__ = ["DeployVertexAIFlexStartModelOperator"]
 
 
 class DeployVertexAIFlexStartModelOperator(DwsQueuedRequestOperator):
@@ -40,7 +37,8 @@ class DeployVertexAIFlexStartModelOperator(DwsQueuedRequestOperator):
     "endpoint_id", "deployed_model_id", "model", "region"}`` (``endpoint`` and
     ``deployed_model_id`` are also XComs of their own) for the tasks in between. Vertex AI
     undeploys the model ``max_run`` after the deploy request (the wait counts), so a campaign
-    never holds the GPUs longer; the teardown :class:`UndeployVertexAIFlexStartModelOperator`
+    never holds the GPUs longer; the teardown
+    :class:`~airflow_provider_dws.operators.vertex_endpoint_release.UndeployVertexAIFlexStartModelOperator`
     gives them back as soon as the campaign ends and deletes the endpoint::
 
         serve = DeployVertexAIFlexStartModelOperator(task_id="serve", ...)
@@ -153,52 +151,3 @@ class DeployVertexAIFlexStartModelOperator(DwsQueuedRequestOperator):
         from airflow_provider_dws.scheduling.policies import Placement
 
         return Placement(location=self.region)
-
-
-class UndeployVertexAIFlexStartModelOperator(DwsSetupReleaseOperator):
-    """Give back the GPUs of a model its setup deployed: cancel a deployment still waiting,
-    undeploy every model on the setup task instance's endpoint (waited for), then delete the
-    endpoint. Already gone is success; the release is written to the request's record. Meant as
-    the teardown of :class:`DeployVertexAIFlexStartModelOperator`.
-
-    :param setup_task_id: the deploying task, in the same DAG.
-    :param region: the endpoint's region (templated); default: the setup task's.
-    :param project_id: the endpoint's project (templated); default: the setup's, else the connection's.
-    :param gcp_conn_id: Airflow connection; :param impersonation_chain: account(s) to impersonate.
-    """
-
-    template_fields: Sequence[str] = ("project_id", "region", "impersonation_chain")
-    SETUP_ROLE = roles.VERTEX_DEPLOYMENT
-    FROM_SETUP = ("region", "project_id")
-    operator_extra_links = (VertexAIEndpointLink(),)
-    ui_color = "#d2e3fc"
-    CHECKS: tuple[Check, ...] = (  # type: ignore[assignment]
-        *DwsSetupReleaseOperator.CHECKS,
-        Check(
-            "region",
-            matches(facts.REGION_PATTERN),
-            "must be a Vertex AI region such as 'us-central1'",
-            templated=True,
-            optional=True,
-        ),
-    )
-
-    def __init__(self, *, setup_task_id: str, region: str | None = None, **kwargs: Any) -> None:
-        self.region = region
-        super().__init__(setup_task_id=setup_task_id, **kwargs)
-
-    def execute(self, context: Context) -> Any:
-        """Take the region (and project) from the setup task when not given, then release."""
-        self.take_from_setup(context)
-        if not self.region:
-            raise self._param_error(
-                f"region is not set and task {self.setup_task_id!r} is not a "
-                "DeployVertexAIFlexStartModelOperator of this DAG to take it from"
-            )
-        return super().execute(context)
-
-    def release(self, context: Context) -> dict[str, Any]:
-        """Undeploy and delete (:func:`~airflow_provider_dws.runtime.vertex_endpoint.release_deployments`)."""
-        from airflow_provider_dws.runtime.vertex_endpoint import release_deployments
-
-        return release_deployments(self, context)

@@ -6,13 +6,18 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dws import facts, registry
+from airflow_provider_dws import registry
 from airflow_provider_dws.links import VertexAIBatchPredictionLink
-from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsQueuedRequestOperator
-from airflow_provider_dws.operators.checks import Check, duration, int_in, matches, str_len_in
-from airflow_provider_dws.specs.templates import has_template
+from airflow_provider_dws.operators.base import DwsQueuedRequestOperator
+from airflow_provider_dws.operators.checks import Check, duration, matches
+from airflow_provider_dws.operators.inference_checks import (
+    INFERENCE_CHECKS,
+    MODEL_PATTERN,
+    check_machine_placement,
+    check_model_region,
+    check_replicas,
+)
 from airflow_provider_dws.specs.vertex_inference import (
-    INFERENCE_MACHINES,
     INSTANCES_FORMATS,
     MAX_RUNTIME_LIMIT,
     PREDICTIONS_FORMATS,
@@ -21,30 +26,12 @@ from airflow_provider_dws.specs.vertex_inference import (
 if TYPE_CHECKING:
     from airflow_provider_dws.scheduling.policies import Placement
 
-__all__ = ["INFERENCE_CHECKS", "CreateVertexAIFlexStartBatchPredictionOperator"]
+__all__ = ["CreateVertexAIFlexStartBatchPredictionOperator"]
 
-#: A model by resource name (``projects/P/locations/R/models/M``, with ``@version`` or not) or a
-#: publisher's model (``publishers/google/models/gemma``).
-MODEL_PATTERN = r"(projects/[^/\s]+/locations/[a-z0-9-]+/models/[^/\s]+|publishers/[^/\s]+/models/[^/\s]+)"
-#: What ``DeployModel`` takes: a model of the project's registry (a publisher's model is not one).
-REGISTRY_MODEL_PATTERN = r"projects/[^/\s]+/locations/[a-z0-9-]+/models/[^/\s]+"
 _GCS_URI = r"gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/\S*)?"
 #: ``bq://project.dataset.table`` (a source) or ``bq://project[.dataset]`` (a destination).
 _BQ_TABLE = r"bq://[a-z][a-z0-9-]{4,28}[a-z0-9]\.[A-Za-z0-9_]{1,1024}\.[^\s.]{1,1024}"
 _BQ_DESTINATION = r"bq://[a-z][a-z0-9-]{4,28}[a-z0-9](\.[A-Za-z0-9_]{1,1024})?"
-
-
-def _machine_ok(value: Any) -> bool:
-    return value in INFERENCE_MACHINES
-
-
-def machine_message() -> str:
-    """What ``machine_type`` must be."""
-    gpus = sorted({gpu for gpu, _ in INFERENCE_MACHINES.values()})
-    return (
-        "must be an accelerator-optimized machine type that flex-start inference takes (its GPUs "
-        f"come with it: {', '.join(gpus)}; no TPU, no A4X), e.g. 'g2-standard-48' or 'a3-highgpu-8g'"
-    )
 
 
 def _uris_ok(value: Any) -> bool:
@@ -54,30 +41,6 @@ def _uris_ok(value: Any) -> bool:
         and 0 < len(uris) <= 100
         and all(isinstance(u, str) and matches(_GCS_URI)(u) for u in uris)
     )
-
-
-#: What the flex-start inference operators share: connection, wait, region, machines and replicas,
-#: display name.
-INFERENCE_CHECKS: tuple[Check, ...] = (
-    *CONNECTION_CHECKS,
-    *WAIT_CHECKS,
-    Check(
-        "region",
-        matches(facts.REGION_PATTERN),
-        "must be a Vertex AI region such as 'us-central1'",
-        templated=True,
-    ),
-    Check("machine_type", _machine_ok, machine_message(), templated=True),
-    Check("replica_count", int_in(1, 1000), "must be an integer from 1 to 1000"),
-    Check("max_replica_count", int_in(1, 1000), "must be an integer from 1 to 1000", optional=True),
-    Check(
-        "display_name",
-        str_len_in(1, 128),
-        "must be a string of 1 to 128 characters",
-        templated=True,
-        optional=True,
-    ),
-)
 
 
 class CreateVertexAIFlexStartBatchPredictionOperator(DwsQueuedRequestOperator):
@@ -260,49 +223,3 @@ class CreateVertexAIFlexStartBatchPredictionOperator(DwsQueuedRequestOperator):
         from airflow_provider_dws.scheduling.policies import Placement
 
         return Placement(location=self.region)
-
-
-def check_replicas(op: Any) -> None:
-    """``max_replica_count`` is at least ``replica_count`` (the machines obtained at once)."""
-    most, least = op.max_replica_count, op.replica_count
-    if type(most) is int and type(least) is int and most < least:
-        raise op._param_error(f"max_replica_count ({most}) must be at least replica_count ({least})")
-
-
-def check_model_region(op: Any) -> None:
-    """A model ``projects/P/locations/R/models/M`` must be in the operator's region."""
-    model, region = op.model, op.region
-    if (
-        not isinstance(model, str)
-        or not isinstance(region, str)
-        or has_template(model)
-        or has_template(region)
-    ):
-        return
-    if model.startswith("projects/") and model.split("/")[3] != region:
-        raise op._param_error(
-            f"model {model!r} is in {model.split('/')[3]!r}, not in region {region!r}: Vertex AI serves "
-            "a model only in its own region"
-        )
-
-
-def check_machine_placement(op: Any, placement: Placement, what: str) -> None:
-    """A failover placement of a flex-start inference request: the same region (the model's), an
-    accelerator-optimized machine type flex-start inference takes, no tier."""
-    if not has_template(op.region) and placement.location != op.region:
-        raise op._param_error(
-            f"failover placement {placement}: a {what} stays in its model's region {op.region!r}; "
-            "fail over to another machine_type there (Placement(location=region, machine_type=...))"
-        )
-    if placement.tier is not None:
-        raise op._param_error(f"failover placement {placement}: a {what} has no tier")
-    if placement.machine_type not in INFERENCE_MACHINES:
-        raise op._param_error(f"failover placement {placement}: machine_type {machine_message()}")
-    if (
-        placement.accelerator_type
-        and placement.accelerator_type != INFERENCE_MACHINES[placement.machine_type][0]
-    ):
-        raise op._param_error(
-            f"failover placement {placement}: {placement.machine_type} comes with "
-            f"{INFERENCE_MACHINES[placement.machine_type][0]}, not {placement.accelerator_type}"
-        )

@@ -36,10 +36,8 @@ if TYPE_CHECKING:
 
     from airflow_provider_dws.backends.base import RequestStatus
     from airflow_provider_dws.backends.vertex_endpoint import VertexDeploymentBackend
-    from airflow_provider_dws.operators.vertex_endpoint import (
-        DeployVertexAIFlexStartModelOperator,
-        UndeployVertexAIFlexStartModelOperator,
-    )
+    from airflow_provider_dws.operators.vertex_endpoint import DeployVertexAIFlexStartModelOperator
+    from airflow_provider_dws.operators.vertex_endpoint_release import UndeployVertexAIFlexStartModelOperator
     from airflow_provider_dws.scheduling.identity import RequestIdentity
     from airflow_provider_dws.scheduling.policies import Placement
 

@@ -18,10 +18,8 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, task
 from fault_twists import MAX_WAIT, POLL_INTERVAL, killed_after_submit
 
-from airflow_provider_dws.operators.vertex_endpoint import (
-    DeployVertexAIFlexStartModelOperator,
-    UndeployVertexAIFlexStartModelOperator,
-)
+from airflow_provider_dws.operators.vertex_endpoint import DeployVertexAIFlexStartModelOperator
+from airflow_provider_dws.operators.vertex_endpoint_release import UndeployVertexAIFlexStartModelOperator
 from airflow_provider_dws.operators.vertex_inference import CreateVertexAIFlexStartBatchPredictionOperator
 from airflow_provider_dws.runtime.vertex_batch import VertexBatchPredictionAdapter
 from airflow_provider_dws.runtime.vertex_endpoint import VertexDeploymentAdapter

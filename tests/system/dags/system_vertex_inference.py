@@ -16,10 +16,8 @@ import os
 from airflow.sdk import task
 from system_common import LABELS, MAX_WAIT, POLL_INTERVAL, PROJECT_ID, sweep, system_dag, watch
 
-from airflow_provider_dws.operators.vertex_endpoint import (
-    DeployVertexAIFlexStartModelOperator,
-    UndeployVertexAIFlexStartModelOperator,
-)
+from airflow_provider_dws.operators.vertex_endpoint import DeployVertexAIFlexStartModelOperator
+from airflow_provider_dws.operators.vertex_endpoint_release import UndeployVertexAIFlexStartModelOperator
 from airflow_provider_dws.operators.vertex_inference import CreateVertexAIFlexStartBatchPredictionOperator
 
 REGION = "us-central1"

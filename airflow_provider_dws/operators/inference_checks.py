@@ -3,7 +3,7 @@ module of their own so that a DAG file with one of them loads only its own opera
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_dws import facts
 from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS
@@ -102,3 +102,28 @@ def check_machine_placement(op: Any, placement: Placement, what: str) -> None:
             f"failover placement {placement}: {placement.machine_type} comes with "
             f"{INFERENCE_MACHINES[placement.machine_type][0]}, not {placement.accelerator_type}"
         )
+
+
+class InferenceOperatorChecks:
+    """What the two inference operators check beyond their tables: a regional model in their region,
+    failover only to another machine type of that region, their home placement. Mixed in before
+    :class:`~airflow_provider_dws.operators.base.DwsQueuedRequestOperator`."""
+
+    #: What the request is called in a refused placement's message.
+    REQUEST_NOUN: ClassVar[str]
+    region: Any
+
+    def check_parameters(self, *, rendered: bool) -> None:
+        """Run the operator's checks, then check that a regional model lives in the region."""
+        super().check_parameters(rendered=rendered)  # type: ignore[misc]
+        check_model_region(self)
+
+    def check_placement(self, placement: Placement) -> None:
+        """A failover placement is another machine type of the same region (the model's)."""
+        check_machine_placement(self, placement, self.REQUEST_NOUN)
+
+    def home_placement(self) -> Placement:
+        """The operator's own region (with its own machine type)."""
+        from airflow_provider_dws.scheduling.policies import Placement
+
+        return Placement(location=self.region)

@@ -14,20 +14,19 @@ from airflow_provider_dws.operators.checks import Check, duration, matches, str_
 from airflow_provider_dws.operators.inference_checks import (
     INFERENCE_CHECKS,
     REGISTRY_MODEL_PATTERN,
-    check_machine_placement,
-    check_model_region,
+    InferenceOperatorChecks,
     check_replicas,
 )
 from airflow_provider_dws.specs import roles
 from airflow_provider_dws.specs.vertex_inference import MAX_RUNTIME_LIMIT
 
 if TYPE_CHECKING:
-    from airflow_provider_dws.scheduling.policies import Placement
+    pass
 
 __all__ = ["DeployVertexAIFlexStartModelOperator"]
 
 
-class DeployVertexAIFlexStartModelOperator(DwsQueuedRequestOperator):
+class DeployVertexAIFlexStartModelOperator(InferenceOperatorChecks, DwsQueuedRequestOperator):
     """Deploy a model to a Vertex AI endpoint on flex-start GPUs and hand it to later tasks.
 
     The task creates an endpoint of its own (``dws-<hash of the task instance>``, labelled with
@@ -85,6 +84,7 @@ class DeployVertexAIFlexStartModelOperator(DwsQueuedRequestOperator):
     ROLE = roles.VERTEX_DEPLOYMENT
     operator_extra_links = (VertexAIEndpointLink(),)
     ui_color = "#c5e1f5"
+    REQUEST_NOUN = "deployment"
     CHECKS: tuple[Check, ...] = (
         *INFERENCE_CHECKS,
         Check(
@@ -136,18 +136,3 @@ class DeployVertexAIFlexStartModelOperator(DwsQueuedRequestOperator):
         check_replicas(self)
         self.check_parameters(rendered=False)
         self.check_policies()
-
-    def check_parameters(self, *, rendered: bool) -> None:
-        """Run :attr:`CHECKS`, then check that a regional model lives in the region."""
-        super().check_parameters(rendered=rendered)
-        check_model_region(self)
-
-    def check_placement(self, placement: Placement) -> None:
-        """A failover placement is another machine type of the same region (the model's)."""
-        check_machine_placement(self, placement, "deployment")
-
-    def home_placement(self) -> Placement:
-        """The operator's own region (with its own machine type)."""
-        from airflow_provider_dws.scheduling.policies import Placement
-
-        return Placement(location=self.region)

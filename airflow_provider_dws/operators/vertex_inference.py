@@ -13,8 +13,7 @@ from airflow_provider_dws.operators.checks import Check, duration, matches
 from airflow_provider_dws.operators.inference_checks import (
     INFERENCE_CHECKS,
     MODEL_PATTERN,
-    check_machine_placement,
-    check_model_region,
+    InferenceOperatorChecks,
     check_replicas,
 )
 from airflow_provider_dws.specs.vertex_inference import (
@@ -24,7 +23,7 @@ from airflow_provider_dws.specs.vertex_inference import (
 )
 
 if TYPE_CHECKING:
-    from airflow_provider_dws.scheduling.policies import Placement
+    pass
 
 __all__ = ["CreateVertexAIFlexStartBatchPredictionOperator"]
 
@@ -43,7 +42,7 @@ def _uris_ok(value: Any) -> bool:
     )
 
 
-class CreateVertexAIFlexStartBatchPredictionOperator(DwsQueuedRequestOperator):
+class CreateVertexAIFlexStartBatchPredictionOperator(InferenceOperatorChecks, DwsQueuedRequestOperator):
     """Run a Vertex AI batch prediction job on flex-start GPUs, waiting in the triggerer.
 
     The job (``aiplatform.v1beta1``, Preview) asks for ``replica_count`` machines of
@@ -101,6 +100,7 @@ class CreateVertexAIFlexStartBatchPredictionOperator(DwsQueuedRequestOperator):
     ADAPTER = registry.VERTEX_BATCH_PREDICTION_ADAPTER
     operator_extra_links = (VertexAIBatchPredictionLink(),)
     ui_color = "#c5e1f5"
+    REQUEST_NOUN = "batch prediction job"
     CHECKS: tuple[Check, ...] = (
         *INFERENCE_CHECKS,
         Check(
@@ -208,18 +208,3 @@ class CreateVertexAIFlexStartBatchPredictionOperator(DwsQueuedRequestOperator):
                 f"got {self.predictions_format!r}"
             )
         check_replicas(self)
-
-    def check_parameters(self, *, rendered: bool) -> None:
-        """Run :attr:`CHECKS`, then check that a regional model lives in the job's region."""
-        super().check_parameters(rendered=rendered)
-        check_model_region(self)
-
-    def check_placement(self, placement: Placement) -> None:
-        """A failover placement is another machine type of the job's own region (its model is there)."""
-        check_machine_placement(self, placement, "batch prediction job")
-
-    def home_placement(self) -> Placement:
-        """The operator's own region (with its own machine type)."""
-        from airflow_provider_dws.scheduling.policies import Placement
-
-        return Placement(location=self.region)

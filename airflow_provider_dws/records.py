@@ -100,7 +100,13 @@ class RequestRecord:
     ``held_since`` / ``released`` time that holding. ``reservation`` names the reservation a request
     ran on (calendar mode: a delivered block's), so the block's release can tell what used it.
     ``held_until`` is when held capacity ends by itself whatever the tasks do (a calendar block's
-    end): a reader stops counting it as held, run or waited there.
+    end): a reader stops counting it as held, run or waited there. ``max_run_seconds`` is the
+    longest the capacity may run once obtained (the operator's ``max_run``; ``None``: no bound).
+    ``expected_wait_*`` is what the wait forecast (:mod:`~airflow_provider_dws.forecast`) said when
+    the request was made: p50 and p90 time to capacity from ``expected_wait_basis`` similar
+    requests (``None``: too little history), ``expected_wait_p90_lower_bound`` when the p90 was
+    only known to exceed the longest wait seen; ``obtainability`` the capacity advice's score for
+    its placement, where the advice was asked.
     """
 
     api: str
@@ -130,6 +136,12 @@ class RequestRecord:
     released: str | None = None
     reservation: str | None = None
     held_until: str | None = None
+    max_run_seconds: float | None = None
+    expected_wait_p50_seconds: float | None = None
+    expected_wait_p90_seconds: float | None = None
+    expected_wait_p90_lower_bound: bool = False
+    expected_wait_basis: int = 0
+    obtainability: float | None = None
     v: int = RECORD_VERSION
 
     def __post_init__(self) -> None:

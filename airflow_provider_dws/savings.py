@@ -44,7 +44,7 @@ _SIZED = re.compile(r"(.+)_[0-9]+")
 _SEPARATORS = (".", "__")
 
 
-def _type_key(accelerator_type: str) -> str:
+def type_key(accelerator_type: str) -> str:
     """Accelerator types match ignoring case and ``-`` vs ``_``: Vertex AI spells a GPU
     ``NVIDIA_H100_80GB`` where Compute Engine and Cloud Batch spell it ``nvidia-h100-80gb``."""
     return accelerator_type.strip().lower().replace("-", "_")
@@ -60,7 +60,7 @@ class PriceTable:
     _index: dict[tuple[str, str], float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        index = {(_type_key(t), m.strip().lower()): float(p) for (t, m), p in self.prices.items()}
+        index = {(type_key(t), m.strip().lower()): float(p) for (t, m), p in self.prices.items()}
         object.__setattr__(self, "_index", index)
 
     def price(self, accelerator_type: str | None, pricing_model: str) -> float | None:
@@ -73,7 +73,7 @@ class PriceTable:
         ):
             return None
         model = pricing_model.strip().lower()
-        key = _type_key(accelerator_type)
+        key = type_key(accelerator_type)
         if (key, model) in self._index:
             return self._index[(key, model)]
         sized = _SIZED.fullmatch(key)
@@ -156,7 +156,7 @@ def parse_prices(value: Mapping[str, Any] | str, source: str) -> PriceTable:
     def add(accelerator_type: Any, model: Any, price: Any, entry: str) -> None:
         names = _names(accelerator_type, model, entry, source)
         number = _price_of(price, entry, source)
-        normal = (_type_key(names[0]), names[1])
+        normal = (type_key(names[0]), names[1])
         if normal in seen:
             if seen[normal][1] != number:
                 raise ValueError(
@@ -240,7 +240,7 @@ def _read_config() -> dict[str, Any] | None:
 
     def normal(key: str) -> tuple[str, str] | str:
         split = _split_flat(key)
-        return (_type_key(split[0]), split[1].lower()) if split else key.lower()
+        return (type_key(split[0]), split[1].lower()) if split else key.lower()
 
     overridden = {normal(k) for k in from_env}
     merged = {k: v for k, v in from_file.items() if normal(k) not in overridden}

@@ -16,7 +16,7 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from airflow_provider_dws.records import LIVE_PHASES, RequestRecord, parse_time
@@ -30,6 +30,12 @@ CONFIG_SOURCE = f"config section [{CONFIG_SECTION}]"
 NO_TABLE_SOURCE = "no price table set"
 #: Pricing models whose price stands for holding the same machines the whole time, best first.
 HOLD_MODELS = ("reserved", "standard")
+#: Pricing models of on-demand capacity, best first, and of Spot capacity.
+ON_DEMAND_MODELS = ("on_demand", "standard")
+SPOT_MODEL = "spot"
+#: The table's optional metadata entries: where its prices come from (text), and their date.
+NOTE_KEY = "_source"
+AS_OF_KEY = "_as_of"
 #: The group key :func:`summarize` callers use for every request together.
 TOTAL_KEY = "total"
 #: The day key of a record without a submit time.
@@ -39,6 +45,7 @@ _TYPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _MODEL_NAME = re.compile(r"[a-z][a-z0-9_]*")
 # A TPU accelerator type is ``<family>-<size>`` (``v5litepod-16``) and is priced per chip by family.
 _SIZED = re.compile(r"(.+)_[0-9]+")
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 # Separators of a flat key: the dot of a config file, or the double underscore an environment
 # variable can carry (a POSIX shell cannot export a name with a dot).
 _SEPARATORS = (".", "__")
@@ -52,11 +59,17 @@ def type_key(accelerator_type: str) -> str:
 
 @dataclass(frozen=True)
 class PriceTable:
-    """USD per accelerator-hour by (accelerator_type, pricing_model), e.g. ("NVIDIA_H100_80GB", "flex_start")."""
+    """USD per accelerator-hour by (accelerator_type, pricing_model), e.g. ("NVIDIA_H100_80GB", "flex_start").
+
+    ``note`` says where the prices come from and ``as_of`` (``YYYY-MM-DD``) their date: the
+    table's ``_source`` and ``_as_of`` entries, when it has them.
+    """
 
     prices: Mapping[tuple[str, str], float]
     source: str
     error: str | None = None
+    note: str | None = None
+    as_of: str | None = None
     _index: dict[tuple[str, str], float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -88,6 +101,18 @@ class PriceTable:
             if found is not None:
                 return found
         return None
+
+    def on_demand_price(self, accelerator_type: str | None) -> float | None:
+        """The on-demand price (the table's "on_demand" entry, else "standard", else None)."""
+        for model in ON_DEMAND_MODELS:
+            found = self.price(accelerator_type, model)
+            if found is not None:
+                return found
+        return None
+
+    def spot_price(self, accelerator_type: str | None) -> float | None:
+        """The Spot price (the table's "spot" entry, else None)."""
+        return self.price(accelerator_type, SPOT_MODEL)
 
 
 def _split_flat(key: str) -> tuple[str, str] | None:
@@ -133,13 +158,29 @@ def _names(accelerator_type: Any, model: Any, entry: str, source: str) -> tuple[
     return accelerator_type.strip(), normal
 
 
+def _metadata(key: str, value: Any, source: str) -> str:
+    """The text of a metadata entry: ``_source`` any non-empty text, ``_as_of`` a date YYYY-MM-DD."""
+    text = value.strip() if isinstance(value, str) else ""
+    if key == NOTE_KEY and not text:
+        raise ValueError(f"{source}: entry {key!r}: where the prices come from is text, got {value!r}")
+    if key == AS_OF_KEY:
+        try:
+            date.fromisoformat(text if _DATE.fullmatch(text) else "")
+        except ValueError:
+            raise ValueError(
+                f"{source}: entry {key!r}: the prices' date is a date YYYY-MM-DD, got {value!r}"
+            ) from None
+    return text
+
+
 def parse_prices(value: Mapping[str, Any] | str, source: str) -> PriceTable:
     """The table from JSON text or a mapping; raises ``ValueError`` naming the bad entry.
 
     Two shapes, mixable: nested ``{type: {model: price}}`` (the Variable's JSON) and flat
     ``{"type.model": price}`` or ``{"type__model": price}`` (the config section's keys). Prices
     are non-negative finite numbers (text that reads as one, as config values are); the same
-    (type, model) given twice with different prices is refused.
+    (type, model) given twice with different prices is refused. Two optional entries describe the
+    table: ``_source`` (text) and ``_as_of`` (a date ``YYYY-MM-DD``).
     """
     if isinstance(value, str):
         try:
@@ -152,6 +193,7 @@ def parse_prices(value: Mapping[str, Any] | str, source: str) -> PriceTable:
         )
     prices: dict[tuple[str, str], float] = {}
     seen: dict[tuple[str, str], tuple[str, float]] = {}  # normalized (type, model) -> (entry, price)
+    metadata: dict[str, str] = {}
 
     def add(accelerator_type: Any, model: Any, price: Any, entry: str) -> None:
         names = _names(accelerator_type, model, entry, source)
@@ -170,7 +212,10 @@ def parse_prices(value: Mapping[str, Any] | str, source: str) -> PriceTable:
     for key, item in value.items():
         if not isinstance(key, str):
             raise ValueError(f"{source}: entry {key!r}: keys are accelerator types, got {key!r}")
-        if isinstance(item, Mapping):
+        if key.strip().lower() in (NOTE_KEY, AS_OF_KEY):
+            name = key.strip().lower()
+            metadata[name] = _metadata(name, item, source)
+        elif isinstance(item, Mapping):
             for model, price in item.items():
                 entry = f"{key}.{model}"
                 if isinstance(price, (Mapping, list)):
@@ -190,7 +235,9 @@ def parse_prices(value: Mapping[str, Any] | str, source: str) -> PriceTable:
                     f"key <accelerator type>.<pricing model>"
                 )
             add(split[0], split[1], item, key)
-    return PriceTable(prices=prices, source=source)
+    return PriceTable(
+        prices=prices, source=source, note=metadata.get(NOTE_KEY), as_of=metadata.get(AS_OF_KEY)
+    )
 
 
 def _read_variable(key: str) -> str | None:

@@ -373,6 +373,76 @@ def test_parse_prices_refuses_bad_entries_by_name(value: Any, message: str) -> N
     assert message in str(raised.value)
 
 
+def test_parse_prices_reads_the_metadata_in_json_and_flat_config_form() -> None:
+    nested = parse_prices(
+        json.dumps(
+            {
+                "_source": " Google Cloud pricing page, us-central1 ",
+                "_as_of": "2026-11-01",
+                H100: {"flex_start": 2.5, "on_demand": 5.0, "spot": 1.5},
+            }
+        ),
+        "here",
+    )
+    assert (nested.note, nested.as_of) == ("Google Cloud pricing page, us-central1", "2026-11-01")
+    assert nested.prices == {(H100, "flex_start"): 2.5, (H100, "on_demand"): 5.0, (H100, "spot"): 1.5}
+    # The config section's keys (configparser and the environment reader lower-case them).
+    flat = parse_prices(
+        {"_source": "contract 2026", "_AS_OF": "2026-10-15", f"{H100}.flex_start": "2.5"}, "cfg"
+    )
+    assert (flat.note, flat.as_of, flat.prices) == (
+        "contract 2026",
+        "2026-10-15",
+        {(H100, "flex_start"): 2.5},
+    )
+
+
+def test_a_table_without_metadata_is_unchanged() -> None:
+    table = parse_prices({H100: {"flex_start": 2.5, "standard": 4}}, "here")
+    assert (table.note, table.as_of, table.error) == (None, None, None)
+    assert table == PriceTable({(H100, "flex_start"): 2.5, (H100, "standard"): 4.0}, "here")
+    assert (TABLE.note, TABLE.as_of) == (None, None)
+
+
+def test_on_demand_is_the_on_demand_entry_else_standard_and_spot_is_spot() -> None:
+    table = PriceTable(
+        {("a", "on_demand"): 6.0, ("a", "standard"): 5.0, ("a", "spot"): 2.0, ("b", "standard"): 5.0}
+        | {("v5litepod", "spot"): 0.5},
+        "t",
+    )
+    assert (table.on_demand_price("a"), table.on_demand_price("B"), table.on_demand_price("c")) == (
+        6.0,
+        5.0,
+        None,
+    )
+    assert (table.spot_price("a"), table.spot_price("b"), table.spot_price("v5litepod-16")) == (
+        2.0,
+        None,
+        0.5,
+    )
+    assert (table.on_demand_price(None), table.spot_price(None)) == (None, None)
+    assert TABLE.hold_price("v5litepod") == 1.5  # on_demand and spot change no hold price
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"_as_of": "2026-13-01"}, "entry '_as_of': the prices' date is a date YYYY-MM-DD, got '2026-13-01'"),
+        ({"_as_of": "20261101"}, "entry '_as_of': the prices' date is a date YYYY-MM-DD, got '20261101'"),
+        ({"_as_of": "1 Nov 2026"}, "entry '_as_of': the prices' date is a date YYYY-MM-DD"),
+        ({"_as_of": 20261101}, "entry '_as_of': the prices' date is a date YYYY-MM-DD, got 20261101"),
+        ({"_as_of": None}, "entry '_as_of': the prices' date is a date YYYY-MM-DD, got None"),
+        ({"_source": ""}, "entry '_source': where the prices come from is text, got ''"),
+        ({"_source": {"a": 1}}, "entry '_source': where the prices come from is text"),
+    ],
+)
+def test_parse_prices_refuses_bad_metadata_by_name(value: Any, message: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        parse_prices({H100: {"flex_start": 2.5}, **value}, "the source")
+    assert str(raised.value).startswith("the source: ")
+    assert message in str(raised.value)
+
+
 def test_the_module_imports_no_airflow(probe: Probe) -> None:
     code = (
         "import sys, airflow_provider_dws.savings; "
@@ -425,10 +495,30 @@ def _scenarios() -> dict[str, dict[str, Any]]:
             "error": table.error,
             "prices": {f"{t}|{m}": p for (t, m), p in sorted(table.prices.items())},
         }
+        out[name].update({k: v for k, v in (("note", table.note), ("as_of", table.as_of)) if v})
 
     run("file", {})
     run("file_and_env", {"AIRFLOW__DWS_PRICES__NVIDIA_H100_80GB__FLEX_START": "3"})
+    conf.set("dws_prices", "_source", "file note")
+    conf.set("dws_prices", "_as_of", "2026-11-01")
+    run("file_metadata", {"AIRFLOW__DWS_PRICES___AS_OF": "2026-11-02"})
     conf.remove_section("dws_prices")
+    run(
+        "env_metadata",
+        {
+            "AIRFLOW__DWS_PRICES___SOURCE": "env note",
+            "AIRFLOW__DWS_PRICES___AS_OF": "2026-11-03",
+            "AIRFLOW__DWS_PRICES__V5LITEPOD__RESERVED": "1.5",
+        },
+    )
+    run(
+        "bad_as_of",
+        {"AIRFLOW__DWS_PRICES___AS_OF": "soon", "AIRFLOW__DWS_PRICES__V5LITEPOD__RESERVED": "1.5"},
+    )
+    run(
+        "variable_metadata",
+        {"AIRFLOW_VAR_DWS_PRICES": json.dumps({"_source": "var note", "_as_of": "2026-11-04"})},
+    )
     run("nothing", {})
     run("variable_env", {"AIRFLOW_VAR_DWS_PRICES": GOOD_JSON})
     run(
@@ -492,6 +582,32 @@ def test_load_prices_reads_the_config_file_and_environment(loaded: dict) -> None
         "error": None,
         "prices": {"nvidia_h100_80gb|flex_start": 2.5, "v5litepod|reserved": 1.5},
     }
+
+
+def test_load_prices_reads_the_metadata_from_each_source(loaded: dict) -> None:
+    # The file's entries, the environment's winning for the same key.
+    assert (loaded["file_metadata"]["note"], loaded["file_metadata"]["as_of"]) == ("file note", "2026-11-02")
+    assert loaded["file_metadata"]["prices"] == {f"{H100}|flex_start": 2.5, "v5litepod|reserved": 1.5}
+    # AIRFLOW__DWS_PRICES___SOURCE: the section's two underscores, then the key's own.
+    assert loaded["env_metadata"] == {
+        "source": CONFIG_SOURCE,
+        "error": None,
+        "prices": {"v5litepod|reserved": 1.5},
+        "note": "env note",
+        "as_of": "2026-11-03",
+    }
+    assert loaded["variable_metadata"] == {
+        "source": VARIABLE_SOURCE,
+        "error": None,
+        "prices": {},
+        "note": "var note",
+        "as_of": "2026-11-04",
+    }
+    bad = loaded["bad_as_of"]
+    assert (bad["source"], bad["prices"]) == (CONFIG_SOURCE, {})
+    assert (
+        bad["error"] == f"{CONFIG_SOURCE}: entry '_as_of': the prices' date is a date YYYY-MM-DD, got 'soon'"
+    )
 
 
 def test_load_prices_never_raises(loaded: dict) -> None:

@@ -36,6 +36,12 @@ POLLER_CALLS = "dws.poller.calls"
 #: Counter: whole-poller backoffs after a quota error.
 POLLER_BACKOFF = "dws.poller.backoff"
 
+#: Gauge: a request's wait minus the p50 wait it was forecast at submit, in seconds (negative:
+#: capacity came sooner); sent when it gets capacity, if it was given a forecast.
+WAIT_FORECAST_ERROR = "dws.request.wait_forecast_error"
+#: Counter: requests whose wait passed the p90 they were forecast at submit (a true p90 does 1 in 10).
+WAIT_P90_EXCEEDED = "dws.request.wait_p90_exceeded"
+
 #: Every name, for the docs and the tests.
 NAMES = (
     REQUEST_WAIT,
@@ -45,6 +51,8 @@ NAMES = (
     REQUEST_CANCELLED,
     POLLER_CALLS,
     POLLER_BACKOFF,
+    WAIT_FORECAST_ERROR,
+    WAIT_P90_EXCEEDED,
 )
 
 _warned = False
@@ -118,6 +126,13 @@ def end_metrics(record: RequestRecord, wait_seconds: float | None, run_seconds: 
         incr(CAPACITY_NOT_OBTAINED, tag)
     if record.phase == "cancelled":
         incr(REQUEST_CANCELLED, tag)
+    from airflow_provider_dws.forecast import forecast_error, p90_exceeded
+
+    error = forecast_error(record)
+    if error is not None:
+        gauge(WAIT_FORECAST_ERROR, error, tag)
+    if p90_exceeded(record):
+        incr(WAIT_P90_EXCEEDED, tag)
 
 
 def attempt_metrics(record: RequestRecord, timings: RequestTimings) -> None:

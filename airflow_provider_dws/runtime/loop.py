@@ -70,6 +70,8 @@ class AttemptLoop:
         self.waiting_on: str | None = None
         #: Requests the trigger must not adopt (an earlier try's, given up by this one).
         self.avoid: list[str] = []
+        #: The capacity advice's scores of the placements last ranked (the record keeps its own).
+        self.advice: dict[Any, float] = {}
         from airflow_provider_dws.runtime.recording import Recorder
 
         #: Writes the ``dws_requests`` records and the request metrics.
@@ -302,8 +304,10 @@ class AttemptLoop:
             return self.plan(context, waiting)
         if decision.max_wait < wanted:
             self.log.info("%s", decision.reason)
-        if op.failover is not None and op.failover.advised and ends is None:
-            state = self.advised(state)
+        if op.failover is not None and op.failover.ranked and ends is None:
+            from airflow_provider_dws.runtime.outlook import rank
+
+            state = rank(self, state)
         state, max_wait = split_wait(self.adapter, state, now, decision.max_wait, self.log)
         identity = task_identity(context).with_attempt(state.attempt)
         if self.in_trigger():
@@ -313,26 +317,6 @@ class AttemptLoop:
         # (`on_kill`): no trigger exists yet to do so, and the request would wait for nobody.
         self.waiting_on = status.name
         return self.wait(context, status, state.submitted(state.placement, max_wait))
-
-    def advised(self, state: AttemptState) -> AttemptState:
-        """The attempt in the placement the capacity advice ranks first among those not tried yet
-        (all, once each was); the written order when the advice fails or says nothing."""
-        from airflow_provider_dws.scheduling.policies import Placement
-
-        tried = {Placement.from_dict(dict(h["placement"])) for h in state.history if h.get("placement")}
-        candidates = self.op.placements()
-        untried = [p for p in candidates if p not in tried] or candidates
-        try:
-            ranked = self.adapter.advise(untried)
-        except Exception as err:
-            self.log.warning("Capacity advice failed (%s); trying the placements in the written order", err)
-            ranked = None
-        if not ranked:
-            return state if state.placement in untried else replace(state, placement=untried[0])
-        scores = ", ".join(f"{placement} {score:.2f}" for placement, score in ranked)
-        best = ranked[0][0]
-        self.log.info("Capacity advice: %s: trying %s", scores, best)
-        return replace(state, placement=best)
 
     def in_trigger(self) -> bool:
         """Whether this task's trigger makes its requests (a deferrable task whose adapter can)."""

@@ -40,6 +40,7 @@ from airflow_provider_dws.records import (
 )
 from airflow_provider_dws.runtime.task import resolve_project
 from airflow_provider_dws.scheduling.phases import Phase
+from airflow_provider_dws.wait_history import observe
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -275,13 +276,25 @@ class Recorder:
             **{k: v for k, v in facts.items() if k in _FACT_FIELDS},  # type: ignore[arg-type]
         )
 
+    def _new(self, context: Context, status: RequestStatus, state: AttemptState) -> RequestRecord:
+        """The first record of a request this try submits or adopts: what it can expect is logged
+        and the forecast it was given kept (:mod:`.outlook`)."""
+        record = self._base(context, status, state)
+        from airflow_provider_dws.runtime.outlook import at_submit
+
+        try:
+            return at_submit(self.loop, record, state.placement)
+        except Exception:
+            self.loop.log.warning("Could not work out what %s can expect", status.name, exc_info=True)
+            return record
+
     def submitted(
         self, context: Context, status: RequestStatus, state: AttemptState, *, deferring: bool = False
     ) -> None:
         """The request was submitted or adopted and is about to be waited on (``deferring``: by
         this try, deferred, which the store remembers for a later try: see :data:`WAITING`)."""
         try:
-            record = self._find(context, status.name) or self._base(context, status, state)
+            record = self._find(context, status.name) or self._new(context, status, state)
             # An adopted request of an earlier try is live again (and not ended), and this try waits on
             # it: the page tells a request its task abandoned by the try that last waited on it.
             live = replace(
@@ -340,6 +353,7 @@ class Recorder:
             return
         if not (counted or promised):
             attempt_metrics(record, status.timings)
+            observe(record)
 
     def settled(self, context: Context, waited_try: int, status: RequestStatus) -> None:
         """An earlier try's request found succeeded: that try's trigger ended the task with it

@@ -61,6 +61,7 @@ __all__ = [
     "Failover",
     "OffPeakWindow",
     "Placement",
+    "ShortestWait",
     "Tier",
     "Window",
     "WindowSet",
@@ -344,14 +345,21 @@ class Placement:
 
 @dataclass(frozen=True, init=False)
 class Failover:
-    """Placements tried in order after the operator's own one: ``Failover("us-east4", "us-west1")``."""
+    """Placements tried in order after the operator's own one: ``Failover("us-east4", "us-west1")``.
+
+    ``greener=True`` orders them (the operator's own stays first) by the grid carbon intensity of
+    their regions, lowest first (:mod:`airflow_provider_dws.carbon`): the placements listed are all
+    ones the DAG accepts, and the ranking is logged with its figures.
+    """
 
     placements: tuple[Placement, ...]
+    greener: bool
 
     def __init__(
         self,
         placements: Placement | str | Iterable[Placement | str],
         *more: Placement | str,
+        greener: bool = False,
     ) -> None:
         items: list[Placement | str] = (
             [placements] if isinstance(placements, (str, Placement)) else list(placements)
@@ -368,7 +376,10 @@ class Failover:
             if placement in resolved:
                 raise ValueError(f"Failover.placements lists {placement} twice")
             resolved.append(placement)
+        if not isinstance(greener, bool):
+            raise TypeError(f"Failover.greener must be True or False, got {greener!r}")
         object.__setattr__(self, "placements", tuple(resolved))
+        object.__setattr__(self, "greener", greener)
 
     @classmethod
     def coerce(
@@ -386,12 +397,24 @@ class Failover:
             f"got {type(value).__name__}"
         )
 
-    #: Whether the placements (the operator's own among them) are ordered by capacity advice
-    #: before each attempt (:class:`Advised`) rather than tried in the written order.
+    #: Whether the placements are ordered by Compute Engine's capacity advice (:class:`Advised`),
+    #: which only the operators that declare ``ADVISED`` can ask.
     advised = False
+    #: How the placements (the operator's own among them) are ordered before each attempt:
+    #: ``written``, ``advice`` or ``expected_wait`` (:mod:`~.ranking`).
+    order = "written"
+
+    @property
+    def ranked(self) -> bool:
+        """Whether the placements are ranked before every attempt, the first included, rather than
+        tried in the written order one capacity retry after another."""
+        return self.order != "written" or self.greener
+
+    def _greener(self) -> str:
+        return " (greener: lower carbon intensity first among equals)" if self.greener else ""
 
     def __str__(self) -> str:
-        return "fail over to " + ", then ".join(str(p) for p in self.placements)
+        return "fail over to " + ", then ".join(str(p) for p in self.placements) + self._greener()
 
     def __len__(self) -> int:
         return len(self.placements)
@@ -414,6 +437,26 @@ class Advised(Failover):
     """
 
     advised = True
+    order = "advice"
 
     def __str__(self) -> str:
-        return "fail over by capacity advice among " + ", ".join(str(p) for p in self.placements)
+        return "fail over by capacity advice among " + ", ".join(str(p) for p in self.placements) + self._greener()
+
+
+class ShortestWait(Failover):
+    """Placements ordered before each attempt by the expected wait of similar requests, shortest
+    first: ``ShortestWait("us-east4", "us-central1")``.
+
+    With the operator's own placement they are the candidates: before each attempt the provider
+    reads this deployment's wait history (:mod:`airflow_provider_dws.forecast`) for each and makes the
+    request where the p50 wait of similar requests is shortest among those not tried yet; where
+    Compute Engine's capacity advice also scores them (the Compute Engine and Cloud Batch
+    operators), a placement's rank by wait and its rank by obtainability are added. A placement
+    with too little history ranks after those with a forecast, in the written order. Needs no
+    ``capacity_retry``; with one, each retry ranks again. Offered on every operator that fails over.
+    """
+
+    order = "expected_wait"
+
+    def __str__(self) -> str:
+        return "fail over by expected wait among " + ", ".join(str(p) for p in self.placements) + self._greener()

@@ -288,6 +288,11 @@ class CapacityRequestTrigger(BaseTrigger):
         from airflow.triggers.base import TaskSuccessEvent
 
         ending.count(status)
+        if ending.counted is not None:
+            from airflow_provider_dws.wait_history import observe
+
+            # The wait joins the history next forecasts read, as the worker's end would add it.
+            await sync_to_async(observe)(ending.counted)
         for line in ending.lines:
             await log_info(self.log, "%s", line, wait=False)
         return TaskSuccessEvent()

@@ -61,7 +61,10 @@ def test_the_first_attempt_goes_where_the_advice_ranks_best(
     result = vms().execute({"ti": TI("vms")})
     assert result["zone"] == f"{REGION}-b"
     assert emu.calls("compute.advice.capacity") == 1  # one region: one call for every candidate
-    line = "Capacity advice: us-central1-b 0.90, us-central1-c 0.50, us-central1-a 0.20: trying us-central1-b"
+    line = (
+        "Placements by capacity advice: us-central1-b (advice 0.90), us-central1-c (advice 0.50), "
+        "us-central1-a (advice 0.20); trying us-central1-b"
+    )
     assert line in capsys.readouterr().out  # the task log (structlog writes it to stdout here)
 
 
@@ -126,5 +129,5 @@ def test_a_batch_job_goes_to_the_region_the_advice_ranks_best(
     assert "/locations/us-east4/jobs/" in result["name"]
     assert emu.calls("compute.advice.capacity") == 2  # one per region
     assert re.search(
-        r"Capacity advice: us-east4 0\.[5-9]\d, us-central1 0\.00: trying us-east4", capsys.readouterr().out
+        r"Placements by capacity advice: us-east4 \(advice 0\.[5-9]\d\), us-central1 \(advice 0\.00\); trying us-east4", capsys.readouterr().out
     )

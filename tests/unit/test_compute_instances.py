@@ -165,6 +165,7 @@ def test_the_request_carries_identity_labels_the_apis_wait_and_zonal_types() -> 
 
 def test_a_retry_is_advised_among_the_placements_not_tried_yet(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_provider_dws.runtime.compute_instances import ComputeInstancesAdapter
+    from airflow_provider_dws.runtime.outlook import rank
     from airflow_provider_dws.runtime.state import AttemptState
     from airflow_provider_dws.scheduling.policies import Advised
 
@@ -179,17 +180,17 @@ def test_a_retry_is_advised_among_the_placements_not_tried_yet(monkeypatch: pyte
 
     monkeypatch.setattr(ComputeInstancesAdapter, "advise", advise)
     loop = task.attempt_loop()
-    assert loop.advised(AttemptState(placement=a)).placement == b
+    assert rank(loop, AttemptState(placement=a)).placement == b
     tried_b = {"placement": b.to_dict()}
-    assert loop.advised(AttemptState(placement=a, attempt=2, history=(tried_b,))).placement == c
+    assert rank(loop, AttemptState(placement=a, attempt=2, history=(tried_b,))).placement == c
     assert asked[-1] == [a, c]
     all_tried = tuple({"placement": p.to_dict()} for p in (a, b, c))
-    assert loop.advised(AttemptState(placement=a, attempt=4, history=all_tried)).placement == b
+    assert rank(loop, AttemptState(placement=a, attempt=4, history=all_tried)).placement == b
 
     def failing(self: Any, placements: list[Placement]) -> None:
         raise RuntimeError("advice unavailable")
 
     monkeypatch.setattr(ComputeInstancesAdapter, "advise", failing)
     assert (
-        loop.advised(AttemptState(placement=c, attempt=2, history=(tried_b,))).placement == c
+        rank(loop, AttemptState(placement=c, attempt=2, history=(tried_b,))).placement == c
     )  # written order

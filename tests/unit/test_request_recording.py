@@ -385,7 +385,7 @@ def test_tags_drop_what_a_statsd_line_cannot_carry() -> None:
         "accelerator_type": "nvidia_l4_x",
     }
     assert metrics.tags("tpu_queued_resource", None) == {"api": "tpu_queued_resource"}
-    assert all(name.startswith("dws.") for name in metrics.NAMES) and len(set(metrics.NAMES)) == 7
+    assert all(name.startswith("dws.") for name in metrics.NAMES) and len(set(metrics.NAMES)) == 9
 
 
 # -- TPU: held, then released ------------------------------------------------------------------------

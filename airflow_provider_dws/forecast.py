@@ -146,6 +146,8 @@ class Forecast:
     p90_more_than: bool
     longest: float
     curve: tuple[tuple[float, float], ...] = field(default=(), repr=False)
+    #: With too few requests for percentiles, their waits as they are: ``(seconds, obtained)``.
+    few: tuple[tuple[float, bool], ...] = ()
 
     @property
     def enough(self) -> bool:
@@ -216,6 +218,9 @@ def estimate(
         p90_more_than=p90_more,
         longest=longest,
         curve=tuple(curve),
+        few=tuple((o.wait, o.obtained) for o in sorted(kept, key=lambda o: o.submitted))
+        if len(kept) < MIN_REQUESTS
+        else (),
     )
 
 
@@ -263,11 +268,15 @@ def forecast_line(forecast: Forecast, max_wait: timedelta | None) -> str:
     """The task log's sentence at submit (too little history is said as such)."""
     what = describe_group(forecast.group)
     if not forecast.enough:
-        return (
+        line = (
             f"Expected wait: too little history for a forecast ({forecast.requests} similar "
             f"request{'s' if forecast.requests != 1 else ''} in the last {_days(forecast.window)}, "
             f"{MIN_REQUESTS} needed; {what})"
         )
+        if forecast.few:
+            waits = [span(w) if got else f"more than {span(w)} without capacity" for w, got in forecast.few]
+            line += f"; {'it' if len(waits) == 1 else 'they'} waited " + ", ".join(waits)
+        return line
     line = (
         f"Expected wait ({what}): similar requests waited p50 {figure(forecast.p50, forecast.p50_more_than)}, "
         f"p90 {figure(forecast.p90, forecast.p90_more_than)} ({forecast.requests} requests, "

@@ -38,7 +38,17 @@ def record(**changes: object) -> RequestRecord:
 
 @pytest.mark.parametrize(
     ("count", "bucket"),
-    [(1, "1"), (2, "2"), (3, "3-4"), (4, "3-4"), (5, "5-8"), (8, "5-8"), (9, "9-16"), (256, "129-256"), (0, "?")],
+    [
+        (1, "1"),
+        (2, "2"),
+        (3, "3-4"),
+        (4, "3-4"),
+        (5, "5-8"),
+        (8, "5-8"),
+        (9, "9-16"),
+        (256, "129-256"),
+        (0, "?"),
+    ],
 )
 def test_size_buckets_are_powers_of_two(count: int, bucket: str) -> None:
     assert fc.size_bucket(count) == bucket
@@ -113,7 +123,11 @@ def test_from_records_groups_by_api_location_type_and_size() -> None:
         record(request_name="c", location="us-east4"),
     ]
     assert sorted(fc.from_records(records, NOW)) == sorted(
-        [GROUP, "vertex_custom_job|us-central1|nvidia_h100_80gb|9-16", "vertex_custom_job|us-east4|nvidia_h100_80gb|5-8"]
+        [
+            GROUP,
+            "vertex_custom_job|us-central1|nvidia_h100_80gb|9-16",
+            "vertex_custom_job|us-east4|nvidia_h100_80gb|5-8",
+        ]
     )
 
 
@@ -131,6 +145,12 @@ def test_the_log_line_names_the_figures_the_basis_and_the_share_beyond_the_max_w
 def test_too_little_history_is_said_as_such() -> None:
     line = fc.forecast_line(fc.estimate(GROUP, [obs("a", 10), obs("b", 20)], NOW), timedelta(hours=1))
     assert "too little history" in line and "2 similar requests in the last 30 days, 5 needed" in line
+    assert line.endswith("; they waited 10 min, 20 min")
+    one = fc.forecast_line(fc.estimate(GROUP, [obs("a", 2 / 60, obtained=False)], NOW), None)
+    assert one.endswith(
+        "(1 similar request in the last 30 days, 5 needed; Vertex AI custom job in "
+        "us-central1, nvidia_h100_80gb x 5-8); it waited more than 2 s without capacity"
+    )
 
 
 def test_max_wait_shorter_than_p50_is_flagged_only_with_enough_history() -> None:
@@ -159,7 +179,8 @@ def test_accuracy_counts_p90_exceeded_and_the_mean_error() -> None:
 
 
 @pytest.mark.parametrize(
-    ("seconds", "text"), [(45, "45 s"), (38 * 60, "38 min"), (7800, "2 h 10 min"), (7200, "2 h"), (90000, "1 d 1 h")]
+    ("seconds", "text"),
+    [(45, "45 s"), (38 * 60, "38 min"), (7800, "2 h 10 min"), (7200, "2 h"), (90000, "1 d 1 h")],
 )
 def test_span(seconds: float, text: str) -> None:
     assert fc.span(seconds) == text

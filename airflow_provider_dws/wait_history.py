@@ -57,15 +57,21 @@ def variable_key(group: str) -> str:
     return PREFIX + "__".join(_UNSAFE.sub("_", part) for part in group.split("|"))
 
 
+def configured_window() -> timedelta:
+    """The forecast window, ``[dws] forecast_window_days`` (default 30 days; the DWS page reads it too)."""
+    from airflow.configuration import conf
+
+    days = conf.getfloat(CONFIG_SECTION, "forecast_window_days", fallback=DEFAULT_WINDOW.days)
+    return timedelta(days=days) if days > 0 else DEFAULT_WINDOW
+
+
 def _config() -> tuple[bool, timedelta]:
     """Whether the history is on here, and the forecast window."""
     if not _in_task():
         return False, DEFAULT_WINDOW
     from airflow.configuration import conf
 
-    enabled = conf.getboolean(CONFIG_SECTION, "wait_history", fallback=True)
-    days = conf.getfloat(CONFIG_SECTION, "forecast_window_days", fallback=DEFAULT_WINDOW.days)
-    return enabled, timedelta(days=days) if days > 0 else DEFAULT_WINDOW
+    return conf.getboolean(CONFIG_SECTION, "wait_history", fallback=True), configured_window()
 
 
 def _in_task() -> bool:

@@ -67,14 +67,14 @@ def configured_window() -> timedelta:
 
 def _config() -> tuple[bool, timedelta]:
     """Whether the history is on here, and the forecast window."""
-    if not _in_task():
+    if not in_task():
         return False, DEFAULT_WINDOW
     from airflow.configuration import conf
 
     return conf.getboolean(CONFIG_SECTION, "wait_history", fallback=True), configured_window()
 
 
-def _in_task() -> bool:
+def in_task() -> bool:
     """Whether this process is a task's or a trigger's, with the Task SDK's channel to the API server
     (anywhere else, a test or a script, there is no deployment whose history to read)."""
     task_runner = sys.modules.get("airflow.sdk.execution_time.task_runner")

@@ -69,11 +69,14 @@ def at_submit(loop: AttemptLoop, record: RequestRecord, placement: Placement) ->
 
 
 def _log_cost(loop: AttemptLoop, record: RequestRecord) -> None:
-    from airflow_provider_dws.savings import load_prices
+    from airflow_provider_dws.savings import NO_TABLE_SOURCE, PriceTable, load_prices
     from airflow_provider_dws.upfront import cost_line
+    from airflow_provider_dws.wait_history import in_task
 
     try:
-        line = cost_line(record, load_prices())
+        # Outside a task (a test, a script) there is no deployment whose Variables to read.
+        prices = load_prices() if in_task() else PriceTable({}, NO_TABLE_SOURCE)
+        line = cost_line(record, prices)
     except Exception:
         loop.log.warning("Could not work out what %s can cost", record.request_name, exc_info=True)
         return
@@ -121,9 +124,10 @@ def _scores(loop: AttemptLoop, placements: list[Placement]) -> dict[Placement, f
 
 
 def _intensities(loop: AttemptLoop, placements: list[Placement]) -> dict[Placement, float | None]:
-    from airflow_provider_dws.carbon import load_carbon
+    from airflow_provider_dws.carbon import SHIPPED, load_carbon
+    from airflow_provider_dws.wait_history import in_task
 
-    table = load_carbon()
+    table = load_carbon() if in_task() else SHIPPED
     if table.error:
         loop.log.warning("The carbon table override is unusable (%s); using the shipped table", table.error)
     return {p: table.intensity(p.location) for p in placements}

@@ -316,3 +316,25 @@ def test_a_task_a_mapped_task_expands_over_ends_in_a_worker(mapped: bool) -> Non
             use(request.output)
     resume = deferred_trigger(request, TI()).resume or {}
     assert (finish.FINISH in resume) is not mapped
+
+
+def test_a_success_the_triggerer_ends_joins_the_wait_history(
+    backends: dict[str, FakeBackend],  # noqa: F811
+    pushed: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No worker resumes such a task, so the triggerer adds its wait to the history itself."""
+    from airflow_provider_dws import wait_history
+
+    kept: list[Any] = []
+    monkeypatch.setattr(wait_history, "observe", kept.append)
+    backend = backends["us-central1"] = FakeBackend(SPEC, [], status(7, Phase.WAITING))
+    backend.reads[NAME.format(7)] = succeeded()
+    ended = first(in_a_triggerer(deferred_trigger(op(), TI())))
+    assert isinstance(ended, TaskSuccessEvent)
+    [record] = kept
+    assert (record.request_name, record.phase, record.started) == (
+        NAME.format(7),
+        "succeeded",
+        (T0 + timedelta(minutes=10)).isoformat(),
+    )

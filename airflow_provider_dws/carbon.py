@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -309,34 +308,16 @@ def parse_override(value: Mapping[str, Any] | str, source: str) -> CarbonTable:
 def _read_variable() -> str | None:
     # The same reader as the price table's, so the Variable is found in the same places (the
     # api-server's chain, or the Task SDK's in a task).
-    return savings._read_variable(VARIABLE_KEY)
+    return savings.read_variable(VARIABLE_KEY)
+
+
+def _normal_key(key: str) -> Hashable:
+    return tuple(part.replace("-", "_") for part in _flat(key.strip().lower()))
 
 
 def _read_config() -> dict[str, Any] | None:
-    """The section's entries (``None`` when set nowhere): the config file's, and the
-    ``AIRFLOW__DWS_CARBON__<KEY>`` environment variables', which win for the same entry."""
-    from airflow.configuration import conf
-
-    from_file: dict[str, Any] = {}
-    if conf.has_section(CONFIG_SECTION):
-        from_file = dict(conf.getsection(CONFIG_SECTION) or {})
-    # conf.getsection sees the environment only when the file has the section: read it too.
-    prefix = f"AIRFLOW__{CONFIG_SECTION.upper()}__"
-    from_env: dict[str, Any] = {}
-    for name in sorted(os.environ):
-        if name.startswith(prefix) and len(name) > len(prefix) and not name.endswith(("_CMD", "_SECRET")):
-            key = name[len(prefix) :].lower()
-            from_env[key] = conf.get(CONFIG_SECTION, key, fallback=os.environ[name])
-    if not from_file and not from_env and not conf.has_section(CONFIG_SECTION):
-        return None
-
-    def normal(key: str) -> tuple[str, ...]:
-        return tuple(part.replace("-", "_") for part in _flat(key.strip().lower()))
-
-    overridden = {normal(k) for k in from_env}
-    merged = {k: v for k, v in from_file.items() if normal(k) not in overridden}
-    merged.update(from_env)
-    return merged
+    """The section's entries, the ``AIRFLOW__DWS_CARBON__<KEY>`` environment variables winning."""
+    return savings.read_config_section(CONFIG_SECTION, _normal_key)
 
 
 def load_carbon() -> CarbonTable:

@@ -14,7 +14,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -240,7 +240,7 @@ def parse_prices(value: Mapping[str, Any] | str, source: str) -> PriceTable:
     )
 
 
-def _read_variable(key: str) -> str | None:
+def read_variable(key: str) -> str | None:
     """The Variable's raw text, ``None`` when unset.
 
     In the api-server (where the DWS page calls this) ``airflow.models.Variable`` reads the server
@@ -264,9 +264,10 @@ def _read_variable(key: str) -> str | None:
     return json.dumps(found)
 
 
-def _read_config() -> dict[str, Any] | None:
-    """The section's entries (``None`` when it is set nowhere): the config file's, and the
-    ``AIRFLOW__DWS_PRICES__<KEY>`` environment variables', which win for the same entry.
+def read_config_section(section: str, normal: Callable[[str], Hashable]) -> dict[str, Any] | None:
+    """A table's config section (``None`` when it is set nowhere): the config file's entries, and
+    the ``AIRFLOW__<SECTION>__<KEY>`` environment variables', which win for the same entry (two
+    keys are the same entry when ``normal`` says so).
 
     ``conf.getsection`` sees the environment only when the file has the section, so the
     environment is read here too (through ``conf.get``, as Airflow expands it).
@@ -274,25 +275,29 @@ def _read_config() -> dict[str, Any] | None:
     from airflow.configuration import conf
 
     from_file: dict[str, Any] = {}
-    if conf.has_section(CONFIG_SECTION):
-        from_file = dict(conf.getsection(CONFIG_SECTION) or {})
-    prefix = f"AIRFLOW__{CONFIG_SECTION.upper()}__"
+    if conf.has_section(section):
+        from_file = dict(conf.getsection(section) or {})
+    prefix = f"AIRFLOW__{section.upper()}__"
     from_env: dict[str, Any] = {}
     for name in sorted(os.environ):
         if name.startswith(prefix) and len(name) > len(prefix) and not name.endswith(("_CMD", "_SECRET")):
             key = name[len(prefix) :].lower()
-            from_env[key] = conf.get(CONFIG_SECTION, key, fallback=os.environ[name])
-    if not from_file and not from_env and not conf.has_section(CONFIG_SECTION):
+            from_env[key] = conf.get(section, key, fallback=os.environ[name])
+    if not from_file and not from_env and not conf.has_section(section):
         return None
-
-    def normal(key: str) -> tuple[str, str] | str:
-        split = _split_flat(key)
-        return (type_key(split[0]), split[1].lower()) if split else key.lower()
-
     overridden = {normal(k) for k in from_env}
     merged = {k: v for k, v in from_file.items() if normal(k) not in overridden}
     merged.update(from_env)
     return merged
+
+
+def _normal_price_key(key: str) -> Hashable:
+    split = _split_flat(key)
+    return (type_key(split[0]), split[1].lower()) if split else key.lower()
+
+
+def _read_config() -> dict[str, Any] | None:
+    return read_config_section(CONFIG_SECTION, _normal_price_key)
 
 
 def load_prices() -> PriceTable:
@@ -302,7 +307,7 @@ def load_prices() -> PriceTable:
     saying why (the page shows it); no table at all gives ``source == "no price table set"``.
     """
     try:
-        raw = _read_variable(VARIABLE_KEY)
+        raw = read_variable(VARIABLE_KEY)
     except Exception as exc:
         return PriceTable({}, VARIABLE_SOURCE, error=f"{VARIABLE_SOURCE}: could not be read ({exc})")
     if raw is not None:

@@ -440,7 +440,11 @@ class Advised(Failover):
     order = "advice"
 
     def __str__(self) -> str:
-        return "fail over by capacity advice among " + ", ".join(str(p) for p in self.placements) + self._greener()
+        return (
+            "fail over by capacity advice among "
+            + ", ".join(str(p) for p in self.placements)
+            + self._greener()
+        )
 
 
 class ShortestWait(Failover):
@@ -459,4 +463,6 @@ class ShortestWait(Failover):
     order = "expected_wait"
 
     def __str__(self) -> str:
-        return "fail over by expected wait among " + ", ".join(str(p) for p in self.placements) + self._greener()
+        return (
+            "fail over by expected wait among " + ", ".join(str(p) for p in self.placements) + self._greener()
+        )

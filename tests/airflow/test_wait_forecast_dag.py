@@ -28,7 +28,8 @@ PRICES = {"NVIDIA_H100_80GB": {"flex_start": 2.5, "standard": 5.0, "spot": 1.5},
 
 def _pending(emulator: Any) -> bool:
     return any(
-        r.get("kind") == "CustomJob" and r.get("state") == "JOB_STATE_PENDING" for r in emulator.control.requests()
+        r.get("kind") == "CustomJob" and r.get("state") == "JOB_STATE_PENDING"
+        for r in emulator.control.requests()
     )
 
 

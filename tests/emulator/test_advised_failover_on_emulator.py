@@ -129,5 +129,6 @@ def test_a_batch_job_goes_to_the_region_the_advice_ranks_best(
     assert "/locations/us-east4/jobs/" in result["name"]
     assert emu.calls("compute.advice.capacity") == 2  # one per region
     assert re.search(
-        r"Placements by capacity advice: us-east4 \(advice 0\.[5-9]\d\), us-central1 \(advice 0\.00\); trying us-east4", capsys.readouterr().out
+        r"Placements by capacity advice: us-east4 \(advice 0\.[5-9]\d\), us-central1 \(advice 0\.00\); trying us-east4",
+        capsys.readouterr().out,
     )

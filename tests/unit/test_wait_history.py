@@ -48,7 +48,9 @@ def test_the_variable_name_is_safe_for_variables_and_secret_ids() -> None:
 def test_an_ended_wait_is_kept_once_per_request_and_forecast_from(store: dict[str, str]) -> None:
     now = datetime.now(timezone.utc)
     for i in range(6):
-        assert wait_history.observe(finished(f"r{i}", now - timedelta(hours=i + 1), timedelta(minutes=10 * (i + 1))))
+        assert wait_history.observe(
+            finished(f"r{i}", now - timedelta(hours=i + 1), timedelta(minutes=10 * (i + 1)))
+        )
     assert wait_history.observe(finished("r0", now - timedelta(hours=1), timedelta(minutes=10)))
     (key,) = store
     assert len(json.loads(store[key])["waits"]) == 6
@@ -58,7 +60,9 @@ def test_an_ended_wait_is_kept_once_per_request_and_forecast_from(store: dict[st
 
 def test_live_refused_and_calendar_records_are_not_kept(store: dict[str, str]) -> None:
     now = datetime.now(timezone.utc)
-    assert not wait_history.observe(finished("w", now, timedelta(0), phase="waiting", started=None, ended=None))
+    assert not wait_history.observe(
+        finished("w", now, timedelta(0), phase="waiting", started=None, ended=None)
+    )
     assert not wait_history.observe(finished("f", now, timedelta(0), phase="failed", started=None))
     assert not wait_history.observe(finished("c", now, timedelta(0), api="compute_future_reservation"))
     assert store == {}

@@ -8,7 +8,8 @@ their ``dws_requests`` XComs through Airflow's ORM (``tests/airflow/dws_page_see
 over HTTP with bearer tokens from ``/auth/token``.
 
 Users: ``admin`` (Admin role, every DAG), ``alice`` (Viewer, DAG ``dws_dag_a`` only), ``bob``
-(Viewer, no DAG). The price table comes from ``AIRFLOW_VAR_DWS_PRICES``.
+(Viewer, no DAG). The price table comes from ``AIRFLOW_VAR_DWS_PRICES`` (with its ``_source`` and
+``_as_of``); the carbon table is the shipped one, the forecast window the default 30 days.
 """
 
 from __future__ import annotations
@@ -32,10 +33,13 @@ from airflow_provider_dws.records import RequestRecord
 from tests.airflow.conftest import BIN, ROOT
 from tests.faults.harness import Service, free_port, wait_for
 
-DAG_A, DAG_B, DAG_C = "dws_dag_a", "dws_dag_b", "dws_dag_c"
+DAG_A, DAG_B, DAG_C, DAG_D = "dws_dag_a", "dws_dag_b", "dws_dag_c", "dws_dag_d"
 PASSWORDS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}
-PRICES = {
-    "NVIDIA_H100_80GB": {"flex_start": 4.0, "reserved": 10.0},
+PRICE_NOTE, PRICE_DATE = "example prices of the DWS page test", "2026-11-01"
+PRICES: dict[str, Any] = {
+    "_source": PRICE_NOTE,
+    "_as_of": PRICE_DATE,
+    "NVIDIA_H100_80GB": {"flex_start": 4.0, "reserved": 10.0, "on_demand": 8.0, "spot": 2.5, "calendar": 3.0},
     "v5litepod-8": {"flex_start": 1.0, "reserved": 2.0},
 }
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
@@ -48,6 +52,10 @@ def _t(text: str) -> str:
 
 def _ago(**delta: float) -> str:
     return (NOW - timedelta(**delta)).isoformat()
+
+
+def _in(**delta: float) -> str:
+    return (NOW + timedelta(**delta)).isoformat()
 
 
 def _rec(**kw: Any) -> dict[str, Any]:
@@ -120,6 +128,97 @@ def seed_items() -> list[dict[str, Any]]:
                              submitted=_t("2026-11-10T00:00:00"), started=_t("2026-11-10T00:10:00"),
                              ended=_t("2026-11-10T01:00:00"), **h100)],
         },
+        *forecast_items(),
+    ]  # fmt: skip
+
+
+#: DAG D's group of similar requests (``forecast.group_key``): Vertex AI, us-east4, 8 H100s.
+GROUP_D = "vertex|us-east4|nvidia_h100_80gb|5-8"
+#: DAG D's ended requests: (name, days ago submitted, wait s, run s or None, phase, given p50, p90,
+#: p90 a lower bound). d5 and d6 ended without capacity (censored waits); d4 and d5 waited past
+#: the p90 they were given; d3's p90 was only a lower bound (not judged).
+HISTORY_D = (
+    ("d2", 1, 900, 3600, "succeeded", 1800, 3600, False),
+    ("d3", 2, 1800, 7200, "succeeded", 900, 1200, True),
+    ("d4", 3, 3600, 1800, "succeeded", 1800, 2700, False),
+    ("d5", 4, 5400, None, "not_obtained", 1800, 3600, False),
+    ("d6", 5, 2700, None, "cancelled", None, None, False),
+    ("d7", 6, 7200, 3600, "succeeded", 3600, 9000, False),
+)
+
+
+def _history_item(
+    name: str, days: int, wait: int, run: int | None, phase: str, *given: Any
+) -> dict[str, Any]:
+    submitted = NOW - timedelta(days=days)
+    started = submitted + timedelta(seconds=wait) if run is not None else None
+    ended = (started + timedelta(seconds=run)) if started and run else submitted + timedelta(seconds=wait)
+    p50, p90, lower = given
+    record = _rec(
+        api="vertex",
+        location="us-east4",
+        request_name=f"jobs/{name}",
+        phase=phase,
+        accelerator_type="NVIDIA_H100_80GB",
+        accelerator_count=8,
+        submitted=submitted.isoformat(),
+        started=started.isoformat() if started else None,
+        ended=ended.isoformat(),
+        max_wait_seconds=wait if phase == "not_obtained" else 7200,
+        max_run_seconds=14400,
+        expected_wait_p50_seconds=p50,
+        expected_wait_p90_seconds=p90,
+        expected_wait_p90_lower_bound=lower,
+        expected_wait_basis=5 if p50 is not None else 0,
+    )
+    return {
+        "dag_id": DAG_D, "run_id": f"run_{name}", "task_id": "train",
+        "state": "success" if phase == "succeeded" else "failed",
+        "start": submitted.isoformat(), "end": ended.isoformat(), "written": ended.isoformat(),
+        "records": [record],
+    }  # fmt: skip
+
+
+def forecast_items() -> list[dict[str, Any]]:
+    """DAG D: the history of :data:`GROUP_D` (:data:`HISTORY_D`), a request of that group waiting
+    now with the capacity advice's obtainability and the forecast it was given, and a calendar
+    block held for 96 hours, 24 of them gone."""
+    waiting = _rec(
+        api="vertex",
+        location="us-east4",
+        request_name="jobs/d1",
+        phase="waiting",
+        accelerator_type="NVIDIA_H100_80GB",
+        accelerator_count=8,
+        submitted=_ago(minutes=20),
+        max_wait_seconds=14400,
+        max_run_seconds=28800,
+        obtainability=0.72,
+        expected_wait_p50_seconds=3600,
+        expected_wait_p90_seconds=7200,
+        expected_wait_basis=6,
+    )
+    block = _rec(
+        api="compute_future_reservation",
+        kind="FutureReservation",
+        location="us-central1-a",
+        request_name="projects/proj/zones/us-central1-a/futureReservations/d8",
+        phase="running",
+        pricing_model="calendar",
+        accelerator_type="NVIDIA_H100_80GB",
+        accelerator_count=8,
+        submitted=_ago(days=2),
+        started=_ago(hours=24),
+        holds=True,
+        held_since=_ago(hours=24),
+        held_until=_in(hours=72),
+    )
+    return [
+        *(_history_item(*entry) for entry in HISTORY_D),
+        {"dag_id": DAG_D, "run_id": "run_d1", "task_id": "train", "state": "deferred",
+         "start": _ago(minutes=20), "written": _ago(minutes=20), "records": [waiting]},
+        {"dag_id": DAG_D, "run_id": "run_d8", "task_id": "reserve", "state": "success",
+         "start": _ago(hours=25), "end": _ago(hours=24), "written": _ago(hours=24), "records": [block]},
     ]  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.airflow.browser import CONTRAST_SCRIPT, IMAGES, NEEDS_BROWSER, open_page
-from tests.airflow.dws_page_server import DAG_B, Server
+from tests.airflow.dws_page_server import DAG_B, PRICE_DATE, PRICE_NOTE, Server
 
 pytestmark = [pytest.mark.airflow, NEEDS_BROWSER]
 
@@ -29,9 +29,9 @@ def test_the_dws_entry_of_the_ui_shows_the_page(browser: Any, dws_page_server: S
     page = _page(browser, dws_page_server)
     page.goto(dws_page_server.base + "/plugin/dws")
     frame = page.frame_locator("iframe")
-    expect(frame.get_by_role("heading", name="Waiting now (1)")).to_be_visible()
+    expect(frame.get_by_role("heading", name="Waiting now (2)")).to_be_visible()
     expect(frame.get_by_text("jobs/a1")).to_be_visible()
-    expect(frame.get_by_role("heading", name="Ended (4)")).to_be_visible()
+    expect(frame.get_by_role("heading", name="Ended (10)")).to_be_visible()
     page.screenshot(path=str(IMAGES / "dws-page.png"))
     page.context.close()
 
@@ -60,6 +60,40 @@ def test_at_1024_px_the_links_are_not_clipped_and_the_max_wait_does_not_wrap(
         assert box <= 1024
     limit = page.locator("span.nw", has_text="max wait").first
     assert limit.evaluate("e => e.getClientRects().length") == 1  # one line box: not wrapped
+    # The expected wait and the most a request can cost: compact cells, each figure on one line.
+    for text in ("p50 1h 00m", "p90 2h 00m", "advice 0.72", "on demand $512.00", "$2,304.00 in all"):
+        figure = page.locator("span.nw", has_text=text).first
+        assert figure.evaluate("e => e.getClientRects().length") == 1, text
+        assert figure.evaluate("e => e.getBoundingClientRect().right") <= 1024, text
+    page.context.close()
+
+
+def test_the_page_shows_the_expected_wait_the_cost_and_the_emissions(
+    browser: Any, dws_page_server: Server
+) -> None:
+    """Issue 34 where the user looks: the waiting row's expected wait and obtainability, how often
+    the p90 was exceeded, the emissions with their formula and source, the prices' source and date."""
+    from playwright.sync_api import expect
+
+    page = _page(browser, dws_page_server)
+    page.goto(dws_page_server.base + "/dws/")
+    waiting = page.locator("table", has=page.locator("caption", has_text="Requests queued for capacity"))
+    row = waiting.locator("tr", has_text="jobs/d1")
+    cell = row.locator("td").nth(5)  # Task, API / location, Request, Submitted, Waited, Expected wait
+    expect(cell).to_contain_text("p50 1h 00m · p90 2h 00m (6 requests)")
+    expect(cell).to_contain_text("advice 0.72")
+    expect(cell).to_contain_text("given at submit: p50 1h 00m · p90 2h 00m")
+    expect(row.locator("td").nth(6)).to_contain_text("$256.00")
+    expect(waiting.locator("tr", has_text="jobs/a1")).to_contain_text("too little history")
+    expect(page.locator("#forecast-accuracy")).to_contain_text("p90 exceeded by 2 of 4 requests (50%)")
+    expect(page.locator("#emissions-total")).to_contain_text("kg CO2e")
+    expect(page.locator("#emissions-formula")).to_contain_text("kg CO2e = accelerator-hours x board power")
+    expect(page.locator("#emissions-source")).to_contain_text("Google Cloud region carbon data, 2024")
+    expect(page.locator("#emissions-source")).to_contain_text("(year 2024)")
+    expect(page.locator("#cost-prices")).to_contain_text(f"{PRICE_NOTE})")
+    expect(page.locator("#cost-prices")).to_contain_text(f"as of {PRICE_DATE}")
+    for part in ("#forecast-accuracy", "#emissions-formula", "#emissions-source", "#cost-prices"):
+        expect(page.locator(part)).to_be_visible()
     page.context.close()
 
 
@@ -111,7 +145,7 @@ def test_every_text_has_enough_contrast(browser: Any, dws_page_server: Server, s
     """WCAG AA (4.5:1; 3:1 for large text) for every visible text of the page, light and dark."""
     page = _page(browser, dws_page_server, scheme=scheme)
     page.goto(dws_page_server.base + "/dws/")
-    page.get_by_role("heading", name="Ended (4)").wait_for()
+    page.get_by_role("heading", name="Ended (10)").wait_for()
     result = page.evaluate(CONTRAST_SCRIPT)
     assert result["checked"] > 50 and result["bad"] == [], result
     page.context.close()

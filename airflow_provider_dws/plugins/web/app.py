@@ -107,8 +107,9 @@ def _add_api_routes(app: Any, listing: Any) -> None:
     def api_requests(request: Request, user: GetUserDep, wanted: FiltersDep) -> dict[str, Any]:
         """Requests of the readable DAGs under the filters, newest first."""
         now = _now()
-        rows, _, _ = listing.rows(user, wanted, now)
-        return views.requests_json(rows, wanted, now, views.bases(request.scope.get("root_path", ""))[0])
+        rows, read, _ = listing.rows(user, wanted, now)
+        base = views.bases(request.scope.get("root_path", ""))[0]
+        return views.requests_json(rows, wanted, now, base, read)
 
     @app.get("/api/summary")
     def api_summary(user: GetUserDep, wanted: FiltersDep) -> dict[str, Any]:
@@ -117,11 +118,14 @@ def _add_api_routes(app: Any, listing: Any) -> None:
         return views.summary_json(listing.rows(user, wanted, now)[0], now)
 
     @app.get("/api/ti/{dag_id}/{run_id}/{task_id}/{map_index}", dependencies=_ti_access())
-    def api_ti(request: Request, dag_id: str, run_id: str, task_id: str, map_index: str) -> dict[str, Any]:
-        """The requests one task instance made or released."""
+    def api_ti(
+        request: Request, user: GetUserDep, dag_id: str, run_id: str, task_id: str, map_index: str
+    ) -> dict[str, Any]:
+        """The requests one task instance made or released (forecasts from the user's listing)."""
         now = _now()
         rows = listing.ti_rows(dag_id, run_id, task_id, views.ti_map_index(map_index), now)
-        return views.ti_json(rows, now, views.bases(request.scope.get("root_path", ""))[0])
+        base = views.bases(request.scope.get("root_path", ""))[0]
+        return views.ti_json(rows, now, base, listing.read(user, now) if rows else [])
 
 
 def _add_page_routes(app: Any, listing: Any) -> None:
@@ -147,13 +151,16 @@ def _add_page_routes(app: Any, listing: Any) -> None:
     @app.get(
         "/ti/{dag_id}/{run_id}/{task_id}/{map_index}", response_class=HTMLResponse, dependencies=_ti_access()
     )
-    def dws_ti_tab(request: Request, dag_id: str, run_id: str, task_id: str, map_index: str) -> HTMLResponse:
-        """The task-instance tab: that task instance's requests."""
+    def dws_ti_tab(
+        request: Request, user: GetUserDep, dag_id: str, run_id: str, task_id: str, map_index: str
+    ) -> HTMLResponse:
+        """The task-instance tab: that task instance's requests (forecasts from the user's listing)."""
         now = _now()
         ui_base, app_base = views.bases(request.scope.get("root_path", ""))
         index = views.ti_map_index(map_index)
         rows = listing.ti_rows(dag_id, run_id, task_id, index, now)
-        return HTMLResponse(views.ti_tab_html(task_id, index, rows, now, ui_base, app_base))
+        read = listing.read(user, now) if rows else []
+        return HTMLResponse(views.ti_tab_html(task_id, index, rows, now, ui_base, app_base, read))
 
     @app.get(f"/{render.PRICE_HELP_ROUTE}", response_class=PlainTextResponse)
     def price_help(user: GetUserDep) -> PlainTextResponse:

@@ -8,13 +8,34 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
-from airflow_provider_dws.records import PHASES, TASK_ENDED, api_name, parse_time
+from airflow_provider_dws.records import PHASES, TASK_ENDED, api_name
 
 from .data import Filters, Row, log_path, ti_path
+from .fmt import duration, h, when
+from .fmt import hours as _hours
+from .fmt import money as _money
+from .fmt import rate as _rate
+from .outlook import Outlook
+from .outlook_html import at_most_cell, cost_block, emissions_block, expected_wait_cell, forecasts_block
+
+# h, duration and when are .fmt's, named here too: the page's callers read them from render.
+__all__ = [
+    "CSS",
+    "PRICE_HELP_ROUTE",
+    "duration",
+    "empty_state",
+    "filters_form",
+    "freshness",
+    "h",
+    "page",
+    "query_string",
+    "request_sections",
+    "summary_section",
+    "when",
+]
 
 #: The route of the price table's help (``views.price_help``, package data), relative to ``/dws/``.
 PRICE_HELP_ROUTE = "help/price-table.md"
@@ -27,7 +48,7 @@ CSS = """
     --bar:#60a5fa; --bar-bg:#2a3342; --warn:#fdba74; --link:#93c5fd; }
 }
 body { background:var(--bg); color:var(--fg); font:14px/1.45 system-ui, sans-serif; margin:16px; max-width:1600px; }
-h1 { font-size:20px; margin:0 0 8px; } h2 { font-size:16px; margin:24px 0 8px; }
+h1 { font-size:20px; margin:0 0 8px; } h2 { font-size:16px; margin:24px 0 8px; } h3 { font-size:14px; margin:16px 0 4px; }
 a { color:var(--link); } a:focus, input:focus, input:focus-within, select:focus, button:focus { outline:3px solid var(--focus); outline-offset:1px; }
 table { border-collapse:collapse; width:100%; margin-bottom:8px; }
 th, td { border-bottom:1px solid var(--line); padding:4px 6px; text-align:left; vertical-align:top; }
@@ -43,45 +64,6 @@ form.filters input, form.filters select, form.filters button { font:inherit; pad
 td { overflow-wrap:anywhere; } .nw, td.links { white-space:nowrap; overflow-wrap:normal; }
 .formula { font-size:13px; max-width:110ch; }
 """
-
-
-def h(value: Any) -> str:
-    """``value`` as escaped HTML text (``""`` for ``None``)."""
-    return "" if value is None else escape(str(value), quote=True)
-
-
-def duration(seconds: float | None) -> str:
-    """``1h 02m``, ``3m 05s``, ``12s``; ``""`` when unknown."""
-    if seconds is None:
-        return ""
-    total = round(seconds)
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{minutes}m {secs:02d}s"
-    return f"{secs}s"
-
-
-def when(value: str | datetime | None) -> str:
-    """A time as ``2026-12-01 10:04:05Z`` in a ``<time>`` element."""
-    stamp = parse_time(value) if isinstance(value, str) else value
-    if stamp is None:
-        return ""
-    return f'<time datetime="{h(stamp.isoformat())}">{h(stamp.strftime("%Y-%m-%d %H:%M:%SZ"))}</time>'
-
-
-def _money(value: float | None) -> str:
-    return "" if value is None else f"${value:,.2f}"
-
-
-def _hours(value: float | None) -> str:
-    return "" if value is None else f"{value:,.2f}"
-
-
-def _rate(value: float | None) -> str:
-    return "" if value is None else f"{value:.0%}"
 
 
 def page(title: str, body: str) -> str:
@@ -177,73 +159,80 @@ def _table(caption: str, heads: Sequence[str], rows: Sequence[Sequence[str]], em
     return f"<table><caption class='muted' style='text-align:left'>{h(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def request_sections(rows: Sequence[Row], now: datetime, base: str) -> str:
-    """The three sections: waiting now, running or held, ended."""
+def _waiting_table(rows: Sequence[Row], now: datetime, base: str, ahead: Outlook | None) -> str:
+    extra = ["Expected wait", "At most"] if ahead else []
+    cells = [
+        [
+            _task(r),
+            _what(r),
+            _request(r),
+            when(r.record.submitted),
+            _wait_bar(r, now),
+            *([expected_wait_cell(r.record, ahead), at_most_cell(r.record, ahead)] if ahead else []),
+            _links(r, base),
+        ]
+        for r in rows
+    ]
+    heads = ["Task", "API / location", "Request", "Submitted", "Waited / max wait", *extra, "Links"]
+    return _table("Requests queued for capacity", heads, cells, "No request is waiting.")
+
+
+def _running_table(rows: Sequence[Row], base: str, ahead: Outlook | None) -> str:
+    extra = ["At most"] if ahead else []
+    cells = [
+        [
+            _task(r),
+            _what(r),
+            _request(r),
+            h(r.record.phase) + (" (holds)" if r.record.holds else ""),
+            when(r.record.started),
+            when(r.record.held_since),
+            when(r.idle_since()) or ("<span class='muted'>in use</span>" if r.record.holds else ""),
+            *([at_most_cell(r.record, ahead)] if ahead else []),
+            _links(r, base),
+        ]
+        for r in rows
+    ]
+    heads = ["Task", "API / location", "Request", "Phase", "Started", "Held since", "Idle since", *extra]
+    caption = "Requests that got capacity and still run or hold it"
+    return _table(caption, [*heads, "Links"], cells, "Nothing runs or is held.")
+
+
+def _ended_table(rows: Sequence[Row], now: datetime, base: str) -> str:
+    cells = [
+        [
+            _task(r),
+            _what(r),
+            _request(r),
+            _outcome(r),
+            when(r.record.submitted),
+            h(duration(r.waited_seconds(now))),
+            h(duration(r.run_seconds(now))) or "<span class='muted'>never ran</span>",
+            _links(r, base),
+        ]
+        for r in rows
+    ]
+    heads = ["Task", "API / location", "Request", "Outcome", "Submitted", "Wait", "Run", "Links"]
+    return _table("Requests that ended", heads, cells, "No request ended in this range.")
+
+
+def request_sections(rows: Sequence[Row], now: datetime, base: str, ahead: Outlook | None = None) -> str:
+    """The three sections: waiting now, running or held, ended; with ``ahead`` (the page request's
+    :class:`~.outlook.Outlook`) the waiting rows show their expected wait, and the waiting and the
+    running or held rows the most they can cost (:mod:`.outlook_html`)."""
     waiting = [r for r in rows if r.section == "waiting"]
     running = [r for r in rows if r.section == "running"]
     ended = [r for r in rows if r.section == "ended"]
-    out = [f"<h2 id='waiting'>Waiting now ({len(waiting)})</h2>"]
-    out.append(
-        _table(
-            "Requests queued for capacity",
-            ["Task", "API / location", "Request", "Submitted", "Waited / max wait", "Links"],
-            [
-                [
-                    _task(r),
-                    _what(r),
-                    _request(r),
-                    when(r.record.submitted),
-                    _wait_bar(r, now),
-                    _links(r, base),
-                ]
-                for r in waiting
-            ],
-            "No request is waiting.",
+    return "".join(
+        (
+            f"<h2 id='waiting'>Waiting now ({len(waiting)})</h2>",
+            _waiting_table(waiting, now, base, ahead),
+            f"<h2 id='running'>Running or held ({len(running)})</h2>",
+            _running_table(running, base, ahead),
+            f"<h2 id='ended'>Ended ({len(ended)})</h2>",
+            _ended_table(ended, now, base),
         )
     )
-    out.append(f"<h2 id='running'>Running or held ({len(running)})</h2>")
-    out.append(
-        _table(
-            "Requests that got capacity and still run or hold it",
-            ["Task", "API / location", "Request", "Phase", "Started", "Held since", "Idle since", "Links"],
-            [
-                [
-                    _task(r),
-                    _what(r),
-                    _request(r),
-                    h(r.record.phase) + (" (holds)" if r.record.holds else ""),
-                    when(r.record.started),
-                    when(r.record.held_since),
-                    when(r.idle_since()) or ("<span class='muted'>in use</span>" if r.record.holds else ""),
-                    _links(r, base),
-                ]
-                for r in running
-            ],
-            "Nothing runs or is held.",
-        )
-    )
-    out.append(f"<h2 id='ended'>Ended ({len(ended)})</h2>")
-    out.append(
-        _table(
-            "Requests that ended",
-            ["Task", "API / location", "Request", "Outcome", "Submitted", "Wait", "Run", "Links"],
-            [
-                [
-                    _task(r),
-                    _what(r),
-                    _request(r),
-                    _outcome(r),
-                    when(r.record.submitted),
-                    h(duration(r.waited_seconds(now))),
-                    h(duration(r.run_seconds(now))) or "<span class='muted'>never ran</span>",
-                    _links(r, base),
-                ]
-                for r in ended
-            ],
-            "No request ended in this range.",
-        )
-    )
-    return "".join(out)
 
 
 def _select(name: str, label: str, value: str | None, options: Sequence[str]) -> str:
@@ -338,6 +327,12 @@ def summary_section(summary: Mapping[str, Any] | None, app_base: str, error: str
     out.append(_summary_table("Total", "All", [total] if total else []))
     out.append(_summary_table("Per DAG", "DAG", summary["by_dag"]))
     out.append(_summary_table("Per day (UTC, of submission)", "Day", summary["by_day"]))
+    if summary.get("forecast_accuracy") is not None:
+        out.append(forecasts_block(summary["forecast_accuracy"]))
+    if summary.get("emissions") is not None:
+        out.append(emissions_block(summary["emissions"]))
+    if summary.get("cost") is not None:
+        out.append(cost_block(summary["cost"]))
     return "".join(out)
 
 

@@ -19,17 +19,19 @@ def day_of(row: Row) -> str:
     return submitted.date().isoformat() if submitted else "unknown"
 
 
-def summaries(rows: Sequence[Row], now: datetime) -> dict[str, Any]:
+def summaries(rows: Sequence[Row], now: datetime, prices: Any = None) -> dict[str, Any]:
     """``{"by_dag", "by_day", "total", "prices"}``: lists of ``Summary`` as dicts and the price table's source.
 
-    The price table is read once per call (``savings.load_prices``: Variable ``dws_prices`` first,
-    then the ``[dws_prices]`` config section); it never raises, a malformed table comes back with
-    ``error`` set and no prices.
+    ``prices`` is the page request's price table (read once for the whole page); without it the
+    table is read here (``savings.load_prices``: Variable ``dws_prices`` first, then the
+    ``[dws_prices]`` config section). It never raises: a malformed table comes back with ``error``
+    set and no prices.
     """
     # By name: the savings module is a sibling of this package (a build without it fails here,
     # and the page says so instead of the summary).
     savings = importlib.import_module("airflow_provider_dws.savings")
-    prices = savings.load_prices()
+    if prices is None:
+        prices = savings.load_prices()
     by_dag = savings.summarize(((row.ti.dag_id, row.record) for row in rows), prices, now)
     by_day = savings.summarize(((day_of(row), row.record) for row in rows), prices, now)
     total = savings.summarize((("total", row.record) for row in rows), prices, now)

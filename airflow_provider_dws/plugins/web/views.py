@@ -14,8 +14,9 @@ from datetime import datetime, timezone
 from importlib import resources
 from typing import Any
 
-from . import data, render
+from . import data, outlook, render
 from .data import Filters, Row
+from .outlook import Outlook
 
 #: Where the app is mounted on the api-server.
 URL_PREFIX = "/dws"
@@ -84,45 +85,68 @@ class Listing:
             rows = data.query_rows(session, dag_ids, unfiltered, now)
         return [r for r in rows if data.matches(r.record, wanted)], rows, dag_ids
 
+    def read(self, user: Any, now: datetime) -> list[Row]:
+        """The rows the page reads unfiltered (the default range): the history of the forecasts
+        shown beside one task instance's requests."""
+        return self.rows(user, Filters(), now)[1]
+
     def ti_rows(self, dag_id: str, run_id: str, task_id: str, map_index: int, now: datetime) -> list[Row]:
         """The rows of one task instance (its access is checked by the route)."""
         with self.session() as session:
             return data.query_rows(session, [dag_id], Filters(), now, ti=(dag_id, run_id, task_id, map_index))
 
 
-def summary_or_error(rows: list[Row], now: datetime) -> tuple[dict[str, Any] | None, str | None]:
-    """The summary of ``rows`` (:func:`.summary.summaries`), or why there is none."""
+def summary_or_error(
+    rows: list[Row], now: datetime, ahead: Outlook | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The summary of ``rows`` (:func:`.summary.summaries`, with the forecasts' accuracy, the
+    emissions and the cost's formula and prices of ``ahead``: :func:`.outlook.summary_json`), or
+    why there is none."""
     from .summary import summaries
 
     try:
-        return summaries(rows, now), None
+        found = summaries(rows, now, ahead.prices if ahead else None)
     except ImportError as err:  # the savings module of an older provider build
         return None, f"the savings module is not available ({err})"
+    if ahead is not None:
+        found.update(outlook.summary_json(rows, ahead))
+    return found, None
 
 
-def requests_json(rows: list[Row], wanted: Filters, now: datetime, ui_base: str) -> dict[str, Any]:
-    """``/api/requests``: the rows, newest first, with the window they were read in."""
+def _rows_json(rows: list[Row], now: datetime, ui_base: str, ahead: Outlook) -> list[dict[str, Any]]:
+    return [{**data.row_json(r, now, ui_base), **outlook.row_json(r, ahead)} for r in rows]
+
+
+def requests_json(
+    rows: list[Row], wanted: Filters, now: datetime, ui_base: str, read: list[Row] | None = None
+) -> dict[str, Any]:
+    """``/api/requests``: the rows, newest first, with the window they were read in; the expected
+    wait of each is forecast from ``read`` (every row read, whatever the API, location and phase
+    filters; default ``rows``)."""
+    ahead = outlook.build(rows if read is None else read, now)
     return {
         "now": now.isoformat(),
         "newest_write": max((r.written for r in rows), default=now).isoformat() if rows else None,
         "since": wanted.window(now)[0].isoformat(),
         "until": wanted.until.isoformat() if wanted.until else None,
         "total_entries": len(rows),
-        "requests": [data.row_json(r, now, ui_base) for r in rows],
+        "requests": _rows_json(rows, now, ui_base, ahead),
     }
 
 
 def summary_json(rows: list[Row], now: datetime) -> dict[str, Any]:
-    """``/api/summary``: per DAG, per day and total; 503 without the savings module."""
-    summary, error = summary_or_error(rows, now)
+    """``/api/summary``: per DAG, per day and total, the forecasts' accuracy, the emissions and the
+    cost's formula and prices; 503 without the savings module."""
+    summary, error = summary_or_error(rows, now, outlook.build(rows, now))
     if summary is None:
         raise http_error(503, error or "no summary")
     return {"now": now.isoformat(), **summary}
 
 
-def ti_json(rows: list[Row], now: datetime, ui_base: str) -> dict[str, Any]:
-    """``/api/ti/...``: the requests one task instance made or released."""
-    return {"now": now.isoformat(), "requests": [data.row_json(r, now, ui_base) for r in rows]}
+def ti_json(rows: list[Row], now: datetime, ui_base: str, read: list[Row] | None = None) -> dict[str, Any]:
+    """``/api/ti/...``: the requests one task instance made or released (forecasts from ``read``)."""
+    ahead = outlook.build(rows if read is None else read, now)
+    return {"now": now.isoformat(), "requests": _rows_json(rows, now, ui_base, ahead)}
 
 
 def page_html(
@@ -152,21 +176,29 @@ def page_html(
             body.append(
                 f"<p class='warn'>Showing the newest {wanted.limit} task instances only: narrow the filters.</p>"
             )
-        body.append(render.request_sections(rows, now, ui_base))
-        summary, error = summary_or_error(rows, now)
+        ahead = outlook.build(window_rows, now)
+        body.append(render.request_sections(rows, now, ui_base, ahead))
+        summary, error = summary_or_error(rows, now, ahead)
         body.append(render.summary_section(summary, app_base, error))
     return render.page("DWS requests", "".join(body))
 
 
 def ti_tab_html(
-    task_id: str, map_index: int, rows: list[Row], now: datetime, ui_base: str, app_base: str
+    task_id: str,
+    map_index: int,
+    rows: list[Row],
+    now: datetime,
+    ui_base: str,
+    app_base: str,
+    read: list[Row] | None = None,
 ) -> str:
-    """The task-instance tab: that task instance's requests."""
+    """The task-instance tab: that task instance's requests (their forecasts from ``read``)."""
     mapped = f" [{map_index}]" if map_index >= 0 else ""
     body = [f"<h1>DWS requests of {render.h(task_id)}{render.h(mapped)}</h1>"]
     if rows:
+        ahead = outlook.build(rows if read is None else read, now)
         body.append(render.freshness(rows, now))
-        body.append(render.request_sections(rows, now, ui_base))
+        body.append(render.request_sections(rows, now, ui_base, ahead))
     else:
         body.append("<div class='empty' role='status'><p>This task instance made no DWS request.</p></div>")
     body.append(f"<p><a href='{render.h(app_base)}' target='_top'>All DWS requests</a></p>")

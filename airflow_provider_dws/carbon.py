@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_dws import savings
+from airflow_provider_dws import forecast, savings
 from airflow_provider_dws.records import RequestRecord, parse_time
 
 #: The Airflow Variable holding an override as JSON (see :func:`parse_override`).
@@ -394,22 +394,31 @@ class RequestEmissions:
         return self.run_kg is not None
 
 
+#: The pricing model of work that runs on a calendar block's reservation (``runtime/reserved.py``).
+ON_BLOCK = "reservation"
+
+
 def request_emissions(record: RequestRecord, table: CarbonTable, now: datetime) -> RequestEmissions:
     """The record's run and idle-avoided emissions at ``now``, from ``table``'s figures."""
     # The hours are savings' own (the same clamping to a block's or a task's end); no price needed.
     hours = savings.request_cost(record, savings.PriceTable({}, "none"), now)
-    # As savings' "saved": only a request that got capacity avoided holding anything through its wait.
-    avoided_hours = hours.waited_hours if parse_time(record.started) is not None else 0.0
+    # As savings' "saved": only a request that got capacity avoided holding anything through its
+    # wait, and only a wait for DWS capacity: a calendar block's time before its start is a date
+    # the user chose, and work on a block waits for nothing.
+    waits = forecast.group_of(record) is not None
+    avoided_hours = hours.waited_hours if waits and parse_time(record.started) is not None else 0.0
+    # Work on a calendar block runs on accelerators the block's own record counts as held.
+    run_hours = 0.0 if record.pricing_model == ON_BLOCK else hours.run_hours
     intensity = table.intensity(record.location)
     power = table.power_watts(record.accelerator_type)
     run_kg = avoided_kg = None
     if intensity is not None and power is not None:
-        run_kg = kg_co2e(hours.run_hours, power, intensity)
+        run_kg = kg_co2e(run_hours, power, intensity)
         avoided_kg = kg_co2e(avoided_hours, power, intensity)
     return RequestEmissions(
         location=record.location,
         accelerator_type=record.accelerator_type,
-        run_hours=hours.run_hours,
+        run_hours=run_hours,
         avoided_hours=avoided_hours,
         intensity=intensity,
         cfe=table.cfe(record.location),

@@ -471,3 +471,39 @@ if __name__ == "__main__":
     sys.path.pop(0)  # this file's folder, which the tests do not have on the path either
     if "--load-carbon" in sys.argv:
         print(json.dumps(_scenarios()))
+
+
+def test_a_calendar_block_avoids_nothing_and_work_on_it_is_counted_once() -> None:
+    """A block's time before its start is a date the user chose, not a wait that avoided holding;
+    the accelerators its workloads run on are the block's, counted in the block's own record."""
+    from airflow_provider_dws.records import RequestRecord
+
+    now = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
+    common = {
+        "project": "p",
+        "location": "us-central1-a",
+        "accelerator_type": "nvidia-h100-80gb",
+        "accelerator_count": 8,
+        "submitted": "2026-11-20T00:00:00+00:00",
+        "started": "2026-12-01T00:00:00+00:00",
+        "ended": "2026-12-01T02:00:00+00:00",
+    }
+    block = RequestRecord(
+        api="compute_future_reservation",
+        kind="block",
+        request_name="b",
+        phase="succeeded",
+        pricing_model="calendar",
+        **common,
+    )
+    work = RequestRecord(
+        api="vertex_custom_job",
+        kind="job",
+        request_name="w",
+        phase="succeeded",
+        pricing_model="reservation",
+        **common,
+    )
+    on_block, worked = (carbon.request_emissions(r, carbon.SHIPPED, now) for r in (block, work))
+    assert (on_block.avoided_hours, on_block.run_hours) == (0.0, 16.0)
+    assert (worked.avoided_hours, worked.run_hours) == (0.0, 0.0)

@@ -56,6 +56,11 @@ AIRFLOW_V_3_3_PLUS: bool = AIRFLOW_VERSION >= (3, 3, 0)
 #: Whether the triggerer calls ``BaseTrigger.on_kill`` for a trigger a user stopped (3.3). Before,
 #: it only cancels the trigger and awaits its ``cleanup``, whatever the reason it stops it.
 TRIGGERER_CALLS_ON_KILL: bool = AIRFLOW_V_3_3_PLUS
+#: Whether a task's read of an Airflow Variable that does not exist logs an error line in its log
+#: (3.1's task SDK, 1.1.x; 1.2 logs it at debug, apache/airflow#61625). On 3.1 a task therefore
+#: reads no Variable that may be absent: the price and carbon tables come from their config
+#: sections there, and the wait history is off unless ``[dws] wait_history`` turns it on.
+MISSING_VARIABLE_LOGS_ERROR: bool = not AIRFLOW_V_3_2_PLUS
 
 MOVED = frozenset(__all__)
 

@@ -252,6 +252,13 @@ def read_variable(key: str) -> str | None:
     """
     task_runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
     if getattr(task_runner, "SUPERVISOR_COMMS", None) is not None:
+        from airflow_provider_dws.compat import MISSING_VARIABLE_LOGS_ERROR
+
+        if MISSING_VARIABLE_LOGS_ERROR:
+            # Airflow 3.1 logs an absent Variable as an error in the task's log: a task there
+            # reads only the environment's AIRFLOW_VAR_* (no call) and then the config section;
+            # the DWS page, in the api-server, reads every place.
+            return os.environ.get(f"AIRFLOW_VAR_{key.upper()}")
         from airflow.sdk import Variable as SdkVariable
 
         found = SdkVariable.get(key, default=None)

@@ -13,7 +13,8 @@ again (up to :data:`WRITE_TRIES` times) until its observation is there. That mak
 observation unlikely, not impossible. A history that cannot be read or written
 costs the forecast, never the task: it is logged at warning once per process and skipped.
 
-``[dws] wait_history`` set to ``False`` turns both off (no forecast, no Variables written);
+``[dws] wait_history`` set to ``False`` turns both off (no forecast, no Variables written; the
+default on Airflow 3.1, whose task SDK logs a read of a Variable not yet written as an error);
 ``[dws] forecast_window_days`` sets the window (default 30). Airflow is imported inside the calls.
 """
 
@@ -71,7 +72,11 @@ def _config() -> tuple[bool, timedelta]:
         return False, DEFAULT_WINDOW
     from airflow.configuration import conf
 
-    return conf.getboolean(CONFIG_SECTION, "wait_history", fallback=True), configured_window()
+    from airflow_provider_dws.compat import MISSING_VARIABLE_LOGS_ERROR
+
+    # Off by default where a read of a Variable not yet written logs an error (Airflow 3.1).
+    enabled = conf.getboolean(CONFIG_SECTION, "wait_history", fallback=not MISSING_VARIABLE_LOGS_ERROR)
+    return enabled, configured_window()
 
 
 def in_task() -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_dws.compat import MISSING_VARIABLE_LOGS_ERROR
 from airflow_provider_dws.forecast import span
 from airflow_provider_dws.records import parse_time
 from tests.airflow.conftest import AirflowHome, finish, records
@@ -50,6 +51,10 @@ def test_a_second_request_is_told_what_the_first_one_waited(
     finally:
         first = finish(proc, first_log)
     assert first.returncode == 0, first.log[-4000:]
+    if MISSING_VARIABLE_LOGS_ERROR:
+        # Airflow 3.1: no Variable that may be absent is read, so no error line, and no forecast.
+        assert "Variable not found" not in first.log and "Expected wait" not in first.log
+        return
     assert "Expected wait: too little history for a forecast (0 similar requests" in first.log
     [record] = records(airflow_home.home, DAG_ID)["fine_tune"]
     waited = (parse_time(record.started) - parse_time(record.submitted)).total_seconds()  # type: ignore[operator]

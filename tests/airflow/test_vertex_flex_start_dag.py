@@ -6,6 +6,7 @@ lower bounds only: a loaded machine makes the three processes slower, never the 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -16,12 +17,18 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_dws.compat import MISSING_VARIABLE_LOGS_ERROR
+from airflow_provider_dws.forecast import span
+from airflow_provider_dws.records import parse_time
 from tests.airflow.conftest import AirflowHome, DagRunResult, ExampleRun, finish, no_record_warnings, records
 
 pytestmark = [pytest.mark.airflow, pytest.mark.emulator]
 
 DAG_ID = "dws_vertex_flex_start"
 H100 = "us-central1/NVIDIA_H100_80GB"
+#: A region no other test of the session asks in: its wait history is this module's alone.
+ALONE_REGION = "europe-west4"
+ALONE = f"{ALONE_REGION}/NVIDIA_H100_80GB"
 _RESULT = re.compile(r"waited (?P<wait>[\d.]+)s for capacity, ran (?P<run>[\d.]+)s")
 
 
@@ -82,19 +89,25 @@ def check_example(run: ExampleRun) -> None:
     assert record.started and record.ended and record.accelerator_count > 0
 
 
-def test_capacity_arriving_late_defers_then_succeeds(
+def test_capacity_arriving_late_defers_then_succeeds_and_the_next_request_is_told_that_wait(
     airflow_home: AirflowHome, dws_emulator_factory: Any, tmp_path: Path
 ) -> None:
-    emulator = dws_emulator_factory({H100: 0})
+    """A job waits for capacity the test holds back; then a second run of the same shape, in the
+    same deployment, reads that wait from the wait history and says it in its log at submit, with
+    the most it can cost (docs/forecast.md). The runs are in a region no other test of the session
+    uses, so the history they read is their own."""
+    emulator = dws_emulator_factory({ALONE: 0})
     log = tmp_path / "run.log"
-    proc = airflow_home.start_dag_test(DAG_ID, emulator.address, log)
+    proc = airflow_home.start_dag_test(
+        DAG_ID, emulator.address, log, env={"DWS_EXAMPLE_REGION": ALONE_REGION}
+    )
     try:
         _wait_for(
             lambda: [j for j in _jobs(emulator) if j["state"] == "JOB_STATE_PENDING"], 120, "a pending job"
         )
         held = 2.5
         time.sleep(held)  # the job waits in the queue that long at least
-        emulator.control.set_capacity({H100: 8})
+        emulator.control.set_capacity({ALONE: 8})
     finally:
         result = finish(proc, log)
     assert result.returncode == 0, result.log[-4000:]
@@ -109,6 +122,31 @@ def test_capacity_arriving_late_defers_then_succeeds(
     assert waited >= held - PRINTED, result.result_line()
     assert "JOB_STATE_PENDING" in _states(jobs[0])
     assert jobs[0]["state"] == "JOB_STATE_SUCCEEDED"
+    if MISSING_VARIABLE_LOGS_ERROR:
+        # Airflow 3.1: no Variable that may be absent is read, so no error line, and no forecast.
+        assert "Variable not found" not in result.log and "Expected wait" not in result.log
+        return
+    assert "Expected wait: too little history for a forecast (0 similar requests" in result.log
+
+    [record] = records(airflow_home.home, DAG_ID)["fine_tune"]
+    recorded = (parse_time(record.started) - parse_time(record.submitted)).total_seconds()  # type: ignore[operator]
+    prices = {"NVIDIA_H100_80GB": {"flex_start": 2.5, "standard": 5.0, "spot": 1.5}, "_as_of": "2026-11-01"}
+    env = {"DWS_EXAMPLE_REGION": ALONE_REGION, "AIRFLOW_VAR_DWS_PRICES": json.dumps(prices)}
+    second = airflow_home.run_dag_test(DAG_ID, emulator.address, tmp_path / "second.log", env=env)
+    assert second.returncode == 0, second.log[-4000:]
+    assert (
+        "Expected wait: too little history for a forecast (1 similar request in the last 30 days, 5 needed; "
+        f"Vertex AI custom job in {ALONE_REGION}, nvidia_h100_80gb x 5-8); it waited {span(recorded)}"
+    ) in second.log, second.log[-4000:]
+    # The most it can cost: 8 GPUs x 6 h (the example's max_run) at the table's prices.
+    assert (
+        "At most $120.00 for this request: 8 accelerators x 6 h (max_run) x $2.50 (flex_start); "
+        "on demand $240.00, Spot $72.00 (prices: Airflow Variable dws_prices, as of 2026-11-01)"
+    ) in second.log
+    [again] = records(airflow_home.home, DAG_ID)["fine_tune"]
+    assert again.max_run_seconds == 6 * 3600
+    # Too little history: no forecast is kept on the record, so none is judged later.
+    assert again.expected_wait_p50_seconds is None and again.expected_wait_basis == 0
 
 
 def test_max_wait_passing_fails_with_capacity_message(

@@ -22,8 +22,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import groupby
 
-from airflow_provider_dws.records import LIVE_PHASES, RequestRecord, api_name, parse_time
+from airflow_provider_dws.records import LIVE_PHASES, TASK_ENDED, RequestRecord, api_name, parse_time
 
 #: How far back similar requests count, unless ``[dws] forecast_window_days`` says otherwise.
 DEFAULT_WINDOW = timedelta(days=30)
@@ -59,25 +60,34 @@ def _type_name(accelerator_type: str | None) -> str:
     return sized.group(1) if sized else name
 
 
-def group_key(api: str, location: str, accelerator_type: str | None, count: int) -> str:
-    """The key of similar requests: ``api|location|type|bucket``."""
-    return "|".join((api, location, _type_name(accelerator_type), size_bucket(count)))
+def group_key(
+    api: str, location: str, accelerator_type: str | None, count: int, pricing_model: str = "flex_start"
+) -> str:
+    """The key of similar requests: ``api|location|type|bucket``, and ``|pricing`` for any pricing
+    model but flex-start (a TPU Spot slice does not wait like a flex-start one)."""
+    parts = [api, location, _type_name(accelerator_type), size_bucket(count)]
+    if pricing_model and pricing_model != "flex_start":
+        parts.append(pricing_model)
+    return "|".join(parts)
 
 
 def group_of(record: RequestRecord) -> str | None:
     """The group of ``record``; ``None`` for a record that does not wait for DWS capacity."""
     if record.api in NOT_WAITS_APIS or record.pricing_model in NOT_WAITS_PRICING:
         return None
-    return group_key(record.api, record.location, record.accelerator_type, record.accelerator_count)
+    return group_key(
+        record.api, record.location, record.accelerator_type, record.accelerator_count, record.pricing_model
+    )
 
 
 def describe_group(key: str) -> str:
     """``vertex_custom_job|us-central1|nvidia_h100_80gb|5-8`` in words."""
     parts = key.split("|")
-    if len(parts) != 4:
+    if len(parts) not in (4, 5):
         return key
-    api, location, accelerator, bucket = parts
-    return f"{api_name(api)} in {location}, {accelerator} x {bucket}"
+    api, location, accelerator, bucket = parts[:4]
+    pricing = f" ({parts[4]})" if len(parts) == 5 else ""
+    return f"{api_name(api)} in {location}, {accelerator} x {bucket}{pricing}"
 
 
 @dataclass(frozen=True)
@@ -121,6 +131,10 @@ def observation(record: RequestRecord) -> Observation | None:
         return Observation(record.request_name, submitted.timestamp(), max(0.0, wait), True)
     ended = parse_time(record.ended)
     if record.phase in LIVE_PHASES or ended is None or record.phase not in _CENSORING_PHASES:
+        return None
+    if record.outcome == TASK_ENDED:
+        # Ended from outside the attempt (a worker killed, a try ended by a clear or a mark): that
+        # says nothing of how long capacity takes.
         return None
     return Observation(
         record.request_name, submitted.timestamp(), max(0.0, (ended - submitted).total_seconds()), False
@@ -171,17 +185,14 @@ def _kaplan_meier(observations: Sequence[Observation]) -> list[tuple[float, floa
     at_risk = len(observations)
     share = 1.0
     curve = []
-    ordered = sorted(observations, key=lambda o: (o.wait, not o.obtained))
-    index = 0
-    while index < len(ordered):
-        wait = ordered[index].wait
-        same = [o for o in ordered[index:] if o.wait == wait]
-        events = sum(1 for o in same if o.obtained)
+    for wait, same in groupby(sorted(observations, key=lambda o: o.wait), key=lambda o: o.wait):
+        tied = list(same)
+        events = sum(1 for o in tied if o.obtained)
         if events:
             share *= 1.0 - events / at_risk
             curve.append((wait, share))
-        at_risk -= len(same)
-        index += len(same)
+        # A wait censored at the moment others got capacity was still at risk then: it leaves after.
+        at_risk -= len(tied)
     return curve
 
 
@@ -316,6 +327,8 @@ def forecast_error(record: RequestRecord) -> float | None:
     or the request has not got capacity, so its actual wait is unknown)."""
     found = observation(record)
     if found is None or not found.obtained or record.expected_wait_p50_seconds is None:
+        return None
+    if record.expected_wait_p50_lower_bound:  # a bound, not a figure to be wrong by
         return None
     return found.wait - record.expected_wait_p50_seconds
 

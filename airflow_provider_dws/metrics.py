@@ -126,13 +126,6 @@ def end_metrics(record: RequestRecord, wait_seconds: float | None, run_seconds: 
         incr(CAPACITY_NOT_OBTAINED, tag)
     if record.phase == "cancelled":
         incr(REQUEST_CANCELLED, tag)
-    from airflow_provider_dws.forecast import forecast_error, p90_exceeded
-
-    error = forecast_error(record)
-    if error is not None:
-        gauge(WAIT_FORECAST_ERROR, error, tag)
-    if p90_exceeded(record):
-        incr(WAIT_P90_EXCEEDED, tag)
 
 
 def attempt_metrics(record: RequestRecord, timings: RequestTimings) -> None:
@@ -140,3 +133,12 @@ def attempt_metrics(record: RequestRecord, timings: RequestTimings) -> None:
     it never ran or still holds its capacity (a release counts that run)."""
     ran = not record.holds and timings.started is not None
     end_metrics(record, timings.wait_seconds, timings.run_seconds if ran else None)
+    # How the wait forecast given at submit held: once per attempt, never again at a release.
+    from airflow_provider_dws.forecast import forecast_error, p90_exceeded
+
+    tag = tags(record.api, record.location, record.accelerator_type)
+    error = forecast_error(record)
+    if error is not None:
+        gauge(WAIT_FORECAST_ERROR, error, tag)
+    if p90_exceeded(record):
+        incr(WAIT_P90_EXCEEDED, tag)

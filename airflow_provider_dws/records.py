@@ -104,8 +104,8 @@ class RequestRecord:
     longest the capacity may run once obtained (the operator's ``max_run``; ``None``: no bound).
     ``expected_wait_*`` is what the wait forecast (:mod:`~airflow_provider_dws.forecast`) said when
     the request was made: p50 and p90 time to capacity from ``expected_wait_basis`` similar
-    requests (``None``: too little history), ``expected_wait_p90_lower_bound`` when the p90 was
-    only known to exceed the longest wait seen; ``obtainability`` the capacity advice's score for
+    requests (``None``: too little history), ``expected_wait_p50_lower_bound`` and
+    ``expected_wait_p90_lower_bound`` when the figure was only known to exceed the longest wait seen; ``obtainability`` the capacity advice's score for
     its placement, where the advice was asked.
     """
 
@@ -139,6 +139,7 @@ class RequestRecord:
     max_run_seconds: float | None = None
     expected_wait_p50_seconds: float | None = None
     expected_wait_p90_seconds: float | None = None
+    expected_wait_p50_lower_bound: bool = False
     expected_wait_p90_lower_bound: bool = False
     expected_wait_basis: int = 0
     obtainability: float | None = None

@@ -49,6 +49,8 @@ KEEP = 400
 #: How many times a writer writes again when a concurrent write dropped its observation.
 WRITE_TRIES = 4
 CONFIG_SECTION = "dws"
+#: The longest forecast window taken (days).
+MAX_WINDOW_DAYS = 3650
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _warned: set[str] = set()
 
@@ -63,7 +65,8 @@ def configured_window() -> timedelta:
     from airflow.configuration import conf
 
     days = conf.getfloat(CONFIG_SECTION, "forecast_window_days", fallback=DEFAULT_WINDOW.days)
-    return timedelta(days=days) if days > 0 else DEFAULT_WINDOW
+    # Beyond ten years no request is older; a larger figure would overflow the date arithmetic.
+    return timedelta(days=min(days, MAX_WINDOW_DAYS)) if days > 0 else DEFAULT_WINDOW
 
 
 def _config() -> tuple[bool, timedelta]:
@@ -88,7 +91,10 @@ def in_task() -> bool:
 
 def _get(key: str) -> Any:
     from airflow.sdk import Variable
+    from airflow.sdk.execution_time.cache import SecretCache
 
+    # With [secrets] use_cache on, a cached copy would be merged and written back over newer waits.
+    SecretCache.invalidate_variable(key)
     return Variable.get(key, default=None)
 
 
@@ -136,10 +142,10 @@ def forecast(group: str, now: datetime | None = None) -> Forecast | None:
         if not enabled:
             return None
         raw = _get(variable_key(group))
+        return estimate(group, _decode(raw), now or datetime.now(timezone.utc), window)
     except Exception:
         _warn_once("read")
         return None
-    return estimate(group, _decode(raw), now or datetime.now(timezone.utc), window)
 
 
 def _merged(items: list[Observation], new: Observation, since: float) -> list[Observation]:

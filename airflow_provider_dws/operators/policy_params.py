@@ -60,7 +60,7 @@ def set_policies(op: Any, window: Any, deadline: Any, capacity_retry: Any, failo
                 f"failover={op.failover}: capacity advice is Compute Engine's; {type(op).__name__} has none "
                 "(pass the placements as a list to try them in order)"
             )
-        if not op.failover.ranked and (op.capacity_retry is None or op.capacity_retry.retries < 1):
+        if op.failover.order == "written" and (op.capacity_retry is None or op.capacity_retry.retries < 1):
             # Failover happens on a retry: without one the placements would never be tried. Said in
             # retries, as the short form counts (capacity_retry=N is CapacityRetry(attempts=N + 1)).
             places = len(op.failover.placements)

@@ -307,7 +307,11 @@ class AttemptLoop:
         if op.failover is not None and op.failover.ranked and ends is None:
             from airflow_provider_dws.runtime.outlook import rank
 
-            state = rank(self, state)
+            try:
+                state = rank(self, state)
+            except Exception:
+                # The order is an optimisation: never a reason to fail the task or lose its turn.
+                self.log.warning("Could not rank the placements; trying %s", state.placement, exc_info=True)
         state, max_wait = split_wait(self.adapter, state, now, decision.max_wait, self.log)
         identity = task_identity(context).with_attempt(state.attempt)
         if self.in_trigger():

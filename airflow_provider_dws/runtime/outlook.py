@@ -32,12 +32,14 @@ if TYPE_CHECKING:
 def at_submit(loop: AttemptLoop, record: RequestRecord, placement: Placement) -> RequestRecord:
     """Log what ``record``'s request can expect; the record with the forecast it was given."""
     from airflow_provider_dws import wait_history
-    from airflow_provider_dws.forecast import forecast_line, group_of, short_of_p50, span
+    from airflow_provider_dws.forecast import figure, forecast_line, group_of, short_of_p50, span
 
     max_run = getattr(loop.op, "max_run", None)
     if isinstance(max_run, timedelta):
         record = replace(record, max_run_seconds=max_run.total_seconds())
+    # The scores of the ranking just before this request, used once (a later unranked attempt has none).
     score = loop.advice.get(placement)
+    loop.advice = {}
     if score is not None:
         record = replace(record, obtainability=score)
     group = group_of(record)
@@ -54,12 +56,13 @@ def at_submit(loop: AttemptLoop, record: RequestRecord, placement: Placement) ->
                 "half of them would not have got capacity within it. A longer max_wait, an off-peak "
                 "window or a failover gives this request a better chance",
                 span(max_wait.total_seconds()),
-                span(found.p50),
+                figure(found.p50, found.p50_more_than),
             )
         if found.enough:
             record = replace(
                 record,
                 expected_wait_p50_seconds=found.p50,
+                expected_wait_p50_lower_bound=found.p50_more_than,
                 expected_wait_p90_seconds=found.p90,
                 expected_wait_p90_lower_bound=found.p90_more_than,
                 expected_wait_basis=found.requests,
@@ -109,7 +112,11 @@ def forecast_for(loop: AttemptLoop, placement: Placement) -> Forecast | None:
     if not api:
         return None
     group = group_key(
-        str(api), placement.location, facts.get("accelerator_type"), facts.get("accelerator_count") or 0
+        str(api),
+        placement.location,
+        facts.get("accelerator_type"),
+        facts.get("accelerator_count") or 0,
+        str(facts.get("pricing_model") or "flex_start"),
     )
     return wait_history.forecast(group)
 

@@ -29,6 +29,7 @@ from airflow_provider_dws.metrics import attempt_metrics, end_metrics
 from airflow_provider_dws.records import (
     LIVE_PHASES,
     RECORDS,
+    TASK_ENDED,
     XCOM_KEY,
     RequestRecord,
     end_record,
@@ -215,7 +216,7 @@ class Recorder:
                 record = replace(
                     record,
                     phase="cancelled",
-                    outcome="cancelled",
+                    outcome=TASK_ENDED,
                     ended=record.ended or now,
                     message=f"try {record.try_number} ended while waiting on it",
                 )

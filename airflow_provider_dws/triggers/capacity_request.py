@@ -292,7 +292,8 @@ class CapacityRequestTrigger(BaseTrigger):
             from airflow_provider_dws.wait_history import observe
 
             # The wait joins the history next forecasts read, as the worker's end would add it.
-            await sync_to_async(observe)(ending.counted)
+            # Not thread-sensitive: its read-back pause must not hold the triggerer's shared thread.
+            await sync_to_async(observe, thread_sensitive=False)(ending.counted)
         for line in ending.lines:
             await log_info(self.log, "%s", line, wait=False)
         return TaskSuccessEvent()

@@ -315,7 +315,13 @@ KG_PER_H100_HOUR_US_EAST4 = 0.7 * 323.05 / 1000
 
 def test_a_waiting_row_carries_the_expected_wait_of_its_group(server: Server) -> None:
     d1 = _rows(server)["d1"]
-    given = {"p50_seconds": 3600, "p90_seconds": 7200, "p90_more_than": False, "basis": 6}
+    given = {
+        "p50_seconds": 3600,
+        "p50_more_than": False,
+        "p90_seconds": 7200,
+        "p90_more_than": False,
+        "basis": 6,
+    }
     assert d1["expected_wait"] == {**EXPECTED_D, "given_at_submit": given}
     assert d1["obtainability"] == 0.72
     # Forecast from every row the page read, not only those the filters keep.
@@ -324,6 +330,7 @@ def test_a_waiting_row_carries_the_expected_wait_of_its_group(server: Server) ->
     d3 = _rows(server)["d3"]["expected_wait"]
     assert d3["requests"] == 6 and d3["given_at_submit"] == {
         "p50_seconds": 900,
+        "p50_more_than": False,
         "p90_seconds": 1200,
         "p90_more_than": True,
         "basis": 5,

@@ -134,6 +134,7 @@ def test_the_forecast_given_at_submit_is_shown_beside() -> None:
     )
     assert outlook.given_at_submit(waiting) == {
         "p50_seconds": 2280,
+        "p50_more_than": False,
         "p90_seconds": 7800,
         "p90_more_than": True,
         "basis": 41,

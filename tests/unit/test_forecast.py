@@ -184,3 +184,24 @@ def test_accuracy_counts_p90_exceeded_and_the_mean_error() -> None:
 )
 def test_span(seconds: float, text: str) -> None:
     assert fc.span(seconds) == text
+
+
+def test_a_wait_ended_from_outside_the_attempt_says_nothing_of_the_queue() -> None:
+    # A worker killed, or a try ended by a clear: the record ends, but not because of capacity.
+    killed = record(phase="cancelled", started=None, ended="2026-12-01T10:05:00+00:00", outcome="task_ended")
+    assert fc.observation(killed) is None
+    by_user = record(phase="cancelled", started=None, ended="2026-12-01T10:05:00+00:00", outcome="cancelled")
+    assert fc.observation(by_user) is not None
+
+
+def test_the_pricing_model_is_part_of_the_group_but_flex_start_keeps_the_short_key() -> None:
+    assert fc.group_of(record()) == GROUP
+    spot = fc.group_of(record(api="tpu_queued_resource", pricing_model="spot"))
+    assert spot is not None and spot.endswith("|spot")
+    assert fc.describe_group(spot).endswith("(spot)")
+
+
+def test_a_p50_given_as_a_bound_is_not_an_error_to_measure() -> None:
+    bound = record(expected_wait_p50_seconds=600.0, expected_wait_p50_lower_bound=True)
+    assert fc.forecast_error(bound) is None
+    assert fc.forecast_error(record(expected_wait_p50_seconds=600.0)) == 1800.0

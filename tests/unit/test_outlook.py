@@ -161,3 +161,38 @@ def test_at_submit_without_enough_history_keeps_no_forecast_and_does_not_warn(
     assert kept.expected_wait_p50_seconds is None and kept.expected_wait_basis == 0
     assert "too little history for a forecast (1 similar request" in out
     assert "[warning" not in out and "[error" not in out
+
+
+def test_forecast_metrics_are_sent_once_per_attempt_not_again_at_a_release(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airflow_provider_dws import metrics
+    from airflow_provider_dws.scheduling.phases import RequestTimings
+
+    sent: list[tuple[str, Any]] = []
+    monkeypatch.setattr(metrics, "gauge", lambda name, value, tag: sent.append((name, value)))
+    monkeypatch.setattr(metrics, "incr", lambda name, tag, count=1: sent.append((name, count)))
+    monkeypatch.setattr(metrics, "timing", lambda *a: None)
+    started = NOW + timedelta(hours=3)
+    ended = record(
+        phase="succeeded",
+        started=started.isoformat(),
+        ended=(started + timedelta(hours=1)).isoformat(),
+        expected_wait_p50_seconds=3600.0,
+        expected_wait_p90_seconds=7200.0,
+    )
+    metrics.attempt_metrics(ended, RequestTimings(NOW, started, started + timedelta(hours=1)))
+    assert sent == [(metrics.WAIT_FORECAST_ERROR, 7200.0), (metrics.WAIT_P90_EXCEEDED, 1)]
+    sent.clear()
+    metrics.end_metrics(ended, None, 3600.0)  # what a release sends for the capacity it gives back
+    assert sent == []
+
+
+def test_a_p50_known_only_as_a_bound_is_kept_and_said_as_one(
+    history: dict[str, list[Observation]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    history[h100("us-central1")] = waits(given_up=6, given_up_at=120)  # nobody got capacity in 2 h
+    kept = outlook.at_submit(vertex().attempt_loop(), record(), Placement("us-central1"))
+    assert (kept.expected_wait_p50_seconds, kept.expected_wait_p50_lower_bound) == (7200.0, True)
+    out = capsys.readouterr().out
+    assert "similar requests (more than 2 h): more than half" in out

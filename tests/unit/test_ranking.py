@@ -71,3 +71,12 @@ def test_policies_say_their_order() -> None:
     )
     with pytest.raises(TypeError, match="greener must be True or False"):
         Failover("us-east4", greener="yes")  # type: ignore[arg-type]
+
+
+def test_a_greener_written_failover_still_needs_capacity_retries() -> None:
+    """Its order keeps the operator's own placement first: without a retry nothing else is tried."""
+    from tests.unit.test_operator_policies import vertex
+
+    with pytest.raises(ValueError, match="is tried only on capacity retries"):
+        vertex(failover=Failover("us-east4", greener=True), capacity_retry=None)
+    assert vertex(failover=ShortestWait("us-east4"), capacity_retry=None).failover is not None

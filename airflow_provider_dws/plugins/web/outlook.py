@@ -85,6 +85,7 @@ def given_at_submit(record: RequestRecord) -> dict[str, Any] | None:
         return None
     return {
         "p50_seconds": record.expected_wait_p50_seconds,
+        "p50_more_than": bool(record.expected_wait_p50_lower_bound),
         "p90_seconds": record.expected_wait_p90_seconds,
         "p90_more_than": bool(record.expected_wait_p90_lower_bound),
         "basis": record.expected_wait_basis,

@@ -62,7 +62,9 @@ def expected_wait_cell(record: RequestRecord, ahead: Outlook) -> str:
         )
     given = given_at_submit(record)
     if given is not None:
-        figures = _percentiles(given["p50_seconds"], False, given["p90_seconds"], given["p90_more_than"])
+        figures = _percentiles(
+            given["p50_seconds"], given["p50_more_than"], given["p90_seconds"], given["p90_more_than"]
+        )
         lines.append(f"<span class='muted'>given at submit: {figures}</span>")
     return "<br>".join(lines)
 

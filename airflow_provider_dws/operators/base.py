@@ -20,7 +20,15 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.bases.operator import BaseOperatorMeta
 
 from airflow_provider_dws import facts, registry
-from airflow_provider_dws.operators.checks import Check, duration, flag, matches, non_empty_str, run_checks
+from airflow_provider_dws.operators.checks import (
+    Check,
+    duration,
+    flag,
+    matches,
+    non_empty_str,
+    run_checks,
+    str_len_in,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -86,6 +94,27 @@ CONNECTION_CHECKS = (
         optional=True,
     ),
 )
+
+
+def vertex_region_check(*, optional: bool = False) -> Check:
+    """The check of a Vertex AI operator's ``region`` (templated; ``optional`` where a release may
+    take it from its setup)."""
+    return Check(
+        "region",
+        matches(facts.REGION_PATTERN),
+        "must be a Vertex AI region such as 'us-central1'",
+        templated=True,
+        optional=optional,
+    )
+
+
+def display_name_check(name: str = "display_name") -> Check:
+    """The check of a Vertex AI resource's optional display name (1 to 128 characters)."""
+    return Check(
+        name, str_len_in(1, 128), "must be a string of 1 to 128 characters", templated=True, optional=True
+    )
+
+
 #: Checks of what every operator that waits on a request has.
 WAIT_CHECKS = (
     Check(

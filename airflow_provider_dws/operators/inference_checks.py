@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_dws import facts
-from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS
-from airflow_provider_dws.operators.checks import Check, int_in, matches, str_len_in
+from airflow_provider_dws.operators.base import (
+    CONNECTION_CHECKS,
+    WAIT_CHECKS,
+    display_name_check,
+    vertex_region_check,
+)
+from airflow_provider_dws.operators.checks import Check, int_in
 from airflow_provider_dws.specs.templates import has_template
 from airflow_provider_dws.specs.vertex_inference import INFERENCE_MACHINES
 
@@ -39,22 +43,11 @@ def machine_message() -> str:
 INFERENCE_CHECKS: tuple[Check, ...] = (
     *CONNECTION_CHECKS,
     *WAIT_CHECKS,
-    Check(
-        "region",
-        matches(facts.REGION_PATTERN),
-        "must be a Vertex AI region such as 'us-central1'",
-        templated=True,
-    ),
+    vertex_region_check(),
     Check("machine_type", _machine_ok, machine_message(), templated=True),
     Check("replica_count", int_in(1, 1000), "must be an integer from 1 to 1000"),
     Check("max_replica_count", int_in(1, 1000), "must be an integer from 1 to 1000", optional=True),
-    Check(
-        "display_name",
-        str_len_in(1, 128),
-        "must be a string of 1 to 128 characters",
-        templated=True,
-        optional=True,
-    ),
+    display_name_check(),
 )
 
 

@@ -12,8 +12,14 @@ from airflow_provider_dws.facts import (
     MAX_RUN_LIMIT,
 )
 from airflow_provider_dws.links import VertexAIFlexStartJobLink
-from airflow_provider_dws.operators.base import CONNECTION_CHECKS, WAIT_CHECKS, DwsQueuedRequestOperator
-from airflow_provider_dws.operators.checks import Check, duration, matches, str_len_in
+from airflow_provider_dws.operators.base import (
+    CONNECTION_CHECKS,
+    WAIT_CHECKS,
+    DwsQueuedRequestOperator,
+    display_name_check,
+    vertex_region_check,
+)
+from airflow_provider_dws.operators.checks import Check, duration, matches
 from airflow_provider_dws.operators.reserved import BlockConsumer, block_checks
 
 __all__ = [
@@ -126,19 +132,8 @@ class CreateVertexAIFlexStartJobOperator(DwsQueuedRequestOperator):
     CHECKS: tuple[Check, ...] = (
         *CONNECTION_CHECKS,
         *WAIT_CHECKS,
-        Check(
-            "region",
-            matches(facts.REGION_PATTERN),
-            "must be a Vertex AI region such as 'us-central1'",
-            templated=True,
-        ),
-        Check(
-            "display_name",
-            str_len_in(1, 128),
-            "must be a string of 1 to 128 characters",
-            templated=True,
-            optional=True,
-        ),
+        vertex_region_check(),
+        display_name_check(),
         Check(
             "network",
             matches(_NETWORK),

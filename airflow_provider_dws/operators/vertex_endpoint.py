@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dws import registry
 from airflow_provider_dws.links import VertexAIEndpointLink
-from airflow_provider_dws.operators.base import DwsQueuedRequestOperator
-from airflow_provider_dws.operators.checks import Check, duration, matches, str_len_in
+from airflow_provider_dws.operators.base import DwsQueuedRequestOperator, display_name_check
+from airflow_provider_dws.operators.checks import Check, duration, matches
 from airflow_provider_dws.operators.inference_checks import (
     INFERENCE_CHECKS,
     REGISTRY_MODEL_PATTERN,
@@ -94,13 +94,7 @@ class DeployVertexAIFlexStartModelOperator(InferenceOperatorChecks, DwsQueuedReq
             "(DeployModel takes no publisher's model)",
             templated=True,
         ),
-        Check(
-            "endpoint_display_name",
-            str_len_in(1, 128),
-            "must be a string of 1 to 128 characters",
-            templated=True,
-            optional=True,
-        ),
+        display_name_check("endpoint_display_name"),
     )
 
     def __init__(

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dws import facts
 from airflow_provider_dws.links import VertexAIEndpointLink
-from airflow_provider_dws.operators.checks import Check, matches
+from airflow_provider_dws.operators.base import vertex_region_check
+from airflow_provider_dws.operators.checks import Check
 from airflow_provider_dws.operators.release import DwsSetupReleaseOperator
 from airflow_provider_dws.specs import roles
 
@@ -37,13 +37,7 @@ class UndeployVertexAIFlexStartModelOperator(DwsSetupReleaseOperator):
     ui_color = "#d2e3fc"
     CHECKS: tuple[Check, ...] = (  # type: ignore[assignment]
         *DwsSetupReleaseOperator.CHECKS,
-        Check(
-            "region",
-            matches(facts.REGION_PATTERN),
-            "must be a Vertex AI region such as 'us-central1'",
-            templated=True,
-            optional=True,
-        ),
+        vertex_region_check(optional=True),
     )
 
     def __init__(self, *, setup_task_id: str, region: str | None = None, **kwargs: Any) -> None:

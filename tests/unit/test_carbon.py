@@ -10,10 +10,8 @@ config file and SQLite metadata database, as ``tests/unit/test_savings.py`` runs
 from __future__ import annotations
 
 import json
-import os
 import sys
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -35,11 +33,11 @@ from airflow_provider_dws.carbon import (
     sum_emissions,
 )
 from airflow_provider_dws.records import RequestRecord, iso
+from tests.unit.fresh_airflow import environ, scenarios_in_fresh_airflow, variable_model
 
-if TYPE_CHECKING:  # run as a script, the file imports nothing of the tests
+if TYPE_CHECKING:
     from tests.probe import Probe
 
-ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 H100 = "NVIDIA_H100_80GB"
 #: GPUs the provider knows that the shipped table leaves out on purpose (docs/carbon.md says why).
@@ -374,6 +372,42 @@ def test_order_by_intensity_puts_unknown_last_and_keeps_ties_in_order() -> None:
     assert order_by_intensity([], SHIPPED) == []
 
 
+def test_a_calendar_block_avoids_nothing_and_work_on_it_is_counted_once() -> None:
+    """A block's time before its start is a date the user chose, not a wait that avoided holding;
+    the accelerators its workloads run on are the block's, counted in the block's own record."""
+    from airflow_provider_dws.records import RequestRecord
+
+    now = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
+    common: dict[str, Any] = {
+        "project": "p",
+        "location": "us-central1-a",
+        "accelerator_type": "nvidia-h100-80gb",
+        "accelerator_count": 8,
+        "submitted": "2026-11-20T00:00:00+00:00",
+        "started": "2026-12-01T00:00:00+00:00",
+        "ended": "2026-12-01T02:00:00+00:00",
+    }
+    block = RequestRecord(
+        api="compute_future_reservation",
+        kind="block",
+        request_name="b",
+        phase="succeeded",
+        pricing_model="calendar",
+        **common,
+    )
+    work = RequestRecord(
+        api="vertex_custom_job",
+        kind="job",
+        request_name="w",
+        phase="succeeded",
+        pricing_model="reservation",
+        **common,
+    )
+    on_block, worked = (carbon.request_emissions(r, carbon.SHIPPED, now) for r in (block, work))
+    assert (on_block.avoided_hours, on_block.run_hours) == (0.0, 16.0)
+    assert (worked.avoided_hours, worked.run_hours) == (0.0, 0.0)
+
+
 # --- load_carbon, in a fresh interpreter -------------------------------------------------------
 
 GOOD_JSON = json.dumps({"source": "test", "regions": {"us-central1": {"intensity": 100}}})
@@ -391,23 +425,14 @@ power_watts.NVIDIA_L4 = 60
 def _scenarios() -> dict[str, dict[str, Any]]:
     """load_carbon under each setting, in this (fresh) process: the config file has the section
     until the env-only scenarios, which remove it."""
-    from airflow import settings
     from airflow.configuration import conf
-    from airflow.models.base import Base
-    from airflow.models.variable import Variable
 
-    # Variables name a team from Airflow 3.1 (a foreign key to its own table).
-    teams = [Base.metadata.tables["team"]] if "team" in Base.metadata.tables else []
-    Base.metadata.create_all(settings.engine, tables=[*teams, Variable.__table__])
+    Variable = variable_model()
     out: dict[str, dict[str, Any]] = {}
 
     def run(name: str, env: dict[str, str]) -> None:
-        os.environ.update(env)
-        try:
+        with environ(env):
             table = load_carbon()
-        finally:
-            for key in env:
-                del os.environ[key]
         out[name] = {
             "source": table.source.partition(";")[0],
             "error": table.error,
@@ -429,20 +454,9 @@ def _scenarios() -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory, probe: Probe) -> dict[str, dict[str, Any]]:
-    home = tmp_path_factory.mktemp("airflow_home")
-    (home / "airflow.cfg").write_text(CONFIG_FILE)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_VAR_"))}
-    env.pop("_AIRFLOW_PROCESS_CONTEXT", None)
-    env.update(
-        AIRFLOW_HOME=str(home),
-        AIRFLOW_CONFIG=str(home / "airflow.cfg"),
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
-        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+    return scenarios_in_fresh_airflow(
+        tmp_path_factory, probe, config_file=CONFIG_FILE, script=__file__, flag="--load-carbon"
     )
-    done = probe.run(path=__file__, args=["--load-carbon"], cwd=ROOT, env=env)
-    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    result: dict[str, dict[str, Any]] = json.loads(done.stdout.splitlines()[-1])
-    return result
 
 
 def test_load_carbon_reads_airflow_s_config_and_variable(loaded: dict) -> None:
@@ -471,39 +485,3 @@ if __name__ == "__main__":
     sys.path.pop(0)  # this file's folder, which the tests do not have on the path either
     if "--load-carbon" in sys.argv:
         print(json.dumps(_scenarios()))
-
-
-def test_a_calendar_block_avoids_nothing_and_work_on_it_is_counted_once() -> None:
-    """A block's time before its start is a date the user chose, not a wait that avoided holding;
-    the accelerators its workloads run on are the block's, counted in the block's own record."""
-    from airflow_provider_dws.records import RequestRecord
-
-    now = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
-    common = {
-        "project": "p",
-        "location": "us-central1-a",
-        "accelerator_type": "nvidia-h100-80gb",
-        "accelerator_count": 8,
-        "submitted": "2026-11-20T00:00:00+00:00",
-        "started": "2026-12-01T00:00:00+00:00",
-        "ended": "2026-12-01T02:00:00+00:00",
-    }
-    block = RequestRecord(
-        api="compute_future_reservation",
-        kind="block",
-        request_name="b",
-        phase="succeeded",
-        pricing_model="calendar",
-        **common,
-    )
-    work = RequestRecord(
-        api="vertex_custom_job",
-        kind="job",
-        request_name="w",
-        phase="succeeded",
-        pricing_model="reservation",
-        **common,
-    )
-    on_block, worked = (carbon.request_emissions(r, carbon.SHIPPED, now) for r in (block, work))
-    assert (on_block.avoided_hours, on_block.run_hours) == (0.0, 16.0)
-    assert (worked.avoided_hours, worked.run_hours) == (0.0, 0.0)

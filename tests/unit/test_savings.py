@@ -31,8 +31,9 @@ from airflow_provider_dws.savings import (
     request_cost,
     summarize,
 )
+from tests.unit.fresh_airflow import environ, scenarios_in_fresh_airflow, variable_model
 
-if TYPE_CHECKING:  # run as a script, the file imports nothing of the tests
+if TYPE_CHECKING:
     from tests.probe import Probe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -471,25 +472,16 @@ v5litepod.reserved = 1.5
 def _scenarios() -> dict[str, dict[str, Any]]:
     """load_prices under each setting, in this (fresh) process: the config file has the section
     until the env-only scenarios, which remove it."""
-    from airflow import settings
     from airflow.configuration import conf
-    from airflow.models.base import Base
-    from airflow.models.variable import Variable
 
     from airflow_provider_dws.savings import load_prices
 
-    # Variables name a team from Airflow 3.1 (a foreign key to its own table).
-    teams = [Base.metadata.tables["team"]] if "team" in Base.metadata.tables else []
-    Base.metadata.create_all(settings.engine, tables=[*teams, Variable.__table__])
+    Variable = variable_model()
     out: dict[str, dict[str, Any]] = {}
 
     def run(name: str, env: dict[str, str]) -> None:
-        os.environ.update(env)
-        try:
+        with environ(env):
             table = load_prices()
-        finally:
-            for key in env:
-                del os.environ[key]
         out[name] = {
             "source": table.source,
             "error": table.error,
@@ -541,20 +533,9 @@ def _scenarios() -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory, probe: Probe) -> dict[str, dict[str, Any]]:
-    home = tmp_path_factory.mktemp("airflow_home")
-    (home / "airflow.cfg").write_text(CONFIG_FILE)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_VAR_"))}
-    env.pop("_AIRFLOW_PROCESS_CONTEXT", None)
-    env.update(
-        AIRFLOW_HOME=str(home),
-        AIRFLOW_CONFIG=str(home / "airflow.cfg"),
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
-        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+    return scenarios_in_fresh_airflow(
+        tmp_path_factory, probe, config_file=CONFIG_FILE, script=__file__, flag="--load-prices"
     )
-    done = probe.run(path=__file__, args=["--load-prices"], cwd=ROOT, env=env)
-    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    result: dict[str, dict[str, Any]] = json.loads(done.stdout.splitlines()[-1])
-    return result
 
 
 def test_load_prices_reads_the_variable_from_the_environment_and_the_database(loaded: dict) -> None:

@@ -32,6 +32,7 @@ from airflow_provider_dws.upfront import (
     max_cost,
 )
 from tests.probe import Probe
+from tests.unit.test_savings import rec as savings_record
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
@@ -54,19 +55,8 @@ def at(hours: float) -> str | None:
 
 
 def rec(**kwargs: Any) -> RequestRecord:
-    base: dict[str, Any] = {
-        "api": "vertex_custom_job",
-        "kind": "Vertex AI custom job",
-        "project": "p",
-        "location": "us-central1",
-        "request_name": "projects/p/locations/us-central1/customJobs/1",
-        "phase": "waiting",
-        "accelerator_type": H100,
-        "accelerator_count": 8,
-        "max_run_seconds": 8 * 3600.0,
-    }
-    base.update(kwargs)
-    return RequestRecord(**base)
+    """The savings tests' waiting H100 request, with an 8 h ``max_run``."""
+    return savings_record(**{"max_run_seconds": 8 * 3600.0, **kwargs})
 
 
 def block(**kwargs: Any) -> RequestRecord:

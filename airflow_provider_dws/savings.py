@@ -240,6 +240,13 @@ def parse_prices(value: Mapping[str, Any] | str, source: str) -> PriceTable:
     )
 
 
+def in_task() -> bool:
+    """Whether this process is a task's or a trigger's, with the Task SDK's channel to the API
+    server (not the api-server, a test or a script)."""
+    task_runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
+    return getattr(task_runner, "SUPERVISOR_COMMS", None) is not None
+
+
 def read_variable(key: str) -> str | None:
     """The Variable's raw text, ``None`` when unset.
 
@@ -250,8 +257,7 @@ def read_variable(key: str) -> str | None:
     other way would miss a Variable set in the UI. In a task (the supervisor channel is up) the
     models class only forwards to the SDK with a deprecation warning, so the SDK is asked directly.
     """
-    task_runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
-    if getattr(task_runner, "SUPERVISOR_COMMS", None) is not None:
+    if in_task():
         from airflow_provider_dws.compat import MISSING_VARIABLE_LOGS_ERROR
 
         if MISSING_VARIABLE_LOGS_ERROR:

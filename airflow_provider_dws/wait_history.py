@@ -24,7 +24,6 @@ import json
 import logging
 import random
 import re
-import sys
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -38,6 +37,7 @@ from airflow_provider_dws.forecast import (
     observation,
 )
 from airflow_provider_dws.records import RequestRecord
+from airflow_provider_dws.savings import in_task
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +80,6 @@ def _config() -> tuple[bool, timedelta]:
     # Off by default where a read of a Variable not yet written logs an error (Airflow 3.1).
     enabled = conf.getboolean(CONFIG_SECTION, "wait_history", fallback=not MISSING_VARIABLE_LOGS_ERROR)
     return enabled, configured_window()
-
-
-def in_task() -> bool:
-    """Whether this process is a task's or a trigger's, with the Task SDK's channel to the API server
-    (anywhere else, a test or a script, there is no deployment whose history to read)."""
-    task_runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
-    return getattr(task_runner, "SUPERVISOR_COMMS", None) is not None
 
 
 def _get(key: str) -> Any:

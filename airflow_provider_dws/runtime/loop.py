@@ -72,6 +72,8 @@ class AttemptLoop:
         self.avoid: list[str] = []
         #: The capacity advice's scores of the placements last ranked (the record keeps its own).
         self.advice: dict[Any, float] = {}
+        #: The wait forecasts of the placements last ranked, so the request made next is not read again.
+        self.forecasts: dict[Any, Any] = {}
         from airflow_provider_dws.runtime.recording import Recorder
 
         #: Writes the ``dws_requests`` records and the request metrics.

@@ -43,7 +43,12 @@ def at_submit(loop: AttemptLoop, record: RequestRecord, placement: Placement) ->
     if score is not None:
         record = replace(record, obtainability=score)
     group = group_of(record)
-    found = wait_history.forecast(group) if group is not None else None
+    ranked = loop.forecasts.get(placement)
+    loop.forecasts = {}
+    if ranked is not None and ranked.group == group:  # read for the ranking a moment ago
+        found: Forecast | None = ranked
+    else:
+        found = wait_history.forecast(group) if group is not None else None
     max_wait = timedelta(seconds=record.max_wait_seconds) if record.max_wait_seconds else None
     if found is not None:
         line = forecast_line(found, max_wait)
@@ -72,9 +77,8 @@ def at_submit(loop: AttemptLoop, record: RequestRecord, placement: Placement) ->
 
 
 def _log_cost(loop: AttemptLoop, record: RequestRecord) -> None:
-    from airflow_provider_dws.savings import NO_TABLE_SOURCE, PriceTable, load_prices
+    from airflow_provider_dws.savings import NO_TABLE_SOURCE, PriceTable, in_task, load_prices
     from airflow_provider_dws.upfront import cost_line
-    from airflow_provider_dws.wait_history import in_task
 
     try:
         # Outside a task (a test, a script) there is no deployment whose Variables to read.
@@ -132,7 +136,7 @@ def _scores(loop: AttemptLoop, placements: list[Placement]) -> dict[Placement, f
 
 def _intensities(loop: AttemptLoop, placements: list[Placement]) -> dict[Placement, float | None]:
     from airflow_provider_dws.carbon import SHIPPED, load_carbon
-    from airflow_provider_dws.wait_history import in_task
+    from airflow_provider_dws.savings import in_task
 
     table = load_carbon() if in_task() else SHIPPED
     if table.error:
@@ -186,6 +190,7 @@ def rank(loop: AttemptLoop, state: AttemptState) -> AttemptState:
     if order == "advice" and not scores:
         return state if state.placement in untried else replace(state, placement=untried[0])
     waits = {p: forecast_for(loop, p) for p in untried} if order == "expected_wait" else {}
+    loop.forecasts = {p: f for p, f in waits.items() if f is not None}
     intensity = _intensities(loop, untried) if greener else {}
     items = [
         _candidate(p, candidates.index(p), waits.get(p), scores.get(p), intensity.get(p)) for p in untried

@@ -124,7 +124,7 @@ def test_at_submit_logs_the_forecast_warns_of_a_short_max_wait_and_keeps_the_for
     monkeypatch.setattr(
         savings, "load_prices", lambda: savings.parse_prices({"NVIDIA_H100_80GB": {"flex_start": 2}}, "test")
     )
-    monkeypatch.setattr(wait_history, "in_task", lambda: True)
+    monkeypatch.setattr(savings, "in_task", lambda: True)
     history[h100("us-central1")] = waits(40, 50, 60, 70, 80, given_up=1, given_up_at=200)
     task = vertex(max_run=timedelta(hours=2))
     loop = task.attempt_loop()
@@ -196,3 +196,21 @@ def test_a_p50_known_only_as_a_bound_is_kept_and_said_as_one(
     assert (kept.expected_wait_p50_seconds, kept.expected_wait_p50_lower_bound) == (7200.0, True)
     out = capsys.readouterr().out
     assert "similar requests (more than 2 h): more than half" in out
+
+
+def test_the_request_made_after_a_ranking_is_not_read_again(
+    history: dict[str, list[Observation]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history[h100("us-east4")] = waits(10, 15, 20, 25, 30)
+    read: list[str] = []
+    forecast = wait_history.forecast
+    monkeypatch.setattr(
+        wait_history, "forecast", lambda group, now=None: read.append(group) or forecast(group, now)
+    )
+    loop = vertex(failover=ShortestWait("us-east4")).attempt_loop()
+    state = outlook.rank(loop, AttemptState(placement=Placement("us-central1")))
+    assert sorted(read) == sorted([h100("us-central1"), h100("us-east4")])
+    kept = outlook.at_submit(loop, record(location="us-east4"), state.placement)
+    assert len(read) == 2 and kept.expected_wait_p50_seconds == 20 * 60.0
+    outlook.at_submit(loop, record(location="us-east4"), state.placement)  # the ranking's read is used once
+    assert len(read) == 3

@@ -198,14 +198,8 @@ SHIPPED = CarbonTable(
 
 
 def _number(value: Any, entry: str, source: str, what: str) -> float:
-    # Config values arrive as text (or as numbers Airflow already converted); JSON ones as numbers.
-    number = None
-    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-        try:
-            number = float(value)
-        except ValueError:
-            number = None
-    if number is None or not math.isfinite(number) or number < 0:
+    number = savings.table_number(value)
+    if number is None or number < 0:
         raise ValueError(f"{source}: entry {entry!r}: expected {what}, got {value!r}")
     return number
 

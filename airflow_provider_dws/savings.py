@@ -124,17 +124,21 @@ def _split_flat(key: str) -> tuple[str, str] | None:
     return None
 
 
-def _price_of(value: Any, entry: str, source: str) -> float:
-    # Config values arrive as text (or as numbers Airflow already converted); JSON ones as numbers.
-    number: float | None = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+def table_number(value: Any) -> float | None:
+    """A table entry's finite number (``None``: not one). Config values arrive as text (or as
+    numbers Airflow already converted), JSON ones as numbers; a boolean is not a number here."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
         number = float(value)
-    elif isinstance(value, str):
-        try:
-            number = float(value.strip())
-        except ValueError:
-            number = None
-    if number is None or not math.isfinite(number):
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _price_of(value: Any, entry: str, source: str) -> float:
+    number = table_number(value)
+    if number is None:
         raise ValueError(
             f"{source}: entry {entry!r}: a price is a number of USD per accelerator-hour, got {value!r}"
         )

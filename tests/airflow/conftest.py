@@ -72,6 +72,9 @@ class AirflowHome:
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+                # A generous limit on a DAG file's import (30 s by default, wall-clock): these
+                # processes share two cores with the rest of `make test`.
+                "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "600",
                 "DWS_EXAMPLE_POLL_INTERVAL": "0.5",
             }
         )

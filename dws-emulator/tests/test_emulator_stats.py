@@ -193,12 +193,16 @@ def test_concurrent_calls_are_all_counted_and_survive_an_outage(dws_emulator_ser
 
     emulator.control.outage(0.5)
     deadline = time.monotonic() + 30
-    cut = 0
+    cut = early = 0
     seen: list[str] = []
     while True:  # refused while the listener is down (never counted), then answered again
         try:
             jobs.get_custom_job(name=job.name, retry=None)
-            break
+            if not emulator.server.in_outage:
+                break
+            # Answered (and counted) before the listener closed: a loaded machine may start the
+            # outage's thread after a call or two.
+            early += 1
         except exceptions.Cancelled:
             # In flight as the listener closed: it may have been counted on arrival.
             cut += 1
@@ -212,7 +216,7 @@ def test_concurrent_calls_are_all_counted_and_survive_an_outage(dws_emulator_ser
         time.sleep(0.05)
     calls = emulator.control.stats()["calls"]
     assert set(calls) == {f"{JOBS}/GetCustomJob"}
-    assert 401 <= calls[f"{JOBS}/GetCustomJob"] <= 401 + cut, (calls, cut, seen)
+    assert 401 + early <= calls[f"{JOBS}/GetCustomJob"] <= 401 + early + cut, (calls, early, cut, seen)
 
 
 def test_cli_stats_table_json_and_reset(dws_emulator_factory: Any) -> None:

@@ -117,6 +117,13 @@ class ServerCore:
         return f"{host}:{self.port}"
 
     @property
+    def in_outage(self) -> bool:
+        """True from :meth:`outage` until the listener serves again (a call answered meanwhile
+        reached the old listener before it closed)."""
+        with self._lifecycle:
+            return self._outage_until is not None
+
+    @property
     def rest_address(self) -> str:
         """``host:port`` of the REST front: the gRPC port + 1 (only valid after ``start``)."""
         if self.rest_port is None:

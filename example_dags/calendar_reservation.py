@@ -27,7 +27,7 @@ work that can wait for capacity.)
 
 Run it locally against the bundled emulator with ``make demo``. The ``DWS_EXAMPLE_*`` variables exist
 only so the demo and the tests can run it in seconds: ``DWS_EXAMPLE_CALENDAR_EARLIEST_START_SECONDS``
-(the demo: 20, ``make ui``: 120) lets the blocks start that soon after ``find_block`` runs (without
+(the demo: 45, ``make ui``: 120) lets the blocks start that soon after ``find_block`` runs (without
 it the emulator's advice offers a start 5 s after the request, sooner than a reserve task may run),
 ``DWS_EXAMPLE_POLL_INTERVAL`` polls every second; the emulator delivers a block one second after
 its start by default (``dws-emulator serve --calendar-*``). A real DAG would write its values

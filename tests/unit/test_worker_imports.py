@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -234,15 +236,32 @@ def _code(family: str) -> str:
     )
 
 
+@pytest.fixture(scope="module")
+def imported(probe: Probe, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, Any]]:
+    """What a family's task imported at each step, probed once per family (both steps come from one
+    run) in one Airflow home: every probe then forks the same interpreter, which imported
+    ``airflow.sdk`` once (a home per test made a new one for each, about a CPU-second apiece)."""
+    env = dict(os.environ)
+    env["AIRFLOW_HOME"] = str(tmp_path_factory.mktemp("airflow-home"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    found: dict[str, dict[str, Any]] = {}
+
+    def run(family: str) -> dict[str, Any]:
+        if family not in found:
+            done = probe.run(_code(family), preload=["airflow.sdk"], env=env, cwd=ROOT)
+            assert done.returncode == 0, f"probe failed:\n{done.stdout}\n{done.stderr}"
+            found[family] = json.loads(done.stdout.splitlines()[-1])
+        return found[family]
+
+    return run
+
+
 @pytest.mark.parametrize("step", ["deferral", "resume"])
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_a_task_imports_no_client_library(family: str, step: str, probe: Probe, tmp_path: Path) -> None:
-    env = dict(os.environ)
-    env["AIRFLOW_HOME"] = str(tmp_path)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    done = probe.run(_code(family), preload=["airflow.sdk"], env=env, cwd=ROOT)
-    assert done.returncode == 0, f"probe failed:\n{done.stdout}\n{done.stderr}"
-    found = json.loads(done.stdout.splitlines()[-1])
+def test_a_task_imports_no_client_library(
+    family: str, step: str, imported: Callable[[str], dict[str, Any]]
+) -> None:
+    found = imported(family)
     key, value = FAMILIES[family].get("returns", ("state", FAMILIES[family]["state"]))
     assert found["result"][key] == value
     # The step ran the provider's code (the check is not vacuous)...

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from airflow_provider_dws import forecast, savings
-from airflow_provider_dws.records import RequestRecord, parse_time
+from airflow_provider_dws.records import ON_BLOCK_PRICING, RequestRecord, parse_time
 
 #: The Airflow Variable holding an override as JSON (see :func:`parse_override`).
 VARIABLE_KEY = "dws_carbon"
@@ -388,10 +388,6 @@ class RequestEmissions:
         return self.run_kg is not None
 
 
-#: The pricing model of work that runs on a calendar block's reservation (``runtime/reserved.py``).
-ON_BLOCK = "reservation"
-
-
 def request_emissions(record: RequestRecord, table: CarbonTable, now: datetime) -> RequestEmissions:
     """The record's run and idle-avoided emissions at ``now``, from ``table``'s figures."""
     # The hours are savings' own (the same clamping to a block's or a task's end); no price needed.
@@ -402,7 +398,7 @@ def request_emissions(record: RequestRecord, table: CarbonTable, now: datetime) 
     waits = forecast.group_of(record) is not None
     avoided_hours = hours.waited_hours if waits and parse_time(record.started) is not None else 0.0
     # Work on a calendar block runs on accelerators the block's own record counts as held.
-    run_hours = 0.0 if record.pricing_model == ON_BLOCK else hours.run_hours
+    run_hours = 0.0 if record.pricing_model == ON_BLOCK_PRICING else hours.run_hours
     intensity = table.intensity(record.location)
     power = table.power_watts(record.accelerator_type)
     run_kg = avoided_kg = None

@@ -24,7 +24,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import groupby
 
-from airflow_provider_dws.records import LIVE_PHASES, TASK_ENDED, RequestRecord, api_name, parse_time
+from airflow_provider_dws.records import (
+    BLOCK_API,
+    BLOCK_PRICING,
+    LIVE_PHASES,
+    ON_BLOCK_PRICING,
+    TASK_ENDED,
+    RequestRecord,
+    api_name,
+    parse_time,
+)
 
 #: How far back similar requests count, unless ``[dws] forecast_window_days`` says otherwise.
 DEFAULT_WINDOW = timedelta(days=30)
@@ -32,8 +41,8 @@ DEFAULT_WINDOW = timedelta(days=30)
 MIN_REQUESTS = 5
 #: Records that do not wait for DWS capacity: a calendar block waits for a start the user chose,
 #: and work on a block runs on a reservation it already holds.
-NOT_WAITS_APIS = frozenset({"compute_future_reservation"})
-NOT_WAITS_PRICING = frozenset({"calendar", "reservation", "reserved"})
+NOT_WAITS_APIS = frozenset({BLOCK_API})
+NOT_WAITS_PRICING = frozenset({BLOCK_PRICING, ON_BLOCK_PRICING, "reserved"})
 _TPU_SIZED = re.compile(r"(v[0-9]+[a-z]*)_([0-9]+)")
 # Phases of a request that ended without capacity because it waited: given up, cancelled, expired.
 _CENSORING_PHASES = frozenset({"not_obtained", "cancelled"})

@@ -54,6 +54,12 @@ API_NAMES = {
     "vertex_batch_prediction": "Vertex AI batch prediction job",
     "vertex_endpoint_deployment": "Vertex AI endpoint deployment",
 }
+#: A calendar block's record: its API, and its pricing model (it holds its capacity for its whole
+#: length, from a start the user chose); the pricing model of work that runs on a block's
+#: reservation (billed with the block, waiting for nothing).
+BLOCK_API = "compute_future_reservation"
+BLOCK_PRICING = "calendar"
+ON_BLOCK_PRICING = "reservation"
 #: The outcome of a record ended from outside the attempt loop (the task killed, timed out, failed).
 TASK_ENDED = "task_ended"
 #: The records: in the task state store's value beside the request a deferred try waits on

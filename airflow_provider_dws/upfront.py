@@ -14,14 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_dws.records import RequestRecord, parse_time
+from airflow_provider_dws.records import BLOCK_API, BLOCK_PRICING, ON_BLOCK_PRICING, RequestRecord, parse_time
 from airflow_provider_dws.savings import CONFIG_SECTION, NO_TABLE_SOURCE, VARIABLE_KEY, PriceTable
 
-#: The API of a calendar block's record.
-BLOCK_API = "compute_future_reservation"
-#: The pricing model of a calendar block, and of a workload that runs on a block's reservation.
-BLOCK_MODEL = "calendar"
-ON_BLOCK_MODEL = "reservation"
 #: Where a user sets prices, as a log line says it.
 WHERE_TO_SET = (
     f"set prices in the Airflow Variable {VARIABLE_KEY} or the config section [{CONFIG_SECTION}], "
@@ -100,7 +95,7 @@ def price_source(prices: PriceTable) -> str:
 
 def is_block(record: RequestRecord) -> bool:
     """A calendar block's record (not a workload run on one)."""
-    return record.api == BLOCK_API or record.pricing_model == BLOCK_MODEL
+    return record.api == BLOCK_API or record.pricing_model == BLOCK_PRICING
 
 
 def _block_span(record: RequestRecord) -> tuple[datetime, datetime] | None:
@@ -198,7 +193,7 @@ def _where(cost: UpfrontCost) -> str:
 def _unpriced(record: RequestRecord, prices: PriceTable, cost: UpfrontCost) -> str:
     """The line of a request whose own pricing model the table does not price."""
     model = record.pricing_model
-    if model == ON_BLOCK_MODEL:
+    if model == ON_BLOCK_PRICING:
         head = (
             "No cost of its own for this request: it runs on a calendar block's reservation, "
             "billed with the block"

@@ -26,6 +26,7 @@ from airflow_provider_dws.errors import InvalidRequestError, PermissionDeniedApi
 from airflow_provider_dws.exceptions import BadRequestError, CapacityNotObtainedError, RequestCancelledError
 from airflow_provider_dws.facts import CALENDAR_PROVISIONING_LIMIT
 from airflow_provider_dws.links import CalendarBlockLink
+from airflow_provider_dws.records import BLOCK_PRICING
 from airflow_provider_dws.runtime.adapter import Found, RequestAdapter
 from airflow_provider_dws.runtime.calendar_release import (
     future_reservation_console_url,
@@ -349,7 +350,7 @@ def block_facts(shape: CalendarShape | None, name: str, end: Any = None) -> dict
         "accelerator_type": shape.accelerator_type if shape else None,
         "accelerator_count": shape.accelerator_count if shape else 0,
         "machine_type": shape.machine_type if shape else None,
-        "pricing_model": "calendar",
+        "pricing_model": BLOCK_PRICING,
         "console_url": url,
     }
 

@@ -25,6 +25,7 @@ from airflow_provider_dws.backends.calendar_block import (
     parse_reservation_name,
 )
 from airflow_provider_dws.exceptions import BadRequestError, CapacityRevokedError, RequestCancelledError
+from airflow_provider_dws.records import ON_BLOCK_PRICING
 from airflow_provider_dws.runtime.task import pulled, resolve_project, wait_for_event
 from airflow_provider_dws.scheduling.phases import FailureKind, Phase
 from airflow_provider_dws.specs import roles
@@ -342,7 +343,7 @@ class ReservedSteps:
         priced as ``calendar`` in its own record, pays for these hours)."""
         facts: dict[str, Any] = super().record_facts(status, placement)  # type: ignore[misc]
         if self.block is not None:
-            facts.update(pricing_model="reservation", reservation=self.block.reservation)
+            facts.update(pricing_model=ON_BLOCK_PRICING, reservation=self.block.reservation)
         return facts
 
     def over(self) -> bool:

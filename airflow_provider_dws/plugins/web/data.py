@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from airflow_provider_dws.records import (
+    BLOCK_PRICING,
     XCOM_KEY,
     RequestRecord,
     api_name,
@@ -303,7 +304,7 @@ def settle(row: Row, now: datetime) -> Row:
         return replace(row, record=ended, settled=at_end, written_phase=record.phase)
     # Capacity that outlives its task by design (a slice, VMs, a block) is its release task's; a
     # calendar block's record may stay waiting after its task succeeds (approved, delivered later).
-    if not record.live or record.holds or record.pricing_model == "calendar":
+    if not record.live or record.holds or record.pricing_model == BLOCK_PRICING:
         return row
     reason = _why_over(record, row.ti)
     if reason is None:

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_dws.forecast import MIN_REQUESTS, describe_group, group_of
-from airflow_provider_dws.records import RequestRecord
-from airflow_provider_dws.upfront import ON_BLOCK_MODEL, BlockCost, block_cost, is_block, max_cost
+from airflow_provider_dws.records import ON_BLOCK_PRICING, RequestRecord
+from airflow_provider_dws.upfront import BlockCost, block_cost, is_block, max_cost
 
 from .fmt import duration, h, hours, money, plural, rate
 from .outlook import Outlook, given_at_submit
@@ -100,7 +100,7 @@ def at_most_cell(record: RequestRecord, ahead: Outlook) -> str:
     block = block_cost(record, ahead.prices, ahead.now)
     if block is not None:
         return _block_cell(block)
-    if record.pricing_model == ON_BLOCK_MODEL:
+    if record.pricing_model == ON_BLOCK_PRICING:
         return "<span class='muted'>billed with its block</span>"
     if not record.accelerator_count:
         return "<span class='muted'>no accelerators</span>"

@@ -397,12 +397,15 @@ class Failover:
             f"got {type(value).__name__}"
         )
 
-    #: Whether the placements are ordered by Compute Engine's capacity advice (:class:`Advised`),
-    #: which only the operators that declare ``ADVISED`` can ask.
-    advised = False
     #: How the placements (the operator's own among them) are ordered before each attempt:
     #: ``written``, ``advice`` or ``expected_wait`` (:mod:`~.ranking`).
     order = "written"
+
+    @property
+    def advised(self) -> bool:
+        """Whether the placements are ordered by Compute Engine's capacity advice (:class:`Advised`),
+        which only the operators that declare ``ADVISED`` can ask."""
+        return self.order == "advice"
 
     @property
     def ranked(self) -> bool:
@@ -436,7 +439,6 @@ class Advised(Failover):
     (each region scored by its best zone).
     """
 
-    advised = True
     order = "advice"
 
     def __str__(self) -> str:

@@ -113,8 +113,6 @@ POWER_SOURCES: Mapping[str, str] = {name: source for name, (_, source) in _POWER
 
 _REGION_NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)+")
 _TYPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-# As savings.PriceTable.price: a TPU type ``v5litepod-16`` falls back to its family ``v5litepod``.
-_SIZED = re.compile(r"(.+)_[0-9]+")
 # What each figure of an override must be, for the error that refuses one.
 _EXPECTED = {
     "cfe": "a carbon-free share from 0 to 1 (93% is 0.93)",
@@ -180,11 +178,8 @@ class CarbonTable:
         """Board power (W) of one accelerator of this type; ``None`` when the table has none."""
         if not isinstance(accelerator_type, str) or not accelerator_type.strip():
             return None
-        key = savings.type_key(accelerator_type)
-        if key in self._index:
-            return self._index[key]
-        sized = _SIZED.fullmatch(key)
-        return self._index.get(sized.group(1)) if sized else None
+        # As the price table: a TPU type ``v5litepod-16`` falls back to its family ``v5litepod``.
+        return next((self._index[k] for k in savings.type_keys(accelerator_type) if k in self._index), None)
 
 
 #: The built-in table: every region of :data:`SOURCE` and the GPUs of :data:`POWER_SOURCES`.

@@ -34,6 +34,7 @@ from airflow_provider_dws.records import (
     api_name,
     parse_time,
 )
+from airflow_provider_dws.savings import type_key
 
 #: How far back similar requests count, unless ``[dws] forecast_window_days`` says otherwise.
 DEFAULT_WINDOW = timedelta(days=30)
@@ -64,7 +65,7 @@ def _type_name(accelerator_type: str | None) -> str:
     # one type; a TPU type's size (v5litepod-16) is in the bucket, so its family names it.
     if not accelerator_type:
         return "?"
-    name = accelerator_type.strip().lower().replace("-", "_")
+    name = type_key(accelerator_type)
     sized = _TPU_SIZED.fullmatch(name)
     return sized.group(1) if sized else name
 

@@ -57,6 +57,14 @@ def type_key(accelerator_type: str) -> str:
     return accelerator_type.strip().lower().replace("-", "_")
 
 
+def type_keys(accelerator_type: str) -> tuple[str, ...]:
+    """The keys a table looks ``accelerator_type`` up by, best first: its own :func:`type_key`,
+    then, for a TPU type ``v5litepod-16``, its family ``v5litepod``."""
+    key = type_key(accelerator_type)
+    sized = _SIZED.fullmatch(key)
+    return (key, sized.group(1)) if sized else (key,)
+
+
 @dataclass(frozen=True)
 class PriceTable:
     """USD per accelerator-hour by (accelerator_type, pricing_model), e.g. ("NVIDIA_H100_80GB", "flex_start").
@@ -86,29 +94,22 @@ class PriceTable:
         ):
             return None
         model = pricing_model.strip().lower()
-        key = type_key(accelerator_type)
-        if (key, model) in self._index:
-            return self._index[(key, model)]
-        sized = _SIZED.fullmatch(key)
-        if sized is not None:
-            return self._index.get((sized.group(1), model))
-        return None
+        return next(
+            (self._index[key, model] for key in type_keys(accelerator_type) if (key, model) in self._index),
+            None,
+        )
+
+    def first_price(self, accelerator_type: str | None, models: Iterable[str]) -> float | None:
+        """The price of the first of ``models`` the table prices for this type (``None``: none)."""
+        return next((p for p in (self.price(accelerator_type, m) for m in models) if p is not None), None)
 
     def hold_price(self, accelerator_type: str | None) -> float | None:
         """Price of holding the same accelerators (the table's "reserved" entry, else "standard", else None)."""
-        for model in HOLD_MODELS:
-            found = self.price(accelerator_type, model)
-            if found is not None:
-                return found
-        return None
+        return self.first_price(accelerator_type, HOLD_MODELS)
 
     def on_demand_price(self, accelerator_type: str | None) -> float | None:
         """The on-demand price (the table's "on_demand" entry, else "standard", else None)."""
-        for model in ON_DEMAND_MODELS:
-            found = self.price(accelerator_type, model)
-            if found is not None:
-                return found
-        return None
+        return self.first_price(accelerator_type, ON_DEMAND_MODELS)
 
     def spot_price(self, accelerator_type: str | None) -> float | None:
         """The Spot price (the table's "spot" entry, else None)."""

@@ -316,25 +316,14 @@ def load_carbon() -> CarbonTable:
     Never raises: an override that cannot be read or is malformed gives the shipped table with
     ``error`` saying why (the page shows it).
     """
-    try:
-        raw = _read_variable()
-    except Exception as exc:
-        return replace(SHIPPED, error=f"{VARIABLE_SOURCE}: could not be read ({exc})")
-    if raw is not None:
-        try:
-            return parse_override(raw, VARIABLE_SOURCE)
-        except ValueError as exc:
-            return replace(SHIPPED, error=str(exc))
-    try:
-        entries = _read_config()
-    except Exception as exc:
-        return replace(SHIPPED, error=f"{CONFIG_SOURCE}: could not be read ({exc})")
-    if entries is None:
-        return SHIPPED
-    try:
-        return parse_override(entries, CONFIG_SOURCE)
-    except ValueError as exc:
-        return replace(SHIPPED, error=str(exc))
+    return savings.load_table(
+        read_variable=_read_variable,
+        read_config=_read_config,
+        parse=parse_override,
+        refused=lambda _source, why: replace(SHIPPED, error=why),
+        absent=SHIPPED,
+        sources=(VARIABLE_SOURCE, CONFIG_SOURCE),
+    )
 
 
 #: The page's words for the emissions figures (docs/carbon.md says the same at length).

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_provider_dws.records import LIVE_PHASES, RequestRecord, parse_time
 
@@ -318,31 +318,60 @@ def _read_config() -> dict[str, Any] | None:
     return read_config_section(CONFIG_SECTION, _normal_price_key)
 
 
+_Table = TypeVar("_Table")
+
+
+def load_table(
+    *,
+    read_variable: Callable[[], str | None],
+    read_config: Callable[[], dict[str, Any] | None],
+    parse: Callable[[Any, str], _Table],
+    refused: Callable[[str, str], _Table],
+    absent: _Table,
+    sources: tuple[str, str],
+) -> _Table:
+    """A user's table (the prices, the carbon figures): its Variable if set, else its config section.
+
+    ``sources`` names the two places (Variable, config) for ``parse`` and the errors. Never raises:
+    a place that cannot be read, or a table ``parse`` refuses, gives ``refused(source, why)`` (the
+    page shows why); no table in either place gives ``absent``.
+    """
+    variable, config = sources
+    try:
+        raw = read_variable()
+    except Exception as exc:
+        return refused(variable, f"{variable}: could not be read ({exc})")
+    if raw is not None:
+        try:
+            return parse(raw, variable)
+        except ValueError as exc:
+            return refused(variable, str(exc))
+    try:
+        entries = read_config()
+    except Exception as exc:
+        return refused(config, f"{config}: could not be read ({exc})")
+    if entries is None:
+        return absent
+    try:
+        return parse(entries, config)
+    except ValueError as exc:
+        return refused(config, str(exc))
+
+
 def load_prices() -> PriceTable:
     """The Variable ``dws_prices`` (JSON) if set, else the config section ``[dws_prices]``.
 
     Never raises: a table that cannot be read or is malformed gives an empty table with ``error``
     saying why (the page shows it); no table at all gives ``source == "no price table set"``.
     """
-    try:
-        raw = read_variable(VARIABLE_KEY)
-    except Exception as exc:
-        return PriceTable({}, VARIABLE_SOURCE, error=f"{VARIABLE_SOURCE}: could not be read ({exc})")
-    if raw is not None:
-        try:
-            return parse_prices(raw, VARIABLE_SOURCE)
-        except ValueError as exc:
-            return PriceTable({}, VARIABLE_SOURCE, error=str(exc))
-    try:
-        entries = _read_config()
-    except Exception as exc:
-        return PriceTable({}, CONFIG_SOURCE, error=f"{CONFIG_SOURCE}: could not be read ({exc})")
-    if entries is None:
-        return PriceTable({}, NO_TABLE_SOURCE)
-    try:
-        return parse_prices(entries, CONFIG_SOURCE)
-    except ValueError as exc:
-        return PriceTable({}, CONFIG_SOURCE, error=str(exc))
+    return load_table(
+        read_variable=lambda: read_variable(VARIABLE_KEY),
+        read_config=_read_config,
+        parse=parse_prices,
+        refused=lambda source, why: PriceTable({}, source, error=why),
+        absent=PriceTable({}, NO_TABLE_SOURCE),
+        sources=(VARIABLE_SOURCE, CONFIG_SOURCE),
+    )
 
 
 @dataclass(frozen=True)

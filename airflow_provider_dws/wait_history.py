@@ -118,16 +118,6 @@ def _encode(items: list[Observation]) -> str:
     return json.dumps({"v": 1, "waits": [o.to_list() for o in items]}, separators=(",", ":"))
 
 
-def read(group: str) -> list[Observation]:
-    """The group's kept observations (none when the history is off or cannot be read)."""
-    try:
-        enabled, _ = _config()
-        return _decode(_get(variable_key(group))) if enabled else []
-    except Exception:
-        _warn_once("read")
-        return []
-
-
 def forecast(group: str, now: datetime | None = None) -> Forecast | None:
     """The group's forecast over the configured window (``None``: the history is off or unreadable)."""
     try:

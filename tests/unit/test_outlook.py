@@ -38,7 +38,6 @@ def history(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Observation]]:
     groups: dict[str, list[Observation]] = {}
     monkeypatch.setattr(wait_history, "_config", lambda: (True, timedelta(days=30)))
     monkeypatch.setattr(wait_history, "_get", lambda key: None)
-    monkeypatch.setattr(wait_history, "read", lambda group: groups.get(group, []))
 
     def forecast(group: str, now: datetime | None = None) -> Any:
         from airflow_provider_dws.forecast import estimate
